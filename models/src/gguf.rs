@@ -1,0 +1,238 @@
+//! GGUF files: open, validate, read metadata and tensors.
+//!
+//! The file is memory-mapped (memmap2) and parsed with candle's GGUF reader; every
+//! tensor's byte range is checked against the file size up front, so a truncated
+//! or corrupt file fails at open with a clear error instead of mid-load. Tensors
+//! are read from the mapping into candle quantized tensors exactly once; the
+//! mapping is dropped after loading so the weights are not resident twice.
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::Device;
+use memmap2::Mmap;
+
+use crate::error::{ModelError, Result};
+
+/// An opened, validated GGUF file: its metadata and tensor directory, plus the mapping
+/// tensors are read from.
+pub struct GgufFile {
+    path: PathBuf,
+    mmap: Mmap,
+    content: Content,
+}
+
+impl GgufFile {
+    /// Maps and parses `path`, checking that every tensor lies inside the file.
+    pub fn open(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(ModelError::NotFound(path.to_path_buf()));
+        }
+        let file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        // SAFETY: the file is opened read-only and Tern never writes to a model it
+        // has open; a concurrent external truncation would be a user error.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let invalid = |reason: String| ModelError::InvalidGguf {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if mmap.len() < 4 || &mmap[..4] != b"GGUF" {
+            return Err(invalid("missing GGUF magic bytes".into()));
+        }
+        let content =
+            Content::read(&mut Cursor::new(&mmap[..])).map_err(|e| invalid(e.to_string()))?;
+        let file_len = mmap.len() as u64;
+        for (name, info) in &content.tensor_infos {
+            let elems = info.shape.elem_count();
+            let block = info.ggml_dtype.block_size();
+            if elems % block != 0 {
+                return Err(invalid(format!(
+                    "tensor {name} has {elems} elements, not a multiple of its block size {block}"
+                )));
+            }
+            let bytes = (elems / block * info.ggml_dtype.type_size()) as u64;
+            let end = content.tensor_data_offset + info.offset + bytes;
+            if end > file_len {
+                return Err(invalid(format!(
+                    "truncated: tensor {name} ends at byte {end} but the file has {file_len}"
+                )));
+            }
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            mmap,
+            content,
+        })
+    }
+
+    /// The path this file was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size of the file in bytes.
+    pub fn file_bytes(&self) -> u64 {
+        self.mmap.len() as u64
+    }
+
+    /// The raw metadata value under `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.content.metadata.get(key)
+    }
+
+    /// A required unsigned integer (any integer width accepted).
+    pub fn u32(&self, key: &str) -> Result<u32> {
+        self.get(key)
+            .and_then(|v| match v {
+                Value::U8(x) => Some(*x as u32),
+                Value::U16(x) => Some(*x as u32),
+                Value::U32(x) => Some(*x),
+                Value::U64(x) => u32::try_from(*x).ok(),
+                Value::I32(x) => u32::try_from(*x).ok(),
+                Value::I64(x) => u32::try_from(*x).ok(),
+                _ => None,
+            })
+            .ok_or_else(|| missing(key))
+    }
+
+    /// A required float.
+    pub fn f32(&self, key: &str) -> Result<f32> {
+        self.get(key)
+            .and_then(|v| match v {
+                Value::F32(x) => Some(*x),
+                Value::F64(x) => Some(*x as f32),
+                _ => None,
+            })
+            .ok_or_else(|| missing(key))
+    }
+
+    /// A required string.
+    pub fn str(&self, key: &str) -> Result<&str> {
+        match self.get(key) {
+            Some(Value::String(s)) => Ok(s.as_str()),
+            _ => Err(missing(key)),
+        }
+    }
+
+    /// An optional boolean.
+    pub fn bool_opt(&self, key: &str) -> Option<bool> {
+        match self.get(key) {
+            Some(Value::Bool(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// A required array of strings (e.g. the vocabulary or merges).
+    pub fn str_array(&self, key: &str) -> Result<Vec<&str>> {
+        match self.get(key) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s.as_str()),
+                    _ => Err(missing(key)),
+                })
+                .collect(),
+            _ => Err(missing(key)),
+        }
+    }
+
+    /// A required array of integers (e.g. token types).
+    pub fn i32_array(&self, key: &str) -> Result<Vec<i32>> {
+        match self.get(key) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::I32(x) => Ok(*x),
+                    Value::U32(x) => Ok(*x as i32),
+                    Value::I8(x) => Ok(*x as i32),
+                    Value::U8(x) => Ok(*x as i32),
+                    _ => Err(missing(key)),
+                })
+                .collect(),
+            _ => Err(missing(key)),
+        }
+    }
+
+    /// Whether a tensor named `name` exists.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    /// Reads tensor `name` from the mapping into a quantized tensor on the CPU.
+    pub fn tensor(&self, name: &str) -> Result<QTensor> {
+        if !self.has_tensor(name) {
+            return Err(ModelError::BadTensor {
+                name: name.into(),
+                reason: "missing from the file".into(),
+            });
+        }
+        self.content
+            .tensor(&mut Cursor::new(&self.mmap[..]), name, &Device::Cpu)
+            .map_err(|e| ModelError::BadTensor {
+                name: name.into(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// The logical shape of tensor `name` (GGUF order reversed into row-major dims).
+    pub fn tensor_dims(&self, name: &str) -> Option<Vec<usize>> {
+        self.content
+            .tensor_infos
+            .get(name)
+            .map(|t| t.shape.dims().to_vec())
+    }
+
+    /// A summary of the tensors: count and bytes per quantization type, total bytes
+    /// and element count.
+    pub fn tensor_summary(&self) -> TensorSummary {
+        let mut by_type: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+        let mut bytes = 0u64;
+        let mut params = 0u64;
+        for info in self.content.tensor_infos.values() {
+            let elems = info.shape.elem_count();
+            let b = (elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size()) as u64;
+            let e = by_type.entry(dtype_name(info.ggml_dtype)).or_default();
+            e.0 += 1;
+            e.1 += b;
+            bytes += b;
+            params += elems as u64;
+        }
+        TensorSummary {
+            tensors: self.content.tensor_infos.len(),
+            bytes,
+            params,
+            by_type,
+        }
+    }
+}
+
+/// Counts and sizes of a file's tensors, for `tern info`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TensorSummary {
+    /// Number of tensors.
+    pub tensors: usize,
+    /// Bytes of tensor data in the file.
+    pub bytes: u64,
+    /// Total element count (parameters).
+    pub params: u64,
+    /// Per quantization type: (tensor count, bytes).
+    pub by_type: BTreeMap<String, (usize, u64)>,
+}
+
+/// The GGUF name of a quantization type (`Q4_1`, `F32`, ...).
+pub fn dtype_name(t: GgmlDType) -> String {
+    format!("{t:?}").to_uppercase()
+}
+
+fn missing(key: &str) -> ModelError {
+    ModelError::MissingMetadata { key: key.into() }
+}

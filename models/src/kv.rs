@@ -1,0 +1,47 @@
+//! The KV seam: how the model reaches a sequence's key/value cache.
+//!
+//! The cache lives outside the model (one per sequence) so the runtime can batch
+//! sequences, evict tokens under a policy, and fork caches for best-of-N. The
+//! model only appends the keys and values it computed, attends over what the cache
+//! hands back, and, when the cache asks for them, reports the attention weights it
+//! computed so a policy can score cached tokens.
+
+use candle_core::Tensor;
+
+use crate::error::Result;
+
+/// A per-sequence key/value store the forward pass reads and writes, layer by layer.
+pub trait KvStore {
+    /// Appends this step's keys and values for `layer` and returns every cached key
+    /// and value to attend over, new ones included, in position order.
+    ///
+    /// `k`, `v`: `[n_kv_head, n_new, head_dim]` f32, keys after RoPE.
+    /// `positions`: the original position of each new token.
+    /// Returns `(keys, values)`, each `[n_kv_head, n_cached, head_dim]` f32.
+    fn append(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+        positions: &[u32],
+    ) -> Result<(Tensor, Tensor)>;
+
+    /// Original positions of the cached entries of `layer` (after the last
+    /// `append`), in the order `append` returned them; used to build the causal
+    /// mask when several new tokens attend at once.
+    fn positions(&self, layer: usize) -> &[u32];
+
+    /// Whether the policy behind this cache wants the attention weights of `layer`
+    /// for the step being computed; `false` lets the model skip reporting them.
+    fn wants_attention(&self, _layer: usize) -> bool {
+        false
+    }
+
+    /// Receives the attention weights of this step's queries for `layer`.
+    ///
+    /// `weights`: `[n_kv_head, group, n_new, n_cached]` f32 (softmax rows), where
+    /// `group` is the number of query heads sharing one KV head.
+    fn observe_attention(&mut self, _layer: usize, _weights: &Tensor) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,19 @@
+//! `tern-models`: model architectures and their weights.
+//!
+//! Owns GGUF loading (memmap2 + candle quantized tensors), the model
+//! configuration read from GGUF metadata, the llama forward pass over a ragged
+//! batch, the KV seam trait the runtime implements, and the registry of models
+//! Tern knows how to fetch. It knows nothing of tokenizers, sampling or serving.
+
+pub mod config;
+pub mod error;
+pub mod gguf;
+pub mod kv;
+pub mod llama;
+pub mod registry;
+
+pub use config::ModelConfig;
+pub use error::{ModelError, Result};
+pub use gguf::GgufFile;
+pub use kv::KvStore;
+pub use llama::{Llama, LogitsWanted, SeqBatch};

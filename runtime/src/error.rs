@@ -1,0 +1,45 @@
+//! The one error type of `tern-runtime`.
+
+use tern_models::ModelError;
+
+/// What can go wrong between a request and the model.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// Loading or running the model failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// Building the tokenizer from GGUF metadata, or encoding, failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The chat template is missing, does not compile or failed to render.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// The prompt plus requested tokens do not fit the context window.
+    #[error("prompt has {prompt_tokens} tokens but the context window is {context_length} (at most {max_prompt} prompt tokens leave room to generate)")]
+    ContextLength {
+        prompt_tokens: usize,
+        context_length: usize,
+        max_prompt: usize,
+    },
+    /// The prompt tokenized to nothing.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// A request parameter is out of range.
+    #[error("invalid parameter `{param}`: {reason}")]
+    InvalidParam { param: String, reason: String },
+    /// A tensor operation failed.
+    #[error("tensor error: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+impl From<crate::sampler::SamplerError> for RuntimeError {
+    fn from(e: crate::sampler::SamplerError) -> Self {
+        RuntimeError::InvalidParam {
+            param: "sampling".into(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, RuntimeError>;

@@ -1,0 +1,311 @@
+//! Single-sequence generation: chunked prefill, then one token per forward until
+//! a stop token, a stop string or the token limit.
+//!
+//! This is the straight-line path the CLI's `generate` and `chat` use; the
+//! batching engine reuses its pieces (prefill chunking, the sampler, stop checks).
+
+use std::time::Instant;
+
+use candle_core::Tensor;
+use tern_models::{LogitsWanted, SeqBatch};
+
+use crate::error::{Result, RuntimeError};
+use crate::kv::SeqCache;
+use crate::model::LoadedModel;
+use crate::sampler::{Sampler, SamplingParams};
+use crate::tokenizer::StreamDecoder;
+
+/// Default number of prompt tokens run in one prefill forward.
+pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+
+/// What to generate and how.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// Prompt token ids (already templated and tokenized).
+    pub prompt: Vec<u32>,
+    /// Sampling parameters (temperature, penalties, seed ...).
+    pub sampling: SamplingParams,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Keep going past end-of-sequence tokens (benchmarks).
+    pub ignore_eos: bool,
+    /// Strings that end generation; the text is cut before them.
+    pub stop: Vec<String>,
+    /// Prompt tokens per prefill forward.
+    pub prefill_chunk: usize,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// The token limit or the context window.
+    Length,
+}
+
+/// Log-probabilities recorded for one generated token.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TokenLogprob {
+    /// The token generated.
+    pub token: u32,
+    /// Its log-probability under the (penalised, biased) model distribution.
+    pub logprob: f32,
+    /// The most likely alternatives, descending.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The result of one generation.
+#[derive(Debug, Clone)]
+pub struct GenerateOutput {
+    /// Generated text (stop string excluded, control tokens hidden).
+    pub text: String,
+    /// Generated token ids (including a final stop token if one was sampled).
+    pub token_ids: Vec<u32>,
+    /// Per-token log-probabilities.
+    pub logprobs: Vec<TokenLogprob>,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Seconds spent in prefill (prompt forward passes plus first sample).
+    pub prefill_secs: f64,
+    /// Seconds spent in decode forward passes.
+    pub decode_secs: f64,
+    /// Decode forward passes run.
+    pub decode_steps: usize,
+    /// Peak bytes held by the KV cache.
+    pub kv_bytes: usize,
+}
+
+/// Checks that a prompt is non-empty and leaves room for at least one token.
+pub fn check_prompt(model: &LoadedModel, prompt_tokens: usize) -> Result<()> {
+    let ctx = model.config().context_length;
+    if prompt_tokens == 0 {
+        return Err(RuntimeError::EmptyPrompt);
+    }
+    if prompt_tokens >= ctx {
+        return Err(RuntimeError::ContextLength {
+            prompt_tokens,
+            context_length: ctx,
+            max_prompt: ctx - 1,
+        });
+    }
+    Ok(())
+}
+
+/// Runs the prompt through `cache` in chunks; returns the last token's logits.
+pub fn prefill(
+    model: &LoadedModel,
+    cache: &mut SeqCache,
+    prompt: &[u32],
+    chunk: usize,
+) -> Result<Tensor> {
+    let chunk = chunk.max(1);
+    let start = cache.len();
+    let mut last = None;
+    for (i, piece) in prompt.chunks(chunk).enumerate() {
+        let is_last = (i + 1) * chunk >= prompt.len();
+        let mut batch = [SeqBatch {
+            tokens: piece,
+            start_pos: start + i * chunk,
+            cache,
+            logits: if is_last {
+                LogitsWanted::Last
+            } else {
+                LogitsWanted::None
+            },
+        }];
+        last = model.llama.forward(&mut batch)?.pop().flatten();
+    }
+    last.ok_or(RuntimeError::EmptyPrompt)
+}
+
+/// Generates from `req.prompt`, calling `on_text` with each piece of text as it
+/// becomes complete UTF-8.
+pub fn generate(
+    model: &LoadedModel,
+    req: &GenerateRequest,
+    mut on_text: impl FnMut(&str),
+) -> Result<GenerateOutput> {
+    req.sampling.validate()?;
+    check_prompt(model, req.prompt.len())?;
+    let ctx = model.config().context_length;
+    let stop_ids = if req.ignore_eos {
+        Vec::new()
+    } else {
+        model.stop_tokens()
+    };
+    let mut sampler = Sampler::new(req.sampling.clone());
+    let mut cache = SeqCache::new(model.config());
+    let mut history = req.prompt.clone();
+    let mut out = GenerateOutput {
+        text: String::new(),
+        token_ids: Vec::new(),
+        logprobs: Vec::new(),
+        finish_reason: FinishReason::Length,
+        prompt_tokens: req.prompt.len(),
+        prefill_secs: 0.0,
+        decode_secs: 0.0,
+        decode_steps: 0,
+        kv_bytes: 0,
+    };
+    let mut decoder = StreamDecoder::new();
+    let mut stops = StopMatcher::new(&req.stop);
+
+    let t0 = Instant::now();
+    let mut logits = prefill(model, &mut cache, &req.prompt, req.prefill_chunk)?;
+    out.prefill_secs = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    while out.token_ids.len() < req.max_tokens {
+        let row: Vec<f32> = logits.squeeze(0)?.to_vec1()?;
+        let s = sampler.sample(&row, &history);
+        out.token_ids.push(s.token);
+        out.logprobs.push(TokenLogprob {
+            token: s.token,
+            logprob: s.logprob,
+            top: s.top,
+        });
+        history.push(s.token);
+        if stop_ids.contains(&s.token) {
+            out.finish_reason = FinishReason::Stop;
+            break;
+        }
+        let piece = decoder.push(&model.tokenizer, s.token);
+        if let Some(emit) = stops.feed(&piece) {
+            out.text.push_str(&emit.text);
+            on_text(&emit.text);
+            if emit.stopped {
+                out.finish_reason = FinishReason::Stop;
+                break;
+            }
+        }
+        let pos = history.len() - 1;
+        if out.token_ids.len() >= req.max_tokens || pos + 1 >= ctx {
+            break;
+        }
+        let mut batch = [SeqBatch {
+            tokens: &history[pos..],
+            start_pos: pos,
+            cache: &mut cache,
+            logits: LogitsWanted::Last,
+        }];
+        logits = model
+            .llama
+            .forward(&mut batch)?
+            .pop()
+            .flatten()
+            .ok_or(RuntimeError::EmptyPrompt)?;
+        out.decode_steps += 1;
+    }
+    out.decode_secs = t1.elapsed().as_secs_f64();
+    if out.finish_reason == FinishReason::Length {
+        let tail = stops.flush(decoder.finish());
+        out.text.push_str(&tail);
+        on_text(&tail);
+    }
+    out.kv_bytes = cache.peak_bytes();
+    Ok(out)
+}
+
+/// Holds back text that could be the start of a stop string, so a stop string
+/// split across tokens is never emitted.
+struct StopMatcher<'a> {
+    stops: &'a [String],
+    held: String,
+}
+
+struct Emit {
+    text: String,
+    stopped: bool,
+}
+
+impl<'a> StopMatcher<'a> {
+    fn new(stops: &'a [String]) -> Self {
+        Self {
+            stops,
+            held: String::new(),
+        }
+    }
+
+    /// Adds `piece`; returns text safe to emit, and whether a stop string hit.
+    fn feed(&mut self, piece: &str) -> Option<Emit> {
+        self.held.push_str(piece);
+        let stops = self.stops.iter().filter(|s| !s.is_empty());
+        if let Some(at) = stops.filter_map(|s| self.held.find(s.as_str())).min() {
+            let text = self.held[..at].to_string();
+            self.held.clear();
+            return Some(Emit {
+                text,
+                stopped: true,
+            });
+        }
+        // Keep the longest suffix that is a prefix of some stop string.
+        let keep = self
+            .stops
+            .iter()
+            .flat_map(|s| {
+                (1..s.len())
+                    .rev()
+                    .filter(|&n| s.is_char_boundary(n))
+                    .map(move |n| &s[..n])
+            })
+            .filter(|p| self.held.ends_with(p))
+            .map(str::len)
+            .max()
+            .unwrap_or(0);
+        let cut = self.held.len() - keep;
+        if cut == 0 {
+            return None;
+        }
+        let text = self.held[..cut].to_string();
+        self.held.drain(..cut);
+        Some(Emit {
+            text,
+            stopped: false,
+        })
+    }
+
+    fn flush(&mut self, rest: String) -> String {
+        let mut text = std::mem::take(&mut self.held);
+        text.push_str(&rest);
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(stops: &[&str], pieces: &[&str]) -> (String, bool) {
+        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
+        let mut m = StopMatcher::new(&stops);
+        let mut out = String::new();
+        for p in pieces {
+            if let Some(e) = m.feed(p) {
+                out.push_str(&e.text);
+                if e.stopped {
+                    return (out, true);
+                }
+            }
+        }
+        out.push_str(&m.flush(String::new()));
+        (out, false)
+    }
+
+    #[test]
+    fn stop_string_split_across_pieces_is_never_emitted() {
+        assert_eq!(
+            run(&["END"], &["abc E", "N", "D tail"]),
+            ("abc ".into(), true)
+        );
+        assert_eq!(run(&["END"], &["abc E", "x"]), ("abc Ex".into(), false));
+        assert_eq!(run(&[], &["a", "b"]), ("ab".into(), false));
+        assert_eq!(
+            run(&["\n\n", "###"], &["x\n", "\nmore"]),
+            ("x".into(), true)
+        );
+    }
+}

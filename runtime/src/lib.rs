@@ -1,0 +1,18 @@
+//! `tern-runtime`: everything between a model and a caller.
+//!
+//! Tokenizer (GGUF vocabulary through `tokenizers`), chat template (minijinja),
+//! sampler, per-sequence KV caches, generation and perplexity. Callers (the CLI,
+//! the server, the trainer) talk to this crate; it never sees their wire types.
+
+pub mod chat;
+pub mod error;
+pub mod generate;
+pub mod kv;
+pub mod memory;
+pub mod model;
+pub mod perplexity;
+pub mod sampler;
+pub mod tokenizer;
+
+pub use error::{Result, RuntimeError};
+pub use model::LoadedModel;

@@ -1,0 +1,84 @@
+//! A model ready to run: weights, tokenizer and chat template loaded from one GGUF.
+
+use std::path::{Path, PathBuf};
+
+use tern_models::{GgufFile, Llama, ModelConfig};
+
+use crate::chat::ChatTemplate;
+use crate::error::{Result, RuntimeError};
+use crate::tokenizer::Tokenizer;
+
+/// Everything needed to turn text into tokens, run them, and turn tokens back
+/// into text, for one GGUF file.
+pub struct LoadedModel {
+    /// Where the weights came from.
+    pub path: PathBuf,
+    /// The forward pass and its weights.
+    pub llama: Llama,
+    /// Text <-> ids.
+    pub tokenizer: Tokenizer,
+    /// The GGUF's chat template, if it has one.
+    pub template: Option<ChatTemplate>,
+}
+
+impl LoadedModel {
+    /// Opens, validates and loads `path`.
+    pub fn load(path: &Path) -> Result<Self> {
+        let file = GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let llama = Llama::load(&file)?;
+        if tokenizer.vocab_size() != llama.config().vocab_size {
+            return Err(RuntimeError::Tokenizer(format!(
+                "vocabulary has {} tokens but the embedding has {} rows",
+                tokenizer.vocab_size(),
+                llama.config().vocab_size
+            )));
+        }
+        let template = match file.str("tokenizer.chat_template") {
+            Ok(src) => {
+                let name = |id: Option<u32>| {
+                    id.map(|i| String::from_utf8_lossy(tokenizer.bytes_of(i, true)).into_owned())
+                        .unwrap_or_default()
+                };
+                Some(ChatTemplate::new(
+                    src,
+                    &name(tokenizer.bos()),
+                    &name(tokenizer.eos()),
+                )?)
+            }
+            Err(_) => None,
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            llama,
+            tokenizer,
+            template,
+        })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &ModelConfig {
+        self.llama.config()
+    }
+
+    /// The chat template, or a clear error for models without one.
+    pub fn chat_template(&self) -> Result<&ChatTemplate> {
+        self.template
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Template("this model has no chat template".into()))
+    }
+
+    /// Token ids that end generation: the declared EOS plus `<|im_end|>` /
+    /// `<|endoftext|>` / `<|eot_id|>` where the vocabulary has them.
+    pub fn stop_tokens(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.tokenizer.eos().into_iter().collect();
+        for t in ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>"] {
+            if let Some(id) = self.tokenizer.token_id(t) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids
+    }
+}

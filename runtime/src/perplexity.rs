@@ -1,0 +1,116 @@
+//! Perplexity the way llama.cpp's `llama-perplexity` computes it, so the two can
+//! be compared number for number.
+//!
+//! The text is tokenized once (BOS only if the model asks for it), cut into
+//! non-overlapping windows of `ctx` tokens (a trailing partial window is
+//! dropped), and each window is run from an empty cache; only its second half is
+//! scored, so every scored token sees at least `ctx/2` tokens of context.
+
+use std::time::Instant;
+
+use tern_models::{LogitsWanted, SeqBatch};
+
+use crate::error::{Result, RuntimeError};
+use crate::kv::SeqCache;
+use crate::model::LoadedModel;
+
+/// The outcome of a perplexity run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PerplexityReport {
+    /// exp(mean negative log-likelihood) over scored tokens.
+    pub perplexity: f64,
+    /// Tokens in the whole text.
+    pub tokens: usize,
+    /// Tokens whose likelihood was scored.
+    pub scored_tokens: usize,
+    /// Windows evaluated.
+    pub chunks: usize,
+    /// Window size.
+    pub ctx: usize,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Peak KV-cache bytes of one window.
+    pub kv_bytes: usize,
+}
+
+/// Scores `tokens` in windows of `ctx`; `on_chunk(i, n, running_ppl)` reports
+/// progress after each window.
+pub fn perplexity(
+    model: &LoadedModel,
+    tokens: &[u32],
+    ctx: usize,
+    mut on_chunk: impl FnMut(usize, usize, f64),
+) -> Result<PerplexityReport> {
+    let max_ctx = model.config().context_length;
+    if ctx < 4 || ctx > max_ctx {
+        return Err(RuntimeError::InvalidParam {
+            param: "ctx".into(),
+            reason: format!(
+                "must be between 4 and the model's context length {max_ctx}, got {ctx}"
+            ),
+        });
+    }
+    let n_chunks = tokens.len() / ctx;
+    if n_chunks == 0 {
+        return Err(RuntimeError::InvalidParam {
+            param: "file".into(),
+            reason: format!(
+                "the text has {} tokens; at least ctx = {ctx} are needed for one window",
+                tokens.len()
+            ),
+        });
+    }
+    let first = ctx / 2;
+    let bos = model
+        .tokenizer
+        .adds_bos()
+        .then(|| model.tokenizer.bos())
+        .flatten();
+    let t0 = Instant::now();
+    let (mut nll, mut count, mut kv_bytes) = (0.0f64, 0usize, 0usize);
+    for c in 0..n_chunks {
+        let mut window = tokens[c * ctx..(c + 1) * ctx].to_vec();
+        if let Some(b) = bos {
+            window[0] = b;
+        }
+        let mut cache = SeqCache::new(model.config());
+        // Unscored first half: no logits needed.
+        let mut head = [SeqBatch {
+            tokens: &window[..first],
+            start_pos: 0,
+            cache: &mut cache,
+            logits: LogitsWanted::None,
+        }];
+        model.llama.forward(&mut head)?;
+        let mut tail = [SeqBatch {
+            tokens: &window[first..],
+            start_pos: first,
+            cache: &mut cache,
+            logits: LogitsWanted::All,
+        }];
+        let logits = model
+            .llama
+            .forward(&mut tail)?
+            .pop()
+            .flatten()
+            .ok_or(RuntimeError::EmptyPrompt)?;
+        let rows: Vec<Vec<f32>> = logits.to_vec2()?;
+        // Row r predicts window[first + r + 1]; the last row has no target.
+        for (r, row) in rows.iter().enumerate().take(ctx - first - 1) {
+            let target = tokens[c * ctx + first + r + 1];
+            nll -= f64::from(crate::sampler::log_softmax_at(row, target));
+            count += 1;
+        }
+        kv_bytes = kv_bytes.max(cache.peak_bytes());
+        on_chunk(c + 1, n_chunks, (nll / count as f64).exp());
+    }
+    Ok(PerplexityReport {
+        perplexity: (nll / count as f64).exp(),
+        tokens: tokens.len(),
+        scored_tokens: count,
+        chunks: n_chunks,
+        ctx,
+        seconds: t0.elapsed().as_secs_f64(),
+        kv_bytes,
+    })
+}

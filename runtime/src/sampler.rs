@@ -1,0 +1,963 @@
+//! Token sampling: turns one step's logits into the next token id.
+//!
+//! Owns the sampling parameters ([`SamplingParams`], serializable so requests
+//! can carry them), their validation, and a seeded, reusable [`Sampler`] that
+//! applies logit bias, repetition/presence/frequency penalties, top-k, top-p,
+//! min-p and temperature in llama.cpp's order, then draws with its own ChaCha
+//! rng so a run is reproducible from `seed` alone. Pure Rust over `&[f32]`; it
+//! knows nothing of tensors, tokenizers or models.
+//!
+//! Non-finite logits never panic: NaN is treated as `-inf` (never chosen) and
+//! `+inf` as `f32::MAX`.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Largest `top_logprobs` accepted, matching OpenAI's API limit.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// How to pick the next token; a plain value so requests can carry and log it.
+///
+/// Deserializing fills missing fields from [`Default`], so a request may name
+/// only what it changes.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    /// Softmax temperature; `0` means greedy (plain argmax, no rng draw).
+    pub temperature: f32,
+    /// Keep only the `k` most likely tokens; `None` or `Some(0)` disables it.
+    pub top_k: Option<usize>,
+    /// Nucleus sampling: keep the smallest set whose mass reaches `top_p`; `1.0` disables it.
+    pub top_p: f32,
+    /// Drop tokens whose probability is below `min_p` times the top one's; `0` disables it.
+    pub min_p: f32,
+    /// llama.cpp/HF repetition penalty for tokens in the penalty window:
+    /// positive logits are divided by it, negative ones multiplied; `1.0` disables it.
+    pub repetition_penalty: f32,
+    /// OpenAI presence penalty: subtracted once from every token seen in the window.
+    pub presence_penalty: f32,
+    /// OpenAI frequency penalty: subtracted once per occurrence in the window.
+    pub frequency_penalty: f32,
+    /// How many of the most recent tokens the penalties look at; `0` means the whole history.
+    pub penalty_last_n: usize,
+    /// Additive per-token logit adjustments, applied first; `f32::NEG_INFINITY` bans a token.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Seed of the sampler's rng, so a generation is reproducible.
+    pub seed: u64,
+    /// How many most-likely alternatives to report per step (`0..=20`); `0` skips the work.
+    pub top_logprobs: usize,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: None,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            penalty_last_n: 64,
+            logit_bias: Vec::new(),
+            seed: 0,
+            top_logprobs: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Deterministic argmax decoding (temperature 0), e.g. for tests and evals.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Rejects values that have no meaning, so bad requests fail up front
+    /// instead of sampling something surprising.
+    pub fn validate(&self) -> Result<(), SamplerError> {
+        let t = self.temperature;
+        if !(t.is_finite() && t >= 0.0) {
+            return Err(SamplerError::Temperature(t));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(SamplerError::TopP(self.top_p));
+        }
+        if !(self.min_p >= 0.0 && self.min_p <= 1.0) {
+            return Err(SamplerError::MinP(self.min_p));
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return Err(SamplerError::RepetitionPenalty(self.repetition_penalty));
+        }
+        if !self.presence_penalty.is_finite() {
+            return Err(SamplerError::PresencePenalty(self.presence_penalty));
+        }
+        if !self.frequency_penalty.is_finite() {
+            return Err(SamplerError::FrequencyPenalty(self.frequency_penalty));
+        }
+        if let Some(&(token, value)) = self.logit_bias.iter().find(|(_, b)| b.is_nan()) {
+            return Err(SamplerError::LogitBias { token, value });
+        }
+        if self.top_logprobs > MAX_TOP_LOGPROBS {
+            return Err(SamplerError::TopLogprobs(self.top_logprobs));
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`SamplingParams`] was rejected; each message names the parameter and value.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SamplerError {
+    /// Temperature was NaN, infinite or negative.
+    #[error("temperature must be a finite number >= 0, got {0}")]
+    Temperature(f32),
+    /// `top_p` was outside `(0, 1]`.
+    #[error("top_p must be in (0, 1], got {0}")]
+    TopP(f32),
+    /// `min_p` was outside `[0, 1]`.
+    #[error("min_p must be in [0, 1], got {0}")]
+    MinP(f32),
+    /// Repetition penalty was not a finite number `> 0`.
+    #[error("repetition_penalty must be a finite number > 0, got {0}")]
+    RepetitionPenalty(f32),
+    /// Presence penalty was NaN or infinite.
+    #[error("presence_penalty must be finite, got {0}")]
+    PresencePenalty(f32),
+    /// Frequency penalty was NaN or infinite.
+    #[error("frequency_penalty must be finite, got {0}")]
+    FrequencyPenalty(f32),
+    /// A logit bias value was NaN.
+    #[error("logit_bias for token {token} must not be NaN, got {value}")]
+    LogitBias {
+        /// The token whose bias was NaN.
+        token: u32,
+        /// The offending bias value.
+        value: f32,
+    },
+    /// More than [`MAX_TOP_LOGPROBS`] alternatives were requested.
+    #[error("top_logprobs must be at most 20, got {0}")]
+    TopLogprobs(usize),
+}
+
+/// One sampling step's outcome: the token plus what an OpenAI-style `logprobs` reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampled {
+    /// The chosen token id.
+    pub token: u32,
+    /// Natural-log probability of `token` under the model's distribution after
+    /// logit bias and penalties but *before* temperature and top-k/top-p/min-p
+    /// truncation (what OpenAI's `logprobs` reports), via a stable log-softmax
+    /// over the full vocabulary.
+    pub logprob: f32,
+    /// The `top_logprobs` most likely `(token, logprob)` pairs under that same
+    /// distribution, most likely first (ties by lower id); empty when not requested.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// A seeded, reusable sampler: one per sequence, so each keeps its own rng
+/// stream and scratch buffers (no per-step allocation over the vocabulary).
+///
+/// [`Sampler::new`] does not validate; call [`SamplingParams::validate`] on
+/// untrusted input. Invalid values never panic: they are handled defensively
+/// (e.g. a non-positive temperature means greedy, out-of-range filters keep
+/// at least the most likely token).
+#[derive(Clone)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: ChaCha8Rng,
+    /// Working copy of the logits after bias and penalties.
+    logits: Vec<f32>,
+    /// Surviving `(token, logit)` candidates during truncation.
+    cands: Vec<(u32, f32)>,
+    /// Sorted copy of the penalty window, for counting occurrences.
+    window: Vec<u32>,
+}
+
+impl fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sampler")
+            .field("params", &self.params)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sampler {
+    /// Builds a sampler whose rng is seeded from `params.seed`.
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = ChaCha8Rng::seed_from_u64(params.seed);
+        Self {
+            params,
+            rng,
+            logits: Vec::new(),
+            cands: Vec::new(),
+            window: Vec::new(),
+        }
+    }
+
+    /// The parameters this sampler was built with.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks the next token from one step's `logits` (one per vocabulary id);
+    /// `history` is every token so far (prompt + generated), used by penalties.
+    ///
+    /// Order as in llama.cpp: logit bias, penalties, then argmax if temperature
+    /// is 0, else top-k, top-p, min-p, temperature, softmax and one rng draw.
+    /// Empty logits yield token 0 with logprob `-inf`; if every token is
+    /// `-inf` (e.g. all banned) the result is token 0 as well.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Sampled {
+        if logits.is_empty() {
+            return Sampled {
+                token: 0,
+                logprob: f32::NEG_INFINITY,
+                top: Vec::new(),
+            };
+        }
+        self.logits.clear();
+        self.logits.extend_from_slice(logits);
+        self.apply_bias();
+        self.apply_penalties(history);
+
+        // One pass: sanitize non-finite values and find the argmax.
+        let mut best = 0usize;
+        let mut max = f32::NEG_INFINITY;
+        for (i, l) in self.logits.iter_mut().enumerate() {
+            *l = clean(*l);
+            if *l > max {
+                max = *l;
+                best = i;
+            }
+        }
+        let lse = log_sum_exp_with_max(&self.logits, max);
+
+        let temperature = self.params.temperature;
+        let token = if temperature > 0.0 {
+            self.draw(temperature).unwrap_or(best as u32)
+        } else {
+            best as u32
+        };
+        let top = if self.params.top_logprobs > 0 {
+            top_n(&self.logits, self.params.top_logprobs)
+                .into_iter()
+                .map(|(t, l)| (t, log_prob(l, lse)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Sampled {
+            token,
+            logprob: log_prob(self.logits[token as usize], lse),
+            top,
+        }
+    }
+
+    fn apply_bias(&mut self) {
+        for &(token, bias) in &self.params.logit_bias {
+            if let Some(l) = self.logits.get_mut(token as usize) {
+                *l += bias;
+            }
+        }
+    }
+
+    fn apply_penalties(&mut self, history: &[u32]) {
+        let p = &self.params;
+        let repeat = p.repetition_penalty;
+        let use_repeat = repeat > 0.0 && repeat != 1.0 && repeat.is_finite();
+        let use_additive = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        if history.is_empty() || !(use_repeat || use_additive) {
+            return;
+        }
+        let start = match p.penalty_last_n {
+            0 => 0,
+            n => history.len().saturating_sub(n),
+        };
+        self.window.clear();
+        self.window.extend_from_slice(&history[start..]);
+        self.window.sort_unstable();
+        for run in self.window.chunk_by(|a, b| a == b) {
+            let Some(l) = self.logits.get_mut(run[0] as usize) else {
+                continue;
+            };
+            if use_repeat {
+                if *l > 0.0 {
+                    *l /= repeat;
+                } else {
+                    *l *= repeat;
+                }
+            }
+            if use_additive {
+                *l -= p.presence_penalty + p.frequency_penalty * run.len() as f32;
+            }
+        }
+    }
+
+    /// Truncates with top-k, top-p and min-p, applies temperature and draws.
+    /// `None` when no token has a finite logit.
+    fn draw(&mut self, temperature: f32) -> Option<u32> {
+        self.cands.clear();
+        self.cands.extend(
+            self.logits
+                .iter()
+                .enumerate()
+                .filter(|(_, &l)| l > f32::NEG_INFINITY)
+                .map(|(i, &l)| (i as u32, l)),
+        );
+        if self.cands.is_empty() {
+            return None;
+        }
+        if let Some(k) = self.params.top_k {
+            apply_top_k(&mut self.cands, k);
+        }
+        apply_top_p(&mut self.cands, self.params.top_p);
+        apply_min_p(&mut self.cands, self.params.min_p);
+
+        // Temperature and softmax: overwrite each logit with its weight.
+        let max = max_logit(&self.cands);
+        let inv_t = 1.0 / temperature;
+        let mut total = 0.0f64;
+        for c in self.cands.iter_mut() {
+            // NaN from (-inf) * 0 (infinite temperature) gets weight 0.
+            c.1 = exp_nonpos((c.1 - max) * inv_t);
+            total += c.1 as f64;
+        }
+        let r = self.rng.gen::<f64>() * total;
+        let mut cum = 0.0f64;
+        for &(token, w) in &self.cands {
+            cum += w as f64;
+            if r < cum {
+                return Some(token);
+            }
+        }
+        // Rounding left `r` past the last bucket: take the last weighted token.
+        self.cands.iter().rev().find(|c| c.1 > 0.0).map(|c| c.0)
+    }
+}
+
+/// Natural-log softmax probability of `token` under `logits`, computed stably
+/// over the whole slice in O(vocab) without allocating; shared with perplexity.
+///
+/// NaN logits count as `-inf`; an out-of-range token or an all-`-inf` slice gives `-inf`.
+pub fn log_softmax_at(logits: &[f32], token: u32) -> f32 {
+    let Some(&l) = logits.get(token as usize) else {
+        return f32::NEG_INFINITY;
+    };
+    let max = logits
+        .iter()
+        .map(|&x| clean(x))
+        .fold(f32::NEG_INFINITY, f32::max);
+    log_prob(clean(l), log_sum_exp_with_max(logits, max))
+}
+
+/// NaN becomes `-inf` (never chosen); `+inf` becomes `f32::MAX` so softmax stays defined.
+fn clean(x: f32) -> f32 {
+    if x.is_nan() {
+        f32::NEG_INFINITY
+    } else if x == f32::INFINITY {
+        f32::MAX
+    } else {
+        x
+    }
+}
+
+/// `log(sum(exp(l)))` given the (cleaned) maximum, accumulated in f64.
+fn log_sum_exp_with_max(logits: &[f32], max: f32) -> f64 {
+    if max == f32::NEG_INFINITY {
+        return f64::NEG_INFINITY;
+    }
+    // Eight independent f64 lanes: a single running sum would not vectorize.
+    let mut lanes = [0.0f64; 8];
+    let chunks = logits.chunks_exact(8);
+    let mut sum: f64 = chunks
+        .remainder()
+        .iter()
+        .map(|&l| exp_nonpos(clean(l) - max) as f64)
+        .sum();
+    for chunk in chunks {
+        for (acc, &l) in lanes.iter_mut().zip(chunk) {
+            *acc += exp_nonpos(clean(l) - max) as f64;
+        }
+    }
+    sum += lanes.iter().sum::<f64>();
+    max as f64 + sum.ln()
+}
+
+/// `e^x` for `x <= 0` (0 below -87 and for NaN), branch-free so loops over the
+/// vocabulary vectorize, unlike libm's scalar `expf`. Relative error < 1e-6:
+/// `2^n * e^y` with `n = round(x / ln 2)` and a degree-7 Taylor series on `|y| <= 0.35`.
+#[inline]
+fn exp_nonpos(x: f32) -> f32 {
+    // Adding 1.5 * 2^23 rounds to an integer, which lands in the low mantissa bits.
+    const MAGIC: f32 = 12_582_912.0;
+    const MAGIC_BITS: i32 = 0x4B40_0000;
+    let t = (x * std::f32::consts::LOG2_E).clamp(-126.0, 0.0);
+    let r = t + MAGIC;
+    let n_f = r - MAGIC;
+    // Cody-Waite: ln 2 split in two so `x - n ln 2` stays exact for large |x|.
+    let y = (x - n_f * 0.693_359_4) + n_f * 2.121_944_4e-4;
+    let poly = 1.0
+        + y * (1.0
+            + y * (1.0 / 2.0
+                + y * (1.0 / 6.0
+                    + y * (1.0 / 24.0
+                        + y * (1.0 / 120.0 + y * (1.0 / 720.0 + y * (1.0 / 5040.0)))))));
+    let n = (r.to_bits() as i32).wrapping_sub(MAGIC_BITS);
+    let scale = f32::from_bits((n.wrapping_add(127) << 23) as u32);
+    if x >= -87.0 {
+        poly * scale
+    } else {
+        0.0
+    }
+}
+
+fn log_prob(logit: f32, lse: f64) -> f32 {
+    if lse == f64::NEG_INFINITY || logit == f32::NEG_INFINITY {
+        f32::NEG_INFINITY
+    } else {
+        (logit as f64 - lse) as f32
+    }
+}
+
+/// Descending by logit, ties by ascending id, so truncation is deterministic.
+fn by_logit_desc(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+fn max_logit(cands: &[(u32, f32)]) -> f32 {
+    cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// The `n` largest cleaned logits, descending, by a single scan with a small
+/// sorted buffer (n <= 20 in practice), so no vocabulary-sized allocation.
+fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let n = n.min(logits.len());
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
+    if n == 0 {
+        return top;
+    }
+    for (i, &l) in logits.iter().enumerate() {
+        let l = clean(l);
+        if top.len() == n {
+            match top.last() {
+                Some(&(_, worst)) if l > worst => {
+                    top.pop();
+                }
+                _ => continue,
+            }
+        }
+        // Ties go after existing entries, which have lower ids.
+        let at = top.partition_point(|e| e.1 >= l);
+        top.insert(at, (i as u32, l));
+    }
+    top
+}
+
+/// Keeps the `k` highest logits with an O(n) partial select; `0` is off.
+fn apply_top_k(cands: &mut Vec<(u32, f32)>, k: usize) {
+    if k > 0 && k < cands.len() {
+        cands.select_nth_unstable_by(k - 1, by_logit_desc);
+        cands.truncate(k);
+    }
+}
+
+/// Buckets used by top-p, each `TOP_P_SPAN / TOP_P_BUCKETS` logits wide.
+const TOP_P_BUCKETS: usize = 256;
+/// Logit distance below the max that top-p buckets cover; beyond it
+/// (`e^-32 ~ 1e-14`) everything shares the last bucket.
+const TOP_P_SPAN: f32 = 32.0;
+
+/// Keeps the smallest most-likely set whose (temperature-1) probability mass
+/// reaches `p`, including the token that crosses it. Bucket sort by distance
+/// from the max logit, as llama.cpp does for large vocabularies: one O(n)
+/// pass sums mass per bucket, whole buckets above the crossing one are kept,
+/// and only the crossing bucket is sorted and cut. The kept set is unordered.
+fn apply_top_p(cands: &mut Vec<(u32, f32)>, p: f32) {
+    if p.is_nan() || p >= 1.0 || cands.len() <= 1 {
+        return;
+    }
+    let max = max_logit(cands);
+    let scale = TOP_P_BUCKETS as f32 / TOP_P_SPAN;
+    // `as usize` saturates, so an infinite distance lands in the last bucket.
+    let bucket = |l: f32| (((max - l) * scale) as usize).min(TOP_P_BUCKETS - 1);
+    let mut mass = [0.0f64; TOP_P_BUCKETS];
+    for c in cands.iter() {
+        mass[bucket(c.1)] += exp_nonpos(c.1 - max) as f64;
+    }
+    let target = p as f64 * mass.iter().sum::<f64>();
+    let mut before = 0.0f64;
+    let mut crossing = None;
+    for (b, &m) in mass.iter().enumerate() {
+        if before + m >= target {
+            crossing = Some(b);
+            break;
+        }
+        before += m;
+    }
+    // Rounding kept the total just under `target`: keep everything.
+    let Some(crossing) = crossing else {
+        return;
+    };
+    let mut edge: Vec<(u32, f32)> = cands
+        .iter()
+        .filter(|c| bucket(c.1) == crossing)
+        .copied()
+        .collect();
+    edge.sort_unstable_by(by_logit_desc);
+    let mut cum = before;
+    let keep = edge
+        .iter()
+        .position(|c| {
+            cum += exp_nonpos(c.1 - max) as f64;
+            cum >= target
+        })
+        .map_or(edge.len(), |i| i + 1);
+    edge.truncate(keep);
+    cands.retain(|c| bucket(c.1) < crossing);
+    cands.extend(edge);
+}
+
+/// Keeps tokens whose probability is at least `min_p` times the best one's,
+/// i.e. `logit >= max + ln(min_p)`; the best token always survives.
+fn apply_min_p(cands: &mut Vec<(u32, f32)>, min_p: f32) {
+    if min_p.is_nan() || min_p <= 0.0 || cands.len() <= 1 {
+        return;
+    }
+    let threshold = max_logit(cands) + min_p.min(1.0).ln();
+    cands.retain(|c| c.1 >= threshold);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random logits in roughly [-8, 8).
+    fn logits(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..n).map(|_| rng.gen_range(-8.0f32..8.0)).collect()
+    }
+
+    fn argmax(xs: &[f32]) -> u32 {
+        let mut best = 0;
+        for (i, &x) in xs.iter().enumerate() {
+            if x > xs[best] {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
+        let mut p = SamplingParams::default();
+        f(&mut p);
+        p
+    }
+
+    fn draws(p: SamplingParams, logits: &[f32], n: usize) -> Vec<u32> {
+        let mut s = Sampler::new(p);
+        (0..n).map(|_| s.sample(logits, &[]).token).collect()
+    }
+
+    #[test]
+    fn greedy_picks_argmax_deterministically() {
+        let l = logits(49_152, 1);
+        let want = argmax(&l);
+        let a = draws(SamplingParams::greedy(), &l, 5);
+        assert!(a.iter().all(|&t| t == want));
+        let b = draws(params(|p| p.temperature = 0.0), &l, 5);
+        assert_eq!(a, b);
+        // Ties break toward the lower id.
+        let s = Sampler::new(SamplingParams::greedy()).sample(&[1.0, 3.0, 3.0], &[]);
+        assert_eq!(s.token, 1);
+    }
+
+    #[test]
+    fn same_seed_same_sequence_different_seed_differs() {
+        let l = logits(1000, 2);
+        let soft = |seed| params(|p| p.seed = seed);
+        let a = draws(soft(7), &l, 100);
+        assert_eq!(a, draws(soft(7), &l, 100));
+        assert_ne!(a, draws(soft(8), &l, 100));
+        // A cloned sampler continues the same stream.
+        let mut s = Sampler::new(soft(7));
+        s.sample(&l, &[]);
+        let mut c = s.clone();
+        assert_eq!(s.sample(&l, &[]), c.sample(&l, &[]));
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_at_any_temperature() {
+        let l = logits(5000, 3);
+        let want = argmax(&l);
+        for t in [0.1, 1.0, 5.0, 1000.0] {
+            let p = params(|p| {
+                p.temperature = t;
+                p.top_k = Some(1);
+                p.seed = 11;
+            });
+            assert!(draws(p, &l, 50).iter().all(|&x| x == want), "t={t}");
+        }
+    }
+
+    #[test]
+    fn top_k_keeps_the_k_best() {
+        let l = logits(5000, 4);
+        let mut sorted: Vec<f32> = l.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        let kth = sorted[9];
+        let p = params(|p| {
+            p.top_k = Some(10);
+            p.temperature = 50.0;
+        });
+        for t in draws(p, &l, 500) {
+            assert!(l[t as usize] >= kth);
+        }
+    }
+
+    #[test]
+    fn tiny_top_p_keeps_only_the_top_token() {
+        let l = logits(49_152, 5);
+        let want = argmax(&l);
+        let p = params(|p| {
+            p.top_p = 1e-6;
+            p.temperature = 10.0;
+        });
+        assert!(draws(p, &l, 100).iter().all(|&t| t == want));
+    }
+
+    #[test]
+    fn top_p_matches_full_sort_reference() {
+        for (seed, n) in [(6u64, 3usize), (7, 200), (8, 5000), (9, 49_152)] {
+            let l: Vec<f32> = logits(n, seed).iter().map(|x| x * 0.3).collect();
+            for p in [0.05f32, 0.3, 0.5, 0.9, 0.99, 0.999_99] {
+                let mut sorted: Vec<(u32, f32)> =
+                    l.iter().enumerate().map(|(i, &x)| (i as u32, x)).collect();
+                sorted.sort_by(by_logit_desc);
+                let z: f64 = sorted.iter().map(|c| (c.1 as f64).exp()).sum();
+                let mut cum = 0.0;
+                let mut keep = sorted.len();
+                for (i, c) in sorted.iter().enumerate() {
+                    cum += (c.1 as f64).exp() / z;
+                    if cum >= p as f64 {
+                        keep = i + 1;
+                        break;
+                    }
+                }
+                let mut got = sorted.clone();
+                got.reverse();
+                apply_top_p(&mut got, p);
+                // Summation order differs: allow one token of slack at the edge.
+                let diff = got.len().abs_diff(keep);
+                assert!(diff <= 1, "n={n} p={p}: {} vs {keep}", got.len());
+                // Whatever the size, the kept set is exactly the most likely tokens.
+                let mut got_ids: Vec<u32> = got.iter().map(|c| c.0).collect();
+                let mut want_ids: Vec<u32> = sorted[..got.len()].iter().map(|c| c.0).collect();
+                got_ids.sort_unstable();
+                want_ids.sort_unstable();
+                assert_eq!(got_ids, want_ids, "n={n} p={p}");
+            }
+        }
+        // A flat distribution puts everything in one bucket: still exact.
+        let mut flat: Vec<(u32, f32)> = (0..100).map(|i| (i, 0.0)).collect();
+        apply_top_p(&mut flat, 0.5);
+        let mut ids: Vec<u32> = flat.iter().map(|c| c.0).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..50).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn exp_nonpos_matches_libm() {
+        for i in 0..=200_000 {
+            let x = -87.0 * i as f32 / 200_000.0;
+            let want = (x as f64).exp();
+            let got = exp_nonpos(x) as f64;
+            assert!(((got - want) / want).abs() < 1e-6, "x={x}: {got} vs {want}");
+        }
+        assert_eq!(exp_nonpos(0.0), 1.0);
+        assert_eq!(exp_nonpos(-100.0), 0.0);
+        assert_eq!(exp_nonpos(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpos(f32::NAN), 0.0);
+    }
+
+    #[test]
+    fn min_p_one_keeps_only_the_max() {
+        let l = logits(49_152, 10);
+        let want = argmax(&l);
+        let p = params(|p| {
+            p.min_p = 1.0;
+            p.temperature = 100.0;
+        });
+        assert!(draws(p, &l, 100).iter().all(|&t| t == want));
+        // A moderate min_p keeps exactly the tokens above the ratio.
+        let mut c: Vec<(u32, f32)> = vec![(0, 0.0), (1, -1.0), (2, -3.0)];
+        apply_min_p(&mut c, 0.2); // ln 0.2 = -1.609
+        assert_eq!(c.iter().map(|c| c.0).collect::<Vec<_>>(), vec![0, 1]);
+    }
+
+    #[test]
+    fn logit_bias_forces_and_bans() {
+        let l = logits(2000, 12);
+        let force = params(|p| {
+            p.logit_bias = vec![(1234, 100.0)];
+            p.temperature = 1.5;
+        });
+        assert!(draws(force, &l, 100).iter().all(|&t| t == 1234));
+
+        let small = [2.0f32, 1.0, 0.5];
+        for ban in [f32::NEG_INFINITY, -100.0] {
+            let p = params(|p| {
+                p.logit_bias = vec![(0, ban), (99_999, 5.0)]; // out of range ignored
+                p.seed = 3;
+            });
+            assert!(draws(p, &small, 500).iter().all(|&t| t != 0), "ban={ban}");
+            let g = params(|p| {
+                p.logit_bias = vec![(0, ban)];
+                p.temperature = 0.0;
+            });
+            assert_eq!(draws(g, &small, 1), vec![1]);
+        }
+    }
+
+    #[test]
+    fn repetition_penalty_discourages_seen_tokens() {
+        // Greedy would repeat token 0 (seen) without a penalty.
+        let l = [2.0f32, 1.9, 0.5];
+        let mut plain = Sampler::new(SamplingParams::greedy());
+        assert_eq!(plain.sample(&l, &[0, 2]).token, 0);
+        let mut pen = Sampler::new(params(|p| {
+            p.temperature = 0.0;
+            p.repetition_penalty = 1.5;
+        }));
+        let s = pen.sample(&l, &[0, 2]);
+        assert_eq!(s.token, 1);
+        // The seen token's probability went down.
+        let before = log_softmax_at(&l, 0);
+        let mut lp = Sampler::new(params(|p| {
+            p.repetition_penalty = 1.5;
+            p.top_logprobs = 3;
+        }));
+        let top = lp.sample(&l, &[0]).top;
+        let after = top.iter().find(|t| t.0 == 0).map(|t| t.1);
+        assert!(after.is_some_and(|a| a < before));
+
+        // Negative logits are multiplied, pushing them further down.
+        let neg = [-1.0f32, -1.1];
+        let mut pen = Sampler::new(params(|p| {
+            p.temperature = 0.0;
+            p.repetition_penalty = 1.2;
+        }));
+        assert_eq!(pen.sample(&neg, &[0]).token, 1);
+
+        // The window only sees the last `penalty_last_n` tokens.
+        let mut windowed = Sampler::new(params(|p| {
+            p.temperature = 0.0;
+            p.repetition_penalty = 1.5;
+            p.penalty_last_n = 1;
+        }));
+        assert_eq!(windowed.sample(&l, &[0, 2]).token, 0);
+        let mut whole = Sampler::new(params(|p| {
+            p.temperature = 0.0;
+            p.repetition_penalty = 1.5;
+            p.penalty_last_n = 0;
+        }));
+        let mut long = vec![2u32; 501];
+        long[0] = 0;
+        assert_eq!(whole.sample(&l, &long).token, 1);
+    }
+
+    #[test]
+    fn presence_and_frequency_penalties_use_counts() {
+        let l = [1.0f32, 0.0, 0.0, 0.0];
+        let mut s = Sampler::new(params(|p| {
+            p.temperature = 0.0;
+            p.presence_penalty = 0.5;
+            p.frequency_penalty = 0.25;
+            p.top_logprobs = 4;
+        }));
+        // Token 0 seen 3 times, token 1 once, 99_999 out of range (ignored).
+        let out = s.sample(&l, &[0, 1, 0, 99_999, 0]);
+        let adjusted = [1.0 - 0.5 - 0.75, 0.0 - 0.5 - 0.25, 0.0, 0.0];
+        assert_eq!(out.token, 2);
+        assert_eq!(out.top.len(), 4);
+        for &(t, lp) in &out.top {
+            let want = log_softmax_at(&adjusted, t);
+            assert!((lp - want).abs() < 1e-5, "token {t}: {lp} vs {want}");
+        }
+        assert_eq!(
+            out.top.iter().map(|t| t.0).collect::<Vec<_>>(),
+            [2, 3, 0, 1]
+        );
+    }
+
+    #[test]
+    fn empirical_frequencies_match_softmax() {
+        let l = [1.0f32, 0.0, -0.5];
+        let n = 5000;
+        let mut counts = [0usize; 3];
+        for t in draws(params(|p| p.seed = 42), &l, n) {
+            counts[t as usize] += 1;
+        }
+        for (i, &c) in counts.iter().enumerate() {
+            let want = log_softmax_at(&l, i as u32).exp();
+            let got = c as f32 / n as f32;
+            assert!((got - want).abs() < 0.03, "token {i}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn logprob_is_pre_temperature_log_softmax() {
+        let l = logits(49_152, 13);
+        let mut s = Sampler::new(params(|p| {
+            p.temperature = 0.7;
+            p.top_k = Some(40);
+            p.top_p = 0.9;
+            p.seed = 5;
+        }));
+        for _ in 0..20 {
+            let out = s.sample(&l, &[]);
+            let want = log_softmax_at(&l, out.token);
+            assert!((out.logprob - want).abs() < 1e-5);
+            assert!(out.top.is_empty());
+        }
+        // With bias the reference is the biased distribution.
+        let mut b = l.clone();
+        b[7] += 3.0;
+        let mut s = Sampler::new(params(|p| {
+            p.logit_bias = vec![(7, 3.0)];
+            p.temperature = 0.0;
+        }));
+        let out = s.sample(&l, &[]);
+        assert!((out.logprob - log_softmax_at(&b, out.token)).abs() < 1e-5);
+    }
+
+    #[test]
+    fn top_logprobs_sorted_and_sized() {
+        let l = logits(49_152, 14);
+        for k in [1usize, 5, 20] {
+            let mut s = Sampler::new(params(|p| p.top_logprobs = k));
+            let out = s.sample(&l, &[]);
+            assert_eq!(out.top.len(), k);
+            assert!(out.top.windows(2).all(|w| w[0].1 >= w[1].1));
+            assert_eq!(out.top[0].0, argmax(&l));
+            let mut sorted = l.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            for (i, &(t, lp)) in out.top.iter().enumerate() {
+                assert_eq!(l[t as usize], sorted[i]);
+                assert!((lp - log_softmax_at(&l, t)).abs() < 1e-5);
+            }
+        }
+        // Asking for more than the vocabulary returns the whole vocabulary.
+        let mut s = Sampler::new(params(|p| p.top_logprobs = 20));
+        assert_eq!(s.sample(&[0.0, 1.0], &[]).top.len(), 2);
+    }
+
+    #[test]
+    fn log_softmax_at_is_stable() {
+        let l = [1000.0f32, 0.0, -1000.0];
+        assert!(log_softmax_at(&l, 0).abs() < 1e-6);
+        assert!((log_softmax_at(&l, 1) + 1000.0).abs() < 1e-3);
+        let u = [5.0f32; 4];
+        assert!((log_softmax_at(&u, 2) - (0.25f32).ln()).abs() < 1e-6);
+        assert_eq!(log_softmax_at(&u, 4), f32::NEG_INFINITY);
+        assert_eq!(log_softmax_at(&[], 0), f32::NEG_INFINITY);
+        assert_eq!(log_softmax_at(&[f32::NAN, 0.0], 0), f32::NEG_INFINITY);
+        assert_eq!(log_softmax_at(&[f32::NAN, 0.0], 1), 0.0);
+    }
+
+    #[test]
+    fn nan_and_degenerate_logits_do_not_panic() {
+        let l = [f32::NAN, 1.0, f32::NAN, 0.5];
+        for p in [SamplingParams::greedy(), params(|p| p.top_logprobs = 4)] {
+            let mut s = Sampler::new(p);
+            for _ in 0..50 {
+                let out = s.sample(&l, &[0, 2]);
+                assert!(out.token == 1 || out.token == 3);
+                assert!(out.logprob.is_finite());
+            }
+        }
+        let all_nan = [f32::NAN; 3];
+        let out = Sampler::new(SamplingParams::default()).sample(&all_nan, &[]);
+        assert_eq!((out.token, out.logprob), (0, f32::NEG_INFINITY));
+        let out = Sampler::new(SamplingParams::greedy()).sample(&[], &[]);
+        assert_eq!(out.token, 0);
+        let inf = [0.0, f32::INFINITY, 1.0];
+        let out = Sampler::new(SamplingParams::default()).sample(&inf, &[]);
+        assert_eq!(out.token, 1);
+        assert!(out.logprob.abs() < 1e-6);
+        // Invalid (unvalidated) parameters are handled defensively.
+        let bad = params(|p| {
+            p.temperature = f32::INFINITY;
+            p.top_p = f32::NAN;
+            p.min_p = 7.0;
+            p.repetition_penalty = -1.0;
+        });
+        let out = Sampler::new(bad).sample(&[0.0, 1.0, f32::NEG_INFINITY], &[1]);
+        assert!(out.token < 2);
+    }
+
+    #[test]
+    fn validate_rejects_bad_values() {
+        assert_eq!(SamplingParams::default().validate(), Ok(()));
+        assert_eq!(SamplingParams::greedy().validate(), Ok(()));
+        let cases: Vec<(SamplingParams, &str)> = vec![
+            (params(|p| p.temperature = f32::NAN), "temperature"),
+            (params(|p| p.temperature = -0.5), "temperature"),
+            (params(|p| p.top_p = 0.0), "top_p"),
+            (params(|p| p.top_p = 1.5), "top_p"),
+            (params(|p| p.min_p = -0.1), "min_p"),
+            (params(|p| p.min_p = 1.1), "min_p"),
+            (params(|p| p.repetition_penalty = 0.0), "repetition_penalty"),
+            (
+                params(|p| p.presence_penalty = f32::NAN),
+                "presence_penalty",
+            ),
+            (
+                params(|p| p.frequency_penalty = f32::INFINITY),
+                "frequency_penalty",
+            ),
+            (params(|p| p.logit_bias = vec![(3, f32::NAN)]), "logit_bias"),
+            (params(|p| p.top_logprobs = 21), "top_logprobs"),
+        ];
+        for (p, name) in cases {
+            let err = p.validate().expect_err(name);
+            let msg = err.to_string();
+            assert!(msg.contains(name), "{msg}");
+        }
+        let msg = params(|p| p.top_p = 1.5)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("1.5"), "{msg}");
+        let msg = params(|p| p.top_logprobs = 21)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("21"), "{msg}");
+        assert_eq!(
+            params(|p| p.top_logprobs = 20).validate(),
+            Ok(()),
+            "20 is allowed"
+        );
+    }
+
+    #[test]
+    fn params_round_trip_through_json() {
+        let p = params(|p| {
+            p.top_k = Some(40);
+            p.logit_bias = vec![(5, -1.5)];
+            p.seed = 99;
+        });
+        let json = serde_json::to_string(&p).expect("serialize");
+        let back: SamplingParams = serde_json::from_str(&json).expect("deserialize");
+        assert_eq!(back, p);
+        let partial: SamplingParams =
+            serde_json::from_str(r#"{"temperature":0.0,"seed":3}"#).expect("partial");
+        assert_eq!(partial.penalty_last_n, 64);
+        assert_eq!(partial.seed, 3);
+        assert_eq!(partial.temperature, 0.0);
+    }
+}

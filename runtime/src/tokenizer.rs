@@ -1,0 +1,282 @@
+//! The tokenizer, built from a GGUF file's vocabulary and merges.
+//!
+//! Encoding runs through the `tokenizers` crate: byte-level BPE with the
+//! pre-tokenizer the GGUF declares (`tokenizer.ggml.pre`). For `smollm` that is
+//! llama.cpp's rule: every digit split off on its own, then the GPT-2 byte-level
+//! pattern, no prefix space. Control tokens (`<|im_start|>` ...) are added as
+//! special tokens so they can be parsed out of rendered chat prompts.
+//!
+//! Decoding uses a per-token byte table built once at load, so streaming can
+//! emit text as soon as it forms complete UTF-8 characters ([`StreamDecoder`]).
+
+use std::collections::HashMap;
+
+use tern_models::GgufFile;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::{AddedToken, PreTokenizerWrapper};
+
+use crate::error::{Result, RuntimeError};
+
+/// GGUF token type of control tokens (llama.cpp's LLAMA_TOKEN_TYPE_CONTROL).
+const TOKEN_TYPE_CONTROL: i32 = 3;
+/// GGUF token type of user-defined tokens, also matched whole in text.
+const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+
+/// Text <-> token ids for one model.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// The same tokenizer with special-token parsing off (control text stays text).
+    plain: tokenizers::Tokenizer,
+    /// Bytes each token stands for (literal text for control tokens).
+    token_bytes: Vec<Vec<u8>>,
+    /// Whether each token is a control token (hidden from generated text).
+    is_control: Vec<bool>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+    by_text: HashMap<String, u32>,
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer described by a GGUF file's `tokenizer.ggml.*` keys.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        let err = |m: String| RuntimeError::Tokenizer(m);
+        let model = file
+            .str("tokenizer.ggml.model")
+            .map_err(|e| err(e.to_string()))?;
+        if model != "gpt2" {
+            return Err(err(format!(
+                "tokenizer model `{model}` is not supported (supported: gpt2 byte-level BPE)"
+            )));
+        }
+        let tokens = file
+            .str_array("tokenizer.ggml.tokens")
+            .map_err(|e| err(e.to_string()))?;
+        let types = file
+            .i32_array("tokenizer.ggml.token_type")
+            .unwrap_or_else(|_| vec![1; tokens.len()]);
+        let merges: Vec<(String, String)> = match file.str_array("tokenizer.ggml.merges") {
+            Ok(m) => m
+                .iter()
+                .map(|s| {
+                    s.split_once(' ')
+                        .map(|(a, b)| (a.to_string(), b.to_string()))
+                        .ok_or_else(|| err(format!("malformed merge `{s}`")))
+                })
+                .collect::<Result<_>>()?,
+            Err(_) => Vec::new(),
+        };
+        let vocab: HashMap<String, u32> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_string(), i as u32))
+            .collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(
+                vocab
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect::<Vocab>(),
+                merges,
+            )
+            .build()
+            .map_err(|e| err(e.to_string()))?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        let pre = file.str("tokenizer.ggml.pre").unwrap_or("default");
+        inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        let special: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, &t)| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED)
+            .map(|(s, _)| AddedToken::from(s.to_string(), true))
+            .collect();
+        inner.add_special_tokens(&special);
+        let mut plain = inner.clone();
+        plain.set_encode_special_tokens(true);
+
+        let byte_of = unicode_to_byte();
+        let token_bytes = tokens
+            .iter()
+            .zip(&types)
+            .map(|(t, &ty)| {
+                if ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED {
+                    t.as_bytes().to_vec()
+                } else {
+                    t.chars()
+                        .map(|c| byte_of.get(&c).copied())
+                        .collect::<Option<Vec<u8>>>()
+                        .unwrap_or_else(|| t.as_bytes().to_vec())
+                }
+            })
+            .collect();
+        let id = |k: &str| file.u32(k).ok().filter(|&i| (i as usize) < tokens.len());
+        Ok(Self {
+            inner,
+            plain,
+            token_bytes,
+            is_control: types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect(),
+            bos: id("tokenizer.ggml.bos_token_id"),
+            eos: id("tokenizer.ggml.eos_token_id"),
+            add_bos: file
+                .bool_opt("tokenizer.ggml.add_bos_token")
+                .unwrap_or(false),
+            by_text: vocab,
+        })
+    }
+
+    /// Encodes `text`. With `parse_special`, control-token text such as
+    /// `<|im_start|>` becomes that one token; without it, it is ordinary text.
+    /// Adds BOS only when the model asks for it and `add_bos` is set.
+    pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        if add_bos && self.add_bos {
+            ids.extend(self.bos);
+        }
+        if text.is_empty() {
+            return Ok(ids);
+        }
+        let tok = if parse_special {
+            &self.inner
+        } else {
+            &self.plain
+        };
+        let enc = tok
+            .encode_fast(text, false)
+            .map_err(|e| RuntimeError::Tokenizer(e.to_string()))?;
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// Decodes ids to text; control tokens are dropped unless `keep_special`.
+    /// Invalid UTF-8 (a split character at the end) is replaced, not an error.
+    pub fn decode(&self, ids: &[u32], keep_special: bool) -> String {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            bytes.extend_from_slice(self.bytes_of(id, keep_special));
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The bytes token `id` stands for (empty for hidden control tokens or
+    /// out-of-range ids).
+    pub fn bytes_of(&self, id: u32, keep_special: bool) -> &[u8] {
+        let i = id as usize;
+        match self.token_bytes.get(i) {
+            Some(_) if !keep_special && self.is_control[i] => &[],
+            Some(b) => b,
+            None => &[],
+        }
+    }
+
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.token_bytes.len()
+    }
+
+    /// The end-of-sequence token, if the model declares one.
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// The beginning-of-sequence token, if the model declares one.
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// Whether the model wants BOS prepended to prompts.
+    pub fn adds_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// The id of a token given its exact vocabulary text (e.g. `<|im_end|>`).
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.by_text.get(text).copied()
+    }
+
+    /// Whether `id` is a control token.
+    pub fn is_control(&self, id: u32) -> bool {
+        self.is_control.get(id as usize).copied().unwrap_or(false)
+    }
+}
+
+/// The pre-tokenizer llama.cpp applies for a GGUF `tokenizer.ggml.pre` name.
+fn pre_tokenizer(name: &str) -> Result<PreTokenizerWrapper> {
+    let byte_level = ByteLevel::new(false, false, true);
+    Ok(match name {
+        // Digits one by one, then the GPT-2 pattern.
+        "smollm" | "starcoder" | "refact" => {
+            Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
+        }
+        "gpt2" | "gpt-2" | "default" => byte_level.into(),
+        other => return Err(RuntimeError::Tokenizer(format!(
+            "pre-tokenizer `{other}` is not supported (supported: smollm, starcoder, refact, gpt2)"
+        ))),
+    })
+}
+
+/// The inverse of GPT-2's byte -> printable-unicode map used by byte-level BPE.
+fn unicode_to_byte() -> HashMap<char, u8> {
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut chars: Vec<u32> = printable.clone();
+    let mut extra = 0;
+    for b in 0..=255u32 {
+        if !printable.contains(&b) {
+            printable.push(b);
+            chars.push(256 + extra);
+            extra += 1;
+        }
+    }
+    printable
+        .into_iter()
+        .zip(chars)
+        .filter_map(|(b, c)| Some((char::from_u32(c)?, b as u8)))
+        .collect()
+}
+
+/// Incremental detokenizer for streaming: feed ids, get back only text made of
+/// complete UTF-8 characters, never half of one.
+#[derive(Default)]
+pub struct StreamDecoder {
+    pending: Vec<u8>,
+}
+
+impl StreamDecoder {
+    /// A decoder with nothing pending.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one token and returns the text that became complete (maybe empty).
+    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> String {
+        self.pending
+            .extend_from_slice(tokenizer.bytes_of(id, false));
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(s) => s.len(),
+            // An incomplete character at the end waits for more bytes; a byte
+            // sequence that can never be valid is emitted lossily.
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => {
+                let text = String::from_utf8_lossy(&self.pending).into_owned();
+                self.pending.clear();
+                return text;
+            }
+        };
+        let rest = self.pending.split_off(valid);
+        String::from_utf8(std::mem::replace(&mut self.pending, rest)).unwrap_or_default()
+    }
+
+    /// Flushes whatever is left at the end of generation (lossily).
+    pub fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        text
+    }
+}

@@ -1,0 +1,158 @@
+//! Command-line arguments: plain data parsed by clap, validated by each command.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Tern: an embedded LLM runtime whose KV cache can be compressed to a budget.
+///
+/// Models are GGUF files. `--model` takes a registry name (see `tern pull --list`)
+/// or a path to any GGUF file; the default model is fetched on first use.
+#[derive(Debug, Parser)]
+#[command(name = "tern", version, about, long_about = None)]
+pub struct Cli {
+    /// Worker threads for tensor kernels (default: all cores).
+    #[arg(long, global = true, env = "TERN_THREADS")]
+    pub threads: Option<usize>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Fetch a model from the registry into the model directory ($TERN_HOME or models/cache).
+    Pull(PullArgs),
+    /// Print a model's architecture, sizes, quantization and tokenizer facts.
+    Info(ModelArgs),
+    /// Tokenize text from stdin and print the token ids.
+    Tokenize(TokenizeArgs),
+    /// Generate a completion for one prompt, streaming text to stdout.
+    Generate(GenerateArgs),
+    /// Chat interactively with a model (empty line or Ctrl-D quits, /reset clears).
+    Chat(ChatArgs),
+    /// Compute perplexity over a text file the way llama.cpp's llama-perplexity does.
+    Perplexity(PerplexityArgs),
+}
+
+/// Which model to use.
+#[derive(Debug, Args, Clone)]
+pub struct ModelArgs {
+    /// Registry name or path to a GGUF file.
+    #[arg(long, short = 'm', default_value = tern_models::registry::DEFAULT_MODEL)]
+    pub model: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tern pull`.
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// Registry name of the model to fetch.
+    #[arg(default_value = tern_models::registry::DEFAULT_MODEL)]
+    pub name: String,
+    /// List the registry instead of pulling.
+    #[arg(long)]
+    pub list: bool,
+}
+
+/// `tern tokenize`.
+#[derive(Debug, Args)]
+pub struct TokenizeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Treat control-token text such as `<|im_start|>` as plain text.
+    #[arg(long)]
+    pub no_parse_special: bool,
+}
+
+/// Sampling options shared by `generate` and `chat`.
+#[derive(Debug, Args, Clone)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling: keep the smallest set with this much probability (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Drop tokens less likely than min_p times the most likely one (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Divide the logits of recently seen tokens by this (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Subtract this from the logits of tokens already present (OpenAI style).
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Subtract this times the count of each token already present.
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Recent tokens the penalties look at (0 = all).
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Random seed (same seed, same output).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Most tokens to generate.
+    #[arg(long, short = 'n', default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Stop when this string appears (repeatable); it is not printed.
+    #[arg(long)]
+    pub stop: Vec<String>,
+}
+
+/// `tern generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt text.
+    #[arg(long, short = 'p')]
+    pub prompt: String,
+    /// Wrap the prompt in the model's chat template as a user turn.
+    #[arg(long)]
+    pub chat: bool,
+    /// System prompt for --chat (default: the template's own).
+    #[arg(long)]
+    pub system: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Keep generating past end-of-sequence up to --max-tokens (for benchmarks).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Return this many most likely alternatives per token in --json (0-20).
+    #[arg(long, default_value_t = 0)]
+    pub top_logprobs: usize,
+    /// Prompt tokens per prefill forward pass.
+    #[arg(long, default_value_t = tern_runtime::generate::DEFAULT_PREFILL_CHUNK)]
+    pub prefill_chunk: usize,
+}
+
+/// `tern chat`.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// System prompt (default: the template's own).
+    #[arg(long)]
+    pub system: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// `tern perplexity`.
+#[derive(Debug, Args)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Text file to score.
+    #[arg(long, short = 'f')]
+    pub file: PathBuf,
+    /// Window size in tokens; each window's second half is scored.
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+}

@@ -1,0 +1,74 @@
+//! `tern chat`: an interactive conversation on the terminal.
+
+use std::io::{BufRead, Write};
+
+use anyhow::Result;
+use tern_runtime::chat::ChatMessage;
+use tern_runtime::generate::{generate, GenerateRequest, DEFAULT_PREFILL_CHUNK};
+
+use super::args::ChatArgs;
+use super::generate::sampling_params;
+use super::resolve;
+
+pub fn run(a: &ChatArgs) -> Result<()> {
+    let model = resolve::load(&a.model.model)?;
+    let template = model.chat_template()?;
+    let mut history: Vec<ChatMessage> = Vec::new();
+    let reset = |h: &mut Vec<ChatMessage>| {
+        h.clear();
+        if let Some(s) = &a.system {
+            h.push(ChatMessage::new("system", s.as_str()));
+        }
+    };
+    reset(&mut history);
+    eprintln!(
+        "chatting with {} (empty line or Ctrl-D quits, /reset clears the conversation)",
+        model.path.display()
+    );
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout();
+    let mut turn = 0u64;
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break;
+        }
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.is_empty() {
+            break;
+        }
+        if line == "/reset" {
+            reset(&mut history);
+            continue;
+        }
+        history.push(ChatMessage::new("user", line));
+        let text = template.render(&history, true)?;
+        let mut sampling = sampling_params(&a.sampling, 0);
+        sampling.seed = sampling.seed.wrapping_add(turn);
+        turn += 1;
+        let req = GenerateRequest {
+            prompt: model.tokenizer.encode(&text, true, true)?,
+            sampling,
+            max_tokens: a.sampling.max_tokens,
+            ignore_eos: false,
+            stop: a.sampling.stop.clone(),
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+        };
+        let out = match generate(&model, &req, |piece| {
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        }) {
+            Ok(out) => out,
+            Err(e) => {
+                // A too-long conversation ends this turn, not the session.
+                eprintln!("\nerror: {e} (use /reset to start over)");
+                history.pop();
+                continue;
+            }
+        };
+        println!();
+        history.push(ChatMessage::new("assistant", out.text));
+    }
+    Ok(())
+}

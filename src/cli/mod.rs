@@ -1,0 +1,37 @@
+//! Subcommands of the `tern` binary. Each takes its parsed arguments, builds
+//! what it needs from the libraries, and prints text (or one JSON object).
+
+pub mod args;
+mod chat;
+mod generate;
+mod info;
+mod perplexity;
+mod pull;
+mod resolve;
+mod tokenize;
+
+use anyhow::Result;
+
+use args::{Cli, Command};
+
+/// Sets the kernel thread count before any tensor code starts its pools.
+pub fn set_threads(threads: Option<usize>) {
+    let n = threads
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // Both candle's pool and rayon read these once, at first use.
+    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+}
+
+/// Runs the chosen subcommand.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Pull(a) => pull::run(&a),
+        Command::Info(a) => info::run(&a),
+        Command::Tokenize(a) => tokenize::run(&a),
+        Command::Generate(a) => generate::run(&a),
+        Command::Chat(a) => chat::run(&a),
+        Command::Perplexity(a) => perplexity::run(&a),
+    }
+}

@@ -1,0 +1,46 @@
+//! `--model` resolution: a path to a GGUF file, or a registry name pulled on
+//! first use.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use tern_models::registry;
+use tern_models::ModelError;
+use tern_runtime::LoadedModel;
+
+/// The GGUF path `--model` refers to, fetching a registry model if it is missing.
+pub fn model_path(spec: &str) -> Result<PathBuf> {
+    let as_path = Path::new(spec);
+    if as_path.is_file() {
+        return Ok(as_path.to_path_buf());
+    }
+    if let Some(entry) = registry::lookup(spec) {
+        let dir = registry::model_dir();
+        let path = dir.join(entry.file_name);
+        if path.is_file() {
+            return Ok(path);
+        }
+        eprintln!(
+            "model `{}` is not in {}; pulling it now (tern pull {})",
+            entry.name,
+            dir.display(),
+            entry.name
+        );
+        return Ok(registry::pull(entry, &dir, true)?);
+    }
+    if spec.ends_with(".gguf") || spec.contains('/') {
+        return Err(ModelError::NotFound(as_path.to_path_buf()).into());
+    }
+    let known: Vec<&str> = registry::REGISTRY.iter().map(|e| e.name).collect();
+    Err(ModelError::UnknownModel {
+        name: spec.into(),
+        known: known.join(", "),
+    }
+    .into())
+}
+
+/// Resolves and loads a model, saying where it came from on stderr.
+pub fn load(spec: &str) -> Result<LoadedModel> {
+    let path = model_path(spec)?;
+    Ok(LoadedModel::load(&path)?)
+}
