@@ -49,7 +49,7 @@ impl GgufFile {
             return Err(invalid("missing GGUF magic bytes".into()));
         }
         let content =
-            Content::read(&mut Cursor::new(&mmap[..])).map_err(|e| invalid(e.to_string()))?;
+            Content::read(&mut Cursor::new(&mmap[..])).map_err(|e| invalid(first_line(&e)))?;
         let file_len = mmap.len() as u64;
         for (name, info) in &content.tensor_infos {
             let elems = info.shape.elem_count();
@@ -179,7 +179,7 @@ impl GgufFile {
             .tensor(&mut Cursor::new(&self.mmap[..]), name, &Device::Cpu)
             .map_err(|e| ModelError::BadTensor {
                 name: name.into(),
-                reason: e.to_string(),
+                reason: first_line(&e),
             })
     }
 
@@ -235,4 +235,9 @@ pub fn dtype_name(t: GgmlDType) -> String {
 
 fn missing(key: &str) -> ModelError {
     ModelError::MissingMetadata { key: key.into() }
+}
+
+/// The first line of an error's message: candle appends backtraces to some.
+fn first_line(e: &dyn std::fmt::Display) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
 }

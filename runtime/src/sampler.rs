@@ -11,6 +11,7 @@
 //! `+inf` as `f32::MAX`.
 
 use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 use std::fmt;
 
 use rand::{Rng, SeedableRng};
@@ -31,6 +32,7 @@ pub struct SamplingParams {
     /// Keep only the `k` most likely tokens; `None` or `Some(0)` disables it.
     pub top_k: Option<usize>,
     /// Nucleus sampling: keep the smallest set whose mass reaches `top_p`; `1.0` disables it.
+    /// Like min-p it sees temperature-1 probabilities: temperature comes after the filters.
     pub top_p: f32,
     /// Drop tokens whose probability is below `min_p` times the top one's; `0` disables it.
     pub min_p: f32,
@@ -176,6 +178,8 @@ pub struct Sampler {
     cands: Vec<(u32, f32)>,
     /// Sorted copy of the penalty window, for counting occurrences.
     window: Vec<u32>,
+    /// Softmax mass of each `BLOCK` of candidates, so a draw skips whole blocks.
+    block_mass: Vec<f64>,
 }
 
 impl fmt::Debug for Sampler {
@@ -196,6 +200,7 @@ impl Sampler {
             logits: Vec::new(),
             cands: Vec::new(),
             window: Vec::new(),
+            block_mass: Vec::new(),
         }
     }
 
@@ -224,16 +229,12 @@ impl Sampler {
         self.apply_bias();
         self.apply_penalties(history);
 
-        // One pass: sanitize non-finite values and find the argmax.
-        let mut best = 0usize;
-        let mut max = f32::NEG_INFINITY;
-        for (i, l) in self.logits.iter_mut().enumerate() {
+        // Separate simple passes so each vectorizes; argmax is the first max.
+        for l in self.logits.iter_mut() {
             *l = clean(*l);
-            if *l > max {
-                max = *l;
-                best = i;
-            }
         }
+        let max = max_of(&self.logits);
+        let best = self.logits.iter().position(|&l| l == max).unwrap_or(0);
         let lse = log_sum_exp_with_max(&self.logits, max);
 
         let temperature = self.params.temperature;
@@ -298,43 +299,62 @@ impl Sampler {
     }
 
     /// Truncates with top-k, top-p and min-p, applies temperature and draws.
-    /// `None` when no token has a finite logit.
+    /// `None` when no token has positive weight (every logit is `-inf`).
     fn draw(&mut self, temperature: f32) -> Option<u32> {
         self.cands.clear();
-        self.cands.extend(
-            self.logits
-                .iter()
-                .enumerate()
-                .filter(|(_, &l)| l > f32::NEG_INFINITY)
-                .map(|(i, &l)| (i as u32, l)),
-        );
-        if self.cands.is_empty() {
-            return None;
-        }
-        if let Some(k) = self.params.top_k {
-            apply_top_k(&mut self.cands, k);
-        }
-        apply_top_p(&mut self.cands, self.params.top_p);
-        apply_min_p(&mut self.cands, self.params.min_p);
-
-        // Temperature and softmax: overwrite each logit with its weight.
-        let max = max_logit(&self.cands);
-        let inv_t = 1.0 / temperature;
-        let mut total = 0.0f64;
-        for c in self.cands.iter_mut() {
-            // NaN from (-inf) * 0 (infinite temperature) gets weight 0.
-            c.1 = exp_nonpos((c.1 - max) * inv_t);
-            total += c.1 as f64;
-        }
-        let r = self.rng.gen::<f64>() * total;
-        let mut cum = 0.0f64;
-        for &(token, w) in &self.cands {
-            cum += w as f64;
-            if r < cum {
-                return Some(token);
+        match self.params.top_k {
+            Some(k) if k > 0 && k <= HEAP_TOP_K_MAX => {
+                self.cands.extend(best_k(&self.logits, k));
+                self.cands.retain(|c| c.1 > f32::NEG_INFINITY);
+            }
+            top_k => {
+                // No filtering here (an exact-size copy is much cheaper): a
+                // `-inf` token gets weight exactly 0 below and is never drawn.
+                self.cands
+                    .extend(self.logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+                apply_top_k(&mut self.cands, top_k.unwrap_or(0));
             }
         }
-        // Rounding left `r` past the last bucket: take the last weighted token.
+        // Top-p and min-p become one cutoff that the weighting masks with.
+        let max = max_logit(&self.cands);
+        let cut = Cutoff {
+            last: top_p_last(&self.cands, self.params.top_p).unwrap_or(Cutoff::ALL.last),
+            floor: min_p_floor(max, self.params.min_p),
+        };
+
+        // Temperature and softmax: overwrite each logit with its weight (0 for
+        // filtered tokens), keeping per-block masses so the draw walks blocks
+        // before tokens.
+        let inv_t = 1.0 / temperature;
+        let mut buf = [0.0f32; BLOCK];
+        self.block_mass.clear();
+        for block in self.cands.chunks_mut(BLOCK) {
+            let w = &mut buf[..block.len()];
+            // NaN from (-inf) * 0 (infinite temperature) gets weight 0.
+            weigh(w, block, max, inv_t, &cut);
+            for (c, &x) in block.iter_mut().zip(w.iter()) {
+                c.1 = x;
+            }
+            self.block_mass.push(lane_sum(w));
+        }
+        let total: f64 = self.block_mass.iter().sum();
+        let r = self.rng.gen::<f64>() * total;
+        let mut cum = 0.0f64;
+        for (block, &mass) in self.cands.chunks(BLOCK).zip(&self.block_mass) {
+            if r < cum + mass {
+                for &(token, w) in block {
+                    cum += w as f64;
+                    if r < cum {
+                        return Some(token);
+                    }
+                }
+                // Rounding left `r` past this block's last token: take that token.
+                return block.iter().rev().find(|c| c.1 > 0.0).map(|c| c.0);
+            }
+            cum += mass;
+        }
+        // Rounding left `r` past the total (or every weight is 0): take the
+        // last weighted token, if any.
         self.cands.iter().rev().find(|c| c.1 > 0.0).map(|c| c.0)
     }
 }
@@ -370,21 +390,60 @@ fn log_sum_exp_with_max(logits: &[f32], max: f32) -> f64 {
     if max == f32::NEG_INFINITY {
         return f64::NEG_INFINITY;
     }
-    // Eight independent f64 lanes: a single running sum would not vectorize.
-    let mut lanes = [0.0f64; 8];
-    let chunks = logits.chunks_exact(8);
-    let mut sum: f64 = chunks
-        .remainder()
-        .iter()
-        .map(|&l| exp_nonpos(clean(l) - max) as f64)
-        .sum();
-    for chunk in chunks {
-        for (acc, &l) in lanes.iter_mut().zip(chunk) {
-            *acc += exp_nonpos(clean(l) - max) as f64;
+    let sum = sum_exp(logits, max);
+    max as f64 + sum.ln()
+}
+
+/// Items per block in the vectorized exp helpers.
+const BLOCK: usize = 64;
+
+/// `sum(e^(l - max))` over cleaned logits. Stable Rust cannot reassociate a
+/// float reduction, so a plain running sum stays scalar: instead each block is
+/// mapped into a stack buffer (vectorized), summed in eight f32 lanes, and the
+/// block sums are accumulated in f64.
+fn sum_exp(logits: &[f32], max: f32) -> f64 {
+    let mut buf = [0.0f32; BLOCK];
+    let mut total = 0.0f64;
+    for block in logits.chunks(BLOCK) {
+        let e = &mut buf[..block.len()];
+        for (o, &l) in e.iter_mut().zip(block) {
+            *o = exp_nonpos(clean(l) - max);
+        }
+        total += lane_sum(e);
+    }
+    total
+}
+
+/// Sum of a short slice in eight independent f32 lanes (so it vectorizes).
+fn lane_sum(xs: &[f32]) -> f64 {
+    let mut lanes = [0.0f32; 8];
+    let chunks = xs.chunks_exact(8);
+    let rest: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (acc, &v) in lanes.iter_mut().zip(c) {
+            *acc += v;
         }
     }
-    sum += lanes.iter().sum::<f64>();
-    max as f64 + sum.ln()
+    (lanes.iter().sum::<f32>() + rest) as f64
+}
+
+/// Fills `w` with the softmax weights `e^((l - max) * inv_t)` of `block`, 0
+/// where `cut` drops the token: a gather then a separate vectorizable exp loop.
+fn weigh(w: &mut [f32], block: &[(u32, f32)], max: f32, inv_t: f32, cut: &Cutoff) {
+    for (o, c) in w.iter_mut().zip(block) {
+        *o = if cut.keeps(c) {
+            (c.1 - max) * inv_t
+        } else {
+            f32::NEG_INFINITY
+        };
+    }
+    for o in w.iter_mut() {
+        *o = exp_nonpos(*o);
+    }
+}
+
+fn max_of(logits: &[f32]) -> f32 {
+    logits.iter().copied().fold(f32::NEG_INFINITY, f32::max)
 }
 
 /// `e^x` for `x <= 0` (0 below -87 and for NaN), branch-free so loops over the
@@ -432,29 +491,77 @@ fn max_logit(cands: &[(u32, f32)]) -> f32 {
     cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max)
 }
 
-/// The `n` largest cleaned logits, descending, by a single scan with a small
-/// sorted buffer (n <= 20 in practice), so no vocabulary-sized allocation.
+/// The `n` largest cleaned logits, descending (ties by lower id).
 fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
-    let n = n.min(logits.len());
-    let mut top: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
-    if n == 0 {
-        return top;
+    let mut top = best_k(logits, n);
+    top.sort_unstable_by(by_logit_desc);
+    top
+}
+
+/// Up to this `top_k`, candidates come from one heap scan of the logits
+/// instead of materializing the whole vocabulary and partially selecting it.
+const HEAP_TOP_K_MAX: usize = 256;
+
+/// A candidate ordered so that the *worse* one is greater: a max-heap of
+/// these keeps its worst kept token on top, ready to be replaced.
+#[derive(Clone, Copy)]
+struct Worst((u32, f32));
+
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> Ordering {
+        by_logit_desc(&self.0, &other.0)
     }
-    for (i, &l) in logits.iter().enumerate() {
-        let l = clean(l);
-        if top.len() == n {
-            match top.last() {
-                Some(&(_, worst)) if l > worst => {
-                    top.pop();
+}
+
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Worst {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Worst {}
+
+/// The `k` best cleaned logits in no particular order, by one scan with a
+/// size-`k` heap: O(n log k) worst case, and most blocks of tokens are
+/// rejected by one vectorized max against the current worst. Same set as a
+/// full sort gives.
+fn best_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let k = k.min(logits.len());
+    let mut heap: BinaryHeap<Worst> = BinaryHeap::with_capacity(k);
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut floor = f32::NEG_INFINITY;
+    for (b, block) in logits.chunks(BLOCK).enumerate() {
+        // Skip whole blocks that cannot beat the current worst (vectorized max;
+        // `f32::max` ignores NaN, which counts as -inf anyway).
+        if heap.len() == k && block.iter().copied().fold(f32::NEG_INFINITY, f32::max) < floor {
+            continue;
+        }
+        for (j, &l) in block.iter().enumerate() {
+            let c = ((b * BLOCK + j) as u32, clean(l));
+            if heap.len() < k {
+                heap.push(Worst(c));
+                if heap.len() == k {
+                    floor = heap.peek().map_or(floor, |w| w.0 .1);
                 }
-                _ => continue,
+            } else if c.1 >= floor {
+                if let Some(mut worst) = heap.peek_mut() {
+                    if by_logit_desc(&c, &worst.0) == Ordering::Less {
+                        *worst = Worst(c);
+                    }
+                }
+                floor = heap.peek().map_or(floor, |w| w.0 .1);
             }
         }
-        // Ties go after existing entries, which have lower ids.
-        let at = top.partition_point(|e| e.1 >= l);
-        top.insert(at, (i as u32, l));
     }
-    top
+    heap.into_vec().into_iter().map(|w| w.0).collect()
 }
 
 /// Keeps the `k` highest logits with an O(n) partial select; `0` is off.
@@ -471,22 +578,58 @@ const TOP_P_BUCKETS: usize = 256;
 /// (`e^-32 ~ 1e-14`) everything shares the last bucket.
 const TOP_P_SPAN: f32 = 32.0;
 
-/// Keeps the smallest most-likely set whose (temperature-1) probability mass
-/// reaches `p`, including the token that crosses it. Bucket sort by distance
-/// from the max logit, as llama.cpp does for large vocabularies: one O(n)
-/// pass sums mass per bucket, whole buckets above the crossing one are kept,
-/// and only the crossing bucket is sorted and cut. The kept set is unordered.
-fn apply_top_p(cands: &mut Vec<(u32, f32)>, p: f32) {
+/// What top-p and min-p keep, as thresholds rather than a compacted list: a
+/// candidate survives iff `logit >= floor` and it sorts at or before `last`
+/// in [`by_logit_desc`] order. The weighting pass masks with it, so neither
+/// filter rewrites a vocabulary-sized candidate list.
+#[derive(Clone, Copy, Debug)]
+struct Cutoff {
+    last: (u32, f32),
+    floor: f32,
+}
+
+impl Cutoff {
+    /// Keeps every finite candidate.
+    const ALL: Self = Self {
+        last: (u32::MAX, f32::NEG_INFINITY),
+        floor: f32::NEG_INFINITY,
+    };
+
+    fn keeps(&self, c: &(u32, f32)) -> bool {
+        // Non-short-circuit `&`/`|` keep this a branch-free select.
+        (c.1 >= self.floor) & ((c.1 > self.last.1) | ((c.1 == self.last.1) & (c.0 <= self.last.0)))
+    }
+}
+
+/// Top-p: the last token of the smallest most-likely set whose
+/// (temperature-1) probability mass reaches `p`, the crossing token included;
+/// `None` keeps everything. Bucket sort by distance from the max logit, as
+/// llama.cpp does for large vocabularies: one O(n) pass sums mass per bucket,
+/// and only the crossing bucket's few tokens are sorted.
+fn top_p_last(cands: &[(u32, f32)], p: f32) -> Option<(u32, f32)> {
     if p.is_nan() || p >= 1.0 || cands.len() <= 1 {
-        return;
+        return None;
     }
     let max = max_logit(cands);
     let scale = TOP_P_BUCKETS as f32 / TOP_P_SPAN;
-    // `as usize` saturates, so an infinite distance lands in the last bucket.
-    let bucket = |l: f32| (((max - l) * scale) as usize).min(TOP_P_BUCKETS - 1);
+    // Distance from the max in bucket units; clamped before the cast, so an
+    // infinite distance lands in the last bucket.
+    let last = (TOP_P_BUCKETS - 1) as f32;
+    let pos = |l: f32| ((max - l) * scale).min(last);
+    // Four interleaved histograms: consecutive tokens in the same bucket (the
+    // far tail is one bucket) would otherwise serialize on one f64 add chain.
+    let mut hist = [[0.0f64; TOP_P_BUCKETS]; 4];
+    let mut buf = [0.0f32; BLOCK];
+    for block in cands.chunks(BLOCK) {
+        let w = &mut buf[..block.len()];
+        weigh(w, block, max, 1.0, &Cutoff::ALL);
+        for (i, (c, &x)) in block.iter().zip(w.iter()).enumerate() {
+            hist[i % 4][pos(c.1) as usize] += x as f64;
+        }
+    }
     let mut mass = [0.0f64; TOP_P_BUCKETS];
-    for c in cands.iter() {
-        mass[bucket(c.1)] += exp_nonpos(c.1 - max) as f64;
+    for (b, m) in mass.iter_mut().enumerate() {
+        *m = hist.iter().map(|h| h[b]).sum();
     }
     let target = p as f64 * mass.iter().sum::<f64>();
     let mut before = 0.0f64;
@@ -499,36 +642,39 @@ fn apply_top_p(cands: &mut Vec<(u32, f32)>, p: f32) {
         before += m;
     }
     // Rounding kept the total just under `target`: keep everything.
-    let Some(crossing) = crossing else {
-        return;
-    };
+    let crossing = crossing?;
+    // `floor(x) == c` iff `c <= x < c + 1`, so float compares replace the cast.
+    let (lo, hi) = (crossing as f32, crossing as f32 + 1.0);
+    // `&`, not `&&`: one well-predicted branch (edge tokens are few).
     let mut edge: Vec<(u32, f32)> = cands
         .iter()
-        .filter(|c| bucket(c.1) == crossing)
+        .filter(|c| {
+            let x = pos(c.1);
+            (x >= lo) & (x < hi)
+        })
         .copied()
         .collect();
     edge.sort_unstable_by(by_logit_desc);
     let mut cum = before;
-    let keep = edge
+    let at = edge
         .iter()
         .position(|c| {
             cum += exp_nonpos(c.1 - max) as f64;
             cum >= target
         })
-        .map_or(edge.len(), |i| i + 1);
-    edge.truncate(keep);
-    cands.retain(|c| bucket(c.1) < crossing);
-    cands.extend(edge);
+        .unwrap_or(edge.len().saturating_sub(1));
+    edge.get(at).copied()
 }
 
-/// Keeps tokens whose probability is at least `min_p` times the best one's,
-/// i.e. `logit >= max + ln(min_p)`; the best token always survives.
-fn apply_min_p(cands: &mut Vec<(u32, f32)>, min_p: f32) {
-    if min_p.is_nan() || min_p <= 0.0 || cands.len() <= 1 {
-        return;
+/// Min-p: the logit floor `max + ln(min_p)` below which a token's probability
+/// is under `min_p` times the best one's; `-inf` (keep all) when off. The best
+/// token always survives.
+fn min_p_floor(max: f32, min_p: f32) -> f32 {
+    if min_p.is_nan() || min_p <= 0.0 {
+        f32::NEG_INFINITY
+    } else {
+        max + min_p.min(1.0).ln()
     }
-    let threshold = max_logit(cands) + min_p.min(1.0).ln();
-    cands.retain(|c| c.1 >= threshold);
 }
 
 #[cfg(test)]
@@ -555,6 +701,15 @@ mod tests {
         let mut p = SamplingParams::default();
         f(&mut p);
         p
+    }
+
+    /// The candidates top-p keeps, via the same cutoff the sampler masks with.
+    fn cut_top_p(cands: &[(u32, f32)], p: f32) -> Vec<(u32, f32)> {
+        let cut = Cutoff {
+            last: top_p_last(cands, p).unwrap_or(Cutoff::ALL.last),
+            ..Cutoff::ALL
+        };
+        cands.iter().filter(|c| cut.keeps(c)).copied().collect()
     }
 
     fn draws(p: SamplingParams, logits: &[f32], n: usize) -> Vec<u32> {
@@ -608,13 +763,44 @@ mod tests {
         let l = logits(5000, 4);
         let mut sorted: Vec<f32> = l.clone();
         sorted.sort_by(|a, b| b.total_cmp(a));
-        let kth = sorted[9];
-        let p = params(|p| {
-            p.top_k = Some(10);
-            p.temperature = 50.0;
-        });
-        for t in draws(p, &l, 500) {
-            assert!(l[t as usize] >= kth);
+        // Below and above HEAP_TOP_K_MAX: the heap and the partial-select paths.
+        for k in [10, 500] {
+            let kth = sorted[k - 1];
+            let p = params(|p| {
+                p.top_k = Some(k);
+                p.temperature = 50.0;
+            });
+            let got = draws(p, &l, 500);
+            assert!(got.iter().all(|&t| l[t as usize] >= kth), "k={k}");
+            assert!(got.iter().any(|&t| l[t as usize] > kth), "k={k}");
+        }
+        // Fewer finite logits than k: banned tokens stay banned.
+        let few = [1.0f32, f32::NEG_INFINITY, 0.5, f32::NAN];
+        let p = params(|p| p.top_k = Some(3));
+        assert!(draws(p, &few, 200).iter().all(|&t| t == 0 || t == 2));
+    }
+
+    #[test]
+    fn best_k_matches_full_sort() {
+        // Coarse values force ties; NaNs count as -inf; ascending order is the
+        // heap's worst case.
+        let mut tied: Vec<f32> = logits(3000, 15).iter().map(|x| x.round()).collect();
+        tied[17] = f32::NAN;
+        let ascending: Vec<f32> = (0..3000).map(|i| i as f32 * 0.01).collect();
+        for l in [tied, ascending] {
+            let mut full: Vec<(u32, f32)> = l
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (i as u32, clean(x)))
+                .collect();
+            full.sort_by(by_logit_desc);
+            for k in [1, 2, 7, 64, 65, 256, 2999, 3000, 5000] {
+                assert_eq!(top_n(&l, k), full[..k.min(l.len())].to_vec(), "k={k}");
+                let mut sel = full.clone();
+                apply_top_k(&mut sel, k);
+                sel.sort_by(by_logit_desc);
+                assert_eq!(sel, full[..k.min(l.len())].to_vec(), "k={k}");
+            }
         }
     }
 
@@ -649,7 +835,7 @@ mod tests {
                 }
                 let mut got = sorted.clone();
                 got.reverse();
-                apply_top_p(&mut got, p);
+                let got = cut_top_p(&got, p);
                 // Summation order differs: allow one token of slack at the edge.
                 let diff = got.len().abs_diff(keep);
                 assert!(diff <= 1, "n={n} p={p}: {} vs {keep}", got.len());
@@ -662,8 +848,8 @@ mod tests {
             }
         }
         // A flat distribution puts everything in one bucket: still exact.
-        let mut flat: Vec<(u32, f32)> = (0..100).map(|i| (i, 0.0)).collect();
-        apply_top_p(&mut flat, 0.5);
+        let flat: Vec<(u32, f32)> = (0..100).map(|i| (i, 0.0)).collect();
+        let flat = cut_top_p(&flat, 0.5);
         let mut ids: Vec<u32> = flat.iter().map(|c| c.0).collect();
         ids.sort_unstable();
         assert_eq!(ids, (0..50).collect::<Vec<u32>>());
@@ -693,8 +879,14 @@ mod tests {
         });
         assert!(draws(p, &l, 100).iter().all(|&t| t == want));
         // A moderate min_p keeps exactly the tokens above the ratio.
-        let mut c: Vec<(u32, f32)> = vec![(0, 0.0), (1, -1.0), (2, -3.0)];
-        apply_min_p(&mut c, 0.2); // ln 0.2 = -1.609
+        let cut = Cutoff {
+            floor: min_p_floor(0.0, 0.2), // ln 0.2 = -1.609
+            ..Cutoff::ALL
+        };
+        let c: Vec<(u32, f32)> = [(0, 0.0), (1, -1.0), (2, -3.0)]
+            .into_iter()
+            .filter(|c| cut.keeps(c))
+            .collect();
         assert_eq!(c.iter().map(|c| c.0).collect::<Vec<_>>(), vec![0, 1]);
     }
 
@@ -709,11 +901,24 @@ mod tests {
 
         let small = [2.0f32, 1.0, 0.5];
         for ban in [f32::NEG_INFINITY, -100.0] {
-            let p = params(|p| {
-                p.logit_bias = vec![(0, ban), (99_999, 5.0)]; // out of range ignored
-                p.seed = 3;
-            });
-            assert!(draws(p, &small, 500).iter().all(|&t| t != 0), "ban={ban}");
+            // Through every truncation path, including infinite temperature.
+            for (top_k, top_p, temperature) in [
+                (None, 1.0, 1.0),
+                (None, 0.999, 1.0),
+                (Some(3), 1.0, 1.0),
+                (Some(1000), 0.999, 1.0),
+                (None, 1.0, f32::INFINITY),
+            ] {
+                let p = params(|p| {
+                    p.logit_bias = vec![(0, ban), (99_999, 5.0)]; // out of range ignored
+                    p.seed = 3;
+                    p.top_k = top_k;
+                    p.top_p = top_p;
+                    p.temperature = temperature;
+                });
+                let got = draws(p, &small, 500);
+                assert!(got.iter().all(|&t| t != 0), "ban={ban} {top_k:?} {top_p}");
+            }
             let g = params(|p| {
                 p.logit_bias = vec![(0, ban)];
                 p.temperature = 0.0;

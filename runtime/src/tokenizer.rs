@@ -213,9 +213,11 @@ fn pre_tokenizer(name: &str) -> Result<PreTokenizerWrapper> {
             Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
         }
         "gpt2" | "gpt-2" | "default" => byte_level.into(),
-        other => return Err(RuntimeError::Tokenizer(format!(
+        other => {
+            return Err(RuntimeError::Tokenizer(format!(
             "pre-tokenizer `{other}` is not supported (supported: smollm, starcoder, refact, gpt2)"
-        ))),
+        )))
+        }
     })
 }
 

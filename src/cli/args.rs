@@ -71,7 +71,7 @@ pub struct TokenizeArgs {
 #[derive(Debug, Args, Clone)]
 pub struct SamplingArgs {
     /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep only the k most likely tokens (0 = off).
     #[arg(long, default_value_t = 0)]

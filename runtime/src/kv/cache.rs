@@ -71,6 +71,29 @@ impl SeqCache {
         self.peak_bytes
     }
 
+    /// A deep copy that evolves independently (best-of-N children share a
+    /// prefilled prompt this way).
+    pub fn fork(&self) -> candle_core::Result<Self> {
+        let copy = |t: &Option<Tensor>| t.as_ref().map(Tensor::copy).transpose();
+        Ok(Self {
+            layers: self
+                .layers
+                .iter()
+                .map(|l| {
+                    Ok(LayerKv {
+                        k: copy(&l.k)?,
+                        v: copy(&l.v)?,
+                        capacity: l.capacity,
+                        positions: l.positions.clone(),
+                    })
+                })
+                .collect::<candle_core::Result<_>>()?,
+            n_kv_head: self.n_kv_head,
+            head_dim: self.head_dim,
+            peak_bytes: self.peak_bytes,
+        })
+    }
+
     /// Drops every position at or after `len` (e.g. to re-run a prompt suffix).
     pub fn truncate(&mut self, len: usize) {
         for l in &mut self.layers {

@@ -1,0 +1,290 @@
+//! The ggml block formats [`super::QLinear`] computes with natively, Tern's packed
+//! layout of them, and the scalar reference code that defines their numbers: weight
+//! dequantization and activation quantization with ggml's x86 (AVX2) semantics.
+//!
+//! Every format here holds 32 values per block with an f16 scale. Weights are packed
+//! with all quant bytes of a matrix in one 64-byte aligned array (rows contiguous, so
+//! every block's quants start 16- or 32-byte aligned) and the f16 scale bits in a
+//! second array, so the kernels load both with aligned, cache-line-friendly reads.
+//!
+//! Activations are quantized the way llama.cpp's CPU backend does it on an AVX2
+//! machine (`quantize_row_q8_0` / `quantize_row_q8_1` in ggml-cpu's x86 code), which
+//! is our correctness reference: `d = amax / 127` stored as f16, quants
+//! `round_ties_even(x * (127 / amax))`, and for Q8_1 `s = f16(d * sum(quants))`
+//! with the unrounded `d`. Scales are kept as the f32 value of that f16, which is
+//! the same number ggml multiplies with.
+
+use candle_core::quantized::GgmlDType;
+use half::f16;
+
+/// Values per block in every format here.
+pub const QK: usize = 32;
+
+/// A weight block format [`super::QLinear`] runs with its own kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// `d * (q - 8)`, 4-bit `q`; dotted against Q8_0 activations.
+    Q4_0,
+    /// `d * q + m`, 4-bit `q`; dotted against Q8_1 activations.
+    Q4_1,
+    /// `d * q`, 8-bit signed `q`; dotted against Q8_0 activations.
+    Q8_0,
+}
+
+impl WeightFormat {
+    /// The native format for a ggml dtype, if there is one.
+    pub fn from_ggml(dtype: GgmlDType) -> Option<Self> {
+        match dtype {
+            GgmlDType::Q4_0 => Some(Self::Q4_0),
+            GgmlDType::Q4_1 => Some(Self::Q4_1),
+            GgmlDType::Q8_0 => Some(Self::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one block in ggml's (and candle's) serialized layout.
+    pub const fn ggml_block_bytes(self) -> usize {
+        match self {
+            Self::Q4_0 => 18,
+            Self::Q4_1 => 20,
+            Self::Q8_0 => 34,
+        }
+    }
+
+    /// Quant bytes per block in the packed layout.
+    pub const fn quant_bytes(self) -> usize {
+        match self {
+            Self::Q4_0 | Self::Q4_1 => 16,
+            Self::Q8_0 => 32,
+        }
+    }
+
+    /// f16 scale words per block in the packed layout (`d`, plus `m` for Q4_1).
+    pub const fn scale_words(self) -> usize {
+        match self {
+            Self::Q4_1 => 2,
+            Self::Q4_0 | Self::Q8_0 => 1,
+        }
+    }
+
+    /// Whether activations carry the Q8_1 block sum `s` (needed for the offset `m`).
+    pub const fn needs_act_sums(self) -> bool {
+        matches!(self, Self::Q4_1)
+    }
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A zero-initialised byte buffer whose start is 64-byte aligned.
+pub struct AlignedBytes {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl AlignedBytes {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> Self {
+        Self {
+            lines: vec![Line([0; 64]); len.div_ceil(64)],
+            len,
+        }
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `Line` is a plain `[u8; 64]` with no padding, the vector holds
+        // `len.div_ceil(64) * 64 >= len` initialised bytes, and the borrow of `self`
+        // keeps them alive and unaliased by writers.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and the exclusive borrow of `self` makes this the
+        // only view of the bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+/// A weight matrix `[rows, cols]` repacked from ggml blocks: quants in one aligned
+/// array (row-major, `blocks_per_row * quant_bytes` per row), f16 scale bits in
+/// another (`blocks_per_row * scale_words` per row, `d` then `m` for each block).
+pub struct PackedWeights {
+    /// The block format.
+    pub format: WeightFormat,
+    /// Output features.
+    pub rows: usize,
+    /// Input features (a multiple of [`QK`]).
+    pub cols: usize,
+    /// Quant bytes, see the type's doc.
+    pub quants: AlignedBytes,
+    /// f16 scale bits, see the type's doc.
+    pub scales: Vec<u16>,
+}
+
+impl PackedWeights {
+    /// Repacks `data`, the ggml serialization of a `[rows, cols]` matrix. Fails on a
+    /// size mismatch rather than trusting the file.
+    pub fn from_ggml(
+        format: WeightFormat,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+    ) -> Result<Self, String> {
+        if cols % QK != 0 {
+            return Err(format!(
+                "row length {cols} is not a multiple of the block size {QK}"
+            ));
+        }
+        let nb = cols / QK;
+        let bb = format.ggml_block_bytes();
+        let expected = rows
+            .checked_mul(nb)
+            .and_then(|n| n.checked_mul(bb))
+            .ok_or_else(|| format!("[{rows}, {cols}] overflows"))?;
+        if data.len() != expected {
+            return Err(format!(
+                "expected {expected} bytes of {format:?} data for [{rows}, {cols}], found {}",
+                data.len()
+            ));
+        }
+        let (qb, sw) = (format.quant_bytes(), format.scale_words());
+        let mut quants = AlignedBytes::zeroed(rows * nb * qb);
+        let mut scales = Vec::with_capacity(rows * nb * sw);
+        let qdst = quants.as_mut_slice();
+        for (i, block) in data.chunks_exact(bb).enumerate() {
+            // Every format starts with `d`; Q4_1 follows it with `m`; the quants close it.
+            for w in 0..sw {
+                scales.push(u16::from_le_bytes([block[2 * w], block[2 * w + 1]]));
+            }
+            qdst[i * qb..(i + 1) * qb].copy_from_slice(&block[2 * sw..]);
+        }
+        Ok(Self {
+            format,
+            rows,
+            cols,
+            quants,
+            scales,
+        })
+    }
+
+    /// Blocks per row.
+    pub fn blocks_per_row(&self) -> usize {
+        self.cols / QK
+    }
+
+    /// Dequantizes row `r` into `out` (`cols` values): the reference meaning of the
+    /// packed bits, as ggml's `dequantize_row_*`.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let nb = self.blocks_per_row();
+        let (qb, sw) = (self.format.quant_bytes(), self.format.scale_words());
+        let q = &self.quants.as_slice()[r * nb * qb..(r + 1) * nb * qb];
+        let s = &self.scales[r * nb * sw..(r + 1) * nb * sw];
+        for b in 0..nb {
+            let d = f16::from_bits(s[b * sw]).to_f32();
+            let qs = &q[b * qb..(b + 1) * qb];
+            let o = &mut out[b * QK..(b + 1) * QK];
+            match self.format {
+                WeightFormat::Q4_0 => {
+                    for j in 0..16 {
+                        o[j] = ((qs[j] & 0x0F) as i32 - 8) as f32 * d;
+                        o[j + 16] = ((qs[j] >> 4) as i32 - 8) as f32 * d;
+                    }
+                }
+                WeightFormat::Q4_1 => {
+                    let m = f16::from_bits(s[b * sw + 1]).to_f32();
+                    for j in 0..16 {
+                        o[j] = (qs[j] & 0x0F) as f32 * d + m;
+                        o[j + 16] = (qs[j] >> 4) as f32 * d + m;
+                    }
+                }
+                WeightFormat::Q8_0 => {
+                    for j in 0..QK {
+                        o[j] = qs[j] as i8 as f32 * d;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// 32 activation quants, 32-byte aligned so the AVX2 kernel loads them aligned.
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub struct ActBlock(pub [i8; QK]);
+
+/// Activations `[rows, cols]` quantized to Q8_0 or Q8_1: per row `cols / 32`
+/// blocks of quants, their scales `d` and (Q8_1 only) `s = d * sum(quants)`, the
+/// scales as the exact f32 values of their f16 roundings.
+pub struct QuantizedActs {
+    /// Activation rows.
+    pub rows: usize,
+    /// Blocks per row.
+    pub blocks: usize,
+    /// `rows * blocks` quant blocks.
+    pub qs: Vec<ActBlock>,
+    /// `rows * blocks` scales.
+    pub d: Vec<f32>,
+    /// `rows * blocks` Q8_1 sums, empty for Q8_0.
+    pub s: Vec<f32>,
+}
+
+impl QuantizedActs {
+    /// Zeroed storage for `rows` rows of `blocks` blocks, with sums if `with_sums`.
+    pub fn zeroed(rows: usize, blocks: usize, with_sums: bool) -> Self {
+        let n = rows * blocks;
+        Self {
+            rows,
+            blocks,
+            qs: vec![ActBlock([0; QK]); n],
+            d: vec![0.0; n],
+            s: if with_sums { vec![0.0; n] } else { Vec::new() },
+        }
+    }
+}
+
+/// Quantizes one 32-value block the way ggml's AVX2 `quantize_row_q8_{0,1}` does,
+/// returning `(d, s)` as f32 values of their f16 roundings (`s` is 0 unless
+/// `with_sum`). Scalar reference; the AVX2 version in `dot` matches it bit for bit.
+pub fn quantize_block_ref(x: &[f32], q: &mut [i8; QK], with_sum: bool) -> (f32, f32) {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, &v) in q.iter_mut().zip(x) {
+        // `as` saturates, as the AVX2 pack instructions do.
+        *q = (v * id).round_ties_even() as i8;
+        sum += *q as i32;
+    }
+    let s = if with_sum {
+        f16::from_f32(d * sum as f32).to_f32()
+    } else {
+        0.0
+    };
+    (f16::from_f32(d).to_f32(), s)
+}
+
+/// Quantizes rows `rows` of `x` (`cols` values per row) into `acts` with the scalar
+/// reference code.
+pub fn quantize_rows_ref(
+    x: &[f32],
+    cols: usize,
+    rows: std::ops::Range<usize>,
+    acts: &mut QuantizedActs,
+) {
+    let nb = cols / QK;
+    let with_sum = !acts.s.is_empty();
+    for r in rows {
+        for b in 0..nb {
+            let i = r * nb + b;
+            let src = &x[r * cols + b * QK..r * cols + (b + 1) * QK];
+            let (d, s) = quantize_block_ref(src, &mut acts.qs[i].0, with_sum);
+            acts.d[i] = d;
+            if with_sum {
+                acts.s[i] = s;
+            }
+        }
+    }
+}

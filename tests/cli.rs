@@ -1,0 +1,171 @@
+//! The CLI on bad input: every failure is one clear line and a non-zero exit,
+//! never a panic; and the happy paths on the tiny model.
+
+use crate::support::tiny::{write_tiny_model, TinySpec};
+use crate::support::{assert_clean_error, last_json, real_model, tern};
+
+fn tiny_model(spec: TinySpec) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, &spec);
+    let p = path.to_str().unwrap().to_string();
+    (dir, p)
+}
+
+#[test]
+fn missing_model_path() {
+    let out = tern(
+        &["generate", "-m", "/nonexistent/model.gguf", "-p", "hi"],
+        None,
+    );
+    assert_clean_error(&out, "not found");
+    let out = tern(&["info", "-m", "no-such-model"], None);
+    assert_clean_error(&out, "unknown model");
+}
+
+#[test]
+fn truncated_and_corrupt_gguf() {
+    let (dir, tiny) = tiny_model(TinySpec::default());
+    let bytes = std::fs::read(&tiny).unwrap();
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let out = tern(
+        &["generate", "-m", truncated.to_str().unwrap(), "-p", "hi"],
+        None,
+    );
+    assert_clean_error(&out, "truncated");
+    let header_only = dir.path().join("header.gguf");
+    std::fs::write(&header_only, &bytes[..64]).unwrap();
+    let out = tern(&["info", "-m", header_only.to_str().unwrap()], None);
+    assert_clean_error(&out, "not a valid GGUF");
+    let garbage = dir.path().join("garbage.gguf");
+    std::fs::write(&garbage, b"this is not a model at all, just text").unwrap();
+    let out = tern(
+        &["generate", "-m", garbage.to_str().unwrap(), "-p", "hi"],
+        None,
+    );
+    assert_clean_error(&out, "not a valid GGUF");
+}
+
+#[test]
+fn unsupported_architecture() {
+    let (_d, m) = tiny_model(TinySpec {
+        architecture: "mamba",
+        ..TinySpec::default()
+    });
+    let out = tern(&["generate", "-m", &m, "-p", "hi"], None);
+    assert_clean_error(&out, "unsupported architecture `mamba`");
+}
+
+#[test]
+fn prompt_longer_than_context_and_empty_prompt() {
+    let (_d, m) = tiny_model(TinySpec::default());
+    let long = "word ".repeat(400);
+    let out = tern(&["generate", "-m", &m, "-p", &long], None);
+    assert_clean_error(&out, "context window is 256");
+    let out = tern(&["generate", "-m", &m, "-p", ""], None);
+    assert_clean_error(&out, "empty");
+}
+
+#[test]
+fn bad_sampling_parameters() {
+    let (_d, m) = tiny_model(TinySpec::default());
+    let out = tern(&["generate", "-m", &m, "-p", "hi", "--top-p", "1.5"], None);
+    assert_clean_error(&out, "top_p");
+    let out = tern(
+        &["generate", "-m", &m, "-p", "hi", "--temperature", "-1"],
+        None,
+    );
+    assert_clean_error(&out, "temperature");
+}
+
+#[test]
+fn perplexity_on_a_too_short_file() {
+    let (d, m) = tiny_model(TinySpec::default());
+    let f = d.path().join("short.txt");
+    std::fs::write(&f, "too short").unwrap();
+    let out = tern(
+        &[
+            "perplexity",
+            "-m",
+            &m,
+            "-f",
+            f.to_str().unwrap(),
+            "--ctx",
+            "64",
+        ],
+        None,
+    );
+    assert_clean_error(&out, "at least ctx");
+    let out = tern(&["perplexity", "-m", &m, "-f", "/nonexistent.txt"], None);
+    assert_clean_error(&out, "cannot read");
+}
+
+#[test]
+fn failed_pull_without_python_leaves_no_file() {
+    let home = tempfile::tempdir().unwrap();
+    let empty_path = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["pull"])
+        .env("TERN_HOME", home.path())
+        .env("PATH", empty_path.path())
+        .output()
+        .unwrap();
+    assert_clean_error(&out, "python3");
+    let left: Vec<_> = std::fs::read_dir(home.path()).unwrap().collect();
+    assert!(left.is_empty(), "pull left files behind: {left:?}");
+}
+
+#[test]
+fn tiny_model_generates_tokenizes_and_reports() {
+    let (_d, m) = tiny_model(TinySpec::default());
+    let out = tern(
+        &[
+            "generate",
+            "-m",
+            &m,
+            "-p",
+            "hello",
+            "-n",
+            "5",
+            "--ignore-eos",
+            "--json",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = last_json(&out);
+    assert_eq!(j["completion_tokens"], 5);
+    let out = tern(&["tokenize", "-m", &m, "--json"], Some("hello"));
+    let j = last_json(&out);
+    // "he" + "ll" merge into "hell" via the tiny merges, then "o".
+    assert_eq!(j["ids"].as_array().unwrap().len(), 2, "{j}");
+    let out = tern(&["info", "-m", &m, "--json"], None);
+    let j = last_json(&out);
+    assert_eq!(j["config"]["n_layer"], 2);
+    assert_eq!(j["chat_template"], true);
+}
+
+#[test]
+fn info_and_tokenize_on_the_real_model() {
+    let model = real_model();
+    let m = model.to_str().unwrap();
+    let j = last_json(&tern(&["info", "-m", m, "--json"], None));
+    assert_eq!(j["config"]["architecture"], "llama");
+    assert_eq!(j["config"]["n_layer"], 30);
+    assert_eq!(j["vocab_size"], 49152);
+    assert_eq!(j["pre_tokenizer"], "smollm");
+    assert!(j["quantization"]["Q4_1"]["tensors"].as_u64().unwrap() > 200);
+    let j = last_json(&tern(
+        &["tokenize", "-m", m, "--json"],
+        Some("<|im_start|>Hello world! 123"),
+    ));
+    assert_eq!(
+        j["ids"],
+        serde_json::json!([1, 19556, 905, 17, 216, 33, 34, 35])
+    );
+}

@@ -1,0 +1,162 @@
+//! The forward pass on the tiny model: a ragged batch equals one sequence at a
+//! time, and chunked prefill equals one-shot prefill.
+
+use candle_core::Tensor;
+use tern_models::{LogitsWanted, SeqBatch};
+use tern_runtime::kv::SeqCache;
+use tern_runtime::LoadedModel;
+
+use crate::support::tiny::{write_tiny_model, TinySpec};
+
+fn tiny() -> (tempfile::TempDir, LoadedModel) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, &TinySpec::default());
+    let model = LoadedModel::load(&path).unwrap();
+    (dir, model)
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+/// Runs `tokens` alone from an empty (or given) cache and returns all logits.
+fn alone(model: &LoadedModel, cache: &mut SeqCache, tokens: &[u32], start: usize) -> Tensor {
+    let mut b = [SeqBatch {
+        tokens,
+        start_pos: start,
+        cache,
+        logits: LogitsWanted::All,
+    }];
+    model
+        .llama
+        .forward(&mut b)
+        .unwrap()
+        .pop()
+        .flatten()
+        .unwrap()
+}
+
+#[test]
+fn ragged_batch_equals_sequential() {
+    let (_d, model) = tiny();
+    let seqs: [&[u32]; 3] = [&[5, 70, 71, 72, 9, 100], &[200, 201, 3], &[42]];
+    // Sequential reference: each sequence prefilled, then one decode token.
+    let mut ref_prefill = Vec::new();
+    let mut ref_decode = Vec::new();
+    for s in seqs {
+        let mut cache = SeqCache::new(model.config());
+        ref_prefill.push(alone(&model, &mut cache, s, 0));
+        ref_decode.push(alone(&model, &mut cache, &[11], s.len()));
+    }
+    // Ragged: all three prefills in one forward, then all three decodes in one.
+    let mut caches: Vec<SeqCache> = seqs.iter().map(|_| SeqCache::new(model.config())).collect();
+    let mut batch: Vec<SeqBatch> = seqs
+        .iter()
+        .zip(caches.iter_mut())
+        .map(|(s, c)| SeqBatch {
+            tokens: s,
+            start_pos: 0,
+            cache: c,
+            logits: LogitsWanted::All,
+        })
+        .collect();
+    let prefill = model.llama.forward(&mut batch).unwrap();
+    let decode_tok = [11u32];
+    let mut batch: Vec<SeqBatch> = seqs
+        .iter()
+        .zip(caches.iter_mut())
+        .map(|(s, c)| SeqBatch {
+            tokens: &decode_tok,
+            start_pos: s.len(),
+            cache: c,
+            logits: LogitsWanted::Last,
+        })
+        .collect();
+    let decode = model.llama.forward(&mut batch).unwrap();
+    for i in 0..seqs.len() {
+        let p = prefill[i].as_ref().unwrap();
+        let d = decode[i].as_ref().unwrap();
+        assert_eq!(p.dims(), ref_prefill[i].dims());
+        let (dp, dd) = (
+            max_abs_diff(p, &ref_prefill[i]),
+            max_abs_diff(d, &ref_decode[i]),
+        );
+        assert!(dp < 1e-4, "seq {i} prefill logits differ by {dp}");
+        assert!(dd < 1e-4, "seq {i} decode logits differ by {dd}");
+    }
+}
+
+#[test]
+fn chunked_prefill_equals_one_shot() {
+    let (_d, model) = tiny();
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 37 % 250 + 3) as u32).collect();
+    let mut one = SeqCache::new(model.config());
+    let whole = tern_runtime::generate::prefill(&model, &mut one, &prompt, 512).unwrap();
+    for chunk in [1, 7, 16] {
+        let mut c = SeqCache::new(model.config());
+        let chunked = tern_runtime::generate::prefill(&model, &mut c, &prompt, chunk).unwrap();
+        assert_eq!(c.len(), prompt.len());
+        let diff = max_abs_diff(&whole, &chunked);
+        assert!(diff < 1e-4, "chunk {chunk}: last logits differ by {diff}");
+        // And the caches continue identically.
+        let a = alone(&model, &mut one.fork().unwrap(), &[17], prompt.len());
+        let b = alone(&model, &mut c, &[17], prompt.len());
+        assert!(max_abs_diff(&a, &b) < 1e-4);
+    }
+}
+
+#[test]
+fn logits_select_rows() {
+    let (_d, model) = tiny();
+    let mut c1 = SeqCache::new(model.config());
+    let all = alone(&model, &mut c1, &[4, 5, 6, 7], 0);
+    let mut c2 = SeqCache::new(model.config());
+    let mut b = [SeqBatch {
+        tokens: &[4, 5, 6, 7],
+        start_pos: 0,
+        cache: &mut c2,
+        logits: LogitsWanted::Last,
+    }];
+    let last = model
+        .llama
+        .forward(&mut b)
+        .unwrap()
+        .pop()
+        .flatten()
+        .unwrap();
+    assert_eq!(all.dims(), &[4, model.config().vocab_size]);
+    assert_eq!(last.dims(), &[1, model.config().vocab_size]);
+    assert!(max_abs_diff(&all.narrow(0, 3, 1).unwrap(), &last) < 1e-5);
+}
+
+#[test]
+fn out_of_range_tokens_and_positions_are_errors() {
+    let (_d, model) = tiny();
+    let mut c = SeqCache::new(model.config());
+    let mut b = [SeqBatch {
+        tokens: &[100_000],
+        start_pos: 0,
+        cache: &mut c,
+        logits: LogitsWanted::Last,
+    }];
+    let err = model.llama.forward(&mut b).err().unwrap().to_string();
+    assert!(err.contains("outside the vocabulary"), "{err}");
+    let mut b = [SeqBatch {
+        tokens: &[1, 2],
+        start_pos: 255,
+        cache: &mut c,
+        logits: LogitsWanted::Last,
+    }];
+    let err = model.llama.forward(&mut b).err().unwrap().to_string();
+    assert!(err.contains("context length"), "{err}");
+}

@@ -1,0 +1,9 @@
+//! End-to-end tests: the tiny generated model for fast paths, the real
+//! SmolLM2-135M-Instruct for agreement with llama.cpp's reference outputs.
+
+mod support;
+
+mod cli;
+mod forward;
+mod reference;
+mod tokenizer;

@@ -1,0 +1,83 @@
+//! Shared test support: the tiny generated model, the real model's path, the
+//! reference files in ../shared, and a runner for the `tern` binary.
+
+pub mod tiny;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `../shared/reference/smollm2/<name>` beside the repository.
+pub fn reference(name: &str) -> PathBuf {
+    repo_root().join("../shared/reference/smollm2").join(name)
+}
+
+/// The real model (SmolLM2-135M-Instruct Q4_1). CI pulls it before the tests;
+/// a missing file fails loudly instead of skipping.
+pub fn real_model() -> PathBuf {
+    let dir = std::env::var_os("TERN_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("models/cache"));
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.is_file(),
+        "real model missing at {}: run `cargo run --release -- pull` (the test script does this)",
+        path.display()
+    );
+    path
+}
+
+/// Runs the `tern` binary with `args` and optional stdin.
+pub fn tern(args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tern"));
+    cmd.args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn tern");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin piped")
+            .write_all(text.as_bytes())
+            .expect("write stdin");
+    } else {
+        drop(child.stdin.take());
+    }
+    child.wait_with_output().expect("wait for tern")
+}
+
+/// The last line of stdout parsed as JSON (every `--json` command prints one).
+pub fn last_json(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {line}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Asserts the command failed with a single-line error containing `needle`
+/// and did not panic.
+pub fn assert_clean_error(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "panicked: {stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: "), "no one-line error: {stderr}");
+    assert!(
+        last.to_lowercase().contains(&needle.to_lowercase()),
+        "error line lacks `{needle}`: {last}"
+    );
+}

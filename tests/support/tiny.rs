@@ -1,0 +1,154 @@
+//! A tiny llama model, generated: random weights, a byte-level vocabulary and a
+//! ChatML template, written as a real GGUF file so every loading path is the
+//! production one.
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Value;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+
+/// Shape and naming knobs of the tiny model.
+pub struct TinySpec {
+    pub architecture: &'static str,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub n_ff: usize,
+    pub context_length: usize,
+    pub seed: u64,
+}
+
+impl Default for TinySpec {
+    fn default() -> Self {
+        Self {
+            architecture: "llama",
+            n_layer: 2,
+            n_embd: 64,
+            n_head: 4,
+            n_kv_head: 2,
+            n_ff: 128,
+            context_length: 256,
+            seed: 7,
+        }
+    }
+}
+
+/// GPT-2's printable stand-in for each byte, as byte-level BPE vocabularies use.
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+    if printable(b) {
+        return char::from(b);
+    }
+    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + rank).expect("valid char")
+}
+
+const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// Writes the tiny model to `path`.
+pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
+    let mut tokens: Vec<String> = vec![
+        "<|endoftext|>".into(),
+        "<|im_start|>".into(),
+        "<|im_end|>".into(),
+    ];
+    let mut types: Vec<i32> = vec![3, 3, 3];
+    for b in 0..=255u8 {
+        tokens.push(byte_char(b).to_string());
+        types.push(1);
+    }
+    let merges = ["h e", "l l", "Ġ t", "he ll"];
+    for m in merges {
+        tokens.push(m.replace(' ', ""));
+        types.push(1);
+    }
+    let vocab = tokens.len();
+
+    let mut rng = spec.seed;
+    let mut next = move || {
+        // xorshift64*: deterministic weights without a rand dependency.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        ((rng.wrapping_mul(0x2545F4914F6CDD1D) >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+    };
+    let mut tensor = |dims: &[usize], scale: f32, dtype: GgmlDType| -> QTensor {
+        let n: usize = dims.iter().product();
+        let data: Vec<f32> = (0..n).map(|_| next() * scale).collect();
+        let t = Tensor::from_vec(data, dims, &Device::Cpu).expect("tensor");
+        QTensor::quantize(&t, dtype).expect("quantize")
+    };
+    let ones = |n: usize| {
+        let t = Tensor::ones(n, candle_core::DType::F32, &Device::Cpu).expect("ones");
+        QTensor::quantize(&t, GgmlDType::F32).expect("f32")
+    };
+    let (d, kvd, ff) = (
+        spec.n_embd,
+        spec.n_embd / spec.n_head * spec.n_kv_head,
+        spec.n_ff,
+    );
+    let mut named: Vec<(String, QTensor)> = vec![
+        (
+            "token_embd.weight".into(),
+            tensor(&[vocab, d], 1.0, GgmlDType::Q8_0),
+        ),
+        ("output_norm.weight".into(), ones(d)),
+    ];
+    for i in 0..spec.n_layer {
+        let p = |s: &str| format!("blk.{i}.{s}.weight");
+        named.push((p("attn_norm"), ones(d)));
+        named.push((p("attn_q"), tensor(&[d, d], 0.5, GgmlDType::Q8_0)));
+        named.push((p("attn_k"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
+        named.push((p("attn_v"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
+        named.push((p("attn_output"), tensor(&[d, d], 0.5, GgmlDType::Q8_0)));
+        named.push((p("ffn_norm"), ones(d)));
+        named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
+        named.push((p("ffn_up"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
+        named.push((p("ffn_down"), tensor(&[d, ff], 0.5, GgmlDType::Q8_0)));
+    }
+
+    let arch = spec.architecture;
+    let s = |v: &str| Value::String(v.to_string());
+    let u = |v: usize| Value::U32(v as u32);
+    let meta: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), s(arch)),
+        ("general.name".into(), s("tern-tiny")),
+        (format!("{arch}.block_count"), u(spec.n_layer)),
+        (format!("{arch}.embedding_length"), u(d)),
+        (format!("{arch}.feed_forward_length"), u(ff)),
+        (format!("{arch}.attention.head_count"), u(spec.n_head)),
+        (format!("{arch}.attention.head_count_kv"), u(spec.n_kv_head)),
+        (format!("{arch}.context_length"), u(spec.context_length)),
+        (format!("{arch}.rope.freq_base"), Value::F32(10_000.0)),
+        (
+            format!("{arch}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-5),
+        ),
+        (format!("{arch}.vocab_size"), u(vocab)),
+        ("tokenizer.ggml.model".into(), s("gpt2")),
+        ("tokenizer.ggml.pre".into(), s("smollm")),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(tokens.iter().map(|t| s(t)).collect()),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            Value::Array(types.iter().map(|&t| Value::I32(t)).collect()),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            Value::Array(merges.iter().map(|m| s(m)).collect()),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), u(1)),
+        ("tokenizer.ggml.eos_token_id".into(), u(2)),
+        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
+        ("tokenizer.chat_template".into(), s(CHATML)),
+    ];
+    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> = named.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut file = std::fs::File::create(path).expect("create tiny model");
+    candle_core::quantized::gguf_file::write(&mut file, &meta_refs, &tensor_refs)
+        .expect("write gguf");
+}
