@@ -175,13 +175,39 @@ impl GgufFile {
                 reason: "missing from the file".into(),
             });
         }
-        self.content
+        let tensor = self
+            .content
             .tensor(&mut Cursor::new(&self.mmap[..]), name, &Device::Cpu)
             .map_err(|e| ModelError::BadTensor {
                 name: name.into(),
                 reason: first_line(&e),
-            })
+            })?;
+        self.release_pages(name);
+        Ok(tensor)
     }
+
+    /// Drops the mapped pages of tensor `name` from this process's resident set
+    /// once it has been copied out, so the weights are never resident twice.
+    #[cfg(unix)]
+    fn release_pages(&self, name: &str) {
+        let Some(info) = self.content.tensor_infos.get(name) else {
+            return;
+        };
+        let elems = info.shape.elem_count();
+        let len = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        let start = (self.content.tensor_data_offset + info.offset) as usize;
+        // SAFETY: the mapping is private and read-only and no reference into this
+        // range outlives the copy just made; after MADV_DONTNEED a later read
+        // simply faults the file's pages back in. Bounds were checked at open.
+        // A failed hint only costs memory, so its result is ignored.
+        let _ = unsafe {
+            self.mmap
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len)
+        };
+    }
+
+    #[cfg(not(unix))]
+    fn release_pages(&self, _name: &str) {}
 
     /// The logical shape of tensor `name` (GGUF order reversed into row-major dims).
     pub fn tensor_dims(&self, name: &str) -> Option<Vec<usize>> {
