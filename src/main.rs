@@ -6,7 +6,20 @@ mod cli;
 use clap::Parser;
 
 fn main() {
-    let args = cli::args::Cli::parse();
+    let args = match cli::args::Cli::try_parse() {
+        Ok(args) => args,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // Usage errors as one line, like every other error.
+            let rendered = e.render().to_string();
+            let line = rendered
+                .lines()
+                .next()
+                .unwrap_or("error: invalid arguments");
+            eprintln!("{line} (see --help)");
+            std::process::exit(2);
+        }
+    };
     cli::set_threads(args.threads);
     if let Err(e) = cli::run(args) {
         // One line: the chain of causes joined, no backtrace.

@@ -5,5 +5,6 @@ mod support;
 
 mod cli;
 mod forward;
+mod kv;
 mod reference;
 mod tokenizer;

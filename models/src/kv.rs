@@ -26,10 +26,11 @@ pub trait KvStore {
         positions: &[u32],
     ) -> Result<(Tensor, Tensor)>;
 
-    /// Original positions of the cached entries of `layer` (after the last
-    /// `append`), in the order `append` returned them; used to build the causal
-    /// mask when several new tokens attend at once.
-    fn positions(&self, layer: usize) -> &[u32];
+    /// Original positions of the cached entries of `layer` and KV head `head`
+    /// (after the last `append`), in the order `append` returned them; used to
+    /// build the causal mask when several new tokens attend at once. Heads may
+    /// hold different positions once a head-wise policy has evicted.
+    fn positions(&self, layer: usize, head: usize) -> &[u32];
 
     /// Whether the policy behind this cache wants the attention weights of `layer`
     /// for the step being computed; `false` lets the model skip reporting them.
@@ -42,6 +43,12 @@ pub trait KvStore {
     /// `weights`: `[n_kv_head, group, n_new, n_cached]` f32 (softmax rows), where
     /// `group` is the number of query heads sharing one KV head.
     fn observe_attention(&mut self, _layer: usize, _weights: &Tensor) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called once the step's attention for `layer` is done and the views
+    /// `append` returned are no longer used: the moment a policy may evict.
+    fn after_attention(&mut self, _layer: usize) -> Result<()> {
         Ok(())
     }
 }

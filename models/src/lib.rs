@@ -10,6 +10,7 @@ pub mod error;
 pub mod gguf;
 pub mod kv;
 pub mod llama;
+pub mod quant;
 pub mod registry;
 
 pub use config::ModelConfig;

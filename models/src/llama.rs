@@ -13,13 +13,14 @@
 
 use std::sync::Arc;
 
-use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::quantized::QTensor;
+use candle_core::{DType, Device, Tensor};
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::kv::KvStore;
+use crate::quant::QLinear;
 
 /// Which logits a sequence in a batch needs back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,14 +47,14 @@ pub struct SeqBatch<'a> {
 
 struct Block {
     attn_norm: Tensor,
-    wq: QMatMul,
-    wk: QMatMul,
-    wv: QMatMul,
-    wo: QMatMul,
+    wq: QLinear,
+    wk: QLinear,
+    wv: QLinear,
+    wo: QLinear,
     ffn_norm: Tensor,
-    w_gate: QMatMul,
-    w_up: QMatMul,
-    w_down: QMatMul,
+    w_gate: QLinear,
+    w_up: QLinear,
+    w_down: QLinear,
 }
 
 /// A loaded llama model: weights plus RoPE tables. Immutable and shareable.
@@ -62,7 +63,7 @@ pub struct Llama {
     embedding: Arc<QTensor>,
     blocks: Vec<Block>,
     output_norm: Tensor,
-    output: QMatMul,
+    output: QLinear,
     /// `[context_length, hd/2]` f32.
     rope_cos: Tensor,
     /// `[context_length, hd/2]` f32.
@@ -84,15 +85,15 @@ impl Llama {
             }
             Ok(t)
         };
-        let mm = |name: &str, dims: &[usize]| -> Result<QMatMul> {
-            Ok(QMatMul::from_qtensor(qt(name, dims)?)?)
+        let mm = |name: &str, dims: &[usize]| -> Result<QLinear> {
+            Ok(QLinear::from_qtensor(qt(name, dims)?)?)
         };
         let vec = |name: &str| -> Result<Tensor> { Ok(qt(name, &[d])?.dequantize(&Device::Cpu)?) };
         let embedding = Arc::new(qt("token_embd.weight", &[config.vocab_size, d])?);
         let output = if file.has_tensor("output.weight") {
             mm("output.weight", &[config.vocab_size, d])?
         } else {
-            QMatMul::from_arc(embedding.clone())?
+            QLinear::from_arc(embedding.clone())?
         };
         let mut blocks = Vec::with_capacity(config.n_layer);
         for i in 0..config.n_layer {
@@ -252,7 +253,7 @@ impl Llama {
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         let mut scores = (q.matmul(&kc.t()?)? * scale)?; // [KV, G*n, C]
         if n > 1 {
-            let mask = causal_mask(q_pos, cache.positions(layer))?; // [n, C]
+            let mask = causal_mask(q_pos, cache, layer, c.n_kv_head)?; // [KV, 1, n, C]
             scores = scores
                 .reshape((c.n_kv_head, g, n, n_cached))?
                 .broadcast_add(&mask)?
@@ -264,6 +265,7 @@ impl Llama {
         }
         // llama.cpp multiplies the f16 V cache by f16-converted weights.
         let out = round_f16(&weights)?.matmul(&vc)?; // [KV, G*n, hd]
+        cache.after_attention(layer)?;
         Ok(out
             .reshape((c.n_head, n, c.head_dim))?
             .transpose(0, 1)?
@@ -315,19 +317,29 @@ struct BatchLayout {
     positions: Vec<u32>,
 }
 
-/// `[n, C]` f32: 0 where cached position <= query position, -inf elsewhere.
-fn causal_mask(q_pos: &[u32], k_pos: &[u32]) -> Result<Tensor> {
-    let mut m = Vec::with_capacity(q_pos.len() * k_pos.len());
-    for &qp in q_pos {
-        m.extend(
-            k_pos
-                .iter()
-                .map(|&kp| if kp <= qp { 0.0f32 } else { f32::NEG_INFINITY }),
-        );
+/// `[KV, 1, n, C]` f32: 0 where a cached entry's position <= the query's
+/// position, -inf elsewhere; per KV head, since heads may keep different entries.
+fn causal_mask(
+    q_pos: &[u32],
+    cache: &dyn KvStore,
+    layer: usize,
+    n_kv_head: usize,
+) -> Result<Tensor> {
+    let n_cached = cache.positions(layer, 0).len();
+    let mut m = Vec::with_capacity(n_kv_head * q_pos.len() * n_cached);
+    for h in 0..n_kv_head {
+        let k_pos = cache.positions(layer, h);
+        for &qp in q_pos {
+            m.extend(
+                k_pos
+                    .iter()
+                    .map(|&kp| if kp <= qp { 0.0f32 } else { f32::NEG_INFINITY }),
+            );
+        }
     }
     Ok(Tensor::from_vec(
         m,
-        (q_pos.len(), k_pos.len()),
+        (n_kv_head, 1, q_pos.len(), n_cached),
         &Device::Cpu,
     )?)
 }

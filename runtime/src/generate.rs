@@ -10,6 +10,7 @@ use candle_core::Tensor;
 use tern_models::{LogitsWanted, SeqBatch};
 
 use crate::error::{Result, RuntimeError};
+use crate::kv::policy::KvPolicy;
 use crate::kv::SeqCache;
 use crate::model::LoadedModel;
 use crate::sampler::{Sampler, SamplingParams};
@@ -33,6 +34,8 @@ pub struct GenerateRequest {
     pub stop: Vec<String>,
     /// Prompt tokens per prefill forward.
     pub prefill_chunk: usize,
+    /// How the KV cache is compressed while generating.
+    pub kv_policy: KvPolicy,
 }
 
 /// Why generation ended.
@@ -77,6 +80,8 @@ pub struct GenerateOutput {
     pub decode_steps: usize,
     /// Peak bytes held by the KV cache.
     pub kv_bytes: usize,
+    /// Bytes a full cache would have held for the same tokens.
+    pub kv_bytes_full: usize,
 }
 
 /// Checks that a prompt is non-empty and leaves room for at least one token.
@@ -119,6 +124,7 @@ pub fn prefill(
         }];
         last = model.llama.forward(&mut batch)?.pop().flatten();
     }
+    cache.finish_prefill()?;
     last.ok_or(RuntimeError::EmptyPrompt)
 }
 
@@ -138,7 +144,7 @@ pub fn generate(
         model.stop_tokens()
     };
     let mut sampler = Sampler::new(req.sampling.clone());
-    let mut cache = SeqCache::new(model.config());
+    let mut cache = SeqCache::with_policy(model.config(), req.kv_policy.clone());
     let mut history = req.prompt.clone();
     let mut out = GenerateOutput {
         text: String::new(),
@@ -150,6 +156,7 @@ pub fn generate(
         decode_secs: 0.0,
         decode_steps: 0,
         kv_bytes: 0,
+        kv_bytes_full: 0,
     };
     let mut decoder = StreamDecoder::new();
     let mut stops = StopMatcher::new(&req.stop);
@@ -207,6 +214,7 @@ pub fn generate(
         on_text(&tail);
     }
     out.kv_bytes = cache.peak_bytes();
+    out.kv_bytes_full = cache.full_bytes();
     Ok(out)
 }
 

@@ -11,6 +11,7 @@ use std::time::Instant;
 use tern_models::{LogitsWanted, SeqBatch};
 
 use crate::error::{Result, RuntimeError};
+use crate::kv::policy::KvPolicy;
 use crate::kv::SeqCache;
 use crate::model::LoadedModel;
 
@@ -31,14 +32,24 @@ pub struct PerplexityReport {
     pub seconds: f64,
     /// Peak KV-cache bytes of one window.
     pub kv_bytes: usize,
+    /// Bytes a full cache would have held for one window.
+    pub kv_bytes_full: usize,
+    /// The policy, as its spec string.
+    pub kv_policy: String,
 }
 
-/// Scores `tokens` in windows of `ctx`; `on_chunk(i, n, running_ppl)` reports
-/// progress after each window.
+/// Scores `tokens` in windows of `ctx` with the KV cache compressed by
+/// `policy`; `on_chunk(i, n, running_ppl)` reports progress after each window.
+///
+/// Under `full` the scored half runs as one forward (llama.cpp's way). Under any
+/// other policy the first half is prefilled (and compressed at its end, for
+/// policies that do), then the scored half is decoded one token at a time so
+/// every prediction sees exactly the cache the policy would leave in generation.
 pub fn perplexity(
     model: &LoadedModel,
     tokens: &[u32],
     ctx: usize,
+    policy: &KvPolicy,
     mut on_chunk: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityReport> {
     let max_ctx = model.config().context_length;
@@ -67,13 +78,13 @@ pub fn perplexity(
         .then(|| model.tokenizer.bos())
         .flatten();
     let t0 = Instant::now();
-    let (mut nll, mut count, mut kv_bytes) = (0.0f64, 0usize, 0usize);
+    let (mut nll, mut count, mut kv_bytes, mut kv_bytes_full) = (0.0f64, 0usize, 0usize, 0usize);
     for c in 0..n_chunks {
         let mut window = tokens[c * ctx..(c + 1) * ctx].to_vec();
         if let Some(b) = bos {
             window[0] = b;
         }
-        let mut cache = SeqCache::new(model.config());
+        let mut cache = SeqCache::with_policy(model.config(), policy.clone());
         // Unscored first half: no logits needed.
         let mut head = [SeqBatch {
             tokens: &window[..first],
@@ -82,26 +93,43 @@ pub fn perplexity(
             logits: LogitsWanted::None,
         }];
         model.llama.forward(&mut head)?;
-        let mut tail = [SeqBatch {
-            tokens: &window[first..],
-            start_pos: first,
-            cache: &mut cache,
-            logits: LogitsWanted::All,
-        }];
-        let logits = model
-            .llama
-            .forward(&mut tail)?
-            .pop()
-            .flatten()
-            .ok_or(RuntimeError::EmptyPrompt)?;
-        let rows: Vec<Vec<f32>> = logits.to_vec2()?;
-        // Row r predicts window[first + r + 1]; the last row has no target.
+        cache.finish_prefill()?;
+        let rows = if matches!(policy, KvPolicy::Full) {
+            let mut tail = [SeqBatch {
+                tokens: &window[first..],
+                start_pos: first,
+                cache: &mut cache,
+                logits: LogitsWanted::All,
+            }];
+            let logits = model.llama.forward(&mut tail)?.pop().flatten();
+            logits.ok_or(RuntimeError::EmptyPrompt)?.to_vec2::<f32>()?
+        } else {
+            let mut rows = Vec::with_capacity(ctx - first);
+            for pos in first..ctx - 1 {
+                let mut step = [SeqBatch {
+                    tokens: &window[pos..pos + 1],
+                    start_pos: pos,
+                    cache: &mut cache,
+                    logits: LogitsWanted::Last,
+                }];
+                let logits = model.llama.forward(&mut step)?.pop().flatten();
+                rows.push(
+                    logits
+                        .ok_or(RuntimeError::EmptyPrompt)?
+                        .squeeze(0)?
+                        .to_vec1::<f32>()?,
+                );
+            }
+            rows
+        };
+        // Row r predicts window[first + r + 1]; a last row, if any, has no target.
         for (r, row) in rows.iter().enumerate().take(ctx - first - 1) {
             let target = tokens[c * ctx + first + r + 1];
             nll -= f64::from(crate::sampler::log_softmax_at(row, target));
             count += 1;
         }
         kv_bytes = kv_bytes.max(cache.peak_bytes());
+        kv_bytes_full = kv_bytes_full.max(cache.full_bytes());
         on_chunk(c + 1, n_chunks, (nll / count as f64).exp());
     }
     Ok(PerplexityReport {
@@ -112,5 +140,7 @@ pub fn perplexity(
         ctx,
         seconds: t0.elapsed().as_secs_f64(),
         kv_bytes,
+        kv_bytes_full,
+        kv_policy: policy.to_string(),
     })
 }

@@ -33,6 +33,11 @@ pub enum Command {
     Chat(ChatArgs),
     /// Compute perplexity over a text file the way llama.cpp's llama-perplexity does.
     Perplexity(PerplexityArgs),
+    /// Measure what KV policies cost in quality and save in memory (perplexity,
+    /// passkey retrieval, KV bytes), printing Markdown tables.
+    KvEval(KvEvalArgs),
+    /// Measure prefill and decode speed (pp/tg, as llama-bench), memory and KV bytes.
+    Bench(BenchArgs),
 }
 
 /// Which model to use.
@@ -65,6 +70,22 @@ pub struct TokenizeArgs {
     /// Treat control-token text such as `<|im_start|>` as plain text.
     #[arg(long)]
     pub no_parse_special: bool,
+}
+
+/// KV-cache compression, shared by every command that runs the model.
+#[derive(Debug, Args, Clone)]
+pub struct KvArgs {
+    /// KV cache policy as a spec string: full, streaming:budget=256,sink=4,
+    /// h2o:budget=256,recent=32, snapkv:budget=256,window=8,kernel=7,pool=max,
+    /// pyramidkv:budget=256,window=8, rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128.
+    /// Missing keys take defaults.
+    #[arg(long, default_value = "full", value_parser = parse_policy)]
+    pub kv_policy: tern_runtime::kv::policy::KvPolicy,
+}
+
+fn parse_policy(s: &str) -> Result<tern_runtime::kv::policy::KvPolicy, String> {
+    s.parse()
+        .map_err(|e: tern_runtime::kv::policy::PolicyError| e.to_string())
 }
 
 /// Sampling options shared by `generate` and `chat`.
@@ -110,6 +131,8 @@ pub struct SamplingArgs {
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// The prompt text.
     #[arg(long, short = 'p')]
     pub prompt: String,
@@ -137,6 +160,8 @@ pub struct GenerateArgs {
 pub struct ChatArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// System prompt (default: the template's own).
     #[arg(long)]
     pub system: Option<String>,
@@ -149,10 +174,87 @@ pub struct ChatArgs {
 pub struct PerplexityArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Text file to score.
     #[arg(long, short = 'f')]
     pub file: PathBuf,
     /// Window size in tokens; each window's second half is scored.
     #[arg(long, default_value_t = 512)]
     pub ctx: usize,
+}
+
+/// `tern bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// Context depths to measure at (tokens already in the cache), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub depths: Vec<usize>,
+    /// Prompt tokens for the prefill measurement (pp).
+    #[arg(long, default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Tokens to decode for the generation measurement (tg).
+    #[arg(long, default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions per configuration; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+}
+
+/// `tern kv-eval`.
+#[derive(Debug, Args)]
+pub struct KvEvalArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Which evaluations to run: ppl, passkey, memory.
+    #[arg(long, value_delimiter = ',', default_value = "ppl,passkey,memory")]
+    pub tasks: Vec<String>,
+    /// Policies to compare against full (names; budgets come from --budgets).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "streaming,h2o,snapkv,pyramidkv,rkv"
+    )]
+    pub policies: Vec<String>,
+    /// Text for the perplexity evaluation.
+    #[arg(
+        long,
+        short = 'f',
+        default_value = "../shared/reference/smollm2/gpl-3.txt"
+    )]
+    pub file: PathBuf,
+    /// Perplexity window (context) size.
+    #[arg(long, default_value_t = 2048)]
+    pub ctx: usize,
+    /// Perplexity windows to score (each from an empty cache).
+    #[arg(long, default_value_t = 1)]
+    pub windows: usize,
+    /// KV budgets for the perplexity table.
+    #[arg(long, value_delimiter = ',', default_value = "64,128,256,512")]
+    pub budgets: Vec<usize>,
+    /// KV budgets for the passkey table.
+    #[arg(long, value_delimiter = ',', default_value = "128,256")]
+    pub passkey_budgets: Vec<usize>,
+    /// Passkey prompt lengths in tokens.
+    #[arg(long, value_delimiter = ',', default_value = "1024,2048")]
+    pub contexts: Vec<usize>,
+    /// Passkey depths in percent of the filler.
+    #[arg(long, value_delimiter = ',', default_value = "10,50,90")]
+    pub depths: Vec<usize>,
+    /// Passkey trials per (context, depth).
+    #[arg(long, default_value_t = 1)]
+    pub trials: usize,
+    /// Seed for passkeys.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Contexts for the memory table.
+    #[arg(long, value_delimiter = ',', default_value = "2048,4096,8192")]
+    pub memory_contexts: Vec<usize>,
+    /// Budget for the memory table (snapkv).
+    #[arg(long, default_value_t = 256)]
+    pub memory_budget: usize,
 }

@@ -54,6 +54,7 @@ pub fn run(a: &ChatArgs) -> Result<()> {
             ignore_eos: false,
             stop: a.sampling.stop.clone(),
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            kv_policy: a.kv.kv_policy.clone(),
         };
         let out = match generate(&model, &req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());

@@ -53,6 +53,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
         ignore_eos: a.ignore_eos,
         stop: a.sampling.stop.clone(),
         prefill_chunk: a.prefill_chunk,
+        kv_policy: a.kv.kv_policy.clone(),
     };
     let json_mode = a.model.json;
     let mut stdout = std::io::stdout();
@@ -89,7 +90,9 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
             "decode_tokens_per_s": decode_tps,
             "prefill_seconds": out.prefill_secs,
             "decode_seconds": out.decode_secs,
+            "kv_policy": a.kv.kv_policy.to_string(),
             "kv_bytes": out.kv_bytes,
+            "kv_bytes_full": out.kv_bytes_full,
             "peak_rss_bytes": memory::peak_rss_bytes(),
             "logprobs": logprobs,
         });

@@ -2,9 +2,11 @@
 //! what it needs from the libraries, and prints text (or one JSON object).
 
 pub mod args;
+mod bench;
 mod chat;
 mod generate;
 mod info;
+mod kv_eval;
 mod perplexity;
 mod pull;
 mod resolve;
@@ -33,5 +35,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(a) => generate::run(&a),
         Command::Chat(a) => chat::run(&a),
         Command::Perplexity(a) => perplexity::run(&a),
+        Command::Bench(a) => bench::run(&a),
+        Command::KvEval(a) => kv_eval::run(&a),
     }
 }

@@ -21,7 +21,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let report = perplexity(&model, &tokens, a.ctx, |_, _, ppl| {
+    let report = perplexity(&model, &tokens, a.ctx, &a.kv.kv_policy, |_, _, ppl| {
         bar.set_message(format!("{ppl:.4}"));
         bar.inc(1);
     })?;
@@ -32,8 +32,16 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
         println!("{v}");
     } else {
         println!(
-            "perplexity {:.4} over {} scored tokens ({} windows of {}, {} tokens in file) in {:.1} s",
-            report.perplexity, report.scored_tokens, report.chunks, report.ctx, report.tokens, report.seconds
+            "perplexity {:.4} over {} scored tokens ({} windows of {}, {} tokens in file) in {:.1} s; kv {} held {:.1} of {:.1} MB",
+            report.perplexity,
+            report.scored_tokens,
+            report.chunks,
+            report.ctx,
+            report.tokens,
+            report.seconds,
+            report.kv_policy,
+            report.kv_bytes as f64 / 1e6,
+            report.kv_bytes_full as f64 / 1e6
         );
     }
     Ok(())

@@ -1,55 +1,99 @@
-//! A sequence's KV cache: per layer, keys (after RoPE) and values of every kept
-//! position with their original positions.
+//! A sequence's KV cache: per layer and KV head, the keys (after RoPE) and
+//! values of every kept token with their original positions, compressed to a
+//! budget by a [`KvPolicy`].
 //!
 //! Storage per layer is one preallocated buffer `[n_kv_head, capacity, head_dim]`
 //! f32 for K and one for V, written in place and grown geometrically, so an
-//! append costs the new tokens only. Views handed to the model are narrowed
-//! slices of the buffer, not copies.
+//! append costs the new tokens only. Eviction compacts kept entries to the front
+//! of the same buffer (each head keeps its own index set, all heads the same
+//! count), so the buffer stops growing once the policy holds a budget. Views
+//! handed to the model are narrowed slices of the buffer, not copies.
+//!
+//! The cache also keeps what a policy scores by: attention received so far
+//! (H2O) and the attention rows of the most recent queries (SnapKV, R-KV),
+//! recorded only when the policy asks for attention.
 
-use candle_core::{DType, Device, Tensor};
+use std::collections::VecDeque;
+
+use candle_core::{DType, Device, IndexOp, Tensor};
 use tern_models::{KvStore, ModelConfig};
+
+use super::policy::{self, KvPolicy, ScoreInput};
 
 /// Smallest capacity a layer's buffer is allocated with.
 const MIN_CAPACITY: usize = 64;
 
+#[derive(Clone)]
 struct LayerKv {
-    /// `[n_kv_head, capacity, head_dim]` f32, first `len` positions valid.
+    /// `[n_kv_head, capacity, head_dim]` f32, first `len` entries valid.
     k: Option<Tensor>,
     /// Same shape as `k`.
     v: Option<Tensor>,
     capacity: usize,
-    positions: Vec<u32>,
+    len: usize,
+    /// Original position of each entry, per KV head: `[KV][len]`.
+    positions: Vec<Vec<u32>>,
+    /// Attention each entry received since it was cached: `[KV][len]`.
+    cumulative: Vec<Vec<f32>>,
+    /// Attention rows of the latest queries, oldest first: `[KV][rows][<= len]`.
+    recent: Vec<VecDeque<Vec<f32>>>,
+    /// Tokens appended since the last compression.
+    since_compress: usize,
+    /// Tokens in the latest append (more than one: a prefill chunk).
+    last_append: usize,
 }
 
 /// The cache of one sequence, across all layers.
 pub struct SeqCache {
     layers: Vec<LayerKv>,
+    policy: KvPolicy,
+    n_layer: usize,
     n_kv_head: usize,
     head_dim: usize,
+    /// Highest position appended plus one: what a full cache would hold.
+    seen: usize,
     peak_bytes: usize,
 }
 
 impl SeqCache {
-    /// An empty cache shaped for `config`.
+    /// An empty cache shaped for `config` that keeps everything.
     pub fn new(config: &ModelConfig) -> Self {
+        Self::with_policy(config, KvPolicy::Full)
+    }
+
+    /// An empty cache shaped for `config`, compressed by `policy`.
+    pub fn with_policy(config: &ModelConfig, policy: KvPolicy) -> Self {
+        let kvh = config.n_kv_head;
+        let layer = LayerKv {
+            k: None,
+            v: None,
+            capacity: 0,
+            len: 0,
+            positions: vec![Vec::new(); kvh],
+            cumulative: vec![Vec::new(); kvh],
+            recent: vec![VecDeque::new(); kvh],
+            since_compress: 0,
+            last_append: 0,
+        };
         Self {
-            layers: (0..config.n_layer)
-                .map(|_| LayerKv {
-                    k: None,
-                    v: None,
-                    capacity: 0,
-                    positions: Vec::new(),
-                })
-                .collect(),
-            n_kv_head: config.n_kv_head,
+            layers: vec![layer; config.n_layer],
+            policy,
+            n_layer: config.n_layer,
+            n_kv_head: kvh,
             head_dim: config.head_dim,
+            seen: 0,
             peak_bytes: 0,
         }
     }
 
-    /// Positions held by layer 0 (all layers hold the same count without eviction).
+    /// The policy this cache compresses by.
+    pub fn policy(&self) -> &KvPolicy {
+        &self.policy
+    }
+
+    /// Entries held by layer 0.
     pub fn len(&self) -> usize {
-        self.layers.first().map_or(0, |l| l.positions.len())
+        self.layers.first().map_or(0, |l| l.len)
     }
 
     /// Whether nothing is cached.
@@ -57,13 +101,18 @@ impl SeqCache {
         self.len() == 0
     }
 
+    /// Tokens this sequence has appended in all (the next token's position).
+    pub fn seen(&self) -> usize {
+        self.seen
+    }
+
+    fn bytes_per_entry(&self) -> usize {
+        2 * self.n_kv_head * self.head_dim * std::mem::size_of::<f32>()
+    }
+
     /// Bytes of keys and values currently held (valid entries, all layers).
     pub fn bytes(&self) -> usize {
-        let per_pos = 2 * self.n_kv_head * self.head_dim * std::mem::size_of::<f32>();
-        self.layers
-            .iter()
-            .map(|l| l.positions.len() * per_pos)
-            .sum()
+        self.layers.iter().map(|l| l.len).sum::<usize>() * self.bytes_per_entry()
     }
 
     /// The largest [`Self::bytes`] seen since creation.
@@ -71,34 +120,44 @@ impl SeqCache {
         self.peak_bytes
     }
 
+    /// Bytes a full (uncompressed) cache would hold for the same tokens.
+    pub fn full_bytes(&self) -> usize {
+        self.seen * self.n_layer * self.bytes_per_entry()
+    }
+
     /// A deep copy that evolves independently (best-of-N children share a
     /// prefilled prompt this way).
     pub fn fork(&self) -> candle_core::Result<Self> {
         let copy = |t: &Option<Tensor>| t.as_ref().map(Tensor::copy).transpose();
-        Ok(Self {
-            layers: self
-                .layers
-                .iter()
-                .map(|l| {
-                    Ok(LayerKv {
-                        k: copy(&l.k)?,
-                        v: copy(&l.v)?,
-                        capacity: l.capacity,
-                        positions: l.positions.clone(),
-                    })
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                Ok(LayerKv {
+                    k: copy(&l.k)?,
+                    v: copy(&l.v)?,
+                    ..l.clone()
                 })
-                .collect::<candle_core::Result<_>>()?,
-            n_kv_head: self.n_kv_head,
-            head_dim: self.head_dim,
-            peak_bytes: self.peak_bytes,
+            })
+            .collect::<candle_core::Result<_>>()?;
+        Ok(Self {
+            layers,
+            policy: self.policy.clone(),
+            ..*self
         })
     }
 
-    /// Drops every position at or after `len` (e.g. to re-run a prompt suffix).
-    pub fn truncate(&mut self, len: usize) {
-        for l in &mut self.layers {
-            l.positions.truncate(len);
+    /// Applies the policy's end-of-prompt compression (SnapKV and PyramidKV
+    /// compress the prompt once it has been read). Call after the last prefill
+    /// chunk.
+    pub fn finish_prefill(&mut self) -> tern_models::Result<()> {
+        for layer in 0..self.n_layer {
+            let l = &self.layers[layer];
+            if policy::should_compress(&self.policy, l.len, l.since_compress, true) {
+                self.compress(layer)?;
+            }
         }
+        Ok(())
     }
 
     fn grow(&mut self, layer: usize, needed: usize) -> candle_core::Result<()> {
@@ -110,14 +169,78 @@ impl SeqCache {
         let capacity = needed.max(2 * l.capacity).max(MIN_CAPACITY);
         let k = Tensor::zeros((kvh, capacity, hd), DType::F32, &Device::Cpu)?;
         let v = Tensor::zeros((kvh, capacity, hd), DType::F32, &Device::Cpu)?;
-        let len = l.positions.len();
-        if let (Some(old_k), Some(old_v), true) = (&l.k, &l.v, len > 0) {
-            k.slice_set(&old_k.narrow(1, 0, len)?.contiguous()?, 1, 0)?;
-            v.slice_set(&old_v.narrow(1, 0, len)?.contiguous()?, 1, 0)?;
+        if let (Some(old_k), Some(old_v), true) = (&l.k, &l.v, l.len > 0) {
+            k.slice_set(&old_k.narrow(1, 0, l.len)?.contiguous()?, 1, 0)?;
+            v.slice_set(&old_v.narrow(1, 0, l.len)?.contiguous()?, 1, 0)?;
         }
         l.k = Some(k);
         l.v = Some(v);
         l.capacity = capacity;
+        Ok(())
+    }
+
+    /// Keeps only the entries the policy selects in `layer`, compacted to the
+    /// front of the buffers.
+    fn compress(&mut self, layer: usize) -> tern_models::Result<()> {
+        let (kvh, hd, n_layer) = (self.n_kv_head, self.head_dim, self.n_layer);
+        let l = &mut self.layers[layer];
+        let (Some(kb), Some(vb)) = (&l.k, &l.v) else {
+            return Ok(());
+        };
+        let keys: Vec<Vec<f32>> = if self.policy.needs_keys() {
+            let k = kb.narrow(1, 0, l.len)?.contiguous()?;
+            (0..kvh)
+                .map(|h| k.i(h)?.flatten_all()?.to_vec1::<f32>())
+                .collect::<candle_core::Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        let recent: Vec<Vec<Vec<f32>>> = l
+            .recent
+            .iter()
+            .map(|d| d.iter().cloned().collect())
+            .collect();
+        let keep = policy::select(
+            &self.policy,
+            &ScoreInput {
+                layer,
+                n_layer,
+                n_cached: l.len,
+                positions: &l.positions,
+                cumulative: &l.cumulative,
+                recent_rows: &recent,
+                keys: &keys,
+                head_dim: hd,
+            },
+        );
+        let kept = keep.per_head.first().map_or(0, Vec::len);
+        if kept >= l.len {
+            l.since_compress = 0;
+            return Ok(());
+        }
+        let (mut ks, mut vs) = (Vec::with_capacity(kvh), Vec::with_capacity(kvh));
+        for (h, idx) in keep.per_head.iter().enumerate() {
+            let ids: Vec<u32> = idx.iter().map(|&i| i as u32).collect();
+            let ids = Tensor::from_vec(ids, idx.len(), &Device::Cpu)?;
+            ks.push(kb.i(h)?.narrow(0, 0, l.len)?.index_select(&ids, 0)?);
+            vs.push(vb.i(h)?.narrow(0, 0, l.len)?.index_select(&ids, 0)?);
+            let remap = |v: &[f32]| {
+                idx.iter()
+                    .map(|&i| v.get(i).copied().unwrap_or(0.0))
+                    .collect()
+            };
+            l.positions[h] = idx.iter().map(|&i| l.positions[h][i]).collect();
+            if !l.cumulative[h].is_empty() {
+                l.cumulative[h] = remap(&l.cumulative[h]);
+            }
+            for row in l.recent[h].iter_mut() {
+                *row = remap(row);
+            }
+        }
+        kb.slice_set(&Tensor::stack(&ks, 0)?, 1, 0)?;
+        vb.slice_set(&Tensor::stack(&vs, 0)?, 1, 0)?;
+        l.len = kept;
+        l.since_compress = 0;
         Ok(())
     }
 }
@@ -130,28 +253,73 @@ impl KvStore for SeqCache {
         v: &Tensor,
         positions: &[u32],
     ) -> tern_models::Result<(Tensor, Tensor)> {
-        let len = self.layers[layer].positions.len();
-        let total = len + positions.len();
-        self.grow(layer, total)?;
+        let n = positions.len();
+        let total = self.layers[layer].len + n;
+        self.grow(layer, total.max(1))?;
+        let track = self.policy.needs_attention();
         let l = &mut self.layers[layer];
-        let (kb, vb) = match (&l.k, &l.v) {
-            (Some(k), Some(v)) => (k, v),
-            // grow() always allocates when total > 0; an empty append needs none.
-            _ => {
-                let empty =
-                    Tensor::zeros((self.n_kv_head, 0, self.head_dim), DType::F32, &Device::Cpu)?;
-                return Ok((empty.clone(), empty));
-            }
+        let (Some(kb), Some(vb)) = (&l.k, &l.v) else {
+            unreachable!("grow() allocated the buffers for at least one entry")
         };
-        kb.slice_set(&k.contiguous()?, 1, len)?;
-        vb.slice_set(&v.contiguous()?, 1, len)?;
-        l.positions.extend_from_slice(positions);
+        kb.slice_set(&k.contiguous()?, 1, l.len)?;
+        vb.slice_set(&v.contiguous()?, 1, l.len)?;
+        for h in 0..self.n_kv_head {
+            l.positions[h].extend_from_slice(positions);
+            if track {
+                l.cumulative[h].resize(total, 0.0);
+            }
+        }
+        l.len = total;
+        l.since_compress += n;
+        l.last_append = n;
         let views = (kb.narrow(1, 0, total)?, vb.narrow(1, 0, total)?);
+        if let Some(&last) = positions.last() {
+            self.seen = self.seen.max(last as usize + 1);
+        }
         self.peak_bytes = self.peak_bytes.max(self.bytes());
         Ok(views)
     }
 
-    fn positions(&self, layer: usize) -> &[u32] {
-        &self.layers[layer].positions
+    fn positions(&self, layer: usize, head: usize) -> &[u32] {
+        &self.layers[layer].positions[head]
+    }
+
+    fn wants_attention(&self, _layer: usize) -> bool {
+        self.policy.needs_attention()
+    }
+
+    fn observe_attention(&mut self, layer: usize, weights: &Tensor) -> tern_models::Result<()> {
+        // [KV, G, n, C] -> combine the group by mean -> [KV, n, C]
+        let w: Vec<Vec<Vec<f32>>> = weights.mean(1)?.to_vec3()?;
+        let window = self.policy.window().max(1);
+        let l = &mut self.layers[layer];
+        for (h, rows) in w.into_iter().enumerate() {
+            let cum = &mut l.cumulative[h];
+            for row in &rows {
+                for (c, x) in cum.iter_mut().zip(row) {
+                    *c += x;
+                }
+            }
+            let recent = &mut l.recent[h];
+            let skip = rows.len().saturating_sub(window);
+            recent.extend(rows.into_iter().skip(skip));
+            while recent.len() > window {
+                recent.pop_front();
+            }
+        }
+        Ok(())
+    }
+
+    fn after_attention(&mut self, layer: usize) -> tern_models::Result<()> {
+        let l = &self.layers[layer];
+        // A prefill chunk ends like a short prompt: policies that compress at
+        // prefill end do so now (scored by the chunk's last queries), so a long
+        // prompt never holds more than budget + chunk entries.
+        let chunk_end = l.last_append > 1
+            && policy::should_compress(&self.policy, l.len, l.since_compress, true);
+        if chunk_end || policy::should_compress(&self.policy, l.len, l.since_compress, false) {
+            self.compress(layer)?;
+        }
+        Ok(())
     }
 }

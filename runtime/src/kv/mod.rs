@@ -4,5 +4,7 @@
 //! seam. Compression policies plug in here (they decide which entries to keep).
 
 pub mod cache;
+pub mod passkey;
+pub mod policy;
 
 pub use cache::SeqCache;

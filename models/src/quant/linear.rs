@@ -1,0 +1,208 @@
+//! [`QLinear`], Tern's quantized linear layer: `y = x W^T` with `W` a GGUF weight
+//! matrix `[out, in]`.
+//!
+//! Q4_0, Q4_1 and Q8_0 weights are repacked into Tern-owned aligned storage and run
+//! on Tern's kernels ([`super::dot`]) over Tern's thread pool ([`super::pool`]):
+//! activations are quantized once per call, then the output columns are split into
+//! tasks that idle pool threads pull from a shared counter. Every other dtype runs
+//! through candle's `QMatMul`, inside the same type, so callers never branch.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Module, Result, Shape, Tensor};
+
+use super::blocks::{PackedWeights, QuantizedActs, WeightFormat, QK};
+use super::dot::{self, Kernel, OutPtr};
+use super::pool::Pool;
+
+/// Below this many (output, block, row) products a call runs on the caller alone:
+/// waking the pool would cost more than it saves.
+const PARALLEL_MIN_BLOCK_DOTS: usize = 2048;
+/// Tasks per thread a call's output columns are split into, so a thread that was
+/// descheduled mid-call costs the others little.
+const TASKS_PER_THREAD: usize = 4;
+
+/// A quantized linear layer (no bias) over a GGUF weight `[out, in]`.
+pub struct QLinear {
+    out_dim: usize,
+    in_dim: usize,
+    dtype: GgmlDType,
+    imp: Imp,
+}
+
+enum Imp {
+    Native(PackedWeights),
+    Candle(QMatMul),
+}
+
+impl std::fmt::Debug for QLinear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QLinear")
+            .field("out_dim", &self.out_dim)
+            .field("in_dim", &self.in_dim)
+            .field("dtype", &self.dtype)
+            .field("native", &self.is_native())
+            .finish()
+    }
+}
+
+impl QLinear {
+    /// Builds the layer from a weight tensor `[out, in]`, copying Q4_0/Q4_1/Q8_0
+    /// blocks into Tern's layout (the tensor can be dropped afterwards).
+    pub fn from_qtensor(weight: QTensor) -> Result<Self> {
+        Self::from_arc(Arc::new(weight))
+    }
+
+    /// As [`QLinear::from_qtensor`], for a weight shared with other users (e.g. a
+    /// tied embedding): native dtypes copy it, others keep a reference.
+    pub fn from_arc(weight: Arc<QTensor>) -> Result<Self> {
+        let (out_dim, in_dim) = match weight.shape().dims() {
+            &[o, i] => (o, i),
+            d => bail!("QLinear needs a 2-D weight [out, in], got shape {d:?}"),
+        };
+        let dtype = weight.dtype();
+        let native =
+            WeightFormat::from_ggml(dtype).filter(|_| weight.device().is_cpu() && in_dim % QK == 0);
+        let imp = match native {
+            Some(format) => {
+                let data = weight.data()?;
+                Imp::Native(
+                    PackedWeights::from_ggml(format, out_dim, in_dim, &data)
+                        .map_err(candle_core::Error::msg)?,
+                )
+            }
+            None => Imp::Candle(QMatMul::from_arc(weight)?),
+        };
+        Ok(Self {
+            out_dim,
+            in_dim,
+            dtype,
+            imp,
+        })
+    }
+
+    /// Output features (rows of the weight).
+    pub fn out_dim(&self) -> usize {
+        self.out_dim
+    }
+
+    /// Input features (columns of the weight).
+    pub fn in_dim(&self) -> usize {
+        self.in_dim
+    }
+
+    /// The weight's ggml dtype.
+    pub fn dtype(&self) -> GgmlDType {
+        self.dtype
+    }
+
+    /// Whether Tern's kernels run this layer (false: candle's `QMatMul` does).
+    pub fn is_native(&self) -> bool {
+        matches!(self.imp, Imp::Native(_))
+    }
+
+    /// `x W^T` for `x` `[.., in]` (any float dtype, computed in f32): returns
+    /// `[.., out]` f32.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, dot::best_kernel())
+    }
+
+    /// [`QLinear::forward`] on a chosen kernel (tests compare them).
+    pub(crate) fn forward_with(&self, x: &Tensor, kernel: Kernel) -> Result<Tensor> {
+        match x.dims().last() {
+            Some(&n) if n == self.in_dim => {}
+            _ => bail!(
+                "QLinear [{}, {}] applied to input of shape {:?}",
+                self.out_dim,
+                self.in_dim,
+                x.dims()
+            ),
+        }
+        match &self.imp {
+            Imp::Candle(mm) => mm.forward(x)?.to_dtype(DType::F32),
+            Imp::Native(w) => {
+                let x = x.to_dtype(DType::F32)?.contiguous()?;
+                x.apply_op1_no_bwd(&NativeOp { w, kernel })
+            }
+        }
+    }
+}
+
+impl Module for QLinear {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        QLinear::forward(self, xs)
+    }
+}
+
+/// The native product as a candle custom op, which hands us the input's CPU slice.
+struct NativeOp<'a> {
+    w: &'a PackedWeights,
+    kernel: Kernel,
+}
+
+impl CustomOp1 for NativeOp<'_> {
+    fn name(&self) -> &'static str {
+        "tern-qlinear"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let CpuStorage::F32(data) = storage else {
+            bail!("tern-qlinear expects f32 input");
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            bail!("tern-qlinear expects a contiguous input");
+        };
+        let dims = layout.shape().dims();
+        let rows = (end - start) / self.w.cols;
+        let out = matmul(self.w, &data[start..end], rows, self.kernel);
+        let mut out_dims = dims[..dims.len() - 1].to_vec();
+        out_dims.push(self.w.rows);
+        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+    }
+}
+
+/// `x` (`rows * w.cols` f32, row-major) times `w^T`: `rows * w.rows` f32.
+fn matmul(w: &PackedWeights, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
+    let (out_dim, nb) = (w.rows, w.blocks_per_row());
+    let mut out = vec![0f32; rows * out_dim];
+    if rows == 0 || out_dim == 0 {
+        return out;
+    }
+    let mut acts = QuantizedActs::zeroed(rows, nb, w.format.needs_act_sums());
+    dot::quantize_rows(kernel, x, w.cols, 0..rows, &mut acts);
+    let acts = &acts;
+    let optr = OutPtr {
+        ptr: out.as_mut_ptr(),
+        stride: out_dim,
+    };
+    let pool = Pool::global();
+    let threads = pool.threads();
+    if threads == 1 || rows * out_dim * nb < PARALLEL_MIN_BLOCK_DOTS {
+        // SAFETY: `out` holds `rows * out_dim` f32 and this thread alone writes it.
+        unsafe { dot::gemm_range(kernel, w, acts, 0..out_dim, optr) };
+        return out;
+    }
+    // Task boundaries on the kernels' tile widths: 4 columns per decode tile,
+    // 16-column slabs when several rows share each weight row.
+    let unit = if rows == 1 { 4 } else { 16 };
+    let chunk = out_dim
+        .div_ceil(threads * TASKS_PER_THREAD)
+        .div_ceil(unit)
+        .max(1)
+        * unit;
+    let n_tasks = out_dim.div_ceil(chunk);
+    let next = AtomicUsize::new(0);
+    pool.run(&|| loop {
+        let t = next.fetch_add(1, Ordering::Relaxed);
+        if t >= n_tasks {
+            break;
+        }
+        let cols = t * chunk..out_dim.min((t + 1) * chunk);
+        // SAFETY: `out` holds `rows * out_dim` f32 and outlives `pool.run`; each task
+        // index is claimed exactly once, so each column range has one writer.
+        unsafe { dot::gemm_range(kernel, w, acts, cols, optr) };
+    });
+    out
+}

@@ -1,0 +1,23 @@
+//! Tern's quantized linear layer, [`QLinear`], and what it is built from.
+//!
+//! candle 0.11's `QMatMul` has no SIMD Q4_1 kernel and its thread pool spends much
+//! of a decode step spinning, so Tern runs the GGUF block formats its models ship
+//! in (Q4_0, Q4_1, Q8_0) on its own kernels, numerically equivalent to llama.cpp's
+//! CPU path, our correctness reference.
+//!
+//! - [`blocks`]: the block formats, Tern's packed layout, and the reference
+//!   (scalar) activation quantization and weight dequantization.
+//! - [`dot`]: AVX2+FMA and portable dot kernels, chosen once at run time.
+//! - [`pool`]: the persistent worker pool the products run on.
+//! - [`linear`]: the layer itself.
+
+pub mod blocks;
+pub mod dot;
+pub mod linear;
+pub mod pool;
+
+#[cfg(test)]
+mod tests;
+
+pub use dot::{best_kernel, Kernel};
+pub use linear::QLinear;

@@ -1,0 +1,301 @@
+//! Tests of [`super::QLinear`] against an independent scalar reference of ggml's
+//! arithmetic, against candle's `QMatMul`, and of the AVX2 kernels against the
+//! portable ones. Seeded random data; sizes small enough to run in well under a
+//! second in release.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::blocks::{QuantizedActs, QK};
+use super::dot::{self, Kernel};
+use super::QLinear;
+
+const DTYPES: [GgmlDType; 3] = [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0];
+const ROWS: [usize; 3] = [1, 3, 17];
+const IN_DIMS: [usize; 3] = [64, 576, 1536];
+/// 67: odd, exercises every tile remainder; 300: enough work for the pool at 1 row.
+const OUT_DIMS: [usize; 2] = [67, 300];
+
+fn random(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(lo..hi)).collect()
+}
+
+fn weight(rng: &mut StdRng, dtype: GgmlDType, out: usize, inp: usize) -> QTensor {
+    // An offset so Q4_1's `m` matters.
+    let w = Tensor::from_vec(random(rng, out * inp, -0.7, 1.0), (out, inp), &Device::Cpu)
+        .expect("tensor");
+    QTensor::quantize(&w, dtype).expect("quantize")
+}
+
+/// ggml's x86 activation quantization, written out independently of `blocks`:
+/// per block `(quants, d as f16, s as f16)`.
+fn ggml_quantize(x: &[f32]) -> Vec<([i32; QK], f64, f64)> {
+    x.chunks_exact(QK)
+        .map(|b| {
+            let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+            let mut q = [0i32; QK];
+            for (q, v) in q.iter_mut().zip(b) {
+                *q = (v * id).round_ties_even() as i32;
+            }
+            let sum: i32 = q.iter().sum();
+            let dh = f16::from_f32(d).to_f32() as f64;
+            let sh = f16::from_f32(d * sum as f32).to_f32() as f64;
+            (q, dh, sh)
+        })
+        .collect()
+}
+
+/// The ggml block dot in f64 from the raw ggml bytes: per block
+/// `d_w d_x sum(q_w q_x)` (+ `m_w s_x` for Q4_1). Returns `(value, sum of |terms|)`.
+fn reference(
+    dtype: GgmlDType,
+    raw: &[u8],
+    row: usize,
+    inp: usize,
+    x: &[([i32; QK], f64, f64)],
+) -> (f64, f64) {
+    let nb = inp / QK;
+    let bb = match dtype {
+        GgmlDType::Q4_0 => 18,
+        GgmlDType::Q4_1 => 20,
+        _ => 34,
+    };
+    let h = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32() as f64;
+    let (mut val, mut mag) = (0.0, 0.0);
+    for (b, (qx, dx, sx)) in x.iter().enumerate().take(nb) {
+        let blk = &raw[(row * nb + b) * bb..(row * nb + b + 1) * bb];
+        let dw = h(blk, 0);
+        let qw: Vec<i32> = match dtype {
+            GgmlDType::Q8_0 => blk[2..].iter().map(|&v| v as i8 as i32).collect(),
+            _ => {
+                let qs = if dtype == GgmlDType::Q4_1 {
+                    &blk[4..]
+                } else {
+                    &blk[2..]
+                };
+                let off = if dtype == GgmlDType::Q4_0 { 8 } else { 0 };
+                let lo = qs.iter().map(|&v| (v & 0x0F) as i32 - off);
+                let hi = qs.iter().map(|&v| (v >> 4) as i32 - off);
+                lo.chain(hi).collect()
+            }
+        };
+        let sumi: i32 = qw.iter().zip(qx).map(|(a, b)| a * b).sum();
+        let t = dw * dx * sumi as f64;
+        val += t;
+        mag += t.abs();
+        if dtype == GgmlDType::Q4_1 {
+            let t = h(blk, 2) * sx;
+            val += t;
+            mag += t.abs();
+        }
+    }
+    (val, mag)
+}
+
+fn max_abs(v: &[f32]) -> f32 {
+    v.iter().fold(0.0f32, |m, x| m.max(x.abs()))
+}
+
+#[test]
+fn quant_matches_reference_candle_and_scalar() {
+    let mut rng = StdRng::seed_from_u64(0x7e27);
+    let kernels: Vec<Kernel> = if dot::best_kernel() == Kernel::Avx2 {
+        vec![Kernel::Avx2, Kernel::Scalar]
+    } else {
+        vec![Kernel::Scalar]
+    };
+    let (mut worst_ref, mut worst_candle) = (0.0f64, 0.0f64);
+    for dtype in DTYPES {
+        for &inp in &IN_DIMS {
+            for &out in &OUT_DIMS {
+                let qw = Arc::new(weight(&mut rng, dtype, out, inp));
+                let raw = qw.data().expect("data").to_vec();
+                let lin = QLinear::from_arc(qw.clone()).expect("qlinear");
+                assert!(lin.is_native());
+                assert_eq!(
+                    (lin.out_dim(), lin.in_dim(), lin.dtype()),
+                    (out, inp, dtype)
+                );
+                let mm = QMatMul::from_arc(qw).expect("qmatmul");
+                for &rows in &ROWS {
+                    let xv = random(&mut rng, rows * inp, -2.0, 2.0);
+                    let x = Tensor::from_vec(xv.clone(), (rows, inp), &Device::Cpu).expect("x");
+                    let mut outs = Vec::new();
+                    for &k in &kernels {
+                        let y = lin.forward_with(&x, k).expect("forward");
+                        assert_eq!(y.dims(), &[rows, out]);
+                        outs.push(
+                            y.flatten_all()
+                                .expect("flat")
+                                .to_vec1::<f32>()
+                                .expect("vec"),
+                        );
+                    }
+                    let y = &outs[0];
+                    // (c) AVX2 vs scalar: the same operations in the same order, so the
+                    // same bits (stronger than the 1e-5 relative the design requires).
+                    for other in &outs[1..] {
+                        assert_eq!(
+                            y, other,
+                            "{dtype:?} rows={rows} in={inp} out={out}: avx2 != scalar"
+                        );
+                    }
+                    // (a) independent f64 reference of ggml's formula: only f32
+                    // accumulation rounding may differ, bounded by 1e-5 of the sum of the
+                    // terms' magnitudes.
+                    for r in 0..rows {
+                        let xq = ggml_quantize(&xv[r * inp..(r + 1) * inp]);
+                        for c in 0..out {
+                            let (want, mag) = reference(dtype, &raw, c, inp, &xq);
+                            let err = (y[r * out + c] as f64 - want).abs();
+                            assert!(
+                                err <= 1e-5 * mag + 1e-6,
+                                "{dtype:?} rows={rows} in={inp} out={out} [{r},{c}]: {} vs {want} (mag {mag})",
+                                y[r * out + c]
+                            );
+                            worst_ref = worst_ref.max(err / (mag + 1e-12));
+                        }
+                    }
+                    // (b) candle's QMatMul (its own activation quantization): max abs
+                    // difference below 1e-3 of the output's max magnitude.
+                    let want = mm
+                        .forward(&x)
+                        .expect("candle")
+                        .flatten_all()
+                        .expect("flat")
+                        .to_vec1::<f32>()
+                        .expect("vec");
+                    let diff = y
+                        .iter()
+                        .zip(&want)
+                        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    let rel = (diff / max_abs(&want)) as f64;
+                    assert!(
+                        rel < 1e-3,
+                        "{dtype:?} rows={rows} in={inp} out={out}: vs candle {rel}"
+                    );
+                    worst_candle = worst_candle.max(rel);
+                }
+            }
+        }
+    }
+    eprintln!("worst error vs reference (of term magnitude): {worst_ref:.3e}; vs candle (of max |y|): {worst_candle:.3e}");
+}
+
+#[test]
+fn quant_activation_quantization_avx2_matches_reference_bitwise() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let cols = 4 * QK;
+    // Random values, an all-zero block, and exact ties (amax 127: id = 1).
+    let mut x = random(&mut rng, cols, -3.0, 3.0);
+    x[QK..2 * QK].fill(0.0);
+    for (i, v) in x[2 * QK..3 * QK].iter_mut().enumerate() {
+        *v = i as f32 - 15.5;
+    }
+    x[2 * QK] = 127.0;
+    for with_sums in [false, true] {
+        let mut a = QuantizedActs::zeroed(1, 4, with_sums);
+        let mut b = QuantizedActs::zeroed(1, 4, with_sums);
+        super::blocks::quantize_rows_ref(&x, cols, 0..1, &mut a);
+        if dot::best_kernel() == Kernel::Avx2 {
+            dot::quantize_rows(Kernel::Avx2, &x, cols, 0..1, &mut b);
+            for i in 0..4 {
+                assert_eq!(a.qs[i].0, b.qs[i].0, "block {i}");
+            }
+            assert_eq!(a.d, b.d);
+            assert_eq!(a.s, b.s);
+        }
+        // Ties round to even: 127 * 1 - ... -15.5 + 1 = -14.5 -> -14, -0.5 -> 0, 0.5 -> 0, 1.5 -> 2.
+        let t = &a.qs[2].0;
+        assert_eq!((t[1], t[15], t[16], t[17]), (-14, 0, 0, 2));
+        assert_eq!(a.d[1], 0.0);
+        assert!(a.qs[1].0.iter().all(|&q| q == 0));
+    }
+}
+
+#[test]
+fn quant_flattens_leading_dims_and_falls_back() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let (out, inp) = (40, 96);
+    let lin = QLinear::from_qtensor(weight(&mut rng, GgmlDType::Q4_1, out, inp)).expect("q");
+    let x = Tensor::from_vec(
+        random(&mut rng, 2 * 3 * inp, -1.0, 1.0),
+        (2, 3, inp),
+        &Device::Cpu,
+    )
+    .expect("x");
+    let y3 = lin.forward(&x).expect("3d");
+    assert_eq!(y3.dims(), &[2, 3, out]);
+    let y2 = lin.forward(&x.reshape((6, inp)).expect("r")).expect("2d");
+    assert_eq!(
+        y3.flatten_all().expect("f").to_vec1::<f32>().expect("v"),
+        y2.flatten_all().expect("f").to_vec1::<f32>().expect("v")
+    );
+    assert!(lin
+        .forward(&Tensor::zeros((1, inp + 1), candle_core::DType::F32, &Device::Cpu).expect("z"))
+        .is_err());
+
+    // F32 weights are not native: candle's QMatMul runs them, same API.
+    let w = Tensor::from_vec(
+        random(&mut rng, out * inp, -1.0, 1.0),
+        (out, inp),
+        &Device::Cpu,
+    )
+    .expect("w");
+    let lin = QLinear::from_qtensor(QTensor::quantize(&w, GgmlDType::F32).expect("q")).expect("l");
+    assert!(!lin.is_native());
+    let got = lin.forward(&x.reshape((6, inp)).expect("r")).expect("fwd");
+    let want = x
+        .reshape((6, inp))
+        .expect("r")
+        .matmul(&w.t().expect("t"))
+        .expect("mm");
+    let diff = (got - want)
+        .expect("d")
+        .abs()
+        .expect("a")
+        .max_all()
+        .expect("m")
+        .to_scalar::<f32>()
+        .expect("s");
+    assert!(diff < 1e-4, "{diff}");
+}
+
+#[test]
+fn quant_concurrent_callers_agree() {
+    let mut rng = StdRng::seed_from_u64(13);
+    let (out, inp) = (512, 576);
+    let lin = QLinear::from_qtensor(weight(&mut rng, GgmlDType::Q8_0, out, inp)).expect("q");
+    let x =
+        Tensor::from_vec(random(&mut rng, 5 * inp, -1.0, 1.0), (5, inp), &Device::Cpu).expect("x");
+    let want = lin
+        .forward(&x)
+        .expect("f")
+        .flatten_all()
+        .expect("f")
+        .to_vec1::<f32>()
+        .expect("v");
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..50 {
+                    let got = lin
+                        .forward(&x)
+                        .expect("f")
+                        .flatten_all()
+                        .expect("f")
+                        .to_vec1::<f32>()
+                        .expect("v");
+                    assert_eq!(got, want);
+                }
+            });
+        }
+    });
+}

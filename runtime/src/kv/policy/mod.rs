@@ -1,0 +1,516 @@
+//! KV compression policies: which cached entries a sequence keeps once its cache
+//! is over budget (DESIGN.md §3).
+//!
+//! One [`KvPolicy`] value, read from and printed back to a spec string
+//! (`spec.rs`), drives serving and training alike. Policies are pure: [`select`]
+//! takes the scores of one layer of one sequence ([`ScoreInput`]) and returns the
+//! entries to keep ([`KeepSet`]); [`should_compress`] says when to call it. They
+//! own no storage and see no tensors: the cache gathers what the policy asks for
+//! ([`KvPolicy::needs_cumulative`], [`KvPolicy::needs_recent_rows`],
+//! [`KvPolicy::needs_keys`]), calls [`select`] for every layer and compacts itself.
+//!
+//! One file per policy: `streaming.rs` (StreamingLLM, Xiao et al. 2023), `h2o.rs`
+//! (H2O, Zhang et al. 2023), `snapkv.rs` (SnapKV, Li et al. 2024, and the pooling
+//! PyramidKV and R-KV reuse), `pyramidkv.rs` (PyramidKV, Cai et al. 2024), `rkv.rs`
+//! (R-KV, Cai et al. 2025).
+//!
+//! Rules every policy follows:
+//! - a layer holding no more than its budget keeps everything;
+//! - the newest [`KvPolicy::window`] entries are always kept;
+//! - kept indices are sorted ascending and every KV head keeps the same count, so a
+//!   layer stays one dense `[n_kv_head, kept, head_dim]` block with original positions;
+//! - ranking is deterministic: higher score first, equal scores keep the lower index
+//!   (the older entry), NaN ranks below everything;
+//! - malformed input (a missing head, a short score row) never panics: what is
+//!   missing scores 0.
+
+mod h2o;
+mod pyramidkv;
+mod rkv;
+mod snapkv;
+mod spec;
+mod streaming;
+
+use std::cmp::Ordering;
+
+pub use h2o::H2oParams;
+pub use pyramidkv::PyramidKvParams;
+pub use rkv::RkvParams;
+pub use snapkv::{Pool, SnapKvParams};
+pub use spec::PolicyError;
+pub use streaming::StreamingParams;
+
+/// Default `budget` of every budgeted policy: cached tokens kept per layer (and KV head).
+pub const DEFAULT_BUDGET: usize = 256;
+
+/// A KV compression policy: what to keep and when, one value for serving and training.
+///
+/// Written as a spec string (`full`, `h2o:budget=256,recent=32`, ...); `Display`
+/// prints the canonical spec with every key, so `p.to_string().parse() == Ok(p)`.
+/// Serde reads and writes the same string.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum KvPolicy {
+    /// Keep everything; the reference every other policy is measured against.
+    #[default]
+    Full,
+    /// Attention sinks plus a rolling window; needs no scores.
+    Streaming(StreamingParams),
+    /// Heavy hitters by accumulated attention plus the newest tokens.
+    H2o(H2oParams),
+    /// Importance from the attention of the last `window` queries, pooled.
+    SnapKv(SnapKvParams),
+    /// SnapKV with a per-layer budget that falls linearly with depth.
+    PyramidKv(PyramidKvParams),
+    /// SnapKV importance minus key redundancy, for long reasoning traces.
+    Rkv(RkvParams),
+}
+
+impl KvPolicy {
+    /// The name used in spec strings, e.g. `snapkv`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KvPolicy::Full => "full",
+            KvPolicy::Streaming(_) => "streaming",
+            KvPolicy::H2o(_) => "h2o",
+            KvPolicy::SnapKv(_) => "snapkv",
+            KvPolicy::PyramidKv(_) => "pyramidkv",
+            KvPolicy::Rkv(_) => "rkv",
+        }
+    }
+
+    /// Tokens kept per layer on average; `None` for [`KvPolicy::Full`], which never evicts.
+    /// The engine sizes admission (KV bytes per sequence) from this.
+    pub fn budget(&self) -> Option<usize> {
+        match self {
+            KvPolicy::Full => None,
+            KvPolicy::Streaming(p) => Some(p.budget),
+            KvPolicy::H2o(p) => Some(p.budget),
+            KvPolicy::SnapKv(p) => Some(p.budget),
+            KvPolicy::PyramidKv(p) => Some(p.budget),
+            KvPolicy::Rkv(p) => Some(p.budget),
+        }
+    }
+
+    /// Tokens `layer` of `n_layer` keeps: PyramidKV's linear schedule (largest at
+    /// layer 0, averaging `budget`), `budget` for the others, `None` for full.
+    pub fn layer_budget(&self, layer: usize, n_layer: usize) -> Option<usize> {
+        match self {
+            KvPolicy::PyramidKv(p) => Some(p.layer_budget(layer, n_layer)),
+            other => other.budget(),
+        }
+    }
+
+    /// Newest entries always kept: `budget - sink` for streaming, `recent` for h2o,
+    /// `window` for snapkv/pyramidkv/rkv, 0 for full (which keeps everything anyway).
+    pub fn window(&self) -> usize {
+        match self {
+            KvPolicy::Full => 0,
+            KvPolicy::Streaming(p) => p.budget.saturating_sub(p.sink),
+            KvPolicy::H2o(p) => p.recent,
+            KvPolicy::SnapKv(p) => p.window,
+            KvPolicy::PyramidKv(p) => p.window,
+            KvPolicy::Rkv(p) => p.window,
+        }
+    }
+
+    /// Whether the cache must accumulate the attention each entry receives
+    /// ([`ScoreInput::cumulative`]); only H2O ranks by it.
+    pub fn needs_cumulative(&self) -> bool {
+        matches!(self, KvPolicy::H2o(_))
+    }
+
+    /// Whether the cache must keep the attention rows of the last [`KvPolicy::window`]
+    /// queries ([`ScoreInput::recent_rows`]): snapkv, pyramidkv and rkv score by them.
+    pub fn needs_recent_rows(&self) -> bool {
+        matches!(
+            self,
+            KvPolicy::SnapKv(_) | KvPolicy::PyramidKv(_) | KvPolicy::Rkv(_)
+        )
+    }
+
+    /// Whether the model must hand attention weights to the cache at all; false for
+    /// full and streaming, which lets the model skip that work.
+    pub fn needs_attention(&self) -> bool {
+        self.needs_cumulative() || self.needs_recent_rows()
+    }
+
+    /// Whether [`select`] reads the cached keys ([`ScoreInput::keys`]); only R-KV's
+    /// redundancy term does, and not at `alpha = 1` where it has no weight.
+    pub fn needs_keys(&self) -> bool {
+        matches!(self, KvPolicy::Rkv(p) if p.alpha < 1.0)
+    }
+
+    /// Checks the parameters' consistency (the spec parser calls this; call it after
+    /// building a policy by hand). Messages name the offending key and value.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        spec::validate(self)
+    }
+}
+
+/// What a policy may look at for ONE layer of one sequence.
+#[derive(Clone, Copy, Debug)]
+pub struct ScoreInput<'a> {
+    /// Layer index, for per-layer budgets (PyramidKV).
+    pub layer: usize,
+    /// Layers in the model.
+    pub n_layer: usize,
+    /// Cached entries per KV head (same count C for every head).
+    pub n_cached: usize,
+    /// Original token positions of the cached entries, per KV head, sorted ascending:
+    /// `[KV][C]`. Its length is the number of KV heads the answer covers.
+    pub positions: &'a [Vec<u32>],
+    /// Attention the entries received, accumulated since each was cached (H2O's score),
+    /// per KV head, already combined over the query heads of the GQA group: `[KV][C]`.
+    /// Empty if the policy does not need it.
+    pub cumulative: &'a [Vec<f32>],
+    /// Attention rows of the most recent queries (up to `window` of them, oldest first),
+    /// per KV head, combined over the group: `[KV][rows][len]` where `len <= C` covers the
+    /// first `len` entries (entries cached after that query have no score from it).
+    /// Empty if unneeded.
+    pub recent_rows: &'a [Vec<Vec<f32>>],
+    /// Post-RoPE keys per KV head, row-major `[C, head_dim]` f32: `[KV][C*head_dim]`;
+    /// empty unless the policy needs keys.
+    pub keys: &'a [Vec<f32>],
+    /// Width of one key row in [`ScoreInput::keys`].
+    pub head_dim: usize,
+}
+
+impl ScoreInput<'_> {
+    /// Number of KV heads the selection covers.
+    fn n_kv(&self) -> usize {
+        self.positions.len()
+    }
+}
+
+/// Per KV head, the sorted indices (into `0..C`) of entries to keep. All heads keep
+/// the same count, so the cache can gather each layer into one dense block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeepSet {
+    /// `[KV][kept]`, ascending indices into the layer's cached entries.
+    pub per_head: Vec<Vec<usize>>,
+}
+
+impl KeepSet {
+    /// Every one of `n_cached` entries for each of `n_kv` heads.
+    pub fn all(n_kv: usize, n_cached: usize) -> Self {
+        Self {
+            per_head: vec![(0..n_cached).collect(); n_kv],
+        }
+    }
+
+    /// Entries kept per head (the same for every head).
+    pub fn kept(&self) -> usize {
+        self.per_head.first().map_or(0, Vec::len)
+    }
+
+    /// Whether nothing of `n_cached` entries is dropped, so the cache can skip compaction.
+    pub fn keeps_all(&self, n_cached: usize) -> bool {
+        self.kept() == n_cached
+    }
+}
+
+/// Which entries of one layer of one sequence to keep under `policy`.
+///
+/// Pure and deterministic; a layer at or under its budget keeps everything. Cost is
+/// O(C) per head plus the policy's scoring (R-KV adds O(C * head_dim)).
+pub fn select(policy: &KvPolicy, input: &ScoreInput) -> KeepSet {
+    let n_kv = input.n_kv();
+    let c = input.n_cached;
+    let budget = match policy.layer_budget(input.layer, input.n_layer) {
+        Some(b) if c > b => b,
+        _ => return KeepSet::all(n_kv, c),
+    };
+    match policy {
+        KvPolicy::Full => KeepSet::all(n_kv, c),
+        KvPolicy::Streaming(p) => streaming::select(p, n_kv, c),
+        KvPolicy::H2o(p) => h2o::select(p, input),
+        KvPolicy::SnapKv(p) => snapkv::select_pooled(budget, p.window, p.kernel, p.pool, input),
+        KvPolicy::PyramidKv(p) => snapkv::select_pooled(budget, p.window, p.kernel, p.pool, input),
+        KvPolicy::Rkv(p) => rkv::select(p, input),
+    }
+}
+
+/// Whether the cache should be compressed back to budget now.
+///
+/// `n_cached` is the entry count of the sequence's fullest layer (layer 0 under
+/// PyramidKV); `tokens_since_last` counts tokens cached since the last compression
+/// (or since prefill ended); `in_prefill` is true for the one call made when the
+/// prompt has been cached, before the first generated token.
+///
+/// - full: never.
+/// - streaming: whenever over budget, prefill or decode (a rolling window).
+/// - h2o: whenever over budget at prefill end (the prompt's accumulated attention is
+///   exactly H2O's score); in decode, over budget and `every` tokens since the last
+///   compression (default `every = 1`: every step, as in the paper).
+/// - snapkv / pyramidkv: at prefill end if `prefill` is set and over budget (SnapKV's
+///   own use); in decode, over budget and `every` tokens since the last compression.
+/// - rkv: never at prefill (R-KV compresses the decoding trace; the prompt is
+///   brought to budget by the first decode compression); in decode as above.
+pub fn should_compress(
+    policy: &KvPolicy,
+    n_cached: usize,
+    tokens_since_last: usize,
+    in_prefill: bool,
+) -> bool {
+    match policy.budget() {
+        Some(budget) if n_cached > budget => {}
+        _ => return false,
+    }
+    match policy {
+        KvPolicy::Full => false,
+        KvPolicy::Streaming(_) => true,
+        KvPolicy::H2o(p) => in_prefill || tokens_since_last >= p.every,
+        KvPolicy::SnapKv(p) if in_prefill => p.prefill,
+        KvPolicy::SnapKv(p) => tokens_since_last >= p.every,
+        KvPolicy::PyramidKv(p) if in_prefill => p.prefill,
+        KvPolicy::PyramidKv(p) => tokens_since_last >= p.every,
+        KvPolicy::Rkv(_) if in_prefill => false,
+        KvPolicy::Rkv(p) => tokens_since_last >= p.every,
+    }
+}
+
+/// A score as ranked: NaN below everything, `-0.0` equal to `0.0`.
+fn rank_key(x: f32) -> f32 {
+    if x.is_nan() {
+        f32::NEG_INFINITY
+    } else {
+        x + 0.0
+    }
+}
+
+/// A candidate as ranked: its [`rank_key`] and its index.
+type Ranked = (f32, usize);
+
+/// Better first: higher score, then lower index (the older entry wins ties). A
+/// total order, so the top k are always exactly determined.
+fn better(a: &Ranked, b: &Ranked) -> Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
+}
+
+/// One head's keep list: the last `window` of `n_cached` entries plus the
+/// `budget - window` best-scored of the entries before them.
+///
+/// `candidate_scores[i]` scores entry `i < n_cached - window` (missing ones score 0).
+/// `order` is scratch reused across heads. O(C), no sort: a partial selection finds
+/// the k-th best candidate, then one pass in index order keeps every candidate
+/// ranked at or above it (exactly k, as the order is total), already sorted.
+fn top_plus_window(
+    candidate_scores: &[f32],
+    n_cached: usize,
+    budget: usize,
+    window: usize,
+    order: &mut Vec<Ranked>,
+) -> Vec<usize> {
+    let window = window.min(budget).min(n_cached);
+    let n_cand = n_cached - window;
+    let k = (budget - window).min(n_cand);
+    let ranked = || {
+        candidate_scores
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(0.0))
+            .take(n_cand)
+            .map(rank_key)
+            .enumerate()
+            .map(|(i, key)| (key, i))
+    };
+    let mut keep = Vec::with_capacity(k + window);
+    if k == n_cand {
+        keep.extend(0..n_cand);
+    } else if k > 0 {
+        order.clear();
+        order.extend(ranked());
+        let (_, &mut kth, _) = order.select_nth_unstable_by(k - 1, better);
+        keep.extend(
+            ranked()
+                .filter(|r| better(r, &kth) != Ordering::Greater)
+                .map(|(_, i)| i),
+        );
+    }
+    keep.extend(n_cand..n_cached);
+    keep
+}
+
+/// Shared builders of hand-made inputs for the policy tests.
+#[cfg(test)]
+mod test_support {
+    /// Positions `0..c` for each of `n_kv` heads.
+    pub fn positions(n_kv: usize, c: usize) -> Vec<Vec<u32>> {
+        (0..n_kv).map(|_| (0..c as u32).collect()).collect()
+    }
+
+    /// Asserts the keep-set invariants: sorted, distinct, in range, same count per head.
+    pub fn assert_well_formed(keep: &super::KeepSet, n_kv: usize, c: usize, kept: usize) {
+        assert_eq!(keep.per_head.len(), n_kv);
+        for head in &keep.per_head {
+            assert_eq!(head.len(), kept, "{head:?}");
+            assert!(head.windows(2).all(|w| w[0] < w[1]), "{head:?}");
+            assert!(head.iter().all(|&i| i < c), "{head:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+
+    fn input<'a>(c: usize, positions: &'a [Vec<u32>]) -> ScoreInput<'a> {
+        ScoreInput {
+            layer: 0,
+            n_layer: 1,
+            n_cached: c,
+            positions,
+            cumulative: &[],
+            recent_rows: &[],
+            keys: &[],
+            head_dim: 0,
+        }
+    }
+
+    fn all_policies() -> Vec<KvPolicy> {
+        ["full", "streaming", "h2o", "snapkv", "pyramidkv", "rkv"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn at_or_under_budget_keeps_everything() {
+        let pos = positions(2, 256);
+        for policy in all_policies() {
+            for c in [0, 1, 100, 128, 256] {
+                let keep = select(&policy, &input(c, &pos));
+                assert_eq!(keep, KeepSet::all(2, c), "{policy} c={c}");
+                assert!(keep.keeps_all(c));
+            }
+        }
+    }
+
+    #[test]
+    fn over_budget_keeps_budget_sorted_with_missing_scores() {
+        // No scores at all: every policy still answers, never panics, keeps `budget`.
+        let pos = positions(3, 300);
+        for policy in all_policies().into_iter().skip(1) {
+            let keep = select(&policy, &input(300, &pos));
+            assert_well_formed(&keep, 3, 300, 256);
+            let window = policy.window();
+            assert!(keep.per_head[0].ends_with(&(300 - window..300).collect::<Vec<_>>()));
+        }
+    }
+
+    #[test]
+    fn absurd_parameters_do_not_panic() {
+        let huge = usize::MAX;
+        let p: KvPolicy = format!("pyramidkv:budget={huge},window=8,kernel={huge}")
+            .parse()
+            .unwrap();
+        assert!(p.layer_budget(0, 80).is_some());
+        assert!(!should_compress(&p, 10, 10, true));
+        // Unvalidated, hand-built: kernels wider than anything, a window past the budget.
+        let pos = positions(2, 40);
+        let rows = vec![vec![vec![0.5; 40]]; 2];
+        let keys = vec![vec![1.0; 40 * 4]; 2];
+        let input = ScoreInput {
+            recent_rows: &rows,
+            keys: &keys,
+            head_dim: 4,
+            ..input(40, &pos)
+        };
+        for policy in [
+            KvPolicy::SnapKv(SnapKvParams {
+                budget: 10,
+                window: 30,
+                kernel: huge,
+                ..SnapKvParams::default()
+            }),
+            KvPolicy::Rkv(RkvParams {
+                budget: 10,
+                window: 3,
+                kernel: huge - 1,
+                alpha: f32::NAN,
+                every: 0,
+            }),
+            KvPolicy::PyramidKv(PyramidKvParams {
+                budget: 10,
+                min_ratio: -3.0,
+                ..PyramidKvParams::default()
+            }),
+        ] {
+            assert_well_formed(&select(&policy, &input), 2, 40, 10);
+        }
+    }
+
+    #[test]
+    fn top_plus_window_breaks_ties_towards_older_entries() {
+        let mut order = Vec::new();
+        // Candidates 0..6, window 6..8; scores tie at 1.0 for 1, 3, 5 and NaN at 0.
+        let scores = [f32::NAN, 1.0, 0.5, 1.0, -0.0, 1.0];
+        assert_eq!(top_plus_window(&scores, 8, 4, 2, &mut order), [1, 3, 6, 7]);
+        // -0.0 ties with 0.0 (index order decides); NaN ranks below both.
+        let scores = [f32::NAN, -0.0, 0.0];
+        assert_eq!(top_plus_window(&scores, 4, 2, 1, &mut order), [1, 3]);
+        // Short score slices: missing candidates score 0.
+        assert_eq!(top_plus_window(&[-1.0], 5, 3, 1, &mut order), [1, 2, 4]);
+    }
+
+    #[test]
+    fn policy_accessors() {
+        let full = KvPolicy::Full;
+        assert_eq!(full.budget(), None);
+        assert_eq!(full.layer_budget(3, 10), None);
+        assert!(!full.needs_attention() && !full.needs_keys());
+        let p: KvPolicy = "streaming:budget=100,sink=4".parse().unwrap();
+        assert_eq!((p.budget(), p.window()), (Some(100), 96));
+        assert!(!p.needs_attention());
+        let p: KvPolicy = "h2o:budget=100,recent=10".parse().unwrap();
+        assert_eq!((p.window(), p.layer_budget(5, 10)), (10, Some(100)));
+        assert!(p.needs_cumulative() && !p.needs_recent_rows() && !p.needs_keys());
+        let p: KvPolicy = "snapkv:window=16".parse().unwrap();
+        assert!(p.needs_recent_rows() && p.needs_attention() && !p.needs_keys());
+        assert_eq!(p.window(), 16);
+        let p: KvPolicy = "rkv".parse().unwrap();
+        assert!(p.needs_keys() && p.needs_recent_rows());
+        let p: KvPolicy = "rkv:alpha=1".parse().unwrap();
+        assert!(!p.needs_keys(), "alpha = 1 ignores redundancy");
+    }
+
+    #[test]
+    fn should_compress_triggers() {
+        let p = |s: &str| s.parse::<KvPolicy>().unwrap();
+        // Full never compresses.
+        assert!(!should_compress(&KvPolicy::Full, 1 << 20, 1 << 20, false));
+        // Streaming: whenever over budget.
+        let s = p("streaming:budget=8,sink=2");
+        assert!(!should_compress(&s, 8, 100, false));
+        assert!(should_compress(&s, 9, 0, false));
+        assert!(should_compress(&s, 9, 0, true));
+        // H2O: prefill end when over, decode every `every` (default every step).
+        let h = p("h2o:budget=8,recent=2");
+        assert!(should_compress(&h, 9, 0, true));
+        assert!(should_compress(&h, 9, 1, false));
+        assert!(!should_compress(&h, 9, 0, false));
+        assert!(!should_compress(&h, 8, 1, false));
+        let h = p("h2o:budget=8,recent=2,every=4");
+        assert!(!should_compress(&h, 11, 3, false));
+        assert!(should_compress(&h, 12, 4, false));
+        // SnapKV / PyramidKV: prefill per flag, decode every `every`.
+        for name in ["snapkv", "pyramidkv"] {
+            let on = p(&format!("{name}:budget=16,window=2,every=4"));
+            let off = p(&format!("{name}:budget=16,window=2,every=4,prefill=false"));
+            assert!(should_compress(&on, 17, 0, true));
+            assert!(!should_compress(&on, 16, 0, true));
+            assert!(!should_compress(&off, 100, 0, true));
+            assert!(!should_compress(&on, 19, 3, false));
+            assert!(should_compress(&on, 20, 4, false));
+            assert!(should_compress(&off, 20, 4, false));
+            assert!(!should_compress(&on, 16, 4, false));
+        }
+        // R-KV: decode only.
+        let r = p("rkv:budget=16,window=2,every=128");
+        assert!(!should_compress(&r, 1000, 1000, true));
+        assert!(!should_compress(&r, 143, 127, false));
+        assert!(should_compress(&r, 144, 128, false));
+        assert!(!should_compress(&r, 16, 128, false));
+    }
+}

@@ -1,0 +1,629 @@
+//! Spec strings: the one written form of a [`KvPolicy`], read by `FromStr`,
+//! printed by `Display`, and used by serde, so CLI flags, request fields, config
+//! files and training logs all name a policy the same way.
+//!
+//! Grammar: `name` or `name:key=value,key=value,...`, e.g. `full`,
+//! `streaming:budget=256,sink=4`, `h2o:budget=256,recent=32`,
+//! `snapkv:budget=256,window=8,kernel=7,pool=max`, `pyramidkv:budget=256,window=8`,
+//! `rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128`. Keys may come in any
+//! order, missing keys take their defaults, spaces around names, keys and values
+//! and empty items are ignored. `Display` prints every key in a fixed order, so
+//! printing then parsing gives the same policy back.
+//!
+//! Owns [`PolicyError`] and the consistency checks ([`KvPolicy::validate`]);
+//! defaults live with each policy's parameters.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{H2oParams, KvPolicy, Pool, PyramidKvParams, RkvParams, SnapKvParams, StreamingParams};
+
+/// Keys each policy accepts, in printing order.
+const STREAMING_KEYS: &[&str] = &["budget", "sink"];
+const H2O_KEYS: &[&str] = &["budget", "recent", "every"];
+const SNAPKV_KEYS: &[&str] = &["budget", "window", "kernel", "pool", "every", "prefill"];
+const PYRAMIDKV_KEYS: &[&str] = &[
+    "budget",
+    "window",
+    "kernel",
+    "pool",
+    "min_ratio",
+    "every",
+    "prefill",
+];
+const RKV_KEYS: &[&str] = &["budget", "window", "kernel", "alpha", "every"];
+
+/// Why a spec string or a hand-built policy was rejected; every message names the
+/// offending policy, key or value so a user can fix the spec from it alone.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum PolicyError {
+    /// The name before `:` is not a policy.
+    #[error("unknown policy `{0}` (known: full, streaming, h2o, snapkv, pyramidkv, rkv)")]
+    UnknownPolicy(String),
+    /// A key the policy does not take.
+    #[error("unknown key `{key}` for {policy} (known: {known})")]
+    UnknownKey {
+        /// Policy name.
+        policy: &'static str,
+        /// The key as written.
+        key: String,
+        /// The keys the policy takes, comma separated (`none` for full).
+        known: String,
+    },
+    /// An item without `=`.
+    #[error("malformed parameter `{item}` for {policy}: expected key=value")]
+    Malformed {
+        /// Policy name.
+        policy: &'static str,
+        /// The item as written.
+        item: String,
+    },
+    /// The same key twice.
+    #[error("key `{key}` given twice for {policy}")]
+    DuplicateKey {
+        /// Policy name.
+        policy: &'static str,
+        /// The repeated key.
+        key: &'static str,
+    },
+    /// A value that does not parse or is out of range.
+    #[error("bad value `{value}` for `{key}`: expected {expected}")]
+    BadValue {
+        /// The key.
+        key: &'static str,
+        /// The value as written (or printed, for a hand-built policy).
+        value: String,
+        /// What the key accepts.
+        expected: &'static str,
+    },
+    /// `sink`, `recent` or `window` leaves no room in the budget.
+    #[error("`{key}` = {value} must be less than `budget` = {budget}")]
+    NotBelowBudget {
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: usize,
+        /// The budget it must stay under.
+        budget: usize,
+    },
+    /// PyramidKV's last layer would keep no more than the window.
+    #[error(
+        "`min_ratio` = {min_ratio} leaves the last layer {last} tokens (budget * min_ratio), \
+         which must exceed `window` = {window}"
+    )]
+    LastLayerTooSmall {
+        /// The ratio.
+        min_ratio: f32,
+        /// The last layer's budget it gives.
+        last: usize,
+        /// The window that must fit under it.
+        window: usize,
+    },
+}
+
+impl FromStr for KvPolicy {
+    type Err = PolicyError;
+
+    fn from_str(s: &str) -> Result<Self, PolicyError> {
+        let (name, body) = match s.split_once(':') {
+            Some((name, body)) => (name.trim(), body),
+            None => (s.trim(), ""),
+        };
+        let policy = match name {
+            "full" => {
+                Params::parse("full", &[], body)?;
+                KvPolicy::Full
+            }
+            "streaming" => {
+                let p = Params::parse("streaming", STREAMING_KEYS, body)?;
+                let d = StreamingParams::default();
+                KvPolicy::Streaming(StreamingParams {
+                    budget: p.usize("budget", d.budget)?,
+                    sink: p.usize("sink", d.sink)?,
+                })
+            }
+            "h2o" => {
+                let p = Params::parse("h2o", H2O_KEYS, body)?;
+                let d = H2oParams::default();
+                KvPolicy::H2o(H2oParams {
+                    budget: p.usize("budget", d.budget)?,
+                    recent: p.usize("recent", d.recent)?,
+                    every: p.usize("every", d.every)?,
+                })
+            }
+            "snapkv" => {
+                let p = Params::parse("snapkv", SNAPKV_KEYS, body)?;
+                let d = SnapKvParams::default();
+                KvPolicy::SnapKv(SnapKvParams {
+                    budget: p.usize("budget", d.budget)?,
+                    window: p.usize("window", d.window)?,
+                    kernel: p.usize("kernel", d.kernel)?,
+                    pool: p.pool("pool", d.pool)?,
+                    every: p.usize("every", d.every)?,
+                    prefill: p.bool("prefill", d.prefill)?,
+                })
+            }
+            "pyramidkv" => {
+                let p = Params::parse("pyramidkv", PYRAMIDKV_KEYS, body)?;
+                let d = PyramidKvParams::default();
+                KvPolicy::PyramidKv(PyramidKvParams {
+                    budget: p.usize("budget", d.budget)?,
+                    window: p.usize("window", d.window)?,
+                    kernel: p.usize("kernel", d.kernel)?,
+                    pool: p.pool("pool", d.pool)?,
+                    min_ratio: p.f32("min_ratio", d.min_ratio)?,
+                    every: p.usize("every", d.every)?,
+                    prefill: p.bool("prefill", d.prefill)?,
+                })
+            }
+            "rkv" => {
+                let p = Params::parse("rkv", RKV_KEYS, body)?;
+                let d = RkvParams::default();
+                KvPolicy::Rkv(RkvParams {
+                    budget: p.usize("budget", d.budget)?,
+                    window: p.usize("window", d.window)?,
+                    kernel: p.usize("kernel", d.kernel)?,
+                    alpha: p.f32("alpha", d.alpha)?,
+                    every: p.usize("every", d.every)?,
+                })
+            }
+            other => return Err(PolicyError::UnknownPolicy(other.to_string())),
+        };
+        policy.validate()?;
+        Ok(policy)
+    }
+}
+
+impl fmt::Display for KvPolicy {
+    /// The canonical spec: every key, in the order of the `*_KEYS` lists.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KvPolicy::Full => f.write_str("full"),
+            KvPolicy::Streaming(p) => write!(f, "streaming:budget={},sink={}", p.budget, p.sink),
+            KvPolicy::H2o(p) => write!(
+                f,
+                "h2o:budget={},recent={},every={}",
+                p.budget, p.recent, p.every
+            ),
+            KvPolicy::SnapKv(p) => write!(
+                f,
+                "snapkv:budget={},window={},kernel={},pool={},every={},prefill={}",
+                p.budget,
+                p.window,
+                p.kernel,
+                p.pool.as_str(),
+                p.every,
+                p.prefill
+            ),
+            KvPolicy::PyramidKv(p) => write!(
+                f,
+                "pyramidkv:budget={},window={},kernel={},pool={},min_ratio={},every={},prefill={}",
+                p.budget,
+                p.window,
+                p.kernel,
+                p.pool.as_str(),
+                p.min_ratio,
+                p.every,
+                p.prefill
+            ),
+            KvPolicy::Rkv(p) => write!(
+                f,
+                "rkv:budget={},window={},kernel={},alpha={},every={}",
+                p.budget, p.window, p.kernel, p.alpha, p.every
+            ),
+        }
+    }
+}
+
+impl serde::Serialize for KvPolicy {
+    /// As the canonical spec string.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for KvPolicy {
+    /// From a spec string, with [`PolicyError`]'s message on failure.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let spec = String::deserialize(deserializer)?;
+        spec.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The consistency checks behind [`KvPolicy::validate`].
+pub(super) fn validate(policy: &KvPolicy) -> Result<(), PolicyError> {
+    match policy {
+        KvPolicy::Full => Ok(()),
+        KvPolicy::Streaming(p) => {
+            positive("budget", p.budget)?;
+            below_budget("sink", p.sink, p.budget)
+        }
+        KvPolicy::H2o(p) => {
+            positive("budget", p.budget)?;
+            below_budget("recent", p.recent, p.budget)?;
+            positive("every", p.every)
+        }
+        KvPolicy::SnapKv(p) => {
+            check_scored(p.budget, p.window, p.kernel)?;
+            positive("every", p.every)
+        }
+        KvPolicy::PyramidKv(p) => {
+            check_scored(p.budget, p.window, p.kernel)?;
+            let r = p.min_ratio;
+            if !(r > 0.0 && r <= 1.0) {
+                return Err(bad("min_ratio", r));
+            }
+            let last = p.min_layer_budget();
+            if last <= p.window {
+                return Err(PolicyError::LastLayerTooSmall {
+                    min_ratio: r,
+                    last,
+                    window: p.window,
+                });
+            }
+            positive("every", p.every)
+        }
+        KvPolicy::Rkv(p) => {
+            check_scored(p.budget, p.window, p.kernel)?;
+            if !(0.0..=1.0).contains(&p.alpha) {
+                return Err(bad("alpha", p.alpha));
+            }
+            positive("every", p.every)
+        }
+    }
+}
+
+/// Checks shared by the attention-scored policies (snapkv, pyramidkv, rkv).
+fn check_scored(budget: usize, window: usize, kernel: usize) -> Result<(), PolicyError> {
+    positive("budget", budget)?;
+    positive("window", window)?;
+    below_budget("window", window, budget)?;
+    if kernel % 2 == 0 {
+        return Err(bad("kernel", kernel));
+    }
+    Ok(())
+}
+
+fn positive(key: &'static str, value: usize) -> Result<(), PolicyError> {
+    if value == 0 {
+        return Err(bad(key, value));
+    }
+    Ok(())
+}
+
+fn below_budget(key: &'static str, value: usize, budget: usize) -> Result<(), PolicyError> {
+    if value >= budget {
+        return Err(PolicyError::NotBelowBudget { key, value, budget });
+    }
+    Ok(())
+}
+
+/// A [`PolicyError::BadValue`] for `key`, with what the key accepts.
+fn bad(key: &'static str, value: impl fmt::Display) -> PolicyError {
+    PolicyError::BadValue {
+        key,
+        value: value.to_string(),
+        expected: expected(key),
+    }
+}
+
+/// What each key accepts, for error messages.
+fn expected(key: &str) -> &'static str {
+    match key {
+        "sink" | "recent" => "a non-negative integer",
+        "kernel" => "an odd positive integer",
+        "alpha" => "a number in [0, 1]",
+        "min_ratio" => "a number in (0, 1]",
+        "pool" => "`max` or `avg`",
+        "prefill" => "`true` or `false`",
+        _ => "a positive integer",
+    }
+}
+
+/// The `key=value` items of one spec, checked against the policy's keys.
+struct Params<'a> {
+    pairs: Vec<(&'static str, &'a str)>,
+}
+
+impl<'a> Params<'a> {
+    /// Splits `body` into items, rejecting malformed, unknown and repeated keys.
+    fn parse(
+        policy: &'static str,
+        known: &'static [&'static str],
+        body: &'a str,
+    ) -> Result<Self, PolicyError> {
+        let mut pairs: Vec<(&'static str, &'a str)> = Vec::with_capacity(known.len());
+        for item in body.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let Some((key, value)) = item.split_once('=') else {
+                return Err(PolicyError::Malformed {
+                    policy,
+                    item: item.to_string(),
+                });
+            };
+            let key = key.trim();
+            let Some(&key) = known.iter().find(|&&k| k == key) else {
+                return Err(PolicyError::UnknownKey {
+                    policy,
+                    key: key.to_string(),
+                    known: if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    },
+                });
+            };
+            if pairs.iter().any(|&(k, _)| k == key) {
+                return Err(PolicyError::DuplicateKey { policy, key });
+            }
+            pairs.push((key, value.trim()));
+        }
+        Ok(Self { pairs })
+    }
+
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.pairs.iter().find(|&&(k, _)| k == key).map(|&(_, v)| v)
+    }
+
+    /// Parses `key` with `parse`, or `default` when absent; range checks come later.
+    fn value<T>(
+        &self,
+        key: &'static str,
+        default: T,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<T, PolicyError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => parse(v).ok_or_else(|| bad(key, v)),
+        }
+    }
+
+    fn usize(&self, key: &'static str, default: usize) -> Result<usize, PolicyError> {
+        self.value(key, default, |v| v.parse().ok())
+    }
+
+    fn f32(&self, key: &'static str, default: f32) -> Result<f32, PolicyError> {
+        self.value(key, default, |v| v.parse().ok())
+    }
+
+    fn bool(&self, key: &'static str, default: bool) -> Result<bool, PolicyError> {
+        self.value(key, default, |v| v.parse().ok())
+    }
+
+    fn pool(&self, key: &'static str, default: Pool) -> Result<Pool, PolicyError> {
+        self.value(key, default, |v| match v {
+            "max" => Some(Pool::Max),
+            "avg" => Some(Pool::Avg),
+            _ => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<KvPolicy, PolicyError> {
+        s.parse()
+    }
+
+    fn err(s: &str) -> String {
+        match parse(s) {
+            Ok(p) => panic!("`{s}` parsed as {p:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn defaults_print_canonically() {
+        let cases = [
+            ("full", "full"),
+            ("streaming", "streaming:budget=256,sink=4"),
+            ("h2o", "h2o:budget=256,recent=32,every=1"),
+            (
+                "snapkv",
+                "snapkv:budget=256,window=8,kernel=7,pool=max,every=128,prefill=true",
+            ),
+            (
+                "pyramidkv",
+                "pyramidkv:budget=256,window=8,kernel=7,pool=max,min_ratio=0.5,every=128,prefill=true",
+            ),
+            ("rkv", "rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128"),
+        ];
+        for (short, canonical) in cases {
+            let p = parse(short).unwrap();
+            assert_eq!(p.to_string(), canonical);
+            assert_eq!(parse(canonical).unwrap(), p);
+        }
+        assert_eq!(parse("full").unwrap(), KvPolicy::default());
+        assert_eq!(
+            parse("snapkv").unwrap(),
+            KvPolicy::SnapKv(SnapKvParams::default())
+        );
+    }
+
+    #[test]
+    fn design_examples_round_trip() {
+        for spec in [
+            "full",
+            "streaming:budget=256,sink=4",
+            "h2o:budget=256,recent=32",
+            "snapkv:budget=256,window=8,kernel=7,pool=max",
+            "pyramidkv:budget=256,window=8",
+            "rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128",
+            "rkv:budget=512,window=8,every=128",
+        ] {
+            let p = parse(spec).unwrap();
+            assert_eq!(parse(&p.to_string()).unwrap(), p, "{spec}");
+            assert!(p.to_string().starts_with(spec.split(',').next().unwrap()));
+        }
+        // A spec that already names every key prints back unchanged.
+        let rkv = "rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128";
+        assert_eq!(parse(rkv).unwrap().to_string(), rkv);
+    }
+
+    #[test]
+    fn non_default_values_round_trip() {
+        for spec in [
+            "streaming:budget=10,sink=0",
+            "h2o:budget=64,recent=0,every=16",
+            "snapkv:budget=100,window=4,kernel=1,pool=avg,every=3,prefill=false",
+            "pyramidkv:budget=100,window=4,kernel=5,pool=avg,min_ratio=0.3,every=16,prefill=false",
+            "rkv:budget=512,window=16,kernel=3,alpha=0.25,every=64",
+            "rkv:budget=512,window=16,kernel=3,alpha=0,every=64",
+            "rkv:budget=512,window=16,kernel=3,alpha=1,every=64",
+            "rkv:budget=512,window=16,kernel=3,alpha=0.3333333,every=64",
+        ] {
+            let p = parse(spec).unwrap();
+            assert_eq!(p.to_string(), spec);
+            assert_eq!(parse(&p.to_string()).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn keys_in_any_order_with_spaces() {
+        let a = parse(" h2o : recent = 8 , budget = 64 , ").unwrap();
+        assert_eq!(a, parse("h2o:budget=64,recent=8").unwrap());
+        assert_eq!(parse("snapkv:").unwrap(), parse("snapkv").unwrap());
+    }
+
+    #[test]
+    fn errors_name_the_key_or_value() {
+        let cases = [
+            (
+                "xyz",
+                "unknown policy `xyz` (known: full, streaming, h2o, snapkv, pyramidkv, rkv)",
+            ),
+            (
+                "h2o:foo=1",
+                "unknown key `foo` for h2o (known: budget, recent, every)",
+            ),
+            (
+                "full:budget=3",
+                "unknown key `budget` for full (known: none)",
+            ),
+            (
+                "snapkv:budget=abc",
+                "bad value `abc` for `budget`: expected a positive integer",
+            ),
+            (
+                "streaming:budget=0",
+                "bad value `0` for `budget`: expected a positive integer",
+            ),
+            (
+                "h2o:budget=-5",
+                "bad value `-5` for `budget`: expected a positive integer",
+            ),
+            (
+                "h2o:recent=x",
+                "bad value `x` for `recent`: expected a non-negative integer",
+            ),
+            (
+                "h2o:every=0",
+                "bad value `0` for `every`: expected a positive integer",
+            ),
+            (
+                "snapkv:kernel=4",
+                "bad value `4` for `kernel`: expected an odd positive integer",
+            ),
+            (
+                "snapkv:kernel=0",
+                "bad value `0` for `kernel`: expected an odd positive integer",
+            ),
+            (
+                "snapkv:window=0",
+                "bad value `0` for `window`: expected a positive integer",
+            ),
+            (
+                "snapkv:pool=min",
+                "bad value `min` for `pool`: expected `max` or `avg`",
+            ),
+            (
+                "snapkv:prefill=yes",
+                "bad value `yes` for `prefill`: expected `true` or `false`",
+            ),
+            (
+                "rkv:alpha=1.5",
+                "bad value `1.5` for `alpha`: expected a number in [0, 1]",
+            ),
+            (
+                "rkv:alpha=-0.1",
+                "bad value `-0.1` for `alpha`: expected a number in [0, 1]",
+            ),
+            (
+                "rkv:alpha=nan",
+                "bad value `NaN` for `alpha`: expected a number in [0, 1]",
+            ),
+            (
+                "rkv:alpha=lots",
+                "bad value `lots` for `alpha`: expected a number in [0, 1]",
+            ),
+            (
+                "pyramidkv:min_ratio=0",
+                "bad value `0` for `min_ratio`: expected a number in (0, 1]",
+            ),
+            (
+                "pyramidkv:min_ratio=2",
+                "bad value `2` for `min_ratio`: expected a number in (0, 1]",
+            ),
+            (
+                "streaming:budget=4,sink=4",
+                "`sink` = 4 must be less than `budget` = 4",
+            ),
+            (
+                "h2o:budget=16,recent=32",
+                "`recent` = 32 must be less than `budget` = 16",
+            ),
+            (
+                "rkv:budget=8,window=8",
+                "`window` = 8 must be less than `budget` = 8",
+            ),
+            (
+                "pyramidkv:budget=16,window=8",
+                "`min_ratio` = 0.5 leaves the last layer 8 tokens (budget * min_ratio), \
+                 which must exceed `window` = 8",
+            ),
+            (
+                "h2o:budget",
+                "malformed parameter `budget` for h2o: expected key=value",
+            ),
+            ("h2o:budget=8,budget=9", "key `budget` given twice for h2o"),
+            (
+                "",
+                "unknown policy `` (known: full, streaming, h2o, snapkv, pyramidkv, rkv)",
+            ),
+        ];
+        for (spec, message) in cases {
+            assert_eq!(err(spec), message, "{spec}");
+        }
+    }
+
+    #[test]
+    fn validate_catches_hand_built_policies() {
+        let p = KvPolicy::Streaming(StreamingParams { budget: 4, sink: 9 });
+        assert_eq!(
+            p.validate().unwrap_err().to_string(),
+            "`sink` = 9 must be less than `budget` = 4"
+        );
+        let p = KvPolicy::Rkv(RkvParams {
+            alpha: f32::INFINITY,
+            ..RkvParams::default()
+        });
+        assert!(p.validate().unwrap_err().to_string().contains("`alpha`"));
+        assert!(KvPolicy::Rkv(RkvParams::default()).validate().is_ok());
+    }
+
+    #[test]
+    fn serde_uses_the_spec_string() {
+        let p = parse("h2o:budget=64,recent=8").unwrap();
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(json, "\"h2o:budget=64,recent=8,every=1\"");
+        assert_eq!(serde_json::from_str::<KvPolicy>(&json).unwrap(), p);
+        assert_eq!(
+            serde_json::from_str::<KvPolicy>("\"rkv\"").unwrap(),
+            KvPolicy::Rkv(RkvParams::default())
+        );
+        let e = serde_json::from_str::<KvPolicy>("\"h2o:foo=1\"").unwrap_err();
+        assert!(e.to_string().contains("unknown key `foo` for h2o"), "{e}");
+        assert!(serde_json::from_str::<KvPolicy>("42").is_err());
+    }
+}

@@ -1,0 +1,220 @@
+//! KV policies end to end: the cache holds its budget during generation, the
+//! per-head masks stay correct after eviction, and bad specs are clear errors.
+
+use tern_models::{KvStore, LogitsWanted, SeqBatch};
+use tern_runtime::generate::{generate, GenerateRequest};
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::kv::SeqCache;
+use tern_runtime::sampler::SamplingParams;
+use tern_runtime::LoadedModel;
+
+use crate::support::tiny::{write_tiny_model, TinySpec};
+use crate::support::{assert_clean_error, last_json, real_model, tern};
+
+fn tiny() -> (tempfile::TempDir, LoadedModel) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, &TinySpec::default());
+    let model = LoadedModel::load(&path).unwrap();
+    (dir, model)
+}
+
+fn run(
+    model: &LoadedModel,
+    policy: &str,
+    prompt_len: usize,
+    n: usize,
+) -> tern_runtime::generate::GenerateOutput {
+    let req = GenerateRequest {
+        prompt: (0..prompt_len).map(|i| (i * 13 % 250 + 3) as u32).collect(),
+        sampling: SamplingParams::greedy(),
+        max_tokens: n,
+        ignore_eos: true,
+        stop: Vec::new(),
+        prefill_chunk: 16,
+        kv_policy: policy.parse().unwrap(),
+    };
+    generate(model, &req, |_| {}).unwrap()
+}
+
+#[test]
+fn every_policy_holds_its_budget_while_generating() {
+    let (_d, model) = tiny();
+    let per_entry =
+        2 * model.config().n_kv_head * model.config().head_dim * 4 * model.config().n_layer;
+    let full = run(&model, "full", 40, 120);
+    assert_eq!(full.kv_bytes, full.kv_bytes_full);
+    for spec in [
+        "streaming:budget=32,sink=4",
+        "h2o:budget=32,recent=8",
+        "snapkv:budget=32,window=4,every=8",
+        "pyramidkv:budget=32,window=4,every=8",
+        "rkv:budget=32,window=4,every=8",
+    ] {
+        let out = run(&model, spec, 40, 120);
+        assert_eq!(out.token_ids.len(), 120, "{spec}");
+        assert_eq!(out.kv_bytes_full, full.kv_bytes_full, "{spec}");
+        // Peak: the budget (pyramid's first layer up to 1.5x) plus one
+        // compression period, far below the 160 entries a full cache holds.
+        assert!(
+            out.kv_bytes <= 60 * per_entry,
+            "{spec}: {} bytes",
+            out.kv_bytes
+        );
+        assert!(out.kv_bytes < full.kv_bytes / 2, "{spec}");
+    }
+}
+
+#[test]
+fn full_policy_is_the_plain_cache() {
+    let (_d, model) = tiny();
+    let a = run(&model, "full", 30, 20);
+    let req_tokens = a.token_ids.clone();
+    let b = run(&model, "full", 30, 20);
+    assert_eq!(req_tokens, b.token_ids);
+}
+
+#[test]
+fn streaming_keeps_sinks_and_recent_positions() {
+    let (_d, model) = tiny();
+    let policy: KvPolicy = "streaming:budget=16,sink=2".parse().unwrap();
+    let mut cache = SeqCache::with_policy(model.config(), policy);
+    let tokens: Vec<u32> = (0..40).map(|i| (i * 7 % 250 + 3) as u32).collect();
+    for (pos, t) in tokens.iter().enumerate() {
+        let mut b = [SeqBatch {
+            tokens: std::slice::from_ref(t),
+            start_pos: pos,
+            cache: &mut cache,
+            logits: LogitsWanted::Last,
+        }];
+        model.llama.forward(&mut b).unwrap();
+    }
+    let kept: Vec<u32> = cache.positions(0, 0).to_vec();
+    let want: Vec<u32> = [0, 1].into_iter().chain(26..40).collect();
+    assert_eq!(kept, want);
+    assert_eq!(cache.len(), 16);
+}
+
+#[test]
+fn multi_token_steps_after_eviction_use_per_head_positions() {
+    let (_d, model) = tiny();
+    // H2O evicts head-wise; then a 5-token chunk must attend causally to the
+    // surviving entries of each head without error and give finite logits.
+    let policy: KvPolicy = "h2o:budget=12,recent=4".parse().unwrap();
+    let mut cache = SeqCache::with_policy(model.config(), policy);
+    for pos in 0..30usize {
+        let t = [(pos * 11 % 250 + 3) as u32];
+        let mut b = [SeqBatch {
+            tokens: &t,
+            start_pos: pos,
+            cache: &mut cache,
+            logits: LogitsWanted::Last,
+        }];
+        model.llama.forward(&mut b).unwrap();
+    }
+    assert!(cache.len() <= 13);
+    let chunk = [5u32, 6, 7, 8, 9];
+    let mut b = [SeqBatch {
+        tokens: &chunk,
+        start_pos: 30,
+        cache: &mut cache,
+        logits: LogitsWanted::All,
+    }];
+    let logits = model
+        .llama
+        .forward(&mut b)
+        .unwrap()
+        .pop()
+        .flatten()
+        .unwrap();
+    let v: Vec<Vec<f32>> = logits.to_vec2().unwrap();
+    assert_eq!(v.len(), 5);
+    assert!(v.iter().flatten().all(|x| x.is_finite()));
+}
+
+#[test]
+fn bad_policy_specs_are_one_line_errors() {
+    let (_d, model) = tiny();
+    let path = model.path.to_str().unwrap().to_string();
+    let out = tern(
+        &[
+            "generate",
+            "-m",
+            &path,
+            "-p",
+            "hi",
+            "--kv-policy",
+            "h2o:budget=64,foo=1",
+        ],
+        None,
+    );
+    assert_clean_error(&out, "unknown key `foo`");
+    let out = tern(
+        &[
+            "generate",
+            "-m",
+            &path,
+            "-p",
+            "hi",
+            "--kv-policy",
+            "lru:budget=3",
+        ],
+        None,
+    );
+    assert_clean_error(&out, "unknown policy `lru`");
+    let out = tern(
+        &[
+            "generate",
+            "-m",
+            &path,
+            "-p",
+            "hi",
+            "--kv-policy",
+            "streaming:budget=abc",
+        ],
+        None,
+    );
+    assert_clean_error(&out, "budget");
+}
+
+#[test]
+fn real_model_reports_policy_and_bytes() {
+    let model = real_model();
+    let m = model.to_str().unwrap();
+    let out = tern(
+        &[
+            "generate",
+            "-m",
+            m,
+            "-p",
+            "Tell me a story.",
+            "--chat",
+            "-n",
+            "80",
+            "--ignore-eos",
+            "--temperature",
+            "0",
+            "--kv-policy",
+            "snapkv:budget=32,window=8",
+            "--json",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = last_json(&out);
+    assert!(j["kv_policy"]
+        .as_str()
+        .unwrap()
+        .starts_with("snapkv:budget=32,window=8"));
+    let (kept, full) = (
+        j["kv_bytes"].as_u64().unwrap(),
+        j["kv_bytes_full"].as_u64().unwrap(),
+    );
+    assert!(kept < full, "kept {kept} of {full}");
+    assert_eq!(j["completion_tokens"], 80);
+    assert!(!j["text"].as_str().unwrap().trim().is_empty());
+}
