@@ -347,16 +347,17 @@ fn causal_mask(
 /// RoPE cos/sin tables for every position up to the context length.
 fn rope_tables(c: &ModelConfig) -> Result<(Tensor, Tensor)> {
     let half = c.head_dim / 2;
-    let inv_freq: Vec<f32> = (0..half)
-        .map(|i| 1.0 / c.rope_base.powf(2.0 * i as f32 / c.head_dim as f32))
-        .collect();
+    // ggml's recurrence: theta_i = p * scale^i by repeated f32 multiplication,
+    // scale = base^(-2/d); kept so angles match llama.cpp's bit for bit.
+    let theta_scale = c.rope_base.powf(-2.0 / c.head_dim as f32);
     let mut cos = Vec::with_capacity(c.context_length * half);
     let mut sin = Vec::with_capacity(c.context_length * half);
     for p in 0..c.context_length {
-        for f in &inv_freq {
-            let angle = p as f32 * f;
-            cos.push(angle.cos());
-            sin.push(angle.sin());
+        let mut theta = p as f32;
+        for _ in 0..half {
+            cos.push(theta.cos());
+            sin.push(theta.sin());
+            theta *= theta_scale;
         }
     }
     let shape = (c.context_length, half);

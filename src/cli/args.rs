@@ -194,7 +194,7 @@ pub struct BenchArgs {
     /// Context depths to measure at (tokens already in the cache), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     pub depths: Vec<usize>,
-    /// Prompt tokens for the prefill measurement (pp).
+    /// Prompt tokens for the prefill measurement (pp); 0 skips it.
     #[arg(long, default_value_t = 512)]
     pub n_prompt: usize,
     /// Tokens to decode for the generation measurement (tg).

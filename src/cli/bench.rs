@@ -73,14 +73,13 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     for &depth in &a.depths {
         let (mut pps, mut tgs, mut kv) = (Vec::new(), Vec::new(), 0);
         for r in 0..reps {
-            // pp: a fresh `n_prompt`-token prompt after `depth` tokens of context.
-            let (pp, _, _) = run_once(
-                &model,
-                &a.kv.kv_policy,
-                tokens(depth + a.n_prompt, vocab, r as u64 + 1),
-                1,
-            )?;
-            pps.push(pp);
+            // pp: a fresh `n_prompt`-token prompt after `depth` tokens of context
+            // (skipped with --n-prompt 0).
+            if a.n_prompt > 0 {
+                let prompt = tokens(depth + a.n_prompt, vocab, r as u64 + 1);
+                let (pp, _, _) = run_once(&model, &a.kv.kv_policy, prompt, 1)?;
+                pps.push(pp);
+            }
             // tg: `n_gen` tokens decoded on top of `depth` tokens of context.
             let prompt = tokens(depth.max(1), vocab, 100 + r as u64);
             let (_, tg, bytes) = run_once(&model, &a.kv.kv_policy, prompt, a.n_gen + 1)?;
@@ -91,7 +90,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             backend: "candle",
             kv_policy: a.kv.kv_policy.to_string(),
             depth,
-            pp_tokens_per_s: Some(median(pps)),
+            pp_tokens_per_s: (!pps.is_empty()).then(|| median(pps)),
             tg_tokens_per_s: median(tgs),
             peak_rss_bytes: memory::peak_rss_bytes(),
             kv_bytes: kv,

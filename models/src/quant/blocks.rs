@@ -143,7 +143,7 @@ impl PackedWeights {
         cols: usize,
         data: &[u8],
     ) -> Result<Self, String> {
-        if cols % QK != 0 {
+        if !cols.is_multiple_of(QK) {
             return Err(format!(
                 "row length {cols} is not a multiple of the block size {QK}"
             ));
@@ -180,7 +180,11 @@ impl PackedWeights {
                 WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
                     let (pair, shift) = (k / 2, 4 * (k % 2));
                     for j in 0..QK {
-                        let v = if j < 16 { qs[j] & 0x0F } else { qs[j - 16] >> 4 };
+                        let v = if j < 16 {
+                            qs[j] & 0x0F
+                        } else {
+                            qs[j - 16] >> 4
+                        };
                         dst[pair * QK + j] |= v << shift;
                     }
                 }
@@ -235,6 +239,27 @@ impl PackedWeights {
         (f16::from_bits(self.scales[i]).to_f32(), m)
     }
 
+    /// Block `b` of every row of group `g`, unpacked for the scalar kernel (rows past
+    /// the matrix's end read as zeros).
+    pub fn group_block(&self, g: usize, b: usize) -> GroupBlock {
+        let mut out = GroupBlock {
+            d: [0.0; GROUP],
+            m: [0.0; GROUP],
+            q: [[0; QK]; GROUP],
+        };
+        for k in 0..GROUP {
+            let r = g * GROUP + k;
+            if r >= self.rows {
+                break;
+            }
+            (out.d[k], out.m[k]) = self.scale(r, b);
+            for (j, q) in out.q[k].iter_mut().enumerate() {
+                *q = self.quant(r, b, j) as i8;
+            }
+        }
+        out
+    }
+
     /// Dequantizes row `r` into `out` (`cols` values): the reference meaning of the
     /// packed bits, as ggml's `dequantize_row_*`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
@@ -251,6 +276,16 @@ impl PackedWeights {
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 pub struct ActBlock(pub [i8; QK]);
+
+/// One block of each row of a weight group, unpacked: scales, offsets and quants.
+pub struct GroupBlock {
+    /// `d` per row.
+    pub d: [f32; GROUP],
+    /// `m` per row (Q4_1; zero otherwise).
+    pub m: [f32; GROUP],
+    /// Quants per row, as [`PackedWeights::quant`] gives them.
+    pub q: [[i8; QK]; GROUP],
+}
 
 /// Activations `[rows, cols]` quantized to Q8_0 or Q8_1: per row `cols / 32`
 /// blocks of quants, their scales `d` and (Q8_1 only) `s = d * sum(quants)`, the

@@ -9,17 +9,19 @@
 //! FMAs. The scalar kernel mirrors the same order, so the two agree bit for bit and
 //! with llama.cpp's CPU path up to its compiler's choices.
 //!
-//! Tiling: with one activation row, four weight rows are dotted at once (four
-//! independent FMA chains); with several, each weight row is dotted against up to
-//! four activation rows, its block unpacked once, over a 16-row slab of weights that
-//! stays in L1 while every activation row passes it.
+//! Tiling: the kernel dots one group of four interleaved weight rows (see
+//! [`PackedWeights`]) against one or two activation rows at a time, so it reads the
+//! weights as one sequential stream (prefetched a few KiB ahead) with four or eight
+//! independent FMA chains. With many activation rows the weights are walked in slabs
+//! of a few groups that stay in L1 while every activation row passes them.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::blocks::{PackedWeights, QuantizedActs, WeightFormat, QK};
+use super::blocks::{PackedWeights, QuantizedActs, WeightFormat, GROUP, QK};
 
-/// Which implementation computes.
+/// Which implementation computes. Asking for `Avx2` on a CPU without it gets the
+/// scalar kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
     /// AVX2 + FMA + F16C intrinsics (x86-64 only, checked at run time).
@@ -83,9 +85,9 @@ pub fn quantize_rows(
     assert!(rows.end * cols <= x.len() && rows.end <= acts.rows && cols == acts.blocks * QK);
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => {
-            // SAFETY: `Avx2` is only chosen after run-time detection of AVX2, FMA and
-            // F16C (tests call it only on such CPUs), and the bounds were asserted.
+        Kernel::Avx2 if best_kernel() == Kernel::Avx2 => {
+            // SAFETY: the guard checked (once, cached) that the CPU has AVX2, FMA and
+            // F16C, and the bounds were asserted.
             unsafe { avx2::quantize_rows(x, cols, rows, acts) }
         }
         _ => super::blocks::quantize_rows_ref(x, cols, rows, acts),
@@ -93,7 +95,7 @@ pub fn quantize_rows(
 }
 
 /// Computes output columns `cols` (weight rows) for every activation row:
-/// `out[r][c] = dot(w[c], acts[r])`.
+/// `out[r][c] = dot(w[c], acts[r])`. `cols.start` must be a multiple of [`GROUP`].
 ///
 /// # Safety
 /// `out.ptr` must point to `acts.rows * out.stride` writable f32 with
@@ -106,13 +108,14 @@ pub unsafe fn gemm_range(
     cols: Range<usize>,
     out: OutPtr,
 ) {
-    assert!(cols.end <= w.rows && acts.blocks == w.blocks_per_row());
+    assert!(cols.end <= w.rows && cols.start.is_multiple_of(GROUP));
+    assert!(acts.blocks == w.blocks_per_row());
     assert!(!w.format.needs_act_sums() || acts.s.len() == acts.d.len());
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => {
-            // SAFETY: the features were detected (see `quantize_rows`), the bounds
-            // asserted above, and the output contract is the caller's.
+        Kernel::Avx2 if best_kernel() == Kernel::Avx2 => {
+            // SAFETY: the guard checked the CPU features, the bounds were asserted
+            // above, and the output contract is the caller's.
             unsafe { avx2::gemm_range(w, acts, cols, out) }
         }
         _ => {
@@ -129,44 +132,6 @@ fn hsum8(a: &[f32; 8]) -> f32 {
     (r[0] + r[2]) + (r[1] + r[3])
 }
 
-/// One weight row against one activation row, scalar, in ggml's AVX2 order.
-fn scalar_dot(w: &PackedWeights, c: usize, acts: &QuantizedActs, r: usize) -> f32 {
-    let nb = w.blocks_per_row();
-    let fmt = w.format;
-    let (qb, sw) = (fmt.quant_bytes(), fmt.scale_words());
-    let mut acc = [0f32; 8];
-    let mut summs = 0f32;
-    for b in 0..nb {
-        let a = r * nb + b;
-        let y = &acts.qs[a].0;
-        let slot = w.slot(c, b);
-        let ws = &w.scales[slot * sw..(slot + 1) * sw];
-        let dw = half::f16::from_bits(ws[0]).to_f32();
-        let dd = dw * acts.d[a];
-        let q = &w.quants.as_slice()[slot * qb..(slot + 1) * qb];
-        let wval = |e: usize| -> i32 {
-            match fmt {
-                WeightFormat::Q4_0 => {
-                    (if e < 16 { q[e] & 0x0F } else { q[e - 16] >> 4 }) as i32 - 8
-                }
-                WeightFormat::Q4_1 => (if e < 16 { q[e] & 0x0F } else { q[e - 16] >> 4 }) as i32,
-                WeightFormat::Q8_0 => q[e] as i8 as i32,
-            }
-        };
-        for (lane, acc) in acc.iter_mut().enumerate() {
-            let isum: i32 = (4 * lane..4 * lane + 4)
-                .map(|e| wval(e) * y[e] as i32)
-                .sum();
-            *acc = dd.mul_add(isum as f32, *acc);
-        }
-        if fmt == WeightFormat::Q4_1 {
-            let m = half::f16::from_bits(ws[1]).to_f32();
-            summs = m.mul_add(acts.s[a], summs);
-        }
-    }
-    hsum8(&acc) + summs
-}
-
 /// # Safety
 /// As [`gemm_range`].
 unsafe fn scalar_gemm_range(
@@ -175,12 +140,38 @@ unsafe fn scalar_gemm_range(
     cols: Range<usize>,
     out: OutPtr,
 ) {
-    for c in cols {
+    let nb = w.blocks_per_row();
+    for g in cols.start / GROUP..cols.end.div_ceil(GROUP) {
+        let blocks: Vec<_> = (0..nb).map(|b| w.group_block(g, b)).collect();
         for r in 0..acts.rows {
-            let v = scalar_dot(w, c, acts, r);
-            // SAFETY: `r < acts.rows` and `c < cols.end <= out.stride`, inside the
-            // buffer, in a column only this call writes (the caller's contract).
-            unsafe { *out.ptr.add(r * out.stride + c) = v };
+            // Per row of the group, ggml's AVX2 order: 8 lanes of 4-quant integer
+            // dots, each lane `fma(d_w * d_x, lane, acc)` over the blocks, then
+            // `hsum_float_8(acc) + summs` with `summs` = sum of `fma(m_w, s_x, .)`.
+            let mut acc = [[0f32; 8]; GROUP];
+            let mut summs = [0f32; GROUP];
+            for (b, blk) in blocks.iter().enumerate() {
+                let a = r * nb + b;
+                let y = &acts.qs[a].0;
+                for k in 0..GROUP {
+                    let dd = blk.d[k] * acts.d[a];
+                    for (lane, acc) in acc[k].iter_mut().enumerate() {
+                        let isum: i32 = (4 * lane..4 * lane + 4)
+                            .map(|j| blk.q[k][j] as i32 * y[j] as i32)
+                            .sum();
+                        *acc = dd.mul_add(isum as f32, *acc);
+                    }
+                    if w.format == WeightFormat::Q4_1 {
+                        summs[k] = blk.m[k].mul_add(acts.s[a], summs[k]);
+                    }
+                }
+            }
+            for k in 0..GROUP.min(cols.end - g * GROUP) {
+                let v = hsum8(&acc[k]) + summs[k];
+                // SAFETY: `r < acts.rows` and `g * GROUP + k < cols.end <= out.stride`,
+                // inside the buffer, in a column only this call writes (the caller's
+                // contract).
+                unsafe { *out.ptr.add(r * out.stride + g * GROUP + k) = v };
+            }
         }
     }
 }
@@ -191,22 +182,31 @@ mod avx2 {
     use std::ops::Range;
 
     use super::{OutPtr, QK};
-    use crate::quant::blocks::{ActBlock, PackedWeights, QuantizedActs, WeightFormat, GROUP};
+    use crate::quant::blocks::{PackedWeights, QuantizedActs, WeightFormat, GROUP};
 
     const F_Q4_0: u8 = 0;
     const F_Q4_1: u8 = 1;
     const F_Q8_0: u8 = 2;
-    /// Weight rows per slab in the several-activation-rows path.
-    const SLAB: usize = 16;
+    /// Groups per slab in the several-activation-rows path (16 weight rows: a few
+    /// KiB that stay in L1 while every activation row passes them).
+    const SLAB_GROUPS: usize = 4;
+    /// How far ahead of the kernel the weight stream is prefetched, in bytes.
+    const PREFETCH_BYTES: usize = 4096;
 
-    fn prefetch_ahead() -> usize {
-        static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        *V.get_or_init(|| {
-            std::env::var("TERN_PF")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(2048)
-        })
+    const fn quant_bytes(f: u8) -> usize {
+        if f == F_Q8_0 {
+            32
+        } else {
+            16
+        }
+    }
+
+    const fn scale_words(f: u8) -> usize {
+        if f == F_Q4_1 {
+            2
+        } else {
+            1
+        }
     }
 
     /// ggml's `hsum_float_8`.
@@ -218,151 +218,164 @@ mod avx2 {
         _mm_cvtss_f32(r)
     }
 
-    /// 16 bytes of packed nibbles to 32 bytes: low nibbles then high nibbles.
+    /// Lane `i` of `v`.
     #[inline(always)]
-    unsafe fn nibbles(p: *const u8) -> __m256i {
-        // SAFETY (caller): `p` is 16-byte aligned with 16 readable bytes.
-        let lo = _mm_load_si128(p.cast());
-        let hi = _mm_srli_epi16::<4>(lo);
-        _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
+    unsafe fn lane(v: __m256, i: usize) -> f32 {
+        let mut a = [0f32; 8];
+        _mm256_storeu_ps(a.as_mut_ptr(), v);
+        a[i]
     }
 
-    /// A weight block ready for the pair product: `(multiplicand, sign source)`.
-    /// Q4_1: (unsigned nibbles, unused); Q4_0 / Q8_0: (|q|, q), so that
-    /// `maddubs(|q|, sign(y, q)) = q * y` pairwise, as ggml's `mul_sum_i8_pairs_float`.
+    /// The four rows of one group block, ready for [`pair`]: Q4_1 and Q4_0 the
+    /// unsigned 4-bit values; Q8_0 `(|q|, q)` so that `maddubs(|q|, sign(y, q))`
+    /// is `q * y` pairwise (ggml's `mul_sum_i8_pairs_float`).
     #[inline(always)]
-    unsafe fn load_w<const F: u8>(p: *const u8) -> (__m256i, __m256i) {
-        match F {
-            F_Q4_1 => {
-                let x = nibbles(p);
-                (x, x)
+    unsafe fn unpack<const F: u8>(q: *const u8) -> [(__m256i, __m256i); GROUP] {
+        if F == F_Q8_0 {
+            let mut out = [(_mm256_setzero_si256(), _mm256_setzero_si256()); GROUP];
+            for (k, o) in out.iter_mut().enumerate() {
+                let x = _mm256_load_si256(q.add(k * QK).cast());
+                *o = (_mm256_sign_epi8(x, x), x);
             }
+            out
+        } else {
+            let m = _mm256_set1_epi8(0x0F);
+            let p0 = _mm256_load_si256(q.cast());
+            let p1 = _mm256_load_si256(q.add(QK).cast());
+            let r0 = _mm256_and_si256(p0, m);
+            let r1 = _mm256_and_si256(_mm256_srli_epi16::<4>(p0), m);
+            let r2 = _mm256_and_si256(p1, m);
+            let r3 = _mm256_and_si256(_mm256_srli_epi16::<4>(p1), m);
+            [(r0, r0), (r1, r1), (r2, r2), (r3, r3)]
+        }
+    }
+
+    /// Per activation block, what every pair product with it shares: the quants, and
+    /// for Q4_0 `8 * (sum of each group of 4 quants)`, the `- 8` offset's share.
+    #[inline(always)]
+    unsafe fn act<const F: u8>(y: *const u8) -> (__m256i, __m256i) {
+        let y = _mm256_load_si256(y.cast());
+        if F == F_Q4_0 {
+            let s = _mm256_maddubs_epi16(_mm256_set1_epi8(1), y);
+            let s = _mm256_madd_epi16(_mm256_set1_epi16(1), s);
+            (y, _mm256_slli_epi32::<3>(s))
+        } else {
+            (y, y)
+        }
+    }
+
+    /// Eight float lanes, each the exact integer dot of 4 consecutive quant pairs.
+    #[inline(always)]
+    unsafe fn pair<const F: u8>(w: (__m256i, __m256i), y: (__m256i, __m256i)) -> __m256 {
+        let ones = _mm256_set1_epi16(1);
+        let lanes = match F {
+            F_Q4_1 => _mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, y.0)),
+            // (q - 8) . y = q . y - 8 * sum(y), lane by lane, exactly.
             F_Q4_0 => {
-                let x = _mm256_sub_epi8(nibbles(p), _mm256_set1_epi8(8));
-                (_mm256_sign_epi8(x, x), x)
+                _mm256_sub_epi32(_mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, y.0)), y.1)
             }
-            _ => {
-                let x = _mm256_load_si256(p.cast());
-                (_mm256_sign_epi8(x, x), x)
-            }
-        }
-    }
-
-    /// Eight float lanes, each the integer dot of 4 consecutive quant pairs.
-    #[inline(always)]
-    unsafe fn pair<const F: u8>(w: (__m256i, __m256i), y: __m256i) -> __m256 {
-        let dot = if F == F_Q4_1 {
-            _mm256_maddubs_epi16(w.0, y)
-        } else {
-            _mm256_maddubs_epi16(w.0, _mm256_sign_epi8(y, w.1))
+            _ => _mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, _mm256_sign_epi8(y.0, w.1))),
         };
-        _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot))
+        _mm256_cvtepi32_ps(lanes)
     }
 
-    /// `(d, m)` of the weight block in slot `slot` (`m` = 0 unless Q4_1).
+    /// The f16 scales of one group block as f32: Q4_1 `[d0 m0 d1 m1 d2 m2 d3 m3]`,
+    /// others `[d0 d1 d2 d3 0 0 0 0]`.
     #[inline(always)]
-    unsafe fn scales<const F: u8>(s: *const u16, slot: usize) -> (f32, f32) {
+    unsafe fn scales<const F: u8>(s: *const u16) -> __m256 {
         if F == F_Q4_1 {
-            let bits = s.add(2 * slot).cast::<i32>().read_unaligned();
-            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
-            (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+            _mm256_cvtph_ps(_mm_loadu_si128(s.cast()))
         } else {
-            let bits = *s.add(slot) as i32;
-            (_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits))), 0.0)
+            _mm256_cvtph_ps(_mm_loadl_epi64(s.cast()))
         }
     }
 
-    const fn qbytes(f: u8) -> usize {
-        if f == F_Q8_0 {
-            32
-        } else {
-            16
-        }
-    }
-
-    const fn swords(f: u8) -> usize {
-        if f == F_Q4_1 {
-            2
-        } else {
-            1
-        }
-    }
-
-    /// `W` weight rows (from `c0`: a whole group if `W` is 4, else rows whose slots
-    /// have the same stride) against `R` activation rows (from `r0`).
+    /// Group `g` (weight rows `4g..4g + 4`) against activation rows `r0..r0 + R`:
+    /// `out[ri][k] = dot(row 4g + k, act row r0 + ri)`, in ggml's order per pair.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C available; rows in bounds of `w` and `acts`.
+    /// AVX2, FMA and F16C available; `g` and the activation rows in bounds.
     #[inline(always)]
-    unsafe fn micro<const F: u8, const W: usize, const R: usize>(
+    unsafe fn group<const F: u8, const R: usize, const PREFETCH: bool>(
         w: &PackedWeights,
-        c0: usize,
+        g: usize,
         acts: &QuantizedActs,
         r0: usize,
-    ) -> [[f32; R]; W] {
+    ) -> [[f32; GROUP]; R] {
         let nb = acts.blocks;
-        let (slot0, stride) = (w.slot(c0, 0), w.slot_stride(c0));
-        let row_step = if W == 1 { 0 } else { w.slot(c0 + 1, 0) - slot0 };
-        let wq = w.quants.as_slice().as_ptr().add(slot0 * qbytes(F));
-        let ws = w.scales.as_ptr().add(slot0 * swords(F));
-        let aq = acts.qs.as_ptr().add(r0 * nb);
+        let (qstep, sstep) = (GROUP * quant_bytes(F), GROUP * scale_words(F));
+        let wq = w.quants.as_slice().as_ptr().add(g * nb * qstep);
+        let ws = w.scales.as_ptr().add(g * nb * sstep);
+        let aq = acts.qs.as_ptr().add(r0 * nb).cast::<u8>();
         let ad = acts.d.as_ptr().add(r0 * nb);
         let asum = if F == F_Q4_1 {
             acts.s.as_ptr().add(r0 * nb)
         } else {
             ad
         };
-        let mut acc = [[_mm256_setzero_ps(); R]; W];
-        let mut summs = [[0f32; R]; W];
-        let pf = prefetch_ahead();
+        // Row k's scale `d` is lane `k` (Q4_1: `2k`; its `m` is lane `2k + 1`).
+        let d_lane = |k: usize| if F == F_Q4_1 { 2 * k as i32 } else { k as i32 };
+        let mut acc = [[_mm256_setzero_ps(); GROUP]; R];
+        let mut summs = [_mm256_setzero_ps(); R];
         for b in 0..nb {
-            if W == GROUP && pf > 0 {
-                // One group block = GROUP * quant bytes, contiguous with the next group.
-                let q = wq.wrapping_add(b * GROUP * qbytes(F) + pf);
+            if PREFETCH {
+                // Pointers only: `wrapping_add` may run past the end, which a
+                // prefetch tolerates.
+                let q = wq.wrapping_add(b * qstep + PREFETCH_BYTES);
                 _mm_prefetch::<_MM_HINT_T0>(q.cast());
-                if qbytes(F) * GROUP > 64 {
+                if qstep > 64 {
                     _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64).cast());
                 }
                 if b % 4 == 0 {
-                    let sp = ws.wrapping_add(b * GROUP * swords(F) + pf / 8).cast::<i8>();
-                    _mm_prefetch::<_MM_HINT_T0>(sp);
+                    let ahead = PREFETCH_BYTES * sstep * 2 / qstep;
+                    let s = ws.wrapping_add(b * sstep).cast::<u8>().wrapping_add(ahead);
+                    _mm_prefetch::<_MM_HINT_T0>(s.cast());
                 }
             }
-            for wi in 0..W {
-                let slot = b * stride + wi * row_step;
-                let wv = load_w::<F>(wq.add(slot * qbytes(F)));
-                let (dw, mw) = scales::<F>(ws, slot);
-                let dwv = _mm256_set1_ps(dw);
-                for ri in 0..R {
-                    let a = ri * nb + b;
-                    let y = _mm256_load_si256(aq.add(a).cast::<ActBlock>().cast());
-                    let dd = _mm256_mul_ps(dwv, _mm256_broadcast_ss(&*ad.add(a)));
-                    acc[wi][ri] = _mm256_fmadd_ps(dd, pair::<F>(wv, y), acc[wi][ri]);
-                    if F == F_Q4_1 {
-                        summs[wi][ri] = mw.mul_add(*asum.add(a), summs[wi][ri]);
-                    }
+            let wv = unpack::<F>(wq.add(b * qstep));
+            let sv = scales::<F>(ws.add(b * sstep));
+            for ri in 0..R {
+                let a = ri * nb + b;
+                let y = act::<F>(aq.add(a * QK));
+                // d_w * d_x for each row at once, then broadcast row by row: the same
+                // products ggml forms one at a time.
+                let dv = _mm256_mul_ps(sv, _mm256_broadcast_ss(&*ad.add(a)));
+                for k in 0..GROUP {
+                    let dd = _mm256_permutevar8x32_ps(dv, _mm256_set1_epi32(d_lane(k)));
+                    acc[ri][k] = _mm256_fmadd_ps(dd, pair::<F>(wv[k], y), acc[ri][k]);
+                }
+                if F == F_Q4_1 {
+                    // Lane 2k + 1: fma(m_k, s_x, summs_k), ggml's scalar `summs`.
+                    summs[ri] = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(&*asum.add(a)), summs[ri]);
                 }
             }
         }
-        let mut out = [[0f32; R]; W];
-        for wi in 0..W {
-            for ri in 0..R {
-                out[wi][ri] = hsum8(acc[wi][ri]) + summs[wi][ri];
+        let mut out = [[0f32; GROUP]; R];
+        for ri in 0..R {
+            for k in 0..GROUP {
+                let m = if F == F_Q4_1 {
+                    lane(summs[ri], 2 * k + 1)
+                } else {
+                    0.0
+                };
+                out[ri][k] = hsum8(acc[ri][k]) + m;
             }
         }
         out
     }
 
+    /// Writes a group's results for activation rows `r0..`, skipping padding rows.
     #[inline(always)]
-    unsafe fn store<const W: usize, const R: usize>(
+    unsafe fn store<const R: usize>(
         out: OutPtr,
         c0: usize,
+        c_end: usize,
         r0: usize,
-        v: [[f32; R]; W],
+        v: [[f32; GROUP]; R],
     ) {
-        for (wi, col) in v.iter().enumerate() {
-            for (ri, &x) in col.iter().enumerate() {
-                *out.ptr.add((r0 + ri) * out.stride + c0 + wi) = x;
+        for (ri, row) in v.iter().enumerate() {
+            for (k, &x) in row.iter().enumerate().take(c_end - c0) {
+                *out.ptr.add((r0 + ri) * out.stride + c0 + k) = x;
             }
         }
     }
@@ -374,39 +387,50 @@ mod avx2 {
         cols: Range<usize>,
         out: OutPtr,
     ) {
+        let (g0, g1) = (cols.start / GROUP, cols.end.div_ceil(GROUP));
+        let c_end = |g: usize| cols.end.min((g + 1) * GROUP);
         if acts.rows == 1 {
-            let mut c = cols.start;
-            let grouped = w.grouped_rows().min(cols.end);
-            while c % GROUP != 0 && c < cols.end {
-                store::<1, 1>(out, c, 0, micro::<F, 1, 1>(w, c, acts, 0));
-                c += 1;
+            // The kernel prefetches a fixed distance ahead; start the stream here.
+            let nb = acts.blocks;
+            let (qstep, sstep) = (GROUP * quant_bytes(F), GROUP * scale_words(F));
+            let q0 = w.quants.as_slice().as_ptr().wrapping_add(g0 * nb * qstep);
+            let s0 = w.scales.as_ptr().wrapping_add(g0 * nb * sstep).cast::<u8>();
+            for off in (0..PREFETCH_BYTES).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(q0.wrapping_add(off).cast());
             }
-            while c + GROUP <= grouped {
-                store::<GROUP, 1>(out, c, 0, micro::<F, GROUP, 1>(w, c, acts, 0));
-                c += GROUP;
+            for off in (0..PREFETCH_BYTES * sstep * 2 / qstep).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(s0.wrapping_add(off).cast());
             }
-            while c < cols.end {
-                store::<1, 1>(out, c, 0, micro::<F, 1, 1>(w, c, acts, 0));
-                c += 1;
+            for g in g0..g1 {
+                store::<1>(
+                    out,
+                    g * GROUP,
+                    c_end(g),
+                    0,
+                    group::<F, 1, true>(w, g, acts, 0),
+                );
             }
             return;
         }
-        let mut slab = cols.start;
-        while slab < cols.end {
-            let slab_end = cols.end.min(slab + SLAB);
+        let mut slab = g0;
+        while slab < g1 {
+            let slab_end = g1.min(slab + SLAB_GROUPS);
             let mut r = 0;
-            while r + 4 <= acts.rows {
-                for c in slab..slab_end {
-                    store::<1, 4>(out, c, r, micro::<F, 1, 4>(w, c, acts, r));
+            while r + 2 <= acts.rows {
+                for g in slab..slab_end {
+                    let v = if r == 0 {
+                        group::<F, 2, true>(w, g, acts, r)
+                    } else {
+                        group::<F, 2, false>(w, g, acts, r)
+                    };
+                    store::<2>(out, g * GROUP, c_end(g), r, v);
                 }
-                r += 4;
+                r += 2;
             }
-            for c in slab..slab_end {
-                match acts.rows - r {
-                    3 => store::<1, 3>(out, c, r, micro::<F, 1, 3>(w, c, acts, r)),
-                    2 => store::<1, 2>(out, c, r, micro::<F, 1, 2>(w, c, acts, r)),
-                    1 => store::<1, 1>(out, c, r, micro::<F, 1, 1>(w, c, acts, r)),
-                    _ => {}
+            if r < acts.rows {
+                for g in slab..slab_end {
+                    let v = group::<F, 1, false>(w, g, acts, r);
+                    store::<1>(out, g * GROUP, c_end(g), r, v);
                 }
             }
             slab = slab_end;
@@ -430,7 +454,7 @@ mod avx2 {
 
     /// ggml's AVX2 `quantize_row_q8_{0,1}` for one block.
     #[inline(always)]
-    unsafe fn quantize_block(x: *const f32, q: *mut ActBlock, with_sum: bool) -> (f32, f32) {
+    unsafe fn quantize_block(x: *const f32, q: *mut u8, with_sum: bool) -> (f32, f32) {
         let v = [
             _mm256_loadu_ps(x),
             _mm256_loadu_ps(x.add(8)),
@@ -463,9 +487,8 @@ mod avx2 {
         } else {
             0.0
         };
-        let p0 = _mm256_packs_epi32(i0, i1);
-        let p1 = _mm256_packs_epi32(i2, i3);
-        let p = _mm256_packs_epi16(p0, p1);
+        // Saturating packs, then undo their lane interleaving.
+        let p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
         let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_store_si256(q.cast(), p);
         (f16_round(d), s)
@@ -493,8 +516,8 @@ mod avx2 {
         for r in rows {
             for b in 0..nb {
                 let i = r * nb + b;
-                let (d, s) =
-                    quantize_block(x.as_ptr().add(r * cols + b * QK), &mut acts.qs[i], with_sum);
+                let src = x.as_ptr().add(r * cols + b * QK);
+                let (d, s) = quantize_block(src, acts.qs[i].0.as_mut_ptr().cast(), with_sum);
                 acts.d[i] = d;
                 if with_sum {
                     acts.s[i] = s;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Module, Result, Shape, Tensor};
 
-use super::blocks::{PackedWeights, QuantizedActs, WeightFormat, QK};
+use super::blocks::{PackedWeights, QuantizedActs, WeightFormat, GROUP, QK};
 use super::dot::{self, Kernel, OutPtr};
 use super::pool::Pool;
 
@@ -63,8 +63,8 @@ impl QLinear {
             d => bail!("QLinear needs a 2-D weight [out, in], got shape {d:?}"),
         };
         let dtype = weight.dtype();
-        let native =
-            WeightFormat::from_ggml(dtype).filter(|_| weight.device().is_cpu() && in_dim % QK == 0);
+        let native = WeightFormat::from_ggml(dtype)
+            .filter(|_| weight.device().is_cpu() && in_dim.is_multiple_of(QK));
         let imp = match native {
             Some(format) => {
                 let data = weight.data()?;
@@ -184,9 +184,9 @@ fn matmul(w: &PackedWeights, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32>
         unsafe { dot::gemm_range(kernel, w, acts, 0..out_dim, optr) };
         return out;
     }
-    // Task boundaries on the kernels' tile widths: 4 columns per decode tile,
-    // 16-column slabs when several rows share each weight row.
-    let unit = if rows == 1 { 4 } else { 16 };
+    // Task boundaries on the kernels' tiles: whole row groups for decode, slabs of
+    // 16 weight rows when several activation rows share each weight row.
+    let unit = if rows == 1 { GROUP } else { 4 * GROUP };
     let chunk = out_dim
         .div_ceil(threads * TASKS_PER_THREAD)
         .div_ceil(unit)

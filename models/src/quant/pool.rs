@@ -55,8 +55,9 @@ impl Pool {
         POOL.get_or_init(|| Pool::new(configured_threads()))
     }
 
-    /// A pool whose jobs run on `threads` threads, the caller included.
-    pub fn new(threads: usize) -> Self {
+    /// A pool whose jobs run on `threads` threads, the caller included. Private:
+    /// workers never exit, so the one global pool is the only one.
+    fn new(threads: usize) -> Self {
         let workers = threads.max(1) - 1;
         let shared = Arc::new(Shared {
             epoch: AtomicUsize::new(0),
@@ -192,7 +193,7 @@ fn wait_for_job(sh: &Shared, index: usize, seen: usize) -> usize {
         }
         n = n.wrapping_add(1);
         // Reading the clock costs ~20 ns: do it every 64 rounds.
-        if n % 64 == 0 {
+        if n.is_multiple_of(64) {
             waited = start.elapsed();
         }
         if waited < SPIN {

@@ -278,7 +278,7 @@ fn check_scored(budget: usize, window: usize, kernel: usize) -> Result<(), Polic
     positive("budget", budget)?;
     positive("window", window)?;
     below_budget("window", window, budget)?;
-    if kernel % 2 == 0 {
+    if kernel.is_multiple_of(2) {
         return Err(bad("kernel", kernel));
     }
     Ok(())
