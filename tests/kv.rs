@@ -66,12 +66,23 @@ fn every_policy_holds_its_budget_while_generating() {
 }
 
 #[test]
-fn full_policy_is_the_plain_cache() {
+fn compression_never_changes_a_sequence_shorter_than_its_budget() {
     let (_d, model) = tiny();
-    let a = run(&model, "full", 30, 20);
-    let req_tokens = a.token_ids.clone();
-    let b = run(&model, "full", 30, 20);
-    assert_eq!(req_tokens, b.token_ids);
+    let full = run(&model, "full", 30, 40);
+    for spec in [
+        "streaming:budget=256",
+        "h2o:budget=256",
+        "snapkv:budget=256,every=1",
+        "pyramidkv:budget=256,every=1",
+        "rkv:budget=256,every=1",
+    ] {
+        let out = run(&model, spec, 30, 40);
+        assert_eq!(out.token_ids, full.token_ids, "{spec}");
+        let a: Vec<f32> = out.logprobs.iter().map(|l| l.logprob).collect();
+        let b: Vec<f32> = full.logprobs.iter().map(|l| l.logprob).collect();
+        assert_eq!(a, b, "{spec}: logprobs must be bit-identical");
+        assert_eq!(out.kv_bytes, full.kv_bytes, "{spec}");
+    }
 }
 
 #[test]
