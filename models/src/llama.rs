@@ -11,8 +11,6 @@
 //! Shapes below: `T` = tokens in the batch, `D` = hidden size, `H` = query heads,
 //! `KV` = key/value heads, `G = H / KV`, `hd` = head dim, `C` = cached positions.
 
-use std::sync::Arc;
-
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
 
@@ -60,10 +58,12 @@ struct Block {
 /// A loaded llama model: weights plus RoPE tables. Immutable and shareable.
 pub struct Llama {
     config: ModelConfig,
-    embedding: Arc<QTensor>,
+    /// Token embedding `[vocab, D]`; also the output projection when tied.
+    embedding: QLinear,
     blocks: Vec<Block>,
     output_norm: Tensor,
-    output: QLinear,
+    /// A separate output projection, when the model has one.
+    output: Option<QLinear>,
     /// `[context_length, hd/2]` f32.
     rope_cos: Tensor,
     /// `[context_length, hd/2]` f32.
@@ -89,11 +89,11 @@ impl Llama {
             Ok(QLinear::from_qtensor(qt(name, dims)?)?)
         };
         let vec = |name: &str| -> Result<Tensor> { Ok(qt(name, &[d])?.dequantize(&Device::Cpu)?) };
-        let embedding = Arc::new(qt("token_embd.weight", &[config.vocab_size, d])?);
+        let embedding = mm("token_embd.weight", &[config.vocab_size, d])?;
         let output = if file.has_tensor("output.weight") {
-            mm("output.weight", &[config.vocab_size, d])?
+            Some(mm("output.weight", &[config.vocab_size, d])?)
         } else {
-            QLinear::from_arc(embedding.clone())?
+            None
         };
         let mut blocks = Vec::with_capacity(config.n_layer);
         for i in 0..config.n_layer {
@@ -136,12 +136,11 @@ impl Llama {
             .flat_map(|s| s.tokens.iter().copied())
             .collect();
         let n_tokens = ids.len();
-        let ids = Tensor::from_vec(ids, n_tokens, &Device::Cpu)?;
         let positions = Tensor::from_vec(layout.positions.clone(), n_tokens, &Device::Cpu)?;
         let cos = self.rope_cos.index_select(&positions, 0)?; // [T, hd/2]
         let sin = self.rope_sin.index_select(&positions, 0)?;
 
-        let mut x = self.embedding.embedding(&ids)?; // [T, D]
+        let mut x = self.embedding.rows(&ids)?; // [T, D]
         for (layer, block) in self.blocks.iter().enumerate() {
             x = self.block_forward(layer, block, &x, &cos, &sin, batch, &layout)?;
         }
@@ -298,7 +297,12 @@ impl Llama {
         let idx = Tensor::from_vec(rows, n_rows, &Device::Cpu)?;
         let h = x.index_select(&idx, 0)?;
         let h = candle_nn::ops::rms_norm(&h, &self.output_norm, self.config.rms_eps)?;
-        let logits = self.output.forward(&h)?.to_dtype(DType::F32)?; // [R, vocab]
+        let logits = self
+            .output
+            .as_ref()
+            .unwrap_or(&self.embedding)
+            .forward(&h)?
+            .to_dtype(DType::F32)?; // [R, vocab]
         spans
             .into_iter()
             .map(|(start, count)| {

@@ -103,6 +103,27 @@ impl QLinear {
         matches!(self.imp, Imp::Native(_))
     }
 
+    /// Rows `ids` of the weight, dequantized to `[ids.len(), in]` f32: the token
+    /// embedding lookup, so a tied embedding/output matrix is held once.
+    pub fn rows(&self, ids: &[u32]) -> Result<Tensor> {
+        match &self.imp {
+            Imp::Native(w) => {
+                let mut out = vec![0f32; ids.len() * self.in_dim];
+                for (row, &id) in out.chunks_exact_mut(self.in_dim).zip(ids) {
+                    if id as usize >= self.out_dim {
+                        bail!("row {id} is outside the matrix ({} rows)", self.out_dim);
+                    }
+                    w.dequantize_row(id as usize, row);
+                }
+                Tensor::from_vec(out, (ids.len(), self.in_dim), &candle_core::Device::Cpu)
+            }
+            Imp::Candle(m) => {
+                let ids = Tensor::from_vec(ids.to_vec(), ids.len(), &candle_core::Device::Cpu)?;
+                m.embedding(&ids)
+            }
+        }
+    }
+
     /// `x W^T` for `x` `[.., in]` (any float dtype, computed in f32): returns
     /// `[.., out]` f32.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
