@@ -82,6 +82,8 @@ pub struct GenerateOutput {
     pub kv_bytes: usize,
     /// Bytes a full cache would have held for the same tokens.
     pub kv_bytes_full: usize,
+    /// Bytes of KV buffers allocated at the end (capacity, not just valid entries).
+    pub kv_bytes_allocated: usize,
 }
 
 /// Checks that a prompt is non-empty and leaves room for at least one token.
@@ -157,6 +159,7 @@ pub fn generate(
         decode_steps: 0,
         kv_bytes: 0,
         kv_bytes_full: 0,
+        kv_bytes_allocated: 0,
     };
     let mut decoder = StreamDecoder::new();
     let mut stops = StopMatcher::new(&req.stop);
@@ -215,6 +218,7 @@ pub fn generate(
     }
     out.kv_bytes = cache.peak_bytes();
     out.kv_bytes_full = cache.full_bytes();
+    out.kv_bytes_allocated = cache.allocated_bytes();
     Ok(out)
 }
 

@@ -135,8 +135,8 @@ fn eval_memory(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value>
     println!(
         "\n### KV bytes per sequence ({p}, prefill in chunks of 512, then 16 decoded tokens)\n"
     );
-    println!("| context | full cache | with budget (peak) | ratio |");
-    println!("|---|---|---|---|");
+    println!("| context | full cache | with budget: peak held | ratio | buffers allocated |");
+    println!("|---|---|---|---|---|");
     for &ctx in &a.memory_contexts {
         let n = ctx.min(model.config().context_length - 17);
         let prompt: Vec<u32> = (0..n)
@@ -158,11 +158,15 @@ fn eval_memory(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value>
             out.kv_bytes, out.kv_bytes_full
         );
         println!(
-            "| {ctx} | {:.1} MB | {:.1} MB | 1/{ratio:.1} |",
+            "| {ctx} | {:.1} MB | {:.1} MB | 1/{ratio:.1} | {:.1} MB |",
             out.kv_bytes_full as f64 / 1e6,
-            out.kv_bytes as f64 / 1e6
+            out.kv_bytes as f64 / 1e6,
+            out.kv_bytes_allocated as f64 / 1e6
         );
-        rows.push(json!({"ctx": ctx, "policy": p.to_string(), "kv_bytes": out.kv_bytes, "kv_bytes_full": out.kv_bytes_full}));
+        rows.push(
+            json!({"ctx": ctx, "policy": p.to_string(), "kv_bytes": out.kv_bytes,
+            "kv_bytes_full": out.kv_bytes_full, "kv_bytes_allocated": out.kv_bytes_allocated}),
+        );
     }
     Ok(json!({"rows": rows}))
 }

@@ -115,6 +115,12 @@ impl SeqCache {
         self.layers.iter().map(|l| l.len).sum::<usize>() * self.bytes_per_entry()
     }
 
+    /// Bytes of the buffers allocated for keys and values (capacity, all
+    /// layers): what the cache costs in memory, valid entries or not.
+    pub fn allocated_bytes(&self) -> usize {
+        self.layers.iter().map(|l| l.capacity).sum::<usize>() * self.bytes_per_entry()
+    }
+
     /// The largest [`Self::bytes`] seen since creation.
     pub fn peak_bytes(&self) -> usize {
         self.peak_bytes
