@@ -229,3 +229,57 @@ fn real_model_reports_policy_and_bytes() {
     assert_eq!(j["completion_tokens"], 80);
     assert!(!j["text"].as_str().unwrap().trim().is_empty());
 }
+
+#[test]
+fn kv_eval_prints_its_tables() {
+    let (d, model) = tiny();
+    let path = model.path.to_str().unwrap().to_string();
+    let text = d.path().join("text.txt");
+    std::fs::write(
+        &text,
+        "the quick brown fox jumps over the lazy dog. ".repeat(20),
+    )
+    .unwrap();
+    let out = tern(
+        &[
+            "kv-eval",
+            "-m",
+            &path,
+            "--tasks",
+            "ppl,passkey,memory",
+            "--policies",
+            "streaming,snapkv",
+            "-f",
+            text.to_str().unwrap(),
+            "--ctx",
+            "64",
+            "--budgets",
+            "16,32",
+            "--passkey-budgets",
+            "32",
+            "--contexts",
+            "100",
+            "--depths",
+            "50",
+            "--memory-contexts",
+            "200",
+            "--memory-budget",
+            "32",
+            "--json",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("| streaming | "), "{stdout}");
+    assert!(stdout.contains("| snapkv | 32 |"), "{stdout}");
+    let j = last_json(&out);
+    assert_eq!(j["ppl"]["rows"].as_array().unwrap().len(), 4);
+    assert_eq!(j["passkey"]["rows"].as_array().unwrap().len(), 3);
+    let mem = &j["memory"]["rows"][0];
+    assert!(mem["kv_bytes"].as_u64().unwrap() < mem["kv_bytes_full"].as_u64().unwrap());
+}

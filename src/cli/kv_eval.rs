@@ -139,8 +139,10 @@ fn eval_memory(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value>
     println!("|---|---|---|---|---|");
     for &ctx in &a.memory_contexts {
         let n = ctx.min(model.config().context_length - 17);
+        let vocab = model.config().vocab_size;
+        let low = vocab / 20; // skip the low ids where control tokens live
         let prompt: Vec<u32> = (0..n)
-            .map(|i| (1000 + (i * 7919) % 40_000) as u32)
+            .map(|i| (low + (i * 7919) % (vocab - low)) as u32)
             .collect();
         let req = GenerateRequest {
             prompt,
