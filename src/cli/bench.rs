@@ -88,7 +88,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             kv = kv.max(bytes);
         }
         let row = Row {
-            backend: "candle",
+            backend: "tern",
             kv_policy: a.kv.kv_policy.to_string(),
             depth,
             pp_tokens_per_s: (!pps.is_empty()).then(|| median(pps)),

@@ -168,11 +168,18 @@ impl SeqCache {
 
     fn grow(&mut self, layer: usize, needed: usize) -> candle_core::Result<()> {
         let (kvh, hd) = (self.n_kv_head, self.head_dim);
+        let budgeted = self.policy.budget().is_some();
         let l = &mut self.layers[layer];
         if needed <= l.capacity {
             return Ok(());
         }
-        let capacity = needed.max(2 * l.capacity).max(MIN_CAPACITY);
+        // A full cache grows geometrically; a budgeted one only ever needs its
+        // budget plus one step's tokens, so it grows to exactly that.
+        let capacity = if budgeted {
+            needed.max(MIN_CAPACITY)
+        } else {
+            needed.max(2 * l.capacity).max(MIN_CAPACITY)
+        };
         let k = Tensor::zeros((kvh, capacity, hd), DType::F32, &Device::Cpu)?;
         let v = Tensor::zeros((kvh, capacity, hd), DType::F32, &Device::Cpu)?;
         if let (Some(old_k), Some(old_v), true) = (&l.k, &l.v, l.len > 0) {
