@@ -66,6 +66,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Runs the subcommand with its parsed arguments.
 pub fn run(a: &BenchArgs) -> Result<()> {
     let model = resolve::load(&a.model.model)?;
     let vocab = model.config().vocab_size;

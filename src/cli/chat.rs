@@ -10,6 +10,7 @@ use super::args::ChatArgs;
 use super::generate::sampling_params;
 use super::resolve;
 
+/// Runs the subcommand with its parsed arguments.
 pub fn run(a: &ChatArgs) -> Result<()> {
     let model = resolve::load(&a.model.model)?;
     let template = model.chat_template()?;

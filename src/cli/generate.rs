@@ -43,6 +43,7 @@ pub fn prompt_ids(model: &LoadedModel, a: &GenerateArgs) -> Result<Vec<u32>> {
     Ok(model.tokenizer.encode(&text, true, true)?)
 }
 
+/// Runs the subcommand with its parsed arguments.
 pub fn run(a: &GenerateArgs) -> Result<()> {
     let model = resolve::load(&a.model.model)?;
     let prompt = prompt_ids(&model, a)?;

@@ -8,6 +8,7 @@ use tern_runtime::tokenizer::Tokenizer;
 use super::args::ModelArgs;
 use super::resolve;
 
+/// Runs the subcommand with its parsed arguments.
 pub fn run(a: &ModelArgs) -> Result<()> {
     let path = resolve::model_path(&a.model)?;
     let file = GgufFile::open(&path)?;

@@ -173,6 +173,7 @@ fn eval_memory(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value>
     Ok(json!({"rows": rows}))
 }
 
+/// Runs the subcommand with its parsed arguments.
 pub fn run(a: &KvEvalArgs) -> Result<()> {
     let model = resolve::load(&a.model.model)?;
     let mut report = serde_json::Map::new();

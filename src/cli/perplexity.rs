@@ -9,6 +9,7 @@ use tern_runtime::perplexity::perplexity;
 use super::args::PerplexityArgs;
 use super::resolve;
 
+/// Runs the subcommand with its parsed arguments.
 pub fn run(a: &PerplexityArgs) -> Result<()> {
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("cannot read {} as UTF-8 text", a.file.display()))?;

@@ -5,6 +5,7 @@ use tern_models::registry;
 
 use super::args::PullArgs;
 
+/// Runs the subcommand with its parsed arguments.
 pub fn run(a: &PullArgs) -> Result<()> {
     if a.list {
         for e in registry::REGISTRY {

@@ -10,6 +10,7 @@ use tern_runtime::tokenizer::Tokenizer;
 use super::args::TokenizeArgs;
 use super::resolve;
 
+/// Runs the subcommand with its parsed arguments.
 pub fn run(a: &TokenizeArgs) -> Result<()> {
     let path = resolve::model_path(&a.model.model)?;
     // Only the tokenizer is needed: skip loading the weights.
