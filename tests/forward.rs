@@ -6,15 +6,7 @@ use tern_models::{LogitsWanted, SeqBatch};
 use tern_runtime::kv::SeqCache;
 use tern_runtime::LoadedModel;
 
-use crate::support::tiny::{write_tiny_model, TinySpec};
-
-fn tiny() -> (tempfile::TempDir, LoadedModel) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_tiny_model(&path, &TinySpec::default());
-    let model = LoadedModel::load(&path).unwrap();
-    (dir, model)
-}
+use crate::support::tiny::load_tiny as tiny;
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b)

@@ -8,16 +8,9 @@ use tern_runtime::kv::SeqCache;
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::LoadedModel;
 
-use crate::support::tiny::{write_tiny_model, TinySpec};
 use crate::support::{assert_clean_error, last_json, real_model, tern};
 
-fn tiny() -> (tempfile::TempDir, LoadedModel) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_tiny_model(&path, &TinySpec::default());
-    let model = LoadedModel::load(&path).unwrap();
-    (dir, model)
-}
+use crate::support::tiny::load_tiny as tiny;
 
 fn run(
     model: &LoadedModel,

@@ -152,3 +152,13 @@ pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
     candle_core::quantized::gguf_file::write(&mut file, &meta_refs, &tensor_refs)
         .expect("write gguf");
 }
+
+/// Writes the default tiny model to a temporary directory and loads it; keep
+/// the directory alive as long as the model's path is used.
+pub fn load_tiny() -> (tempfile::TempDir, tern_runtime::LoadedModel) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, &TinySpec::default());
+    let model = tern_runtime::LoadedModel::load(&path).expect("load tiny model");
+    (dir, model)
+}
