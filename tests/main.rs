@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod engine;
 mod forward;
 mod kv;
 mod reference;

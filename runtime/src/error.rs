@@ -21,6 +21,13 @@ pub enum RuntimeError {
         context_length: usize,
         max_prompt: usize,
     },
+    /// The prompt plus the tokens asked for exceed the context window.
+    #[error("this model's maximum context length is {context_length} tokens, but {total} were requested ({prompt_tokens} in the prompt, {max_tokens} to generate); reduce the prompt or max_tokens", total = prompt_tokens + max_tokens)]
+    ContextRequest {
+        prompt_tokens: usize,
+        max_tokens: usize,
+        context_length: usize,
+    },
     /// The prompt tokenized to nothing.
     #[error("the prompt is empty")]
     EmptyPrompt,

@@ -162,7 +162,7 @@ pub fn generate(
         kv_bytes_allocated: 0,
     };
     let mut decoder = StreamDecoder::new();
-    let mut stops = StopMatcher::new(&req.stop);
+    let mut stops = StopMatcher::new(req.stop.clone());
 
     let t0 = Instant::now();
     let mut logits = prefill(model, &mut cache, &req.prompt, req.prefill_chunk)?;
@@ -224,18 +224,18 @@ pub fn generate(
 
 /// Holds back text that could be the start of a stop string, so a stop string
 /// split across tokens is never emitted.
-struct StopMatcher<'a> {
-    stops: &'a [String],
+pub(crate) struct StopMatcher {
+    stops: Vec<String>,
     held: String,
 }
 
-struct Emit {
-    text: String,
-    stopped: bool,
+pub(crate) struct Emit {
+    pub(crate) text: String,
+    pub(crate) stopped: bool,
 }
 
-impl<'a> StopMatcher<'a> {
-    fn new(stops: &'a [String]) -> Self {
+impl StopMatcher {
+    pub(crate) fn new(stops: Vec<String>) -> Self {
         Self {
             stops,
             held: String::new(),
@@ -243,7 +243,7 @@ impl<'a> StopMatcher<'a> {
     }
 
     /// Adds `piece`; returns text safe to emit, and whether a stop string hit.
-    fn feed(&mut self, piece: &str) -> Option<Emit> {
+    pub(crate) fn feed(&mut self, piece: &str) -> Option<Emit> {
         self.held.push_str(piece);
         let stops = self.stops.iter().filter(|s| !s.is_empty());
         if let Some(at) = stops.filter_map(|s| self.held.find(s.as_str())).min() {
@@ -280,7 +280,7 @@ impl<'a> StopMatcher<'a> {
         })
     }
 
-    fn flush(&mut self, rest: String) -> String {
+    pub(crate) fn flush(&mut self, rest: String) -> String {
         let mut text = std::mem::take(&mut self.held);
         text.push_str(&rest);
         text
@@ -293,7 +293,7 @@ mod tests {
 
     fn run(stops: &[&str], pieces: &[&str]) -> (String, bool) {
         let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let mut m = StopMatcher::new(&stops);
+        let mut m = StopMatcher::new(stops);
         let mut out = String::new();
         for p in pieces {
             if let Some(e) = m.feed(p) {

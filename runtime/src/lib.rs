@@ -1,10 +1,13 @@
 //! `tern-runtime`: everything between a model and a caller.
 //!
 //! Tokenizer (GGUF vocabulary through `tokenizers`), chat template (minijinja),
-//! sampler, per-sequence KV caches, generation and perplexity. Callers (the CLI,
+//! sampler, per-sequence KV caches, generation, perplexity and the
+//! continuous-batching engine. Callers (the CLI,
 //! the server, the trainer) talk to this crate; it never sees their wire types.
 
 pub mod chat;
+pub mod constraint;
+pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod kv;

@@ -53,6 +53,9 @@ pub struct SeqCache {
     /// Highest position appended plus one: what a full cache would hold.
     seen: usize,
     peak_bytes: usize,
+    /// Entries per layer a full cache is expected to reach: geometric growth
+    /// stops there, so allocation matches what the engine reserved.
+    capacity_hint: Option<usize>,
 }
 
 impl SeqCache {
@@ -83,7 +86,48 @@ impl SeqCache {
             head_dim: config.head_dim,
             seen: 0,
             peak_bytes: 0,
+            capacity_hint: None,
         }
+    }
+
+    /// Caps geometric growth at `entries` per layer (growth past it still
+    /// happens if more are appended), so a cache that knows its final length
+    /// never allocates twice that.
+    pub fn set_capacity_hint(&mut self, entries: usize) {
+        self.capacity_hint = Some(entries);
+    }
+
+    /// The most KV bytes one sequence can hold at once under `policy`, for a
+    /// prompt of `prompt` tokens read in chunks of `chunk`, followed by
+    /// `max_new` generated tokens: what the engine reserves before admitting it.
+    ///
+    /// Per layer: a full cache reaches `prompt + max_new`; a budgeted one its
+    /// layer budget plus one chunk (policies that compress while reading the
+    /// prompt) or the whole prompt (those that start at decode), plus the
+    /// tokens between two compressions.
+    pub fn reservation_bytes(
+        config: &ModelConfig,
+        policy: &KvPolicy,
+        prompt: usize,
+        max_new: usize,
+        chunk: usize,
+    ) -> usize {
+        let total = prompt + max_new;
+        let per_entry = 2 * config.n_kv_head * config.head_dim * std::mem::size_of::<f32>();
+        let entries: usize = (0..config.n_layer)
+            .map(|layer| match policy.layer_budget(layer, config.n_layer) {
+                None => total,
+                Some(budget) => {
+                    let cap = if policy.compresses_prompt() {
+                        budget + chunk.max(1).max(policy.every())
+                    } else {
+                        budget.max(prompt) + policy.every()
+                    };
+                    total.min(cap)
+                }
+            })
+            .sum();
+        entries * per_entry
     }
 
     /// The policy this cache compresses by.
@@ -178,7 +222,11 @@ impl SeqCache {
         let capacity = if budgeted {
             needed.max(MIN_CAPACITY)
         } else {
-            needed.max(2 * l.capacity).max(MIN_CAPACITY)
+            let doubled = needed.max(2 * l.capacity).max(MIN_CAPACITY);
+            match self.capacity_hint {
+                Some(hint) => doubled.min(hint.max(needed)),
+                None => doubled,
+            }
         };
         let k = Tensor::zeros((kvh, capacity, hd), DType::F32, &Device::Cpu)?;
         let v = Tensor::zeros((kvh, capacity, hd), DType::F32, &Device::Cpu)?;

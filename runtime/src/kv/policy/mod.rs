@@ -113,6 +113,30 @@ impl KvPolicy {
         }
     }
 
+    /// Decode tokens between two compressions (1 for streaming, which trims
+    /// every step; 0 for full, which never compresses).
+    pub fn every(&self) -> usize {
+        match self {
+            KvPolicy::Full => 0,
+            KvPolicy::Streaming(_) => 1,
+            KvPolicy::H2o(p) => p.every,
+            KvPolicy::SnapKv(p) => p.every,
+            KvPolicy::PyramidKv(p) => p.every,
+            KvPolicy::Rkv(p) => p.every,
+        }
+    }
+
+    /// Whether the prompt is brought to budget while it is read (chunk by
+    /// chunk) rather than held whole until decoding starts compressing.
+    pub fn compresses_prompt(&self) -> bool {
+        match self {
+            KvPolicy::Full | KvPolicy::Rkv(_) => false,
+            KvPolicy::Streaming(_) | KvPolicy::H2o(_) => true,
+            KvPolicy::SnapKv(p) => p.prefill,
+            KvPolicy::PyramidKv(p) => p.prefill,
+        }
+    }
+
     /// Whether the cache must accumulate the attention each entry receives
     /// ([`ScoreInput::cumulative`]); only H2O ranks by it.
     pub fn needs_cumulative(&self) -> bool {

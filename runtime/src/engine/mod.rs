@@ -1,0 +1,385 @@
+//! The continuous-batching engine: one thread owns the model and every running
+//! sequence; callers submit requests through an [`EngineHandle`] and read each
+//! request's events from its own channel.
+//!
+//! Each step the scheduler admits waiting requests while the KV memory they
+//! would need under their policy fits (`kv_memory`), then runs ONE ragged
+//! forward holding one decode token for every running sequence plus prefill
+//! chunks of newly admitted prompts, samples, applies stop conditions and sends
+//! events. A request whose receiver is dropped is cancelled at the next step and
+//! its cache freed. The server, the CLI, best-of-N and the trainer all come in
+//! through [`EngineHandle::submit`].
+
+mod metrics;
+mod scheduler;
+mod sequence;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, MetricsSnapshot, PolicyKv};
+
+use crate::constraint::Constraint;
+use crate::error::RuntimeError;
+use crate::generate::{FinishReason, TokenLogprob, DEFAULT_PREFILL_CHUNK};
+use crate::kv::policy::KvPolicy;
+use crate::kv::SeqCache;
+use crate::model::LoadedModel;
+use crate::sampler::SamplingParams;
+
+/// Most parallel completions one request may ask for (`n`).
+pub const MAX_N: usize = 16;
+
+/// How the engine schedules; every field has a default sized for a small machine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Bytes of KV cache all running sequences together may reserve.
+    pub kv_memory: usize,
+    /// Requests that may wait for admission before `submit` answers
+    /// [`SubmitError::QueueFull`].
+    pub max_queue: usize,
+    /// Sequences decoded together at most (rows of one decode batch).
+    pub max_running: usize,
+    /// Prompt tokens one sequence prefills per step.
+    pub prefill_chunk: usize,
+    /// Tokens (decode rows plus prefill chunks) one step runs at most, so a long
+    /// prompt never stalls running streams for more than one chunk.
+    pub step_tokens: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            kv_memory: default_kv_memory(),
+            max_queue: 256,
+            max_running: 64,
+            prefill_chunk: 256,
+            step_tokens: DEFAULT_PREFILL_CHUNK,
+        }
+    }
+}
+
+/// Half of the memory the machine has available now (at least 256 MiB): the KV
+/// budget when the user does not set one.
+pub fn default_kv_memory() -> usize {
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            let kb: usize = line["MemAvailable:".len()..]
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            Some(kb * 1024)
+        })
+        .unwrap_or(4 << 30);
+    (available / 2).max(256 << 20)
+}
+
+/// One generation request, already tokenized.
+#[derive(Clone, Debug)]
+pub struct SubmitRequest {
+    /// Prompt token ids (templated and tokenized by the caller).
+    pub prompt: Vec<u32>,
+    /// Sampling parameters; child `i` of an `n > 1` request uses `seed + i`.
+    pub sampling: SamplingParams,
+    /// Most tokens each completion generates.
+    pub max_tokens: usize,
+    /// Strings that end a completion; the text is cut before them.
+    pub stop: Vec<String>,
+    /// Keep going past end-of-sequence tokens (benchmarks).
+    pub ignore_eos: bool,
+    /// KV compression for this request's sequences.
+    pub kv_policy: KvPolicy,
+    /// Completions sharing the prompt: prefilled once, the cache forked `n` ways.
+    pub n: usize,
+    /// A constraint on the output (JSON), enforced while sampling.
+    pub constraint: Option<Constraint>,
+    /// Record each sampled token's log-probability in [`Event::Token`].
+    pub logprobs: bool,
+}
+
+impl SubmitRequest {
+    /// A request with defaults (one completion, full cache, no stops).
+    pub fn new(prompt: Vec<u32>, sampling: SamplingParams, max_tokens: usize) -> Self {
+        Self {
+            prompt,
+            sampling,
+            max_tokens,
+            stop: Vec::new(),
+            ignore_eos: false,
+            kv_policy: KvPolicy::Full,
+            n: 1,
+            constraint: None,
+            logprobs: false,
+        }
+    }
+}
+
+/// KV figures for one finished completion.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct KvUsage {
+    /// The policy's canonical spec string.
+    pub policy: String,
+    /// Peak bytes of keys and values the sequence held.
+    pub bytes_peak: usize,
+    /// Bytes the sequence held at the end.
+    pub bytes_final: usize,
+    /// Bytes a full cache would have held for the same tokens.
+    pub bytes_full: usize,
+}
+
+/// What a request's channel carries, in order; per completion `index`, tokens
+/// then exactly one `Done`. An `Error` ends the whole request.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// The prompt has been read (sent once, before any token).
+    Prefilled {
+        /// Prompt length in tokens.
+        prompt_tokens: usize,
+    },
+    /// One sampled token of completion `index`.
+    Token {
+        /// Which of the request's `n` completions.
+        index: usize,
+        /// The token id.
+        token: u32,
+        /// Text that became final with this token (complete UTF-8, stop strings
+        /// withheld); may be empty.
+        text: String,
+        /// The token's log-probability and alternatives, if asked for.
+        logprob: Option<TokenLogprob>,
+    },
+    /// Completion `index` ended.
+    Done {
+        /// Which of the request's `n` completions.
+        index: usize,
+        /// Why it ended.
+        finish_reason: FinishReason,
+        /// Tokens it generated (a final stop token included).
+        completion_tokens: usize,
+        /// Its KV cache figures.
+        kv: KvUsage,
+    },
+    /// The request failed inside the engine; no more events follow.
+    Error(String),
+}
+
+/// Why a request was not accepted; each maps to a client error or a 429/503.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The request is invalid (empty prompt, too long, bad sampling values ...).
+    #[error(transparent)]
+    Invalid(#[from] RuntimeError),
+    /// The wait queue is full; try again later.
+    #[error(
+        "the server is busy: {waiting} requests are already waiting (limit {limit}); retry later"
+    )]
+    QueueFull {
+        /// Requests waiting now.
+        waiting: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// Even alone the request needs more KV memory than the engine has.
+    #[error("this request needs {needed} bytes of KV cache but the engine has {kv_memory} (--kv-memory); use a budgeted kv_policy, fewer tokens or a smaller n")]
+    TooLarge {
+        /// Bytes the request would reserve.
+        needed: usize,
+        /// The engine's KV memory.
+        kv_memory: usize,
+    },
+    /// The engine has shut down.
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+/// The receiving end of one request: its events in order. Dropping it cancels
+/// the request.
+pub struct RequestStream {
+    /// Engine-wide id of the request (for logs).
+    pub id: u64,
+    /// Bytes of KV memory reserved for it.
+    pub kv_reserved: usize,
+    events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+}
+
+impl RequestStream {
+    /// The next event, or `None` once the request is over (async callers).
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
+
+    /// The next event, blocking the thread (CLI, trainer; not inside an async runtime).
+    pub fn blocking_recv(&mut self) -> Option<Event> {
+        self.events.blocking_recv()
+    }
+}
+
+/// Commands from handles to the engine thread.
+enum Command {
+    Submit(Box<Pending>),
+}
+
+/// A submitted request waiting to be admitted.
+struct Pending {
+    req: SubmitRequest,
+    reserve: usize,
+    events: tokio::sync::mpsc::UnboundedSender<Event>,
+    submitted: Instant,
+}
+
+/// State shared between the handles and the engine thread.
+struct Shared {
+    model: Arc<LoadedModel>,
+    config: EngineConfig,
+    metrics: EngineMetrics,
+    waiting: AtomicUsize,
+    next_id: AtomicU64,
+    stopped: AtomicBool,
+}
+
+/// The way into the engine; cheap to clone and share across threads. The
+/// engine thread ends when every handle is dropped and its work is done.
+#[derive(Clone)]
+pub struct EngineHandle {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Command>,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread for `model`.
+    pub fn spawn(model: Arc<LoadedModel>, config: EngineConfig) -> Self {
+        let metrics = EngineMetrics::new(config.kv_memory);
+        let shared = Arc::new(Shared {
+            model,
+            config,
+            metrics,
+            waiting: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            stopped: AtomicBool::new(false),
+        });
+        let (tx, rx) = mpsc::channel();
+        let engine_shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("tern-engine".into())
+            .spawn(move || scheduler::run(engine_shared, rx))
+            .expect("spawning the engine thread");
+        Self { shared, tx }
+    }
+
+    /// The model this engine runs.
+    pub fn model(&self) -> &Arc<LoadedModel> {
+        &self.shared.model
+    }
+
+    /// The configuration it was started with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    /// Live counters and histograms.
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.shared.metrics
+    }
+
+    /// Requests waiting for admission now.
+    pub fn waiting(&self) -> usize {
+        self.shared.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of KV memory `req` would reserve: its `n` sequences' worst case
+    /// under its policy (see [`SeqCache::reservation_bytes`]).
+    pub fn reservation(&self, req: &SubmitRequest) -> usize {
+        let cfg = self.shared.model.config();
+        let per_seq = SeqCache::reservation_bytes(
+            cfg,
+            &req.kv_policy,
+            req.prompt.len(),
+            req.max_tokens,
+            self.shared.config.prefill_chunk,
+        );
+        per_seq * req.n.max(1)
+    }
+
+    /// Validates `req` and queues it; events arrive on the returned stream.
+    pub fn submit(&self, req: SubmitRequest) -> Result<RequestStream, SubmitError> {
+        if self.shared.stopped.load(Ordering::Relaxed) {
+            return Err(SubmitError::Stopped);
+        }
+        validate(&self.shared.model, &req)?;
+        let reserve = self.reservation(&req);
+        let kv_memory = self.shared.config.kv_memory;
+        if reserve > kv_memory {
+            return Err(SubmitError::TooLarge {
+                needed: reserve,
+                kv_memory,
+            });
+        }
+        let limit = self.shared.config.max_queue;
+        self.shared
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w < limit).then_some(w + 1)
+            })
+            .map_err(|waiting| SubmitError::QueueFull { waiting, limit })?;
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+        let pending = Pending {
+            req,
+            reserve,
+            events: events_tx,
+            submitted: Instant::now(),
+        };
+        if self.tx.send(Command::Submit(Box::new(pending))).is_err() {
+            self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::Stopped);
+        }
+        Ok(RequestStream {
+            id,
+            kv_reserved: reserve,
+            events: events_rx,
+        })
+    }
+}
+
+/// Everything about a request that can be checked before it is queued.
+fn validate(model: &LoadedModel, req: &SubmitRequest) -> Result<(), RuntimeError> {
+    let invalid = |param: &str, reason: String| RuntimeError::InvalidParam {
+        param: param.into(),
+        reason,
+    };
+    req.sampling.validate()?;
+    req.kv_policy
+        .validate()
+        .map_err(|e| invalid("kv_policy", e.to_string()))?;
+    if req.n == 0 || req.n > MAX_N {
+        return Err(invalid(
+            "n",
+            format!("must be between 1 and {MAX_N}, got {}", req.n),
+        ));
+    }
+    if req.max_tokens == 0 {
+        return Err(invalid("max_tokens", "must be at least 1".into()));
+    }
+    crate::generate::check_prompt(model, req.prompt.len())?;
+    let ctx = model.config().context_length;
+    if req.prompt.len() + req.max_tokens > ctx {
+        return Err(RuntimeError::ContextRequest {
+            prompt_tokens: req.prompt.len(),
+            max_tokens: req.max_tokens,
+            context_length: ctx,
+        });
+    }
+    let vocab = model.config().vocab_size as u32;
+    if let Some(&(token, _)) = req.sampling.logit_bias.iter().find(|(t, _)| *t >= vocab) {
+        return Err(invalid(
+            "logit_bias",
+            format!("token id {token} is outside the vocabulary (0..{vocab})"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! One completion being decoded: its cache, sampler, text state and stop
+//! checks. The scheduler owns these; this file owns what happens to a
+//! completion when a row of logits comes back for it.
+
+use std::time::Instant;
+
+use crate::constraint::{Constraint, JsonPrefix};
+use crate::generate::{FinishReason, StopMatcher, TokenLogprob};
+use crate::kv::SeqCache;
+use crate::model::LoadedModel;
+use crate::sampler::{Sampler, SamplingParams};
+use crate::tokenizer::StreamDecoder;
+
+use super::KvUsage;
+
+/// The per-request facts every completion's step needs.
+pub(super) struct Limits<'a> {
+    pub model: &'a LoadedModel,
+    pub stop_ids: &'a [u32],
+    pub max_tokens: usize,
+    pub logprobs: bool,
+}
+
+/// What one sampling step produced for the caller.
+pub(super) struct Stepped {
+    pub token: u32,
+    pub text: String,
+    pub logprob: Option<TokenLogprob>,
+    pub finish: Option<FinishReason>,
+}
+
+/// One of a request's `n` completions.
+pub(super) struct Completion {
+    pub index: usize,
+    pub cache: SeqCache,
+    pub history: Vec<u32>,
+    pub generated: usize,
+    pub last_token_at: Option<Instant>,
+    /// Set once its `Done` event is sent; the scheduler then drops it.
+    pub done: bool,
+    sampler: Sampler,
+    decoder: StreamDecoder,
+    stops: StopMatcher,
+    json: Option<JsonPrefix>,
+    /// Scratch for constrained resampling.
+    masked: Vec<f32>,
+}
+
+impl Completion {
+    pub fn new(
+        index: usize,
+        cache: SeqCache,
+        sampling: SamplingParams,
+        prompt: &[u32],
+        stop: Vec<String>,
+        constraint: Option<Constraint>,
+    ) -> Self {
+        Self {
+            index,
+            cache,
+            history: prompt.to_vec(),
+            generated: 0,
+            last_token_at: None,
+            done: false,
+            sampler: Sampler::new(sampling),
+            decoder: StreamDecoder::new(),
+            stops: StopMatcher::new(stop),
+            json: constraint.map(|Constraint::JsonObject| JsonPrefix::new()),
+            masked: Vec::new(),
+        }
+    }
+
+    /// The KV figures to report when it ends.
+    pub fn kv_usage(&self) -> KvUsage {
+        KvUsage {
+            policy: self.cache.policy().to_string(),
+            bytes_peak: self.cache.peak_bytes(),
+            bytes_final: self.cache.bytes(),
+            bytes_full: self.cache.full_bytes(),
+        }
+    }
+
+    /// Samples the next token from `logits`, updates the text and decides
+    /// whether the completion ends here.
+    pub fn step(&mut self, logits: &[f32], lim: &Limits) -> Stepped {
+        let tok = &lim.model.tokenizer;
+        let mut s = self.sampler.sample(logits, &self.history);
+        if let Some(json) = &self.json {
+            // Leading whitespace is valid JSON but lets a model stall forever
+            // before the object: the first token must open it.
+            let started = self.generated > 0;
+            let ok =
+                |bytes: &[u8]| json.accepts(bytes) && (started || !bytes[0].is_ascii_whitespace());
+            if !ok(tok.bytes_of(s.token, false)) {
+                // Resample from the distribution restricted to tokens that keep
+                // the output a valid JSON prefix (only when the free choice fails,
+                // so the common case costs nothing).
+                self.masked.clear();
+                self.masked.extend(logits.iter().enumerate().map(|(t, &l)| {
+                    if ok(tok.bytes_of(t as u32, false)) {
+                        l
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                }));
+                s = self.sampler.sample(&self.masked, &self.history);
+            }
+        }
+        let token = s.token;
+        let logprob = lim.logprobs.then_some(TokenLogprob {
+            token,
+            logprob: s.logprob,
+            top: s.top,
+        });
+        self.history.push(token);
+        self.generated += 1;
+        let mut out = Stepped {
+            token,
+            text: String::new(),
+            logprob,
+            finish: None,
+        };
+        if lim.stop_ids.contains(&token) {
+            out.finish = Some(FinishReason::Stop);
+            return out;
+        }
+        if let Some(json) = &mut self.json {
+            if !json.advance(tok.bytes_of(token, false)) {
+                // No token could continue the JSON (every candidate was
+                // banned): end without claiming the output is complete.
+                out.finish = Some(FinishReason::Length);
+                out.text = self.stops.flush(self.decoder.finish());
+                return out;
+            }
+        }
+        let piece = self.decoder.push(tok, token);
+        if let Some(emit) = self.stops.feed(&piece) {
+            out.text = emit.text;
+            if emit.stopped {
+                out.finish = Some(FinishReason::Stop);
+                return out;
+            }
+        }
+        let complete_json = self.json.as_ref().is_some_and(JsonPrefix::is_complete);
+        let ctx = lim.model.config().context_length;
+        if complete_json {
+            out.finish = Some(FinishReason::Stop);
+        } else if self.generated >= lim.max_tokens || self.history.len() >= ctx {
+            out.finish = Some(FinishReason::Length);
+        }
+        if out.finish.is_some() {
+            let tail = self.stops.flush(self.decoder.finish());
+            out.text.push_str(&tail);
+        }
+        out
+    }
+}

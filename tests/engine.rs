@@ -1,0 +1,264 @@
+//! The continuous-batching engine on the tiny model: batched requests give the
+//! same tokens as one request alone, `n` children follow their seeds, dropping
+//! a stream cancels it, the queue and the KV budget hold, bad requests fail.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tern_runtime::engine::{EngineConfig, EngineHandle, Event, SubmitError, SubmitRequest};
+use tern_runtime::generate::{generate, FinishReason, GenerateRequest};
+use tern_runtime::sampler::SamplingParams;
+
+use crate::support::tiny::load_tiny;
+
+fn prompt(seed: usize, len: usize) -> Vec<u32> {
+    (0..len)
+        .map(|i| ((i * 7 + seed * 31) % 250 + 3) as u32)
+        .collect()
+}
+
+fn sampling(temperature: f32, seed: u64) -> SamplingParams {
+    SamplingParams {
+        temperature,
+        seed,
+        ..SamplingParams::default()
+    }
+}
+
+/// Tokens and finish reason of each completion, in index order.
+fn collect(mut s: tern_runtime::engine::RequestStream) -> Vec<(Vec<u32>, FinishReason)> {
+    let mut out: Vec<(Vec<u32>, Option<FinishReason>)> = Vec::new();
+    while let Some(ev) = s.blocking_recv() {
+        match ev {
+            Event::Token { index, token, .. } => {
+                if out.len() <= index {
+                    out.resize(index + 1, (Vec::new(), None));
+                }
+                out[index].0.push(token);
+            }
+            Event::Done {
+                index,
+                finish_reason,
+                completion_tokens,
+                ..
+            } => {
+                assert_eq!(out[index].0.len(), completion_tokens);
+                out[index].1 = Some(finish_reason);
+            }
+            Event::Error(e) => panic!("engine error: {e}"),
+            Event::Prefilled { .. } => {}
+        }
+    }
+    out.into_iter()
+        .map(|(t, f)| (t, f.expect("every completion ends with Done")))
+        .collect()
+}
+
+fn alone(model: &tern_runtime::LoadedModel, req: &SubmitRequest) -> Vec<u32> {
+    let g = GenerateRequest {
+        prompt: req.prompt.clone(),
+        sampling: req.sampling.clone(),
+        max_tokens: req.max_tokens,
+        ignore_eos: req.ignore_eos,
+        stop: Vec::new(),
+        prefill_chunk: 16,
+        kv_policy: req.kv_policy.clone(),
+    };
+    generate(model, &g, |_| {}).unwrap().token_ids
+}
+
+fn small_config() -> EngineConfig {
+    EngineConfig {
+        kv_memory: 64 << 20,
+        prefill_chunk: 16,
+        step_tokens: 40,
+        ..EngineConfig::default()
+    }
+}
+
+#[test]
+fn concurrent_requests_match_each_request_alone() {
+    let (_d, model) = load_tiny();
+    let reqs: Vec<SubmitRequest> = (0..5)
+        .map(|i| {
+            let mut r = SubmitRequest::new(prompt(i, 10 + 9 * i), sampling(0.8, i as u64), 12);
+            r.ignore_eos = true;
+            if i % 2 == 1 {
+                r.kv_policy = "streaming:budget=24,sink=4".parse().unwrap();
+            }
+            r
+        })
+        .collect();
+    let expected: Vec<Vec<u32>> = reqs.iter().map(|r| alone(&model, r)).collect();
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    let streams: Vec<_> = reqs
+        .iter()
+        .map(|r| engine.submit(r.clone()).unwrap())
+        .collect();
+    for (i, s) in streams.into_iter().enumerate() {
+        let got = collect(s);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, expected[i], "request {i}");
+        assert_eq!(got[0].1, FinishReason::Length);
+    }
+    // Several requests really shared forwards: fewer steps than tokens.
+    let m = engine.metrics().snapshot();
+    assert_eq!(m.generated_tokens, 60);
+    assert!(m.steps < 60, "steps {}", m.steps);
+    assert_eq!(m.finished, 5);
+}
+
+#[test]
+fn n_children_share_the_prompt_and_follow_their_seeds() {
+    let (_d, model) = load_tiny();
+    let mut req = SubmitRequest::new(prompt(3, 20), sampling(1.0, 40), 10);
+    req.ignore_eos = true;
+    let expected: Vec<Vec<u32>> = (0..3)
+        .map(|i| {
+            let mut one = req.clone();
+            one.sampling.seed = 40 + i;
+            alone(&model, &one)
+        })
+        .collect();
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    req.n = 3;
+    let got = collect(engine.submit(req).unwrap());
+    let tokens: Vec<Vec<u32>> = got.into_iter().map(|(t, _)| t).collect();
+    assert_eq!(tokens, expected);
+    assert_ne!(tokens[0], tokens[1], "different seeds should differ");
+    // The prompt was prefilled once, not three times.
+    assert_eq!(engine.metrics().snapshot().prompt_tokens, 20);
+}
+
+fn wait_for(engine: &EngineHandle, what: &str, ok: impl Fn(&EngineHandle) -> bool) {
+    let t = Instant::now();
+    while !ok(engine) {
+        assert!(t.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn dropping_the_stream_cancels_and_frees_the_sequence() {
+    let (_d, model) = load_tiny();
+    let ctx = model.config().context_length;
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    let mut req = SubmitRequest::new(prompt(1, 8), sampling(1.0, 1), ctx - 8);
+    req.ignore_eos = true;
+    let mut s = engine.submit(req).unwrap();
+    let mut tokens = 0;
+    while tokens < 3 {
+        if let Some(Event::Token { .. }) = s.blocking_recv() {
+            tokens += 1;
+        }
+    }
+    drop(s);
+    wait_for(&engine, "cancel", |e| {
+        let m = e.metrics().snapshot();
+        m.cancelled == 1 && m.running == 0 && m.kv_reserved == 0
+    });
+    let m = engine.metrics().snapshot();
+    assert!(m.generated_tokens < (ctx - 8) as u64);
+    assert!(m.by_policy.values().all(|p| p.bytes_in_use == 0));
+}
+
+#[test]
+fn admission_waits_for_kv_memory_and_the_queue_is_bounded() {
+    let (_d, model) = load_tiny();
+    let mut req = SubmitRequest::new(prompt(2, 8), sampling(1.0, 2), 200);
+    req.ignore_eos = true;
+    let one =
+        tern_runtime::kv::SeqCache::reservation_bytes(model.config(), &req.kv_policy, 8, 200, 16);
+    let engine = EngineHandle::spawn(
+        Arc::new(model),
+        EngineConfig {
+            kv_memory: one + one / 2,
+            max_queue: 1,
+            ..small_config()
+        },
+    );
+    assert_eq!(engine.reservation(&req), one);
+    let mut a = engine.submit(req.clone()).unwrap();
+    assert!(matches!(a.blocking_recv(), Some(Event::Prefilled { .. })));
+    // A is running and holds the memory: B waits, C finds the queue full.
+    let b = engine.submit(req.clone()).unwrap();
+    match engine.submit(req.clone()) {
+        Err(SubmitError::QueueFull {
+            waiting: 1,
+            limit: 1,
+        }) => {}
+        other => panic!("expected QueueFull, got {:?}", other.map(|s| s.id)),
+    }
+    let m = engine.metrics().snapshot();
+    assert_eq!((m.running, m.kv_reserved as usize), (1, one));
+    // B runs once A is done.
+    drop(a);
+    assert_eq!(collect(b)[0].0.len(), 200);
+    // A request that could never fit is refused up front.
+    let mut huge = req.clone();
+    huge.n = 2;
+    assert!(matches!(
+        engine.submit(huge),
+        Err(SubmitError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn invalid_requests_are_refused_with_the_reason() {
+    let (_d, model) = load_tiny();
+    let ctx = model.config().context_length;
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    let base = SubmitRequest::new(prompt(0, 10), SamplingParams::greedy(), 5);
+    let err = |r: SubmitRequest| match engine.submit(r) {
+        Err(SubmitError::Invalid(e)) => e.to_string(),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("accepted"),
+    };
+    let mut r = base.clone();
+    r.n = 0;
+    assert!(err(r).contains("`n`"));
+    let mut r = base.clone();
+    r.max_tokens = 0;
+    assert!(err(r).contains("max_tokens"));
+    let mut r = base.clone();
+    r.max_tokens = ctx;
+    let msg = err(r);
+    assert!(
+        msg.contains(&ctx.to_string()) && msg.contains("10 in the prompt"),
+        "{msg}"
+    );
+    let mut r = base.clone();
+    r.prompt.clear();
+    assert!(err(r).contains("empty"));
+    let mut r = base.clone();
+    r.sampling.temperature = -1.0;
+    assert!(err(r).contains("temperature"));
+    // The engine still serves after refusing.
+    assert_eq!(collect(engine.submit(base).unwrap())[0].0.len(), 5);
+}
+
+#[test]
+fn json_constraint_keeps_every_output_a_json_prefix() {
+    let (_d, model) = load_tiny();
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    for seed in 0..4 {
+        let mut req = SubmitRequest::new(prompt(seed, 6), sampling(1.0, seed as u64), 60);
+        req.constraint = Some(tern_runtime::constraint::Constraint::JsonObject);
+        let mut s = engine.submit(req).unwrap();
+        let (mut text, mut finish) = (String::new(), None);
+        while let Some(ev) = s.blocking_recv() {
+            match ev {
+                Event::Token { text: t, .. } => text.push_str(&t),
+                Event::Done { finish_reason, .. } => finish = Some(finish_reason),
+                _ => {}
+            }
+        }
+        let mut p = tern_runtime::constraint::JsonPrefix::new();
+        assert!(p.advance(text.as_bytes()), "not a JSON prefix: {text:?}");
+        assert!(text.starts_with('{'), "{text:?}");
+        if finish == Some(FinishReason::Stop) {
+            let v: serde_json::Value = serde_json::from_str(&text).expect("complete JSON");
+            assert!(v.is_object());
+        }
+    }
+}
