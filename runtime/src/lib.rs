@@ -5,6 +5,7 @@
 //! continuous-batching engine. Callers (the CLI,
 //! the server, the trainer) talk to this crate; it never sees their wire types.
 
+pub mod backend;
 pub mod chat;
 pub mod constraint;
 pub mod engine;

@@ -4,15 +4,19 @@ use std::io::{BufRead, Write};
 
 use anyhow::Result;
 use tern_runtime::chat::ChatMessage;
-use tern_runtime::generate::{generate, GenerateRequest, DEFAULT_PREFILL_CHUNK};
+use tern_runtime::engine::SubmitRequest;
+use tern_runtime::generate::DEFAULT_PREFILL_CHUNK;
 
 use super::args::ChatArgs;
-use super::generate::sampling_params;
+use super::generate::{cli_engine, fit_max_tokens, run_request, sampling_params};
 use super::resolve;
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &ChatArgs) -> Result<()> {
     let model = resolve::load(&a.model.model)?;
+    model.chat_template()?;
+    let engine = cli_engine(model, DEFAULT_PREFILL_CHUNK);
+    let model = engine.model();
     let template = model.chat_template()?;
     let mut history: Vec<ChatMessage> = Vec::new();
     let reset = |h: &mut Vec<ChatMessage>| {
@@ -48,16 +52,12 @@ pub fn run(a: &ChatArgs) -> Result<()> {
         let mut sampling = sampling_params(&a.sampling, 0);
         sampling.seed = sampling.seed.wrapping_add(turn);
         turn += 1;
-        let req = GenerateRequest {
-            prompt: model.tokenizer.encode(&text, true, true)?,
-            sampling,
-            max_tokens: a.sampling.max_tokens,
-            ignore_eos: false,
-            stop: a.sampling.stop.clone(),
-            prefill_chunk: DEFAULT_PREFILL_CHUNK,
-            kv_policy: a.kv.kv_policy.clone(),
-        };
-        let out = match generate(&model, &req, |piece| {
+        let prompt = model.tokenizer.encode(&text, true, true)?;
+        let max_tokens = fit_max_tokens(model, prompt.len(), a.sampling.max_tokens);
+        let mut req = SubmitRequest::new(prompt, sampling, max_tokens);
+        req.stop = a.sampling.stop.clone();
+        req.kv_policy = a.kv.kv_policy.clone();
+        let out = match run_request(&engine, req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());
             let _ = stdout.flush();
         }) {

@@ -1,11 +1,14 @@
 //! `tern generate`: one prompt in, streamed text out (or one JSON object).
 
 use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Result;
 use serde_json::json;
 use tern_runtime::chat::ChatMessage;
-use tern_runtime::generate::{generate, GenerateRequest};
+use tern_runtime::engine::{EngineConfig, EngineHandle, Event, KvUsage, SubmitRequest};
+use tern_runtime::generate::{FinishReason, TokenLogprob};
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::{memory, LoadedModel};
 
@@ -43,22 +46,107 @@ pub fn prompt_ids(model: &LoadedModel, a: &GenerateArgs) -> Result<Vec<u32>> {
     Ok(model.tokenizer.encode(&text, true, true)?)
 }
 
+/// What one engine request produced, with its timings.
+pub struct Completed {
+    pub text: String,
+    pub token_ids: Vec<u32>,
+    pub logprobs: Vec<TokenLogprob>,
+    pub finish_reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub prefill_secs: f64,
+    pub decode_secs: f64,
+    pub kv: Option<KvUsage>,
+}
+
+/// Submits one single-completion request and drains its events, calling
+/// `on_text` with each piece of final text as it arrives.
+pub fn run_request(
+    engine: &EngineHandle,
+    req: SubmitRequest,
+    mut on_text: impl FnMut(&str),
+) -> Result<Completed> {
+    let t0 = Instant::now();
+    let mut stream = engine.submit(req)?;
+    let mut out = Completed {
+        text: String::new(),
+        token_ids: Vec::new(),
+        logprobs: Vec::new(),
+        finish_reason: FinishReason::Length,
+        prompt_tokens: 0,
+        prefill_secs: 0.0,
+        decode_secs: 0.0,
+        kv: None,
+    };
+    let mut prefilled = t0;
+    while let Some(ev) = stream.blocking_recv() {
+        match ev {
+            Event::Prefilled { prompt_tokens } => {
+                prefilled = Instant::now();
+                out.prompt_tokens = prompt_tokens;
+                out.prefill_secs = (prefilled - t0).as_secs_f64();
+            }
+            Event::Token {
+                token,
+                text,
+                logprob,
+                ..
+            } => {
+                out.token_ids.push(token);
+                out.logprobs.extend(logprob);
+                on_text(&text);
+                out.text.push_str(&text);
+            }
+            Event::Done {
+                finish_reason, kv, ..
+            } => {
+                out.finish_reason = finish_reason;
+                out.kv = Some(kv);
+                out.decode_secs = prefilled.elapsed().as_secs_f64();
+            }
+            Event::Error(e) => anyhow::bail!(e),
+        }
+    }
+    Ok(out)
+}
+
+/// An engine for one CLI process: prefill chunk as asked, everything else default.
+pub fn cli_engine(model: LoadedModel, prefill_chunk: usize) -> EngineHandle {
+    let chunk = prefill_chunk.max(1);
+    EngineHandle::spawn(
+        Arc::new(model),
+        EngineConfig {
+            prefill_chunk: chunk,
+            step_tokens: chunk,
+            ..EngineConfig::default()
+        },
+    )
+}
+
+/// `--max-tokens` cut to what the context leaves after the prompt, so a long
+/// prompt generates up to the window's end instead of being refused.
+pub fn fit_max_tokens(model: &LoadedModel, prompt: usize, max_tokens: usize) -> usize {
+    let ctx = model.config().context_length;
+    max_tokens.min(ctx.saturating_sub(prompt)).max(1)
+}
+
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &GenerateArgs) -> Result<()> {
     let model = resolve::load(&a.model.model)?;
     let prompt = prompt_ids(&model, a)?;
-    let req = GenerateRequest {
+    let max_tokens = fit_max_tokens(&model, prompt.len(), a.sampling.max_tokens);
+    let mut req = SubmitRequest::new(
         prompt,
-        sampling: sampling_params(&a.sampling, a.top_logprobs),
-        max_tokens: a.sampling.max_tokens,
-        ignore_eos: a.ignore_eos,
-        stop: a.sampling.stop.clone(),
-        prefill_chunk: a.prefill_chunk,
-        kv_policy: a.kv.kv_policy.clone(),
-    };
+        sampling_params(&a.sampling, a.top_logprobs),
+        max_tokens,
+    );
+    req.ignore_eos = a.ignore_eos;
+    req.stop = a.sampling.stop.clone();
+    req.kv_policy = a.kv.kv_policy.clone();
+    req.logprobs = a.model.json;
+    let engine = cli_engine(model, a.prefill_chunk);
     let json_mode = a.model.json;
     let mut stdout = std::io::stdout();
-    let out = generate(&model, &req, |piece| {
+    let out = run_request(&engine, req, |piece| {
         if !json_mode {
             // A closed pipe must not crash generation; ignore write errors.
             let _ = stdout.write_all(piece.as_bytes());
@@ -67,15 +155,22 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     })?;
     let completion = out.token_ids.len();
     let prefill_tps = out.prompt_tokens as f64 / out.prefill_secs.max(1e-9);
-    let decode_tps = out.decode_steps as f64 / out.decode_secs.max(1e-9);
+    let decode_tps = completion.saturating_sub(1) as f64 / out.decode_secs.max(1e-9);
+    let kv = out.kv.clone().unwrap_or(KvUsage {
+        policy: a.kv.kv_policy.to_string(),
+        bytes_peak: 0,
+        bytes_final: 0,
+        bytes_full: 0,
+    });
     if json_mode {
+        let tokenizer = &engine.model().tokenizer;
         let logprobs: Vec<_> = out
             .logprobs
             .iter()
             .map(|l| {
                 json!({
                     "token": l.token,
-                    "text": model.tokenizer.decode(&[l.token], true),
+                    "text": tokenizer.decode(&[l.token], true),
                     "logprob": l.logprob,
                     "top_logprobs": l.top.iter().map(|(t, p)| json!({"token": t, "logprob": p})).collect::<Vec<_>>(),
                 })
@@ -91,9 +186,9 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
             "decode_tokens_per_s": decode_tps,
             "prefill_seconds": out.prefill_secs,
             "decode_seconds": out.decode_secs,
-            "kv_policy": a.kv.kv_policy.to_string(),
-            "kv_bytes": out.kv_bytes,
-            "kv_bytes_full": out.kv_bytes_full,
+            "kv_policy": kv.policy,
+            "kv_bytes": kv.bytes_peak,
+            "kv_bytes_full": kv.bytes_full,
             "peak_rss_bytes": memory::peak_rss_bytes(),
             "logprobs": logprobs,
         });

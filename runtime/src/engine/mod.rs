@@ -20,6 +20,7 @@ use std::time::Instant;
 
 pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, MetricsSnapshot, PolicyKv};
 
+use crate::backend::{Backend, CandleBackend};
 use crate::constraint::Constraint;
 use crate::error::RuntimeError;
 use crate::generate::{FinishReason, TokenLogprob, DEFAULT_PREFILL_CHUNK};
@@ -235,6 +236,8 @@ struct Pending {
 /// State shared between the handles and the engine thread.
 struct Shared {
     model: Arc<LoadedModel>,
+    backend_name: &'static str,
+    policies: Option<&'static [&'static str]>,
     config: EngineConfig,
     metrics: EngineMetrics,
     waiting: AtomicUsize,
@@ -251,10 +254,23 @@ pub struct EngineHandle {
 }
 
 impl EngineHandle {
-    /// Starts the engine thread for `model`.
+    /// Starts the engine thread for `model` on Tern's own backend.
     pub fn spawn(model: Arc<LoadedModel>, config: EngineConfig) -> Self {
+        let backend = Box::new(CandleBackend::new(Arc::clone(&model)));
+        Self::spawn_with(model, backend, config)
+    }
+
+    /// Starts the engine thread running `backend`; `model` supplies the
+    /// tokenizer, template and shape facts the scheduler needs.
+    pub fn spawn_with(
+        model: Arc<LoadedModel>,
+        backend: Box<dyn Backend>,
+        config: EngineConfig,
+    ) -> Self {
         let metrics = EngineMetrics::new(config.kv_memory);
         let shared = Arc::new(Shared {
+            backend_name: backend.name(),
+            policies: backend.supported_policies(),
             model,
             config,
             metrics,
@@ -266,7 +282,7 @@ impl EngineHandle {
         let engine_shared = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("tern-engine".into())
-            .spawn(move || scheduler::run(engine_shared, rx))
+            .spawn(move || scheduler::run(engine_shared, backend, rx))
             .expect("spawning the engine thread");
         Self { shared, tx }
     }
@@ -274,6 +290,11 @@ impl EngineHandle {
     /// The model this engine runs.
     pub fn model(&self) -> &Arc<LoadedModel> {
         &self.shared.model
+    }
+
+    /// The backend running the forward pass (`candle`, `llama-cpp`).
+    pub fn backend_name(&self) -> &'static str {
+        self.shared.backend_name
     }
 
     /// The configuration it was started with.
@@ -311,6 +332,19 @@ impl EngineHandle {
             return Err(SubmitError::Stopped);
         }
         validate(&self.shared.model, &req)?;
+        if let Some(names) = self.shared.policies {
+            if !names.contains(&req.kv_policy.name()) {
+                return Err(SubmitError::Invalid(RuntimeError::InvalidParam {
+                    param: "kv_policy".into(),
+                    reason: format!(
+                        "the {} backend supports only {}, not `{}`",
+                        self.shared.backend_name,
+                        names.join(" and "),
+                        req.kv_policy.name()
+                    ),
+                }));
+            }
+        }
         let reserve = self.reservation(&req);
         let kv_memory = self.shared.config.kv_memory;
         if reserve > kv_memory {

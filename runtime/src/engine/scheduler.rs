@@ -7,15 +7,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use candle_core::Tensor;
-use tern_models::{LogitsWanted, SeqBatch};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::PolicyKv;
 use super::sequence::{Completion, Limits};
 use super::{Command, Event, Pending, Shared, SubmitRequest};
+use crate::backend::{Backend, Row, SeqId};
 use crate::error::Result;
-use crate::kv::SeqCache;
 
 /// An admitted request.
 struct Running {
@@ -24,9 +22,9 @@ struct Running {
     reserve: usize,
     submitted: Instant,
     stop_ids: Vec<u32>,
-    /// The prompt's cache and how much of the prompt it holds, while reading it.
-    prefill: Option<(SeqCache, usize)>,
-    /// Live completions (finished ones are removed, freeing their caches).
+    /// The prompt's sequence and how much of the prompt it holds, while reading it.
+    prefill: Option<(SeqId, usize)>,
+    /// Live completions (finished ones are removed and their sequences freed).
     completions: Vec<Completion>,
     first_token_sent: bool,
 }
@@ -38,6 +36,12 @@ impl Running {
         } else {
             self.completions.len()
         }
+    }
+
+    fn seq_ids(&self) -> Vec<SeqId> {
+        let mut ids: Vec<SeqId> = self.completions.iter().map(|c| c.seq).collect();
+        ids.extend(self.prefill.map(|(s, _)| s));
+        ids
     }
 
     fn is_done(&self) -> bool {
@@ -53,15 +57,17 @@ enum Slot {
 
 struct Engine {
     shared: Arc<Shared>,
+    backend: Box<dyn Backend>,
     waiting: VecDeque<Pending>,
     running: Vec<Running>,
     reserved: usize,
 }
 
 /// The engine thread's body: runs until every handle is gone and no work is left.
-pub(super) fn run(shared: Arc<Shared>, rx: mpsc::Receiver<Command>) {
+pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Receiver<Command>) {
     let mut engine = Engine {
         shared,
+        backend,
         waiting: VecDeque::new(),
         running: Vec::new(),
         reserved: 0,
@@ -94,6 +100,14 @@ impl Engine {
         }
     }
 
+    /// Retires a request: frees its sequences and its reservation.
+    fn retire(&mut self, r: Running) {
+        for seq in r.seq_ids() {
+            self.backend.free(seq);
+        }
+        self.reserved -= r.reserve;
+    }
+
     fn drop_cancelled(&mut self) {
         let metrics = &self.shared.metrics;
         let before = self.waiting.len();
@@ -103,16 +117,14 @@ impl Engine {
             self.shared.waiting.fetch_sub(gone, Ordering::AcqRel);
             (0..gone).for_each(|_| metrics.cancelled());
         }
-        let mut freed = 0;
-        self.running.retain(|r| {
-            let closed = r.events.is_closed();
-            if closed {
-                freed += r.reserve;
-                metrics.cancelled();
-            }
-            !closed
-        });
-        self.reserved -= freed;
+        let (closed, open): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|r| r.events.is_closed());
+        self.running = open;
+        for r in closed {
+            self.shared.metrics.cancelled();
+            self.retire(r);
+        }
     }
 
     /// Admits waiting requests in arrival order while their KV reservation and
@@ -129,25 +141,29 @@ impl Engine {
             }
             let p = self.waiting.pop_front().expect("front exists");
             self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            let expected = p.req.prompt.len() + p.req.max_tokens;
+            let seq = match self.backend.new_seq(&p.req.kv_policy, expected) {
+                Ok(seq) => seq,
+                Err(e) => {
+                    let _ = p.events.send(Event::Error(e.to_string()));
+                    self.shared.metrics.failed(1);
+                    continue;
+                }
+            };
             sequences += n;
             self.reserved += p.reserve;
-            let model = &self.shared.model;
             let stop_ids = if p.req.ignore_eos {
                 Vec::new()
             } else {
-                model.stop_tokens()
+                self.shared.model.stop_tokens()
             };
-            let mut cache = SeqCache::with_policy(model.config(), p.req.kv_policy.clone());
-            if p.req.kv_policy.budget().is_none() {
-                cache.set_capacity_hint(p.req.prompt.len() + p.req.max_tokens);
-            }
             self.running.push(Running {
                 req: p.req,
                 events: p.events,
                 reserve: p.reserve,
                 submitted: p.submitted,
                 stop_ids,
-                prefill: Some((cache, 0)),
+                prefill: Some((seq, 0)),
                 completions: Vec::new(),
                 first_token_sent: false,
             });
@@ -165,12 +181,12 @@ impl Engine {
         if let Some(message) = message {
             // The batch's state is unknown after a failure: end every running
             // request with the error rather than risk wrong output.
-            let failed = self.running.len();
-            for r in self.running.drain(..) {
+            let failed = std::mem::take(&mut self.running);
+            self.shared.metrics.failed(failed.len());
+            for r in failed {
                 let _ = r.events.send(Event::Error(message.clone()));
+                self.retire(r);
             }
-            self.reserved = 0;
-            self.shared.metrics.failed(failed);
         }
         self.shared.metrics.step();
     }
@@ -185,31 +201,21 @@ impl Engine {
             .max(cfg.prefill_chunk.min(cfg.step_tokens) / 4)
             .max(1);
 
-        let mut batch: Vec<SeqBatch> = Vec::new();
+        let mut rows: Vec<Row> = Vec::new();
         let mut slots: Vec<Slot> = Vec::new();
-        for (ri, r) in self.running.iter_mut().enumerate() {
-            let Running {
-                req,
-                prefill,
-                completions,
-                ..
-            } = r;
-            if let Some((cache, done)) = prefill {
-                let take = cfg.prefill_chunk.min(req.prompt.len() - *done).min(budget);
+        for (ri, r) in self.running.iter().enumerate() {
+            if let Some((seq, done)) = r.prefill {
+                let take = cfg.prefill_chunk.min(r.req.prompt.len() - done).min(budget);
                 if take == 0 {
                     continue;
                 }
                 budget -= take;
-                let last = *done + take == req.prompt.len();
-                batch.push(SeqBatch {
-                    tokens: &req.prompt[*done..*done + take],
-                    start_pos: *done,
-                    cache,
-                    logits: if last {
-                        LogitsWanted::Last
-                    } else {
-                        LogitsWanted::None
-                    },
+                let last = done + take == r.req.prompt.len();
+                rows.push(Row {
+                    seq,
+                    tokens: &r.req.prompt[done..done + take],
+                    start_pos: done,
+                    logits: last,
                 });
                 slots.push(Slot::Prefill {
                     req: ri,
@@ -217,13 +223,13 @@ impl Engine {
                     last,
                 });
             } else {
-                for (ci, c) in completions.iter_mut().enumerate() {
+                for (ci, c) in r.completions.iter().enumerate() {
                     let pos = c.history.len() - 1;
-                    batch.push(SeqBatch {
+                    rows.push(Row {
+                        seq: c.seq,
                         tokens: &c.history[pos..],
                         start_pos: pos,
-                        cache: &mut c.cache,
-                        logits: LogitsWanted::Last,
+                        logits: true,
                     });
                     slots.push(Slot::Decode {
                         req: ri,
@@ -232,11 +238,11 @@ impl Engine {
                 }
             }
         }
-        if batch.is_empty() {
+        if rows.is_empty() {
             return Ok(());
         }
-        let logits = model.llama.forward(&mut batch)?;
-        drop(batch);
+        let logits = self.backend.forward(&rows)?;
+        drop(rows);
 
         let now = Instant::now();
         for (slot, row) in slots.into_iter().zip(logits) {
@@ -248,14 +254,29 @@ impl Engine {
                         *done += take;
                     }
                     if last {
-                        let row = row_vec(row)?;
-                        start_completions(r, &model, &row, now, &self.shared)?;
+                        let row = row.ok_or(crate::error::RuntimeError::EmptyPrompt)?;
+                        start_completions(
+                            r,
+                            self.backend.as_mut(),
+                            &model,
+                            &row,
+                            now,
+                            &self.shared,
+                        )?;
                     }
                 }
                 Slot::Decode { req, completion } => {
-                    let row = row_vec(row)?;
+                    let row = row.ok_or(crate::error::RuntimeError::EmptyPrompt)?;
                     let r = &mut self.running[req];
-                    emit_step(r, completion, &model, &row, now, &self.shared);
+                    emit_step(
+                        r,
+                        completion,
+                        self.backend.as_ref(),
+                        &model,
+                        &row,
+                        now,
+                        &self.shared,
+                    );
                 }
             }
         }
@@ -263,23 +284,22 @@ impl Engine {
         Ok(())
     }
 
-    /// Sends `Done` for finished completions and retires finished requests.
+    /// Frees finished completions and retires finished requests.
     fn finish_done(&mut self) {
-        let mut freed = 0;
-        let metrics = &self.shared.metrics;
         for r in &mut self.running {
+            for c in r.completions.iter().filter(|c| c.done) {
+                self.backend.free(c.seq);
+            }
             r.completions.retain(|c| !c.done);
         }
-        self.running.retain(|r| {
-            if r.is_done() {
-                freed += r.reserve;
-                metrics.finished();
-                false
-            } else {
-                true
-            }
-        });
-        self.reserved -= freed;
+        let (done, live): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(Running::is_done);
+        self.running = live;
+        for r in done {
+            self.shared.metrics.finished();
+            self.retire(r);
+        }
     }
 
     fn publish_metrics(&self) {
@@ -289,15 +309,12 @@ impl Engine {
             let entry = by_policy
                 .entry(r.req.kv_policy.name().to_string())
                 .or_default();
-            let caches: Vec<&SeqCache> = match &r.prefill {
-                Some((c, _)) => vec![c],
-                None => r.completions.iter().map(|c| &c.cache).collect(),
-            };
             sequences += r.sequences();
-            for c in caches {
+            for seq in r.seq_ids() {
+                let kv = self.backend.kv(seq);
                 entry.sequences += 1;
-                entry.bytes_in_use += c.bytes();
-                entry.bytes_saved += c.full_bytes().saturating_sub(c.bytes());
+                entry.bytes_in_use += kv.bytes;
+                entry.bytes_saved += kv.full.saturating_sub(kv.bytes);
             }
         }
         let m = &self.shared.metrics;
@@ -311,56 +328,62 @@ impl Engine {
     }
 }
 
-fn row_vec(row: Option<Tensor>) -> Result<Vec<f32>> {
-    let t = row.ok_or(crate::error::RuntimeError::EmptyPrompt)?;
-    Ok(t.flatten_all()?.to_vec1::<f32>()?)
-}
-
-/// The prompt has been read: fork its cache into the request's `n`
+/// The prompt has been read: fork its sequence into the request's `n`
 /// completions (child `i` seeded `seed + i`) and sample each one's first token.
 fn start_completions(
     r: &mut Running,
+    backend: &mut dyn Backend,
     model: &crate::model::LoadedModel,
     row: &[f32],
     now: Instant,
     shared: &Shared,
 ) -> Result<()> {
-    let Some((mut cache, _)) = r.prefill.take() else {
+    let Some((seq, _)) = r.prefill.take() else {
         return Ok(());
     };
-    cache.finish_prefill()?;
+    // Until the children exist, the prompt's sequence is the request's only
+    // one: keep it reachable so a failure below still frees it.
+    r.completions.push(Completion::new(
+        0,
+        seq,
+        seeded(&r.req, 0),
+        &r.req.prompt,
+        r.req.stop.clone(),
+        r.req.constraint,
+    ));
+    backend.finish_prefill(seq)?;
     let _ = r.events.send(Event::Prefilled {
         prompt_tokens: r.req.prompt.len(),
     });
-    let n = r.req.n.max(1);
-    let mut caches = Vec::with_capacity(n);
-    for _ in 1..n {
-        caches.push(cache.fork()?);
-    }
-    caches.push(cache);
-    for (i, cache) in caches.into_iter().enumerate() {
-        let mut sampling = r.req.sampling.clone();
-        sampling.seed = sampling.seed.wrapping_add(i as u64);
+    for i in 1..r.req.n.max(1) {
+        let child = backend.fork(seq)?;
         r.completions.push(Completion::new(
             i,
-            cache,
-            sampling,
+            child,
+            seeded(&r.req, i),
             &r.req.prompt,
             r.req.stop.clone(),
             r.req.constraint,
         ));
     }
-    for ci in 0..n {
-        emit_step(r, ci, model, row, now, shared);
+    for ci in 0..r.completions.len() {
+        emit_step(r, ci, backend, model, row, now, shared);
     }
     Ok(())
 }
 
+fn seeded(req: &SubmitRequest, i: usize) -> crate::sampler::SamplingParams {
+    let mut sampling = req.sampling.clone();
+    sampling.seed = sampling.seed.wrapping_add(i as u64);
+    sampling
+}
+
 /// Samples completion `ci` of `r` from `row` and sends its events; a finished
-/// completion is marked by being removed in `finish_done`'s sweep.
+/// completion is marked `done` and freed by `finish_done`.
 fn emit_step(
     r: &mut Running,
     ci: usize,
+    backend: &dyn Backend,
     model: &crate::model::LoadedModel,
     row: &[f32],
     now: Instant,
@@ -398,7 +421,7 @@ fn emit_step(
             index: c.index,
             finish_reason,
             completion_tokens: c.generated,
-            kv: c.kv_usage(),
+            kv: Completion::kv_usage(&r.req.kv_policy, backend.kv(c.seq)),
         });
         c.done = true;
     }

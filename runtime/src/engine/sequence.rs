@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
+use crate::backend::{SeqId, SeqKv};
 use crate::constraint::{Constraint, JsonPrefix};
 use crate::generate::{FinishReason, StopMatcher, TokenLogprob};
-use crate::kv::SeqCache;
+use crate::kv::policy::KvPolicy;
 use crate::model::LoadedModel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::StreamDecoder;
@@ -32,7 +33,7 @@ pub(super) struct Stepped {
 /// One of a request's `n` completions.
 pub(super) struct Completion {
     pub index: usize,
-    pub cache: SeqCache,
+    pub seq: SeqId,
     pub history: Vec<u32>,
     pub generated: usize,
     pub last_token_at: Option<Instant>,
@@ -49,7 +50,7 @@ pub(super) struct Completion {
 impl Completion {
     pub fn new(
         index: usize,
-        cache: SeqCache,
+        seq: SeqId,
         sampling: SamplingParams,
         prompt: &[u32],
         stop: Vec<String>,
@@ -57,7 +58,7 @@ impl Completion {
     ) -> Self {
         Self {
             index,
-            cache,
+            seq,
             history: prompt.to_vec(),
             generated: 0,
             last_token_at: None,
@@ -71,12 +72,12 @@ impl Completion {
     }
 
     /// The KV figures to report when it ends.
-    pub fn kv_usage(&self) -> KvUsage {
+    pub fn kv_usage(policy: &KvPolicy, kv: SeqKv) -> KvUsage {
         KvUsage {
-            policy: self.cache.policy().to_string(),
-            bytes_peak: self.cache.peak_bytes(),
-            bytes_final: self.cache.bytes(),
-            bytes_full: self.cache.full_bytes(),
+            policy: policy.to_string(),
+            bytes_peak: kv.peak,
+            bytes_final: kv.bytes,
+            bytes_full: kv.full,
         }
     }
 

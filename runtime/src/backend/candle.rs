@@ -1,0 +1,132 @@
+//! Tern's own backend: the `tern-models` llama forward over candle tensors with
+//! Tern's quantized kernels, and a [`SeqCache`] (any KV policy) per sequence.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tern_models::{LogitsWanted, SeqBatch};
+
+use super::{Backend, Row, SeqId, SeqKv};
+use crate::error::{Result, RuntimeError};
+use crate::kv::policy::KvPolicy;
+use crate::kv::SeqCache;
+use crate::model::LoadedModel;
+
+/// Runs a [`LoadedModel`]; supports every KV policy.
+pub struct CandleBackend {
+    model: Arc<LoadedModel>,
+    seqs: HashMap<SeqId, SeqCache>,
+    next: SeqId,
+}
+
+impl CandleBackend {
+    /// A backend over `model` with no sequences.
+    pub fn new(model: Arc<LoadedModel>) -> Self {
+        Self {
+            model,
+            seqs: HashMap::new(),
+            next: 1,
+        }
+    }
+
+    fn insert(&mut self, cache: SeqCache) -> SeqId {
+        let id = self.next;
+        self.next += 1;
+        self.seqs.insert(id, cache);
+        id
+    }
+
+    fn unknown(seq: SeqId) -> RuntimeError {
+        RuntimeError::InvalidParam {
+            param: "seq".into(),
+            reason: format!("no sequence {seq} in the backend"),
+        }
+    }
+}
+
+impl Backend for CandleBackend {
+    fn name(&self) -> &'static str {
+        "candle"
+    }
+
+    fn new_seq(&mut self, policy: &KvPolicy, expected_len: usize) -> Result<SeqId> {
+        let mut cache = SeqCache::with_policy(self.model.config(), policy.clone());
+        if policy.budget().is_none() {
+            cache.set_capacity_hint(expected_len);
+        }
+        Ok(self.insert(cache))
+    }
+
+    fn forward(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>> {
+        // Take the caches out so each row can hold its own `&mut`; they go back
+        // whatever happens.
+        let mut caches: Vec<SeqCache> = Vec::with_capacity(rows.len());
+        for r in rows {
+            match self.seqs.remove(&r.seq) {
+                Some(c) => caches.push(c),
+                None => {
+                    for (r, c) in rows.iter().zip(caches) {
+                        self.seqs.insert(r.seq, c);
+                    }
+                    return Err(Self::unknown(r.seq));
+                }
+            }
+        }
+        let result = {
+            let mut batch: Vec<SeqBatch> = rows
+                .iter()
+                .zip(caches.iter_mut())
+                .map(|(r, cache)| SeqBatch {
+                    tokens: r.tokens,
+                    start_pos: r.start_pos,
+                    cache,
+                    logits: if r.logits {
+                        LogitsWanted::Last
+                    } else {
+                        LogitsWanted::None
+                    },
+                })
+                .collect();
+            self.model.llama.forward(&mut batch)
+        };
+        for (r, c) in rows.iter().zip(caches) {
+            self.seqs.insert(r.seq, c);
+        }
+        result?
+            .into_iter()
+            .map(|t| {
+                t.map(|t| Ok(t.flatten_all()?.to_vec1::<f32>()?))
+                    .transpose()
+            })
+            .collect()
+    }
+
+    fn finish_prefill(&mut self, seq: SeqId) -> Result<()> {
+        let cache = self.seqs.get_mut(&seq).ok_or_else(|| Self::unknown(seq))?;
+        Ok(cache.finish_prefill()?)
+    }
+
+    fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
+        let copy = self
+            .seqs
+            .get(&seq)
+            .ok_or_else(|| Self::unknown(seq))?
+            .fork()?;
+        Ok(self.insert(copy))
+    }
+
+    fn free(&mut self, seq: SeqId) {
+        self.seqs.remove(&seq);
+    }
+
+    fn kv(&self, seq: SeqId) -> SeqKv {
+        self.seqs
+            .get(&seq)
+            .map(|c| SeqKv {
+                bytes: c.bytes(),
+                peak: c.peak_bytes(),
+                full: c.full_bytes(),
+            })
+            .unwrap_or_default()
+    }
+}

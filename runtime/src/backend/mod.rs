@@ -1,0 +1,63 @@
+//! Backends: what runs the forward pass for the engine. Tern's own (candle
+//! tensors, Tern's quantized kernels, Tern's KV policies) is always there;
+//! llama.cpp joins behind the `llama-cpp` feature as a reference and a peer.
+//!
+//! The engine talks to a backend only through [`Backend`]: sequences are ids the
+//! backend owns, a step is a list of [`Row`]s, and logits come back as plain
+//! vectors, so the scheduler, sampler and stop logic are shared by every backend.
+
+mod candle;
+
+pub use self::candle::CandleBackend;
+
+use crate::error::Result;
+use crate::kv::policy::KvPolicy;
+
+/// A sequence inside a backend.
+pub type SeqId = u64;
+
+/// One sequence's new tokens in a step.
+#[derive(Clone, Copy, Debug)]
+pub struct Row<'a> {
+    /// The sequence they extend.
+    pub seq: SeqId,
+    /// New token ids.
+    pub tokens: &'a [u32],
+    /// Position of `tokens[0]`.
+    pub start_pos: usize,
+    /// Whether the last token's logits are wanted back.
+    pub logits: bool,
+}
+
+/// KV figures of one sequence.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeqKv {
+    /// Bytes of keys and values held now.
+    pub bytes: usize,
+    /// The most bytes held at once so far.
+    pub peak: usize,
+    /// Bytes a full cache would hold for the same tokens.
+    pub full: usize,
+}
+
+/// A forward-pass implementation with per-sequence KV state.
+pub trait Backend: Send {
+    /// Short name (`candle`, `llama-cpp`), for reports and errors.
+    fn name(&self) -> &'static str;
+    /// Names of the KV policies this backend runs (`None`: all of them).
+    fn supported_policies(&self) -> Option<&'static [&'static str]> {
+        None
+    }
+    /// A new empty sequence compressed by `policy`, expected to reach `expected_len` tokens.
+    fn new_seq(&mut self, policy: &KvPolicy, expected_len: usize) -> Result<SeqId>;
+    /// Runs one ragged step; per row, the last token's logits if asked for.
+    fn forward(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>>;
+    /// Called once a sequence's prompt has been read (end-of-prompt compression).
+    fn finish_prefill(&mut self, seq: SeqId) -> Result<()>;
+    /// A copy of `seq` that evolves independently (shared-prompt best-of-N).
+    fn fork(&mut self, seq: SeqId) -> Result<SeqId>;
+    /// Frees a sequence and its cache.
+    fn free(&mut self, seq: SeqId);
+    /// The sequence's KV figures.
+    fn kv(&self, seq: SeqId) -> SeqKv;
+}
