@@ -34,3 +34,24 @@ cargo clippy --release --locked --workspace --all-targets -- -D warnings
 
 say "cargo test --release"
 cargo test --release --locked --workspace
+
+# 5. The OpenAI-compatible server, driven by the official `openai` SDK.
+say "OpenAI API suite (pytest tests/openai)"
+if ! python3 -c 'import openai, pytest' >/dev/null 2>&1; then
+  # (a distribution's externally managed Python refuses the plain install)
+  python3 -m pip install --quiet openai pytest \
+    || python3 -m pip install --quiet --break-system-packages openai pytest
+fi
+PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/openai
+
+# 6. The chat page (`GET /`) in headless Chromium: Debian's `chromium`, driven by
+#    Playwright pointed at /usr/bin/chromium (never `playwright install`).
+say "chat page UI test (scripts/ui_test.py)"
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+fi
+if ! python3 -c 'import playwright.sync_api' >/dev/null 2>&1; then
+  python3 -m pip install --quiet playwright || python3 -m pip install --quiet --break-system-packages playwright
+fi
+python3 scripts/ui_test.py --check

@@ -34,6 +34,9 @@ pub enum RuntimeError {
     /// A request parameter is out of range.
     #[error("invalid parameter `{param}`: {reason}")]
     InvalidParam { param: String, reason: String },
+    /// A backend other than Tern's own (llama.cpp) failed.
+    #[error("{0}")]
+    Backend(String),
     /// A tensor operation failed.
     #[error("tensor error: {0}")]
     Candle(#[from] candle_core::Error),

@@ -8,11 +8,9 @@
 
 use std::time::Instant;
 
-use tern_models::{LogitsWanted, SeqBatch};
-
+use crate::backend::{Backend, CandleBackend, LogitsWanted, Row, SeqId};
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
-use crate::kv::SeqCache;
 use crate::model::LoadedModel;
 
 /// The outcome of a perplexity run.
@@ -36,16 +34,32 @@ pub struct PerplexityReport {
     pub kv_bytes_full: usize,
     /// The policy, as its spec string.
     pub kv_policy: String,
+    /// The backend that ran it (`candle`, `llama-cpp`).
+    pub backend: String,
 }
 
 /// Scores `tokens` in windows of `ctx` with the KV cache compressed by
-/// `policy`; `on_chunk(i, n, running_ppl)` reports progress after each window.
+/// `policy`, on Tern's own backend; `on_chunk(i, n, running_ppl)` reports
+/// progress after each window.
+pub fn perplexity(
+    model: &LoadedModel,
+    tokens: &[u32],
+    ctx: usize,
+    policy: &KvPolicy,
+    on_chunk: impl FnMut(usize, usize, f64),
+) -> Result<PerplexityReport> {
+    let mut backend = CandleBackend::new(model);
+    perplexity_on(&mut backend, model, tokens, ctx, policy, on_chunk)
+}
+
+/// [`perplexity`] on any backend; `model` supplies the context length and BOS.
 ///
 /// Under `full` the scored half runs as one forward (llama.cpp's way). Under any
 /// other policy the first half is prefilled (and compressed at its end, for
 /// policies that do), then the scored half is decoded one token at a time so
 /// every prediction sees exactly the cache the policy would leave in generation.
-pub fn perplexity(
+pub fn perplexity_on(
+    backend: &mut dyn Backend,
     model: &LoadedModel,
     tokens: &[u32],
     ctx: usize,
@@ -53,6 +67,7 @@ pub fn perplexity(
     mut on_chunk: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityReport> {
     let max_ctx = model.config().context_length;
+    let vocab = model.config().vocab_size;
     if ctx < 4 || ctx > max_ctx {
         return Err(RuntimeError::InvalidParam {
             param: "ctx".into(),
@@ -84,52 +99,19 @@ pub fn perplexity(
         if let Some(b) = bos {
             window[0] = b;
         }
-        let mut cache = SeqCache::with_policy(model.config(), policy.clone());
-        // Unscored first half: no logits needed.
-        let mut head = [SeqBatch {
-            tokens: &window[..first],
-            start_pos: 0,
-            cache: &mut cache,
-            logits: LogitsWanted::None,
-        }];
-        model.llama.forward(&mut head)?;
-        cache.finish_prefill()?;
-        let rows = if matches!(policy, KvPolicy::Full) {
-            let mut tail = [SeqBatch {
-                tokens: &window[first..],
-                start_pos: first,
-                cache: &mut cache,
-                logits: LogitsWanted::All,
-            }];
-            let logits = model.llama.forward(&mut tail)?.pop().flatten();
-            logits.ok_or(RuntimeError::EmptyPrompt)?.to_vec2::<f32>()?
-        } else {
-            let mut rows = Vec::with_capacity(ctx - first);
-            for pos in first..ctx - 1 {
-                let mut step = [SeqBatch {
-                    tokens: &window[pos..pos + 1],
-                    start_pos: pos,
-                    cache: &mut cache,
-                    logits: LogitsWanted::Last,
-                }];
-                let logits = model.llama.forward(&mut step)?.pop().flatten();
-                rows.push(
-                    logits
-                        .ok_or(RuntimeError::EmptyPrompt)?
-                        .squeeze(0)?
-                        .to_vec1::<f32>()?,
-                );
-            }
-            rows
-        };
+        let seq = backend.new_seq(policy, ctx)?;
+        let result = score_window(backend, seq, &window, first, policy);
+        let kv = backend.kv(seq);
+        backend.free(seq);
+        let logits = result?;
         // Row r predicts window[first + r + 1]; a last row, if any, has no target.
-        for (r, row) in rows.iter().enumerate().take(ctx - first - 1) {
-            let target = tokens[c * ctx + first + r + 1];
+        for (r, row) in logits.chunks(vocab).enumerate().take(ctx - first - 1) {
+            let target = window[first + r + 1];
             nll -= f64::from(crate::sampler::log_softmax_at(row, target));
             count += 1;
         }
-        kv_bytes = kv_bytes.max(cache.peak_bytes());
-        kv_bytes_full = kv_bytes_full.max(cache.full_bytes());
+        kv_bytes = kv_bytes.max(kv.peak);
+        kv_bytes_full = kv_bytes_full.max(kv.full);
         on_chunk(c + 1, n_chunks, (nll / count as f64).exp());
     }
     Ok(PerplexityReport {
@@ -142,5 +124,45 @@ pub fn perplexity(
         kv_bytes,
         kv_bytes_full,
         kv_policy: policy.to_string(),
+        backend: backend.name().to_string(),
     })
+}
+
+/// Logits (row-major) of the positions `first..` of one window.
+fn score_window(
+    backend: &mut dyn Backend,
+    seq: SeqId,
+    window: &[u32],
+    first: usize,
+    policy: &KvPolicy,
+) -> Result<Vec<f32>> {
+    let missing = || RuntimeError::Backend("the backend returned no logits".into());
+    // Unscored first half: no logits needed.
+    backend.forward(&[Row {
+        seq,
+        tokens: &window[..first],
+        start_pos: 0,
+        logits: LogitsWanted::None,
+    }])?;
+    backend.finish_prefill(seq)?;
+    if matches!(policy, KvPolicy::Full) {
+        let rows = backend.forward(&[Row {
+            seq,
+            tokens: &window[first..],
+            start_pos: first,
+            logits: LogitsWanted::All,
+        }])?;
+        return rows.into_iter().next().flatten().ok_or_else(missing);
+    }
+    let mut logits = Vec::new();
+    for pos in first..window.len() - 1 {
+        let rows = backend.forward(&[Row {
+            seq,
+            tokens: &window[pos..pos + 1],
+            start_pos: pos,
+            logits: LogitsWanted::Last,
+        }])?;
+        logits.extend(rows.into_iter().next().flatten().ok_or_else(missing)?);
+    }
+    Ok(logits)
 }

@@ -38,6 +38,9 @@ pub enum Command {
     KvEval(KvEvalArgs),
     /// Measure prefill and decode speed (pp/tg, as llama-bench), memory and KV bytes.
     Bench(BenchArgs),
+    /// Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
+    /// /v1/models, /health, /metrics) with continuous batching.
+    Serve(ServeArgs),
 }
 
 /// Which model to use.
@@ -153,6 +156,9 @@ pub struct GenerateArgs {
     /// Prompt tokens per prefill forward pass.
     #[arg(long, default_value_t = tern_runtime::generate::DEFAULT_PREFILL_CHUNK)]
     pub prefill_chunk: usize,
+    /// What runs the forward pass: Tern's own kernels or llama.cpp.
+    #[arg(long, value_enum, default_value = "candle")]
+    pub backend: super::backend::BackendKind,
 }
 
 /// `tern chat`.
@@ -182,6 +188,9 @@ pub struct PerplexityArgs {
     /// Window size in tokens; each window's second half is scored.
     #[arg(long, default_value_t = 512)]
     pub ctx: usize,
+    /// What runs the forward pass: Tern's own kernels or llama.cpp.
+    #[arg(long, value_enum, default_value = "candle")]
+    pub backend: super::backend::BackendKind,
 }
 
 /// `tern bench`.
@@ -203,6 +212,13 @@ pub struct BenchArgs {
     /// Repetitions per configuration; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Backends to measure side by side (candle, llama-cpp), comma-separated;
+    /// runs interleave backend by backend, each in its own process.
+    #[arg(long, value_delimiter = ',', default_value = "candle")]
+    pub backends: Vec<super::backend::BackendKind>,
+    /// Internal: measure one repetition of the first backend in this process.
+    #[arg(long, hide = true)]
+    pub child_rep: Option<u64>,
 }
 
 /// `tern kv-eval`.
@@ -257,4 +273,51 @@ pub struct KvEvalArgs {
     /// Budget for the memory table (snapkv).
     #[arg(long, default_value_t = 256)]
     pub memory_budget: usize,
+}
+
+/// `tern serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Registry name or path to a GGUF file (pulled on first use). Its id in
+    /// the API is the registry name or the file stem.
+    #[arg(long, short = 'm', default_value = tern_models::registry::DEFAULT_MODEL)]
+    pub model: String,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind (0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Default KV policy of requests that do not send `kv_policy`.
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// KV cache memory all running requests share: 2GiB, 512MiB, 1G or bytes
+    /// (default: half the memory available at start).
+    #[arg(long, value_parser = tern_server::size::parse_size)]
+    pub kv_memory: Option<usize>,
+    /// Require `Authorization: Bearer KEY` on /v1/* requests.
+    #[arg(long, conflicts_with = "api_key_file")]
+    pub api_key: Option<String>,
+    /// Read the API key from this file (first line; keeps it out of `ps`).
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
+    /// Requests that may wait for admission before new ones get 429.
+    #[arg(long, default_value_t = 256)]
+    pub max_queue: usize,
+    /// Allow browser calls from these origins: comma-separated, or `*`.
+    #[arg(long)]
+    pub cors: Option<String>,
+    /// Largest request body (413 above it): 4MiB, 64KiB or bytes.
+    #[arg(long, default_value = "4MiB", value_parser = tern_server::size::parse_size)]
+    pub max_body: usize,
+    /// Sequences decoded together at most.
+    #[arg(long, default_value_t = 64)]
+    pub max_running: usize,
+    /// Prompt tokens one sequence prefills per engine step.
+    #[arg(long, default_value_t = 256)]
+    pub prefill_chunk: usize,
+    /// What runs the forward pass: Tern's own kernels or llama.cpp (full and
+    /// streaming KV policies only).
+    #[arg(long, value_enum, default_value = "candle")]
+    pub backend: super::backend::BackendKind,
 }

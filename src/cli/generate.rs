@@ -13,6 +13,7 @@ use tern_runtime::sampler::SamplingParams;
 use tern_runtime::{memory, LoadedModel};
 
 use super::args::{GenerateArgs, SamplingArgs};
+use super::backend::{self, Sizing};
 use super::resolve;
 
 /// Sampling parameters from the shared CLI options.
@@ -109,17 +110,19 @@ pub fn run_request(
     Ok(out)
 }
 
-/// An engine for one CLI process: prefill chunk as asked, everything else default.
+/// An engine for one CLI process on Tern's backend: prefill chunk as asked,
+/// everything else default.
 pub fn cli_engine(model: LoadedModel, prefill_chunk: usize) -> EngineHandle {
+    EngineHandle::spawn(Arc::new(model), cli_config(prefill_chunk))
+}
+
+fn cli_config(prefill_chunk: usize) -> EngineConfig {
     let chunk = prefill_chunk.max(1);
-    EngineHandle::spawn(
-        Arc::new(model),
-        EngineConfig {
-            prefill_chunk: chunk,
-            step_tokens: chunk,
-            ..EngineConfig::default()
-        },
-    )
+    EngineConfig {
+        prefill_chunk: chunk,
+        step_tokens: chunk,
+        ..EngineConfig::default()
+    }
 }
 
 /// `--max-tokens` cut to what the context leaves after the prompt, so a long
@@ -143,7 +146,13 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     req.stop = a.sampling.stop.clone();
     req.kv_policy = a.kv.kv_policy.clone();
     req.logprobs = a.model.json;
-    let engine = cli_engine(model, a.prefill_chunk);
+    let sizing = Sizing {
+        n_ctx: req.prompt.len() + req.max_tokens + 8,
+        n_seq: 1,
+    };
+    let model = Arc::new(model);
+    let backend = backend::open(a.backend, &model.path, &model, &sizing)?;
+    let engine = EngineHandle::spawn_with(model, backend, cli_config(a.prefill_chunk));
     let json_mode = a.model.json;
     let mut stdout = std::io::stdout();
     let out = run_request(&engine, req, |piece| {

@@ -2,6 +2,7 @@
 //! what it needs from the libraries, and prints text (or one JSON object).
 
 pub mod args;
+mod backend;
 mod bench;
 mod chat;
 mod generate;
@@ -10,6 +11,7 @@ mod kv_eval;
 mod perplexity;
 mod pull;
 mod resolve;
+mod serve;
 mod tokenize;
 
 use anyhow::Result;
@@ -37,5 +39,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Perplexity(a) => perplexity::run(&a),
         Command::Bench(a) => bench::run(&a),
         Command::KvEval(a) => kv_eval::run(&a),
+        Command::Serve(a) => serve::run(&a),
     }
 }

@@ -3,17 +3,26 @@
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
+use std::sync::Arc;
 use tern_runtime::memory;
-use tern_runtime::perplexity::perplexity;
+
+use tern_runtime::perplexity::perplexity_on;
 
 use super::args::PerplexityArgs;
+use super::backend::{self, Sizing};
 use super::resolve;
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &PerplexityArgs) -> Result<()> {
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("cannot read {} as UTF-8 text", a.file.display()))?;
-    let model = resolve::load(&a.model.model)?;
+    let path = resolve::model_path(&a.model.model)?;
+    let model = Arc::new(tern_runtime::LoadedModel::load(&path)?);
+    let sizing = Sizing {
+        n_ctx: a.ctx + 8,
+        n_seq: 1,
+    };
+    let mut backend = backend::open(a.backend, &path, &model, &sizing)?;
     let tokens = model.tokenizer.encode(&text, true, false)?;
     let bar = ProgressBar::new((tokens.len() / a.ctx.max(1)) as u64);
     bar.set_style(
@@ -22,10 +31,18 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let report = perplexity(&model, &tokens, a.ctx, &a.kv.kv_policy, |_, _, ppl| {
-        bar.set_message(format!("{ppl:.4}"));
-        bar.inc(1);
-    })?;
+    let policy = &a.kv.kv_policy;
+    let report = perplexity_on(
+        backend.as_mut(),
+        &model,
+        &tokens,
+        a.ctx,
+        policy,
+        |_, _, ppl| {
+            bar.set_message(format!("{ppl:.4}"));
+            bar.inc(1);
+        },
+    )?;
     bar.finish_and_clear();
     if a.model.json {
         let mut v = serde_json::to_value(&report)?;
@@ -33,13 +50,14 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
         println!("{v}");
     } else {
         println!(
-            "perplexity {:.4} over {} scored tokens ({} windows of {}, {} tokens in file) in {:.1} s; kv {} held {:.1} of {:.1} MB",
+            "perplexity {:.4} over {} scored tokens ({} windows of {}, {} tokens in file) in {:.1} s on {}; kv {} held {:.1} of {:.1} MB",
             report.perplexity,
             report.scored_tokens,
             report.chunks,
             report.ctx,
             report.tokens,
             report.seconds,
+            report.backend,
             report.kv_policy,
             report.kv_bytes as f64 / 1e6,
             report.kv_bytes_full as f64 / 1e6

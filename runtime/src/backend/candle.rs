@@ -2,9 +2,9 @@
 //! Tern's quantized kernels, and a [`SeqCache`] (any KV policy) per sequence.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::ops::Deref;
 
-use tern_models::{LogitsWanted, SeqBatch};
+use tern_models::SeqBatch;
 
 use super::{Backend, Row, SeqId, SeqKv};
 use crate::error::{Result, RuntimeError};
@@ -12,16 +12,17 @@ use crate::kv::policy::KvPolicy;
 use crate::kv::SeqCache;
 use crate::model::LoadedModel;
 
-/// Runs a [`LoadedModel`]; supports every KV policy.
-pub struct CandleBackend {
-    model: Arc<LoadedModel>,
+/// Runs a [`LoadedModel`] (held as `Arc<LoadedModel>` by the engine, or
+/// borrowed for a one-off run); supports every KV policy.
+pub struct CandleBackend<M = std::sync::Arc<LoadedModel>> {
+    model: M,
     seqs: HashMap<SeqId, SeqCache>,
     next: SeqId,
 }
 
-impl CandleBackend {
+impl<M: Deref<Target = LoadedModel>> CandleBackend<M> {
     /// A backend over `model` with no sequences.
-    pub fn new(model: Arc<LoadedModel>) -> Self {
+    pub fn new(model: M) -> Self {
         Self {
             model,
             seqs: HashMap::new(),
@@ -44,7 +45,7 @@ impl CandleBackend {
     }
 }
 
-impl Backend for CandleBackend {
+impl<M: Deref<Target = LoadedModel> + Send> Backend for CandleBackend<M> {
     fn name(&self) -> &'static str {
         "candle"
     }
@@ -80,11 +81,7 @@ impl Backend for CandleBackend {
                     tokens: r.tokens,
                     start_pos: r.start_pos,
                     cache,
-                    logits: if r.logits {
-                        LogitsWanted::Last
-                    } else {
-                        LogitsWanted::None
-                    },
+                    logits: r.logits,
                 })
                 .collect();
             self.model.llama.forward(&mut batch)

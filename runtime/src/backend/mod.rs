@@ -7,8 +7,13 @@
 //! vectors, so the scheduler, sampler and stop logic are shared by every backend.
 
 mod candle;
+#[cfg(feature = "llama-cpp")]
+mod llama_cpp;
 
 pub use self::candle::CandleBackend;
+#[cfg(feature = "llama-cpp")]
+pub use self::llama_cpp::{LlamaCppBackend, LlamaCppOptions};
+pub use tern_models::LogitsWanted;
 
 use crate::error::Result;
 use crate::kv::policy::KvPolicy;
@@ -25,8 +30,8 @@ pub struct Row<'a> {
     pub tokens: &'a [u32],
     /// Position of `tokens[0]`.
     pub start_pos: usize,
-    /// Whether the last token's logits are wanted back.
-    pub logits: bool,
+    /// Which logits are wanted back.
+    pub logits: LogitsWanted,
 }
 
 /// KV figures of one sequence.
@@ -50,7 +55,8 @@ pub trait Backend: Send {
     }
     /// A new empty sequence compressed by `policy`, expected to reach `expected_len` tokens.
     fn new_seq(&mut self, policy: &KvPolicy, expected_len: usize) -> Result<SeqId>;
-    /// Runs one ragged step; per row, the last token's logits if asked for.
+    /// Runs one ragged step; per row, the logits it asked for, row-major
+    /// (`vocab` values per returned token).
     fn forward(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>>;
     /// Called once a sequence's prompt has been read (end-of-prompt compression).
     fn finish_prefill(&mut self, seq: SeqId) -> Result<()>;

@@ -12,7 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::metrics::PolicyKv;
 use super::sequence::{Completion, Limits};
 use super::{Command, Event, Pending, Shared, SubmitRequest};
-use crate::backend::{Backend, Row, SeqId};
+use crate::backend::{Backend, LogitsWanted, Row, SeqId};
 use crate::error::Result;
 
 /// An admitted request.
@@ -215,7 +215,11 @@ impl Engine {
                     seq,
                     tokens: &r.req.prompt[done..done + take],
                     start_pos: done,
-                    logits: last,
+                    logits: if last {
+                        LogitsWanted::Last
+                    } else {
+                        LogitsWanted::None
+                    },
                 });
                 slots.push(Slot::Prefill {
                     req: ri,
@@ -229,7 +233,7 @@ impl Engine {
                         seq: c.seq,
                         tokens: &c.history[pos..],
                         start_pos: pos,
-                        logits: true,
+                        logits: LogitsWanted::Last,
                     });
                     slots.push(Slot::Decode {
                         req: ri,

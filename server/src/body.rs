@@ -1,0 +1,102 @@
+//! Reading request bodies ourselves, so every failure (too large, not UTF-8,
+//! malformed JSON, a field of the wrong type) answers in OpenAI's envelope
+//! and axum's default rejection text never reaches a client.
+//!
+//! A body is read once into a JSON object ([`JsonBody`]); each endpoint then
+//! reads typed views of it with [`fields`] (the shared fields and its own),
+//! which names the offending field on a type error.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::openai::error::ApiError;
+
+/// A request body that is a JSON object.
+#[derive(Debug)]
+pub struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::payload_too_large()
+            } else {
+                ApiError::bad_request("Could not read the request body")
+            }
+        })?;
+        parse_object(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses `bytes` as one JSON object.
+pub fn parse_object(bytes: &[u8]) -> Result<Value, ApiError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        ApiError::bad_request(format!(
+            "The request body is not valid UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        ))
+    })?;
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "The request body is empty; send a JSON object",
+        ));
+    }
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("The request body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request(
+            "The request body must be a JSON object",
+        ));
+    }
+    Ok(value)
+}
+
+/// Reads a typed view of `body`; a field of the wrong type is a 400 whose
+/// `param` is that field's path (e.g. `messages[0].content`).
+pub fn fields<T: DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(body).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." {
+            ApiError::bad_request(format!("Invalid request: {inner}"))
+        } else {
+            ApiError::invalid_param(path.clone(), format!("Invalid value for `{path}`: {inner}"))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::request::GenerationFields;
+
+    #[test]
+    fn rejects_non_objects_and_bad_bytes() {
+        assert!(parse_object(b"[1]").is_err());
+        assert!(parse_object(b"{\"a\":").is_err());
+        assert!(parse_object(b"").is_err());
+        assert!(parse_object(&[b'{', 0xff, b'}']).is_err());
+        assert!(parse_object(b"{\"a\": 1}").is_ok());
+    }
+
+    #[test]
+    fn type_errors_name_the_field() {
+        let v = parse_object(br#"{"temperature": "hot", "unknown": [1]}"#).unwrap();
+        let e = fields::<GenerationFields>(&v).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.param.as_deref(), Some("temperature"));
+        assert!(e.message.contains("temperature"), "{}", e.message);
+    }
+
+    #[test]
+    fn unknown_fields_and_nulls_are_fine() {
+        let v = parse_object(br#"{"temperature": null, "frobnicate": true}"#).unwrap();
+        let f = fields::<GenerationFields>(&v).unwrap();
+        assert!(f.temperature.is_none());
+    }
+}

@@ -1,0 +1,312 @@
+//! `tern-server`: an OpenAI-compatible HTTP API over the `tern-runtime` engine.
+//!
+//! Routes: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`
+//! (JSON or server-sent events), `GET /health`, `GET /metrics` (Prometheus) and
+//! `GET /` (a chat page). OpenAI's wire types live in [`openai`] and never
+//! reach the runtime: handlers turn them into a `SubmitRequest`
+//! ([`params`], [`prompt`]) and the engine's events back into responses
+//! ([`collect`], [`stream`]); every failure is one [`openai::error::ApiError`].
+//!
+//! [`serve`] binds first and loads the model in the background, answering 503
+//! until the engine is up, then serves until Ctrl-C or SIGTERM, letting
+//! in-flight requests finish. [`router`] is the seam tests drive in process.
+
+pub mod auth;
+pub mod body;
+pub mod collect;
+pub mod events;
+pub mod ids;
+pub mod logprobs;
+pub mod openai;
+pub mod params;
+pub mod prometheus;
+pub mod prompt;
+pub mod routes;
+pub mod size;
+pub mod state;
+pub mod stream;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Method};
+use axum::routing::{get, post};
+use axum::Router;
+use tern_runtime::engine::{EngineConfig, EngineHandle};
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::LoadedModel;
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+
+pub use state::AppState;
+
+/// Default largest request body: 4 MiB.
+pub const DEFAULT_MAX_BODY: usize = 4 << 20;
+
+/// Everything `serve` needs besides the model itself.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Host name or address to bind (`127.0.0.1`, `0.0.0.0`, `localhost`).
+    pub host: String,
+    /// Port to bind; 0 picks a free one.
+    pub port: u16,
+    /// The id clients pass as `model` (registry name or file stem).
+    pub model_id: String,
+    /// KV policy of requests that do not name one.
+    pub kv_policy: KvPolicy,
+    /// How the engine schedules (KV memory, queue, batch sizes).
+    pub engine: EngineConfig,
+    /// When set, `/v1/*` requires `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Which browser origins may call the API.
+    pub cors: Cors,
+    /// Largest request body in bytes (413 above it).
+    pub max_body: usize,
+}
+
+/// Cross-origin access for browsers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Cors {
+    /// No CORS headers: only same-origin pages may call the API.
+    #[default]
+    Off,
+    /// Any origin (`--cors '*'`).
+    Any,
+    /// These origins exactly (`--cors https://a.example,https://b.example`).
+    Origins(Vec<String>),
+}
+
+impl Cors {
+    /// Parses `--cors`: `*` or comma-separated origins.
+    pub fn parse(spec: &str) -> Result<Self, ServeError> {
+        let spec = spec.trim();
+        if spec == "*" {
+            return Ok(Self::Any);
+        }
+        let origins: Vec<String> = spec
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        if origins.is_empty() {
+            return Err(ServeError::Cors(spec.to_string()));
+        }
+        if let Some(bad) = origins
+            .iter()
+            .find(|o| HeaderValue::from_str(o).is_err() || o.contains('*'))
+        {
+            return Err(ServeError::Cors(bad.clone()));
+        }
+        Ok(Self::Origins(origins))
+    }
+
+    fn layer(&self) -> Option<CorsLayer> {
+        let origin = match self {
+            Self::Off => return None,
+            Self::Any => AllowOrigin::any(),
+            Self::Origins(list) => {
+                AllowOrigin::list(list.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+            }
+        };
+        Some(
+            CorsLayer::new()
+                .allow_origin(origin)
+                .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+                .allow_headers(Any),
+        )
+    }
+}
+
+/// What `serve` reports as it goes, for the caller to print.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServeEvent {
+    /// The socket is bound; requests are answered (503 until ready).
+    Listening {
+        /// The bound address (the real port when 0 was asked for).
+        addr: SocketAddr,
+    },
+    /// The model has loaded and the engine is running.
+    Ready {
+        /// Seconds the load took.
+        seconds: f64,
+    },
+    /// A shutdown signal arrived; in-flight requests are finishing.
+    ShuttingDown,
+}
+
+/// Why the server could not start or keep running.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address could not be bound (port in use, no permission ...).
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// `host:port` as configured.
+        addr: String,
+        /// The OS error (printed after the message as its cause).
+        source: std::io::Error,
+    },
+    /// Loading the model failed.
+    #[error("loading the model failed: {0}")]
+    Load(LoadError),
+    /// A `--cors` origin is not a valid header value.
+    #[error("invalid --cors origin `{0}` (use `*` or comma-separated origins such as https://example.com)")]
+    Cors(String),
+    /// Serving failed after startup.
+    #[error("serving HTTP failed")]
+    Io(#[from] std::io::Error),
+}
+
+/// What a loader hands back: the model (tokenizer, template, shape) and the
+/// backend that will run it.
+pub type Loaded = (Arc<LoadedModel>, Box<dyn tern_runtime::backend::Backend>);
+
+/// The error a model loader returns.
+pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The HTTP routes over `state`, with body limit, auth and CORS layers.
+pub fn router(state: AppState) -> Router {
+    use routes::{chat, completions, health, metrics, models, ui};
+    let v1 = Router::new()
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{id}", get(models::retrieve))
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_api_key,
+        ));
+    let app = Router::new()
+        .route("/", get(ui::index))
+        .route("/health", get(health::health))
+        .route("/metrics", get(metrics::metrics))
+        .merge(v1)
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.max_body()));
+    let app = match state.cors().layer() {
+        Some(cors) => app.layer(cors),
+        None => app,
+    };
+    app.with_state(state)
+}
+
+/// Binds, then loads the model with `load` on a blocking thread while already
+/// answering (503 until ready), then serves until Ctrl-C or SIGTERM and lets
+/// in-flight requests finish. A second signal exits at once. Returns an error
+/// if binding or loading fails.
+pub async fn serve<L>(
+    config: ServerConfig,
+    load: L,
+    on_event: impl Fn(ServeEvent) + Send + Sync + 'static,
+) -> Result<(), ServeError>
+where
+    L: FnOnce() -> Result<Loaded, LoadError> + Send + 'static,
+{
+    let addr = format!("{}:{}", config.host, config.port);
+    let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let state = AppState::new(&config);
+    let on_event = Arc::new(on_event);
+    on_event(ServeEvent::Listening {
+        addr: listener.local_addr()?,
+    });
+
+    let failure: Arc<Mutex<Option<LoadError>>> = Arc::new(Mutex::new(None));
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
+    {
+        let (state, failure, on_event) =
+            (state.clone(), Arc::clone(&failure), Arc::clone(&on_event));
+        let engine_config = config.engine.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let loaded = tokio::task::spawn_blocking(load)
+                .await
+                .unwrap_or_else(|e| Err(format!("the loader panicked: {e}").into()));
+            match loaded {
+                Ok((model, backend)) => {
+                    state.set_engine(EngineHandle::spawn_with(model, backend, engine_config));
+                    on_event(ServeEvent::Ready {
+                        seconds: started.elapsed().as_secs_f64(),
+                    });
+                }
+                Err(e) => {
+                    if let Ok(mut slot) = failure.lock() {
+                        *slot = Some(e);
+                    }
+                    let _ = failed_tx.send(());
+                }
+            }
+        });
+    }
+
+    let shutdown = {
+        let on_event = Arc::clone(&on_event);
+        async move {
+            tokio::select! {
+                () = shutdown_signal() => {
+                    on_event(ServeEvent::ShuttingDown);
+                    // A second signal means "now": do not wait for streams.
+                    tokio::spawn(async {
+                        shutdown_signal().await;
+                        std::process::exit(130);
+                    });
+                }
+                Ok(()) = failed_rx => {}
+            }
+        }
+    };
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    let failed = failure.lock().ok().and_then(|mut slot| slot.take());
+    match failed {
+        Some(e) => Err(ServeError::Load(e)),
+        None => Ok(()),
+    }
+}
+
+/// Resolves on Ctrl-C or (on Unix) SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cors_specs() {
+        assert_eq!(Cors::parse("*").unwrap(), Cors::Any);
+        assert_eq!(
+            Cors::parse("http://a.test, http://b.test").unwrap(),
+            Cors::Origins(vec!["http://a.test".into(), "http://b.test".into()])
+        );
+        assert!(Cors::parse(",").is_err());
+        assert!(Cors::parse("http://a\u{1}b").is_err());
+    }
+}

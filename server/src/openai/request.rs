@@ -1,0 +1,113 @@
+//! Request fields `/v1/chat/completions` and `/v1/completions` share:
+//! sampling, stopping, `n`, streaming and Tern's `kv_policy` extension.
+//!
+//! Wire types only: every field is optional and as loosely typed as OpenAI
+//! allows (integers as `i64` so a negative value gets a range error, not a
+//! type error). Ranges are checked in `params.rs`, which turns these into a
+//! `SubmitRequest`. Unknown fields are ignored, as OpenAI does.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+
+/// The shared fields of a completion request.
+#[derive(Debug, Default, Deserialize)]
+pub struct GenerationFields {
+    /// Which model to run; must be the one this server serves.
+    pub model: Option<String>,
+    /// Sampling temperature, `0..=2` (default 1; 0 is greedy).
+    pub temperature: Option<f64>,
+    /// Nucleus sampling mass, `(0, 1]`.
+    pub top_p: Option<f64>,
+    /// Keep the k most likely tokens (vLLM extension; `-1` or `0` disables).
+    pub top_k: Option<i64>,
+    /// Drop tokens below `min_p` times the top probability (extension).
+    pub min_p: Option<f64>,
+    /// Seed of the sampler; absent means random. Child `i` of `n` uses `seed + i`.
+    pub seed: Option<i64>,
+    /// Up to 4 strings that end a completion.
+    pub stop: Option<Stop>,
+    /// Most tokens to generate per completion.
+    pub max_tokens: Option<i64>,
+    /// OpenAI presence penalty, `-2..=2`.
+    pub presence_penalty: Option<f64>,
+    /// OpenAI frequency penalty, `-2..=2`.
+    pub frequency_penalty: Option<f64>,
+    /// llama.cpp repetition penalty, `> 0` (extension).
+    pub repetition_penalty: Option<f64>,
+    /// Token id (as a string) to a bias in `-100..=100`.
+    pub logit_bias: Option<BTreeMap<String, f64>>,
+    /// Completions to generate for the prompt, `1..=16`.
+    pub n: Option<i64>,
+    /// Answer as server-sent events.
+    pub stream: Option<bool>,
+    /// Streaming options (`include_usage`).
+    pub stream_options: Option<StreamOptions>,
+    /// `{"type": "text"}` or `{"type": "json_object"}`.
+    pub response_format: Option<ResponseFormat>,
+    /// End-user id; accepted and ignored.
+    pub user: Option<String>,
+    /// Tern extension: the KV cache policy spec for this request.
+    pub kv_policy: Option<String>,
+    /// Generate past end-of-sequence tokens (vLLM extension, for benchmarks).
+    pub ignore_eos: Option<bool>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Add a last chunk with `usage` and no choices.
+    pub include_usage: Option<bool>,
+}
+
+/// `response_format`.
+#[derive(Debug, Deserialize)]
+pub struct ResponseFormat {
+    /// `text`, `json_object` or `json_schema`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// `stop`: one string or a list of strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stop(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for Stop {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct StopVisitor;
+        impl<'de> Visitor<'de> for StopVisitor {
+            type Value = Stop;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or a list of strings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Stop, E> {
+                Ok(Stop(vec![v.to_string()]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Stop, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.push(s);
+                }
+                Ok(Stop(out))
+            }
+        }
+        d.deserialize_any(StopVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_accepts_string_or_list() {
+        let one: Stop = serde_json::from_str(r#""\n""#).unwrap();
+        assert_eq!(one.0, vec!["\n"]);
+        let many: Stop = serde_json::from_str(r#"["a","b"]"#).unwrap();
+        assert_eq!(many.0, vec!["a", "b"]);
+        assert!(serde_json::from_str::<Stop>("3").is_err());
+        assert!(serde_json::from_str::<Stop>("[3]").is_err());
+    }
+}

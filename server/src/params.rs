@@ -1,0 +1,510 @@
+//! Request fields -> a validated [`SubmitRequest`], shared by both endpoints.
+//!
+//! Every range check lives here, each failing with a 400 that names its
+//! field, so a bad request is refused before it reaches the engine (whose own
+//! checks stay as a second line). Pure: the model enters only as its
+//! [`ModelLimits`], so every rule is testable without weights.
+
+use tern_runtime::constraint::Constraint;
+use tern_runtime::engine::{SubmitRequest, MAX_N};
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::sampler::{SamplingParams, MAX_TOP_LOGPROBS};
+use tern_runtime::RuntimeError;
+
+use crate::ids::random_u64;
+use crate::openai::error::ApiError;
+use crate::openai::request::GenerationFields;
+
+/// Most stop strings a request may give (OpenAI's limit).
+pub const MAX_STOP: usize = 4;
+/// Most alternatives the legacy completions `logprobs` may ask for.
+pub const MAX_LEGACY_LOGPROBS: usize = 5;
+
+/// The facts about the served model that validation needs.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelLimits {
+    /// Context window in tokens.
+    pub context_length: usize,
+    /// Vocabulary size (valid `logit_bias` keys are below it).
+    pub vocab_size: usize,
+}
+
+/// What an endpoint adds to the shared fields.
+#[derive(Debug)]
+pub struct EndpointInput {
+    /// The templated, tokenized prompt.
+    pub prompt: Vec<u32>,
+    /// Where the prompt came from (`messages` or `prompt`), for errors.
+    pub prompt_param: &'static str,
+    /// The token limit and the field it came from.
+    pub max_tokens: (Option<i64>, &'static str),
+    /// `None`, or `Some(k)`: report log-probabilities with `k` alternatives.
+    pub logprobs: Option<usize>,
+}
+
+/// A request ready to submit, plus how to answer it.
+#[derive(Debug)]
+pub struct Plan {
+    /// What the engine runs.
+    pub submit: SubmitRequest,
+    /// Answer as server-sent events.
+    pub stream: bool,
+    /// Add the usage chunk at the end of the stream.
+    pub include_usage: bool,
+}
+
+/// Validates everything and builds the engine request.
+pub fn plan(
+    f: &GenerationFields,
+    input: EndpointInput,
+    limits: ModelLimits,
+    default_policy: &KvPolicy,
+) -> Result<Plan, ApiError> {
+    let (stream, include_usage) = streaming(f)?;
+    let sampling = sampling(f, input.logprobs, limits.vocab_size)?;
+    let stop = stops(f)?;
+    let n = count(f)?;
+    let kv_policy = kv_policy(f, default_policy)?;
+    let constraint = response_format(f)?;
+    check_prompt(
+        input.prompt.len(),
+        input.prompt_param,
+        limits.context_length,
+    )?;
+    let max_tokens = max_tokens(
+        input.max_tokens.0,
+        input.max_tokens.1,
+        input.prompt.len(),
+        limits.context_length,
+    )?;
+    let mut submit = SubmitRequest::new(input.prompt, sampling, max_tokens);
+    submit.stop = stop;
+    submit.n = n;
+    submit.kv_policy = kv_policy;
+    submit.constraint = constraint;
+    submit.logprobs = input.logprobs.is_some();
+    submit.ignore_eos = f.ignore_eos.unwrap_or(false);
+    Ok(Plan {
+        submit,
+        stream,
+        include_usage,
+    })
+}
+
+/// `max_completion_tokens` wins over the older `max_tokens` when both are set.
+pub fn merge_max_tokens(
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+) -> (Option<i64>, &'static str) {
+    match max_completion_tokens {
+        Some(m) => (Some(m), "max_completion_tokens"),
+        None => (max_tokens, "max_tokens"),
+    }
+}
+
+/// Chat's `logprobs` (bool) and `top_logprobs` (`0..=20`, needs `logprobs`).
+pub fn chat_logprobs(logprobs: Option<bool>, top: Option<i64>) -> Result<Option<usize>, ApiError> {
+    let top = match top {
+        None => 0,
+        Some(k) => in_range_int("top_logprobs", k, 0, MAX_TOP_LOGPROBS as i64)? as usize,
+    };
+    match logprobs {
+        Some(true) => Ok(Some(top)),
+        _ if top > 0 => Err(ApiError::invalid_param(
+            "top_logprobs",
+            "top_logprobs requires logprobs to be true",
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// Completions' integer `logprobs` (`0..=5`).
+pub fn completion_logprobs(logprobs: Option<i64>) -> Result<Option<usize>, ApiError> {
+    logprobs
+        .map(|k| in_range_int("logprobs", k, 0, MAX_LEGACY_LOGPROBS as i64).map(|k| k as usize))
+        .transpose()
+}
+
+fn streaming(f: &GenerationFields) -> Result<(bool, bool), ApiError> {
+    let stream = f.stream.unwrap_or(false);
+    let include_usage = match &f.stream_options {
+        None => false,
+        Some(_) if !stream => {
+            return Err(ApiError::invalid_param(
+                "stream_options",
+                "stream_options is only allowed when stream is true",
+            ))
+        }
+        Some(o) => o.include_usage.unwrap_or(false),
+    };
+    Ok((stream, include_usage))
+}
+
+fn sampling(
+    f: &GenerationFields,
+    logprobs: Option<usize>,
+    vocab_size: usize,
+) -> Result<SamplingParams, ApiError> {
+    let top_k = match f.top_k {
+        None | Some(-1) | Some(0) => None,
+        Some(k) if k > 0 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
+        Some(k) => {
+            return Err(ApiError::invalid_param(
+                "top_k",
+                format!("top_k must be -1 (disabled) or at least 1, got {k}"),
+            ))
+        }
+    };
+    let top_p = float("top_p", f.top_p, 1.0, 0.0, 1.0)?;
+    if top_p <= 0.0 {
+        return Err(ApiError::invalid_param(
+            "top_p",
+            format!("top_p must be in (0, 1], got {top_p}"),
+        ));
+    }
+    let repetition_penalty = float(
+        "repetition_penalty",
+        f.repetition_penalty,
+        1.0,
+        0.0,
+        f64::MAX,
+    )?;
+    if repetition_penalty <= 0.0 {
+        return Err(ApiError::invalid_param(
+            "repetition_penalty",
+            format!("repetition_penalty must be > 0, got {repetition_penalty}"),
+        ));
+    }
+    let params = SamplingParams {
+        temperature: float("temperature", f.temperature, 1.0, 0.0, 2.0)?,
+        top_k,
+        top_p,
+        min_p: float("min_p", f.min_p, 0.0, 0.0, 1.0)?,
+        repetition_penalty,
+        presence_penalty: float("presence_penalty", f.presence_penalty, 0.0, -2.0, 2.0)?,
+        frequency_penalty: float("frequency_penalty", f.frequency_penalty, 0.0, -2.0, 2.0)?,
+        logit_bias: logit_bias(f, vocab_size)?,
+        // Negative seeds are valid OpenAI input; their bits are as good a seed.
+        seed: f.seed.map_or_else(random_u64, |s| s as u64),
+        top_logprobs: logprobs.unwrap_or(0),
+        ..SamplingParams::default()
+    };
+    params
+        .validate()
+        .map_err(|e| ApiError::invalid_param("sampling", e.to_string()))?;
+    Ok(params)
+}
+
+fn logit_bias(f: &GenerationFields, vocab_size: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(map) = &f.logit_bias else {
+        return Ok(Vec::new());
+    };
+    map.iter()
+        .map(|(key, &bias)| {
+            let token: u32 = key.trim().parse().map_err(|_| {
+                ApiError::invalid_param(
+                    "logit_bias",
+                    format!("logit_bias keys must be token ids, got `{key}`"),
+                )
+            })?;
+            if token as usize >= vocab_size {
+                return Err(ApiError::invalid_param(
+                    "logit_bias",
+                    format!("token id {token} is outside the vocabulary (0..{vocab_size})"),
+                ));
+            }
+            if !(-100.0..=100.0).contains(&bias) {
+                return Err(ApiError::invalid_param(
+                    "logit_bias",
+                    format!("logit_bias values must be between -100 and 100, got {bias} for token {token}"),
+                ));
+            }
+            Ok((token, bias as f32))
+        })
+        .collect()
+}
+
+fn stops(f: &GenerationFields) -> Result<Vec<String>, ApiError> {
+    let Some(stop) = &f.stop else {
+        return Ok(Vec::new());
+    };
+    if stop.0.len() > MAX_STOP {
+        return Err(ApiError::invalid_param(
+            "stop",
+            format!(
+                "at most {MAX_STOP} stop sequences are allowed, got {}",
+                stop.0.len()
+            ),
+        ));
+    }
+    if stop.0.iter().any(String::is_empty) {
+        return Err(ApiError::invalid_param(
+            "stop",
+            "stop sequences must not be empty",
+        ));
+    }
+    Ok(stop.0.clone())
+}
+
+fn count(f: &GenerationFields) -> Result<usize, ApiError> {
+    f.n.map_or(Ok(1), |n| {
+        in_range_int("n", n, 1, MAX_N as i64).map(|n| n as usize)
+    })
+}
+
+fn kv_policy(f: &GenerationFields, default: &KvPolicy) -> Result<KvPolicy, ApiError> {
+    let Some(spec) = &f.kv_policy else {
+        return Ok(default.clone());
+    };
+    let invalid = |e: String| {
+        ApiError::invalid_param("kv_policy", format!("invalid kv_policy `{spec}`: {e}"))
+    };
+    let policy: KvPolicy = spec
+        .parse()
+        .map_err(|e: tern_runtime::kv::policy::PolicyError| invalid(e.to_string()))?;
+    policy.validate().map_err(|e| invalid(e.to_string()))?;
+    Ok(policy)
+}
+
+fn response_format(f: &GenerationFields) -> Result<Option<Constraint>, ApiError> {
+    match f.response_format.as_ref().map(|r| r.kind.as_str()) {
+        None | Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Constraint::JsonObject)),
+        Some("json_schema") => Err(ApiError::unsupported(
+            "response_format",
+            "response_format `json_schema`",
+        )),
+        Some(other) => Err(ApiError::invalid_param(
+            "response_format",
+            format!("response_format.type must be `text` or `json_object`, got `{other}`"),
+        )),
+    }
+}
+
+/// The prompt must be non-empty and leave room for at least one token.
+fn check_prompt(len: usize, param: &str, context_length: usize) -> Result<(), ApiError> {
+    if len == 0 {
+        return Err(ApiError::from_runtime(RuntimeError::EmptyPrompt, param));
+    }
+    if len >= context_length {
+        let e = RuntimeError::ContextLength {
+            prompt_tokens: len,
+            context_length,
+            max_prompt: context_length.saturating_sub(1),
+        };
+        return Err(ApiError::from_runtime(e, param));
+    }
+    Ok(())
+}
+
+/// The requested token limit (at least 1, prompt + limit within the
+/// context), or whatever room the context leaves when none is given.
+fn max_tokens(
+    requested: Option<i64>,
+    param: &'static str,
+    prompt_len: usize,
+    context_length: usize,
+) -> Result<usize, ApiError> {
+    let room = context_length.saturating_sub(prompt_len);
+    let Some(m) = requested else {
+        return Ok(room);
+    };
+    if m < 1 {
+        return Err(ApiError::invalid_param(
+            param,
+            format!("{param} must be at least 1, got {m}"),
+        ));
+    }
+    let m = usize::try_from(m).unwrap_or(usize::MAX);
+    if m > room {
+        let e = RuntimeError::ContextRequest {
+            prompt_tokens: prompt_len,
+            max_tokens: m,
+            context_length,
+        };
+        return Err(ApiError::context_length(param, e.to_string()));
+    }
+    Ok(m)
+}
+
+/// `value` (or `default`) as f32 if it is finite and within `lo..=hi`.
+fn float(param: &str, value: Option<f64>, default: f32, lo: f64, hi: f64) -> Result<f32, ApiError> {
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    if !(v.is_finite() && v >= lo && v <= hi) {
+        let range = if hi == f64::MAX {
+            format!("at least {lo}")
+        } else {
+            format!("between {lo} and {hi}")
+        };
+        return Err(ApiError::invalid_param(
+            param,
+            format!("{param} must be {range}, got {v}"),
+        ));
+    }
+    Ok(v as f32)
+}
+
+fn in_range_int(param: &str, v: i64, lo: i64, hi: i64) -> Result<i64, ApiError> {
+    if v < lo || v > hi {
+        return Err(ApiError::invalid_param(
+            param,
+            format!("{param} must be between {lo} and {hi}, got {v}"),
+        ));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::{fields, parse_object};
+
+    const LIMITS: ModelLimits = ModelLimits {
+        context_length: 100,
+        vocab_size: 50,
+    };
+
+    fn run(body: &str, prompt_len: usize) -> Result<Plan, ApiError> {
+        let v = parse_object(body.as_bytes()).unwrap();
+        let f: GenerationFields = fields(&v)?;
+        let input = EndpointInput {
+            prompt: vec![1; prompt_len],
+            prompt_param: "messages",
+            max_tokens: (f.max_tokens, "max_tokens"),
+            logprobs: None,
+        };
+        plan(&f, input, LIMITS, &KvPolicy::Full)
+    }
+
+    fn param_of(body: &str) -> Option<String> {
+        let e = run(body, 10).expect_err(body);
+        assert_eq!(e.status.as_u16(), 400, "{body}");
+        assert_eq!(e.kind, "invalid_request_error");
+        e.param
+    }
+
+    #[test]
+    fn defaults() {
+        let p = run("{}", 10).unwrap();
+        assert_eq!(p.submit.max_tokens, 90);
+        assert_eq!(p.submit.n, 1);
+        assert_eq!(p.submit.sampling.temperature, 1.0);
+        assert!(!p.stream && !p.include_usage);
+        assert_eq!(p.submit.kv_policy, KvPolicy::Full);
+    }
+
+    #[test]
+    fn each_bad_value_names_its_param() {
+        let cases = [
+            (r#"{"temperature": 2.5}"#, "temperature"),
+            (r#"{"temperature": -1}"#, "temperature"),
+            (r#"{"top_p": 0}"#, "top_p"),
+            (r#"{"top_p": 1.5}"#, "top_p"),
+            (r#"{"top_k": -2}"#, "top_k"),
+            (r#"{"min_p": 2}"#, "min_p"),
+            (r#"{"presence_penalty": 3}"#, "presence_penalty"),
+            (r#"{"frequency_penalty": -2.5}"#, "frequency_penalty"),
+            (r#"{"repetition_penalty": 0}"#, "repetition_penalty"),
+            (r#"{"logit_bias": {"abc": 1}}"#, "logit_bias"),
+            (r#"{"logit_bias": {"3": 101}}"#, "logit_bias"),
+            (r#"{"logit_bias": {"50": 1}}"#, "logit_bias"),
+            (r#"{"n": 0}"#, "n"),
+            (r#"{"n": 17}"#, "n"),
+            (r#"{"max_tokens": 0}"#, "max_tokens"),
+            (r#"{"max_tokens": -5}"#, "max_tokens"),
+            (r#"{"stop": ["a","b","c","d","e"]}"#, "stop"),
+            (r#"{"stop": ""}"#, "stop"),
+            (r#"{"kv_policy": "bogus"}"#, "kv_policy"),
+            (r#"{"kv_policy": "snapkv:budget=x"}"#, "kv_policy"),
+            (
+                r#"{"response_format": {"type": "json_schema"}}"#,
+                "response_format",
+            ),
+            (r#"{"response_format": {"type": "xml"}}"#, "response_format"),
+            (
+                r#"{"stream_options": {"include_usage": true}}"#,
+                "stream_options",
+            ),
+            (r#"{"temperature": "hot"}"#, "temperature"),
+            (r#"{"n": 1.5}"#, "n"),
+            (r#"{"stop": 3}"#, "stop"),
+            (r#"{"stream": "yes"}"#, "stream"),
+        ];
+        for (body, param) in cases {
+            assert_eq!(param_of(body).as_deref(), Some(param), "{body}");
+        }
+    }
+
+    #[test]
+    fn context_overflow_states_both_numbers() {
+        let e = run(r#"{"max_tokens": 95}"#, 10).unwrap_err();
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        assert_eq!(e.param.as_deref(), Some("max_tokens"));
+        assert!(
+            e.message.contains("100") && e.message.contains("95"),
+            "{}",
+            e.message
+        );
+        let e = run("{}", 100).unwrap_err();
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        assert_eq!(e.param.as_deref(), Some("messages"));
+        assert_eq!(run("{}", 0).unwrap_err().param.as_deref(), Some("messages"));
+    }
+
+    #[test]
+    fn values_reach_the_request() {
+        let p = run(
+            r#"{"temperature": 0, "top_k": 5, "seed": 7, "stop": "x", "n": 3,
+                "logit_bias": {"4": -100}, "kv_policy": "snapkv:budget=64",
+                "response_format": {"type": "json_object"}, "stream": true,
+                "stream_options": {"include_usage": true}, "max_tokens": 90}"#,
+            10,
+        )
+        .unwrap();
+        let s = &p.submit;
+        assert_eq!(s.sampling.temperature, 0.0);
+        assert_eq!(s.sampling.top_k, Some(5));
+        assert_eq!(s.sampling.seed, 7);
+        assert_eq!(s.sampling.logit_bias, vec![(4, -100.0)]);
+        assert_eq!(s.stop, vec!["x"]);
+        assert_eq!(s.n, 3);
+        assert_eq!(s.max_tokens, 90);
+        assert_eq!(s.kv_policy.name(), "snapkv");
+        assert_eq!(s.constraint, Some(Constraint::JsonObject));
+        assert!(p.stream && p.include_usage);
+    }
+
+    #[test]
+    fn logprob_options() {
+        assert_eq!(chat_logprobs(None, None).unwrap(), None);
+        assert_eq!(chat_logprobs(Some(true), Some(3)).unwrap(), Some(3));
+        assert_eq!(chat_logprobs(Some(false), None).unwrap(), None);
+        let e = chat_logprobs(None, Some(2)).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("top_logprobs"));
+        let e = chat_logprobs(Some(true), Some(21)).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("top_logprobs"));
+        assert_eq!(completion_logprobs(Some(2)).unwrap(), Some(2));
+        assert_eq!(
+            completion_logprobs(Some(6)).unwrap_err().param.as_deref(),
+            Some("logprobs")
+        );
+    }
+
+    #[test]
+    fn max_completion_tokens_wins() {
+        assert_eq!(
+            merge_max_tokens(Some(5), Some(7)),
+            (Some(7), "max_completion_tokens")
+        );
+        assert_eq!(merge_max_tokens(Some(5), None), (Some(5), "max_tokens"));
+    }
+
+    #[test]
+    fn absent_seed_is_random() {
+        let a = run("{}", 10).unwrap().submit.sampling.seed;
+        let b = run("{}", 10).unwrap().submit.sampling.seed;
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,278 @@
+//! The engine's counters in Prometheus' text exposition format 0.0.4:
+//! `# HELP` and `# TYPE` lines, then samples; histograms as cumulative
+//! `_bucket{le=...}` series with `+Inf`, `_sum` and `_count`.
+//!
+//! Pure: a [`MetricsSnapshot`] in, text out. The route adds the content type.
+
+use std::fmt::Write;
+
+use tern_runtime::engine::{HistogramSnapshot, MetricsSnapshot};
+
+/// The content type Prometheus expects for this format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Renders every Tern metric of a running engine.
+pub fn render(m: &MetricsSnapshot) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    scalar(
+        w,
+        "tern_model_ready",
+        "gauge",
+        "1 once the model has loaded.",
+        1,
+    );
+    scalar(
+        w,
+        "tern_requests_running",
+        "gauge",
+        "Requests admitted and not finished.",
+        m.running,
+    );
+    scalar(
+        w,
+        "tern_requests_waiting",
+        "gauge",
+        "Requests waiting for admission.",
+        m.waiting,
+    );
+    scalar(
+        w,
+        "tern_sequences_running",
+        "gauge",
+        "Sequences (completions) being decoded.",
+        m.sequences,
+    );
+    scalar(
+        w,
+        "tern_requests_finished_total",
+        "counter",
+        "Requests that ran to completion.",
+        m.finished,
+    );
+    scalar(
+        w,
+        "tern_requests_cancelled_total",
+        "counter",
+        "Requests cancelled because their client went away.",
+        m.cancelled,
+    );
+    scalar(
+        w,
+        "tern_requests_failed_total",
+        "counter",
+        "Requests that failed inside the engine.",
+        m.failed,
+    );
+    scalar(
+        w,
+        "tern_prompt_tokens_total",
+        "counter",
+        "Prompt tokens prefilled.",
+        m.prompt_tokens,
+    );
+    scalar(
+        w,
+        "tern_generated_tokens_total",
+        "counter",
+        "Tokens generated.",
+        m.generated_tokens,
+    );
+    scalar(
+        w,
+        "tern_engine_steps_total",
+        "counter",
+        "Forward steps the engine ran.",
+        m.steps,
+    );
+    scalar(
+        w,
+        "tern_kv_memory_bytes",
+        "gauge",
+        "KV cache memory the engine may reserve (--kv-memory).",
+        m.kv_memory,
+    );
+    scalar(
+        w,
+        "tern_kv_reserved_bytes",
+        "gauge",
+        "KV cache bytes reserved by running requests.",
+        m.kv_reserved,
+    );
+    header(
+        w,
+        "tern_kv_bytes_in_use",
+        "gauge",
+        "KV cache bytes held by running sequences, by policy.",
+    );
+    for (policy, kv) in &m.by_policy {
+        let _ = writeln!(
+            w,
+            "tern_kv_bytes_in_use{{policy=\"{}\"}} {}",
+            escape(policy),
+            kv.bytes_in_use
+        );
+    }
+    header(
+        w,
+        "tern_kv_bytes_saved",
+        "gauge",
+        "KV cache bytes a full cache would hold beyond what running sequences hold, by policy.",
+    );
+    for (policy, kv) in &m.by_policy {
+        let _ = writeln!(
+            w,
+            "tern_kv_bytes_saved{{policy=\"{}\"}} {}",
+            escape(policy),
+            kv.bytes_saved
+        );
+    }
+    histogram(
+        w,
+        "tern_time_to_first_token_seconds",
+        "Seconds from submission to a request's first token.",
+        &m.ttft,
+    );
+    histogram(
+        w,
+        "tern_inter_token_latency_seconds",
+        "Seconds between consecutive tokens of one completion.",
+        &m.itl,
+    );
+    out
+}
+
+/// What `/metrics` says while the model is still loading.
+pub fn render_loading() -> String {
+    let mut out = String::new();
+    scalar(
+        &mut out,
+        "tern_model_ready",
+        "gauge",
+        "1 once the model has loaded.",
+        0,
+    );
+    out
+}
+
+fn header(w: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(w, "# HELP {name} {help}");
+    let _ = writeln!(w, "# TYPE {name} {kind}");
+}
+
+fn scalar(w: &mut String, name: &str, kind: &str, help: &str, value: u64) {
+    header(w, name, kind, help);
+    let _ = writeln!(w, "{name} {value}");
+}
+
+fn histogram(w: &mut String, name: &str, help: &str, h: &HistogramSnapshot) {
+    header(w, name, "histogram", help);
+    for &(le, count) in &h.buckets {
+        let _ = writeln!(w, "{name}_bucket{{le=\"{le}\"}} {count}");
+    }
+    let _ = writeln!(w, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(w, "{name}_sum {}", h.sum);
+    let _ = writeln!(w, "{name}_count {}", h.count);
+}
+
+/// Label values escape backslash, double quote and newline.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use tern_runtime::engine::PolicyKv;
+
+    fn snapshot() -> MetricsSnapshot {
+        let hist = HistogramSnapshot {
+            buckets: vec![(0.1, 1), (1.0, 3)],
+            sum: 2.5,
+            count: 4,
+        };
+        let mut by_policy = BTreeMap::new();
+        by_policy.insert(
+            "snapkv".to_string(),
+            PolicyKv {
+                sequences: 1,
+                bytes_in_use: 100,
+                bytes_saved: 900,
+            },
+        );
+        MetricsSnapshot {
+            kv_memory: 1 << 30,
+            running: 2,
+            waiting: 1,
+            sequences: 3,
+            kv_reserved: 4096,
+            prompt_tokens: 50,
+            generated_tokens: 60,
+            finished: 7,
+            cancelled: 1,
+            failed: 0,
+            steps: 99,
+            by_policy,
+            ttft: hist.clone(),
+            itl: hist,
+        }
+    }
+
+    #[test]
+    fn every_series_has_help_type_and_a_sample() {
+        let text = render(&snapshot());
+        for name in [
+            "tern_requests_running",
+            "tern_requests_waiting",
+            "tern_sequences_running",
+            "tern_requests_finished_total",
+            "tern_requests_cancelled_total",
+            "tern_requests_failed_total",
+            "tern_prompt_tokens_total",
+            "tern_generated_tokens_total",
+            "tern_kv_memory_bytes",
+            "tern_kv_reserved_bytes",
+        ] {
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}");
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{name} "))),
+                "{name}"
+            );
+        }
+        assert!(text.contains("tern_requests_running 2\n"));
+        assert!(text.contains("# TYPE tern_requests_finished_total counter\n"));
+        assert!(text.contains("tern_kv_bytes_in_use{policy=\"snapkv\"} 100\n"));
+        assert!(text.contains("tern_kv_bytes_saved{policy=\"snapkv\"} 900\n"));
+    }
+
+    #[test]
+    fn histograms_are_cumulative_with_inf_sum_and_count() {
+        let text = render(&snapshot());
+        let name = "tern_time_to_first_token_seconds";
+        assert!(text.contains(&format!("# TYPE {name} histogram\n")));
+        assert!(text.contains(&format!("{name}_bucket{{le=\"0.1\"}} 1\n")));
+        assert!(text.contains(&format!("{name}_bucket{{le=\"1\"}} 3\n")));
+        assert!(text.contains(&format!("{name}_bucket{{le=\"+Inf\"}} 4\n")));
+        assert!(text.contains(&format!("{name}_sum 2.5\n")));
+        assert!(text.contains(&format!("{name}_count 4\n")));
+        assert!(text.contains("tern_inter_token_latency_seconds_count 4\n"));
+    }
+
+    #[test]
+    fn every_line_is_a_comment_or_a_sample() {
+        for line in render(&snapshot()).lines() {
+            let ok = line.starts_with("# HELP ")
+                || line.starts_with("# TYPE ")
+                || line
+                    .rsplit_once(' ')
+                    .is_some_and(|(_, v)| v.parse::<f64>().is_ok());
+            assert!(ok, "{line}");
+        }
+        assert_eq!(escape("a\"b\\c\n"), "a\\\"b\\\\c\\n");
+        assert!(render_loading().contains("tern_model_ready 0\n"));
+    }
+}

@@ -1,0 +1,321 @@
+//! `POST /v1/chat/completions`: messages through the chat template into the
+//! engine, answered as one `chat.completion` or as a stream of
+//! `chat.completion.chunk`s.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use tern_runtime::generate::{FinishReason, TokenLogprob};
+
+use crate::body::{fields, JsonBody};
+use crate::collect::{collect, finish_name, Collected};
+use crate::events::Tally;
+use crate::ids::{response_id, unix_now};
+use crate::logprobs::{chat_entry, Vocab};
+use crate::openai::chat::{
+    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatFields, ChatLogprobs, ChunkChoice,
+    Delta,
+};
+use crate::openai::error::ApiError;
+use crate::openai::request::GenerationFields;
+use crate::openai::usage::{TernInfo, Usage};
+use crate::openai::{system_fingerprint, ResponseMeta};
+use crate::params::{self, EndpointInput};
+use crate::prompt;
+use crate::state::{limits, AppState};
+use crate::stream::{sse_response, ChunkFormat, StreamState};
+
+/// The chat completions handler.
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?.clone();
+    let shared: GenerationFields = fields(&body)?;
+    let own: ChatFields = fields(&body)?;
+    state.check_model(shared.model.as_deref())?;
+    if own.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::unsupported("tools", "tool calling"));
+    }
+    if own.functions.as_ref().is_some_and(|f| !f.is_empty()) {
+        return Err(ApiError::unsupported("functions", "function calling"));
+    }
+    let messages = prompt::chat_messages(own.messages)?;
+    let logprobs = params::chat_logprobs(own.logprobs, own.top_logprobs)?;
+    let model = Arc::clone(engine.model());
+    let input = EndpointInput {
+        prompt: prompt::chat_prompt(&model, &messages)?,
+        prompt_param: "messages",
+        max_tokens: params::merge_max_tokens(shared.max_tokens, own.max_completion_tokens),
+        logprobs,
+    };
+    let plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
+    let tally = Tally::new(
+        plan.submit.n,
+        plan.submit.prompt.len(),
+        plan.submit.kv_policy.to_string(),
+    );
+    let meta = ResponseMeta {
+        id: response_id("chatcmpl"),
+        object: "chat.completion",
+        created: unix_now(),
+        model: state.model_id().to_string(),
+        system_fingerprint: system_fingerprint(),
+    };
+    let vocab: Arc<dyn Vocab> = model;
+    let events = engine
+        .submit(plan.submit)
+        .map_err(|e| ApiError::from_submit(e, "messages"))?;
+    if plan.stream {
+        let format = ChatFormat {
+            meta: meta.with_object("chat.completion.chunk"),
+            include_usage: plan.include_usage,
+            vocab,
+            logprobs: logprobs.is_some(),
+        };
+        return Ok(sse_response(
+            events,
+            StreamState::new(format, tally, plan.include_usage),
+        ));
+    }
+    let collected = collect(events, tally).await?;
+    Ok(Json(completion(
+        meta,
+        collected,
+        logprobs.is_some(),
+        vocab.as_ref(),
+    ))
+    .into_response())
+}
+
+/// The non-streamed answer.
+fn completion(
+    meta: ResponseMeta,
+    c: Collected,
+    logprobs: bool,
+    vocab: &dyn Vocab,
+) -> ChatCompletion {
+    let choices = c
+        .choices
+        .into_iter()
+        .enumerate()
+        .map(|(index, choice)| ChatChoice {
+            index,
+            message: AssistantMessage {
+                role: "assistant",
+                content: choice.text,
+            },
+            logprobs: logprobs.then(|| ChatLogprobs {
+                content: choice
+                    .logprobs
+                    .iter()
+                    .filter_map(|lp| chat_entry(vocab, lp))
+                    .collect(),
+            }),
+            finish_reason: finish_name(choice.finish_reason),
+        })
+        .collect();
+    ChatCompletion {
+        meta,
+        choices,
+        usage: c.tally.usage(),
+        tern: c.tally.tern(),
+    }
+}
+
+/// Writes `chat.completion.chunk`s.
+pub struct ChatFormat {
+    /// id, object, created, model and fingerprint of every chunk.
+    pub meta: ResponseMeta,
+    /// Whether chunks carry `"usage": null` (and a usage chunk ends the stream).
+    pub include_usage: bool,
+    /// Token text for logprobs.
+    pub vocab: Arc<dyn Vocab>,
+    /// Whether content chunks carry logprobs.
+    pub logprobs: bool,
+}
+
+impl ChatFormat {
+    fn chunk(
+        &self,
+        choice: Option<ChunkChoice>,
+        usage: Option<Usage>,
+        tern: Option<TernInfo>,
+    ) -> String {
+        let chunk = ChatChunk {
+            meta: self.meta.clone(),
+            choices: choice.into_iter().collect(),
+            usage: self.include_usage.then_some(usage),
+            tern,
+        };
+        serde_json::to_string(&chunk).unwrap_or_default()
+    }
+}
+
+impl ChunkFormat for ChatFormat {
+    fn opening(&mut self, index: usize) -> Option<String> {
+        let delta = Delta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+        };
+        Some(self.chunk(
+            Some(ChunkChoice {
+                index,
+                delta,
+                logprobs: None,
+                finish_reason: None,
+            }),
+            None,
+            None,
+        ))
+    }
+
+    fn content(
+        &mut self,
+        index: usize,
+        text: String,
+        logprob: Option<TokenLogprob>,
+    ) -> Option<String> {
+        let entry = if self.logprobs {
+            logprob
+                .as_ref()
+                .and_then(|lp| chat_entry(self.vocab.as_ref(), lp))
+        } else {
+            None
+        };
+        if text.is_empty() && entry.is_none() {
+            return None;
+        }
+        let choice = ChunkChoice {
+            index,
+            delta: Delta {
+                role: None,
+                content: Some(text),
+            },
+            logprobs: entry.map(|e| ChatLogprobs { content: vec![e] }),
+            finish_reason: None,
+        };
+        Some(self.chunk(Some(choice), None, None))
+    }
+
+    fn finish(&mut self, index: usize, reason: FinishReason, tern: Option<TernInfo>) -> String {
+        let choice = ChunkChoice {
+            index,
+            delta: Delta::default(),
+            logprobs: None,
+            finish_reason: Some(finish_name(Some(reason))),
+        };
+        self.chunk(Some(choice), None, tern)
+    }
+
+    fn usage(&mut self, usage: Usage, tern: TernInfo) -> String {
+        self.chunk(None, Some(usage), Some(tern))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::tests::kv;
+    use crate::logprobs::tests::Letters;
+    use serde_json::Value;
+    use tern_runtime::engine::Event;
+
+    fn format(include_usage: bool) -> ChatFormat {
+        ChatFormat {
+            meta: ResponseMeta {
+                id: "chatcmpl-1".into(),
+                object: "chat.completion.chunk",
+                created: 1,
+                model: "m".into(),
+                system_fingerprint: "tern-test".into(),
+            },
+            include_usage,
+            vocab: Arc::new(Letters),
+            logprobs: true,
+        }
+    }
+
+    fn stream(include_usage: bool, n: usize) -> Vec<Value> {
+        let mut s = StreamState::new(
+            format(include_usage),
+            Tally::new(n, 4, "full".into()),
+            include_usage,
+        );
+        let mut events = vec![Event::Prefilled { prompt_tokens: 4 }];
+        for i in 0..n {
+            events.push(Event::Token {
+                index: i,
+                token: 7,
+                text: "h".into(),
+                logprob: Some(TokenLogprob {
+                    token: 7,
+                    logprob: -0.25,
+                    top: vec![(7, -0.25)],
+                }),
+            });
+        }
+        for i in 0..n {
+            events.push(Event::Done {
+                index: i,
+                finish_reason: FinishReason::Length,
+                completion_tokens: 1,
+                kv: kv(10, 40),
+            });
+        }
+        events
+            .into_iter()
+            .flat_map(|e| s.on_event(e))
+            .map(|p| serde_json::from_str(&p).unwrap_or(Value::String(p)))
+            .collect()
+    }
+
+    #[test]
+    fn chunks_follow_openai_order_and_shape() {
+        let v = stream(false, 2);
+        assert_eq!(v.len(), 7);
+        for chunk in &v[..6] {
+            assert_eq!(chunk["object"], "chat.completion.chunk");
+            assert_eq!(chunk["id"], "chatcmpl-1");
+            assert_eq!(chunk["system_fingerprint"], "tern-test");
+            assert!(chunk.get("usage").is_none());
+        }
+        assert_eq!(v[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(v[0]["choices"][0]["delta"]["content"], "");
+        assert!(v[0]["choices"][0]["finish_reason"].is_null());
+        assert!(v[2]["choices"][0]["delta"].get("role").is_none());
+        assert_eq!(v[2]["choices"][0]["delta"]["content"], "h");
+        assert_eq!(
+            v[2]["choices"][0]["logprobs"]["content"][0]["logprob"],
+            -0.25
+        );
+        let finishes: Vec<_> = v
+            .iter()
+            .filter(|c| c["choices"][0]["finish_reason"].is_string())
+            .collect();
+        assert_eq!(finishes.len(), 2);
+        assert_eq!(finishes[0]["choices"][0]["finish_reason"], "length");
+        assert!(finishes[0].get("tern").is_none());
+        assert_eq!(finishes[1]["tern"]["kv_bytes"], 10);
+        assert_eq!(finishes[1]["tern"]["kv_bytes_full"], 40);
+        assert_eq!(v[6], Value::String("[DONE]".into()));
+    }
+
+    #[test]
+    fn include_usage_adds_null_usage_and_a_final_usage_chunk() {
+        let v = stream(true, 1);
+        assert_eq!(v.len(), 5);
+        for chunk in &v[..3] {
+            assert!(chunk["usage"].is_null() && chunk.get("usage").is_some());
+        }
+        let last = &v[3];
+        assert_eq!(last["choices"], Value::Array(vec![]));
+        assert_eq!(last["usage"]["prompt_tokens"], 4);
+        assert_eq!(last["usage"]["completion_tokens"], 1);
+        assert_eq!(last["usage"]["total_tokens"], 5);
+        assert_eq!(last["tern"]["prompt_tokens"], 4);
+        assert_eq!(v[4], Value::String("[DONE]".into()));
+    }
+}

@@ -1,0 +1,23 @@
+//! One file per endpoint; each handler parses, validates, submits and
+//! answers, with every failure an [`ApiError`].
+
+pub mod chat;
+pub mod completions;
+pub mod health;
+pub mod metrics;
+pub mod models;
+pub mod ui;
+
+use axum::http::Uri;
+
+use crate::openai::error::ApiError;
+
+/// Any path no route serves: a 404 in OpenAI's envelope.
+pub async fn not_found(uri: Uri) -> ApiError {
+    ApiError::route_not_found(uri.path())
+}
+
+/// A known path called with the wrong method.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::method_not_allowed()
+}

@@ -1,0 +1,111 @@
+//! What every handler shares: the served model's identity, the server's
+//! settings, and the engine once the model has loaded.
+//!
+//! The engine slot starts empty: `serve` binds and answers (503 while
+//! loading) before the weights are read, then fills it exactly once.
+
+use std::sync::{Arc, OnceLock};
+
+use tern_runtime::engine::EngineHandle;
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::LoadedModel;
+
+use crate::ids::unix_now;
+use crate::openai::error::ApiError;
+use crate::params::ModelLimits;
+use crate::{Cors, ServerConfig};
+
+/// Shared state, cheap to clone into every handler.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    model_id: String,
+    created: u64,
+    kv_policy: KvPolicy,
+    api_key: Option<String>,
+    max_body: usize,
+    cors: Cors,
+    engine: OnceLock<EngineHandle>,
+}
+
+impl AppState {
+    /// State for `config`, with the model not loaded yet.
+    pub fn new(config: &ServerConfig) -> Self {
+        Self(Arc::new(Inner {
+            model_id: config.model_id.clone(),
+            created: unix_now(),
+            kv_policy: config.kv_policy.clone(),
+            api_key: config.api_key.clone(),
+            max_body: config.max_body,
+            cors: config.cors.clone(),
+            engine: OnceLock::new(),
+        }))
+    }
+
+    /// Marks the model loaded; requests are served from now on. A second
+    /// call is ignored (the first engine keeps serving).
+    pub fn set_engine(&self, engine: EngineHandle) {
+        let _ = self.0.engine.set(engine);
+    }
+
+    /// Whether the model has loaded.
+    pub fn is_ready(&self) -> bool {
+        self.0.engine.get().is_some()
+    }
+
+    /// The engine, or a 503 while the model is loading.
+    pub fn engine(&self) -> Result<&EngineHandle, ApiError> {
+        self.0.engine.get().ok_or_else(ApiError::loading)
+    }
+
+    /// The id clients pass as `model`.
+    pub fn model_id(&self) -> &str {
+        &self.0.model_id
+    }
+
+    /// Unix time the server started (the model card's `created`).
+    pub fn created(&self) -> u64 {
+        self.0.created
+    }
+
+    /// The KV policy of requests that do not name one.
+    pub fn kv_policy(&self) -> &KvPolicy {
+        &self.0.kv_policy
+    }
+
+    /// The key `/v1/*` requests must present, if one is set.
+    pub fn api_key(&self) -> Option<&str> {
+        self.0.api_key.as_deref()
+    }
+
+    /// Largest request body accepted, in bytes.
+    pub fn max_body(&self) -> usize {
+        self.0.max_body
+    }
+
+    /// Which browser origins may call the API.
+    pub fn cors(&self) -> &Cors {
+        &self.0.cors
+    }
+
+    /// `model` must be given and name the served model.
+    pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
+        match requested {
+            None | Some("") => Err(ApiError::invalid_param(
+                "model",
+                "Missing required parameter: `model`",
+            )),
+            Some(m) if m == self.0.model_id => Ok(()),
+            Some(m) => Err(ApiError::model_not_found(m, &self.0.model_id)),
+        }
+    }
+}
+
+/// The limits request validation checks against.
+pub fn limits(model: &LoadedModel) -> ModelLimits {
+    ModelLimits {
+        context_length: model.config().context_length,
+        vocab_size: model.config().vocab_size,
+    }
+}

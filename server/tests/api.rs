@@ -1,0 +1,229 @@
+//! Non-streamed chat and text completions: shapes, parameters, `tern`.
+
+use serde_json::json;
+
+use crate::support::{config, post, ready, MODEL};
+
+#[tokio::test]
+async fn chat_completion_shape() {
+    let s = ready(config());
+    let r = post(
+        &s.app,
+        "/v1/chat/completions",
+        &json!({
+            "model": MODEL,
+            "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}],
+            "max_tokens": 5,
+            "temperature": 0,
+            "user": "someone",
+            "some_future_field": {"x": 1}
+        }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], MODEL);
+    assert!(v["created"].as_u64().unwrap() > 0);
+    assert!(v["system_fingerprint"]
+        .as_str()
+        .unwrap()
+        .starts_with("tern-"));
+    let c = &v["choices"][0];
+    assert_eq!(c["index"], 0);
+    assert_eq!(c["message"]["role"], "assistant");
+    assert!(c["message"]["content"].is_string());
+    assert!(c["logprobs"].is_null());
+    assert!(["stop", "length"].contains(&c["finish_reason"].as_str().unwrap()));
+    let u = &v["usage"];
+    let (p, g) = (
+        u["prompt_tokens"].as_u64().unwrap(),
+        u["completion_tokens"].as_u64().unwrap(),
+    );
+    assert!(p > 0 && (1..=5).contains(&g));
+    assert_eq!(u["total_tokens"].as_u64().unwrap(), p + g);
+    assert_eq!(v["tern"]["kv_policy"], "full");
+    assert_eq!(v["tern"]["prompt_tokens"].as_u64().unwrap(), p);
+    assert!(v["tern"]["kv_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(v["tern"]["kv_bytes"], v["tern"]["kv_bytes_full"]);
+}
+
+#[tokio::test]
+async fn greedy_is_deterministic_and_seeds_reproduce() {
+    let s = ready(config());
+    let ask = |extra: serde_json::Value| {
+        let mut body =
+            json!({"model": MODEL, "prompt": "hello there", "max_tokens": 12, "ignore_eos": true});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let text = |v: serde_json::Value| v["choices"][0]["text"].as_str().unwrap().to_string();
+    let a = text(
+        post(&s.app, "/v1/completions", &ask(json!({"temperature": 0})))
+            .await
+            .json(),
+    );
+    let b = text(
+        post(&s.app, "/v1/completions", &ask(json!({"temperature": 0})))
+            .await
+            .json(),
+    );
+    assert_eq!(a, b);
+    let c = text(
+        post(&s.app, "/v1/completions", &ask(json!({"seed": 5})))
+            .await
+            .json(),
+    );
+    let d = text(
+        post(&s.app, "/v1/completions", &ask(json!({"seed": 5})))
+            .await
+            .json(),
+    );
+    assert_eq!(c, d);
+}
+
+#[tokio::test]
+async fn n_completions_share_the_prompt() {
+    let s = ready(config());
+    let v = post(
+        &s.app,
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 3,
+                "max_completion_tokens": 4, "seed": 1, "ignore_eos": true}),
+    )
+    .await
+    .json();
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["finish_reason"], "length");
+    }
+    assert_eq!(v["usage"]["completion_tokens"], 12);
+}
+
+#[tokio::test]
+async fn kv_policy_per_request_and_by_default() {
+    let s = ready(config());
+    let v = post(
+        &s.app,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "a b c d e f g h i j k l m n o p q r s t u v w x y z",
+                "max_tokens": 30, "ignore_eos": true, "kv_policy": "streaming:budget=16,sink=2"}),
+    )
+    .await
+    .json();
+    let tern = &v["tern"];
+    assert!(
+        tern["kv_policy"]
+            .as_str()
+            .unwrap()
+            .starts_with("streaming:budget=16"),
+        "{tern}"
+    );
+    assert!(
+        tern["kv_bytes"].as_u64().unwrap() < tern["kv_bytes_full"].as_u64().unwrap(),
+        "{tern}"
+    );
+
+    let mut c = config();
+    c.kv_policy = "h2o:budget=64".parse().unwrap();
+    let s = ready(c);
+    let v = post(
+        &s.app,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "x", "max_tokens": 2}),
+    )
+    .await
+    .json();
+    assert!(v["tern"]["kv_policy"]
+        .as_str()
+        .unwrap()
+        .starts_with("h2o:budget=64"));
+}
+
+#[tokio::test]
+async fn chat_logprobs_in_openai_shape() {
+    let s = ready(config());
+    let v = post(
+        &s.app,
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                "ignore_eos": true, "logprobs": true, "top_logprobs": 3, "temperature": 0}),
+    )
+    .await
+    .json();
+    let content = v["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!content.is_empty());
+    for entry in content {
+        assert!(entry["token"].is_string());
+        assert!(entry["logprob"].as_f64().unwrap() <= 0.0);
+        assert!(entry["bytes"].is_array());
+        let top = entry["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy: the chosen token is the most likely one.
+        assert_eq!(top[0]["logprob"], entry["logprob"]);
+    }
+}
+
+#[tokio::test]
+async fn completion_logprobs_in_legacy_shape() {
+    let s = ready(config());
+    let v = post(
+        &s.app,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": ["hello"], "max_tokens": 3, "ignore_eos": true, "logprobs": 2}),
+    )
+    .await
+    .json();
+    let c = &v["choices"][0];
+    assert_eq!(v["object"], "text_completion");
+    assert!(v["id"].as_str().unwrap().starts_with("cmpl-"));
+    let lp = &c["logprobs"];
+    let n = lp["tokens"].as_array().unwrap().len();
+    assert!(n > 0);
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), n);
+    assert_eq!(lp["text_offset"].as_array().unwrap().len(), n);
+    let top = lp["top_logprobs"][0].as_object().unwrap();
+    assert!((2..=3).contains(&top.len()), "{top:?}");
+}
+
+#[tokio::test]
+async fn token_id_prompts_and_stop_strings() {
+    let s = ready(config());
+    let v = post(
+        &s.app,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": [104, 101], "max_tokens": 2, "stop": ["\u{0}zz"]}),
+    )
+    .await;
+    assert_eq!(v.status, 200, "{}", v.text);
+    assert_eq!(v.json()["usage"]["prompt_tokens"], 2);
+}
+
+#[tokio::test]
+async fn json_object_mode_is_accepted() {
+    let s = ready(config());
+    let r = post(
+        &s.app,
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": "json"}], "max_tokens": 8,
+                "response_format": {"type": "json_object"}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let text = r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.trim_start().is_empty() || text.trim_start().starts_with('{'),
+        "{text}"
+    );
+}

@@ -1,0 +1,8 @@
+//! `tern-server` driven in process through its router, over the tiny
+//! generated model: endpoints, streaming, errors, auth and metrics.
+
+mod api;
+mod errors;
+mod lifecycle;
+mod streaming;
+mod support;

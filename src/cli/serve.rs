@@ -1,0 +1,159 @@
+//! `tern serve`: the OpenAI-compatible HTTP server.
+//!
+//! Turns the flags into a `tern_server::ServerConfig`, starts a tokio runtime
+//! and hands `tern_server::serve` a loader that resolves `--model` (pulling a
+//! registry model on first use) and loads it, so the port is bound and
+//! answering 503 while the weights load. Prints one line when listening and
+//! one when the model is ready; startup failures are one-line errors.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use tern_models::registry;
+use tern_runtime::engine::{default_kv_memory, EngineConfig};
+use tern_runtime::LoadedModel;
+use tern_server::size::format_size;
+use tern_server::{Cors, LoadError, Loaded, ServeEvent, ServerConfig};
+
+use super::args::ServeArgs;
+use super::backend::{self, BackendKind, Sizing};
+use super::resolve;
+
+/// Runs the subcommand with its parsed arguments.
+pub fn run(a: &ServeArgs) -> Result<()> {
+    let config = server_config(a)?;
+    let model_id = config.model_id.clone();
+    let policy = config.kv_policy.to_string();
+    let kv_memory = format_size(config.engine.kv_memory);
+    let spec = a.model.clone();
+    let kind = a.backend;
+    let (kv_memory_bytes, max_running) = (config.engine.kv_memory, config.engine.max_running);
+    let load = move || -> Result<Loaded, LoadError> {
+        let load = || -> Result<Loaded> {
+            let path = resolve::model_path(&spec)?;
+            let model = Arc::new(LoadedModel::load(&path)?);
+            let c = model.config();
+            // llama.cpp's shared cache holds what the engine's KV budget admits,
+            // counted as the engine counts (f32 keys and values per token).
+            let per_token = 2 * c.n_layer * c.n_kv_head * c.head_dim * 4;
+            let sizing = Sizing {
+                n_ctx: (kv_memory_bytes / per_token.max(1)).max(c.context_length),
+                n_seq: max_running * 2,
+            };
+            let backend = backend::open(kind, &path, &model, &sizing)?;
+            Ok((model, backend))
+        };
+        // Keep the whole chain of causes in the one message.
+        load().map_err(|e| format!("{e:#}").into())
+    };
+    let on_event = move |event: ServeEvent| announce(&event, &model_id, &policy, &kv_memory);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tern-http")
+        .build()
+        .context("starting the async runtime")?;
+    let served = runtime.block_on(tern_server::serve(config, load, on_event));
+    // Do not wait for a model load (or pull) still running on a blocking thread.
+    runtime.shutdown_background();
+    Ok(served?)
+}
+
+/// Prints the server's progress: one line when listening, one when ready.
+fn announce(event: &ServeEvent, model_id: &str, policy: &str, kv_memory: &str) {
+    match event {
+        ServeEvent::Listening { addr } => println!(
+            "tern serve: listening on http://{addr} \
+             (model {model_id}, kv policy {policy}, kv memory {kv_memory})"
+        ),
+        ServeEvent::Ready { seconds } => {
+            println!("tern serve: model {model_id} ready in {seconds:.1} s")
+        }
+        ServeEvent::ShuttingDown => eprintln!(
+            "tern serve: shutting down, finishing in-flight requests \
+             (Ctrl-C again to quit now)"
+        ),
+    }
+}
+
+/// Validated server settings from the flags.
+fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
+    for (flag, value) in [
+        ("--max-queue", a.max_queue),
+        ("--max-running", a.max_running),
+        ("--prefill-chunk", a.prefill_chunk),
+    ] {
+        if value == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    let api_key = match (&a.api_key, &a.api_key_file) {
+        (Some(key), _) => Some(non_empty_key(key.clone(), "--api-key")?),
+        (None, Some(file)) => Some(read_key_file(file)?),
+        (None, None) => None,
+    };
+    let cors = match &a.cors {
+        Some(spec) => Cors::parse(spec)?,
+        None => Cors::Off,
+    };
+    let engine = EngineConfig {
+        // llama.cpp allocates its whole cache up front: default it to 1 GiB
+        // there instead of half the machine.
+        kv_memory: a.kv_memory.unwrap_or_else(|| match a.backend {
+            BackendKind::Candle => default_kv_memory(),
+            BackendKind::LlamaCpp => 1 << 30,
+        }),
+        max_queue: a.max_queue,
+        max_running: a.max_running,
+        prefill_chunk: a.prefill_chunk,
+        ..EngineConfig::default()
+    };
+    Ok(ServerConfig {
+        host: a.host.clone(),
+        port: a.port,
+        model_id: model_id(&a.model),
+        kv_policy: a.kv.kv_policy.clone(),
+        engine,
+        api_key,
+        cors,
+        max_body: a.max_body,
+    })
+}
+
+/// The id clients send as `model`: the registry name, or the file's stem.
+fn model_id(spec: &str) -> String {
+    if let Some(entry) = registry::lookup(spec) {
+        return entry.name.to_string();
+    }
+    Path::new(spec)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| spec.to_string())
+}
+
+/// The first line of `path`, trimmed.
+fn read_key_file(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --api-key-file {}", path.display()))?;
+    let key = text.lines().next().unwrap_or("").trim().to_string();
+    non_empty_key(key, &format!("--api-key-file {}", path.display()))
+}
+
+fn non_empty_key(key: String, source: &str) -> Result<String> {
+    if key.trim().is_empty() {
+        bail!("{source}: the API key is empty");
+    }
+    Ok(key.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_ids() {
+        assert_eq!(model_id("smollm2-135m-instruct"), "smollm2-135m-instruct");
+        assert_eq!(model_id("models/cache/Foo.Q4_1.gguf"), "Foo.Q4_1");
+    }
+}

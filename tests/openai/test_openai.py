@@ -1,0 +1,292 @@
+"""The official `openai` Python SDK against `tern serve` on the real model.
+
+Covers chat and legacy completions (plain and streamed), n, logprobs, stop
+strings, seeds, usage in streams, JSON mode, Tern's `kv_policy` / `tern`
+extensions, model listing and the SDK's error classes. Generations are kept
+short (8-24 tokens, 64 for JSON) so the suite runs in well under 3 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import openai
+import pytest
+
+QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+STORY = [{"role": "user", "content": "Tell me a short story about a dragon who loves books."}]
+
+
+def tern_info(resp) -> dict:
+    """The `tern` extension object of a response (an extra field for the SDK)."""
+    extra = resp.model_extra or {}
+    info = extra.get("tern", resp.to_dict().get("tern"))
+    assert isinstance(info, dict), f"no `tern` object in {resp.to_dict()}"
+    return info
+
+
+def check_usage(usage, max_tokens: int, finish_reason: str | None = None) -> None:
+    assert usage is not None
+    assert usage.prompt_tokens > 0
+    assert 0 < usage.completion_tokens <= max_tokens
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    if finish_reason == "length":
+        assert usage.completion_tokens == max_tokens
+
+
+def collect_chat_stream(stream):
+    """Chunks -> (chunks, {index: text}, {index: [finish_reasons]})."""
+    chunks, texts, finishes = [], {}, {}
+    for chunk in stream:
+        chunks.append(chunk)
+        for choice in chunk.choices:
+            texts.setdefault(choice.index, "")
+            finishes.setdefault(choice.index, [])
+            if choice.delta.content:
+                texts[choice.index] += choice.delta.content
+            if choice.finish_reason is not None:
+                finishes[choice.index].append(choice.finish_reason)
+    return chunks, texts, finishes
+
+
+# --- chat ------------------------------------------------------------------
+
+
+def test_chat_non_stream(client, model_id):
+    resp = client.chat.completions.create(model=model_id, messages=QUESTION, max_tokens=16, temperature=0)
+    assert resp.object == "chat.completion"
+    assert resp.id
+    assert resp.model == model_id
+    assert len(resp.choices) == 1
+    choice = resp.choices[0]
+    assert choice.index == 0
+    assert choice.message.role == "assistant"
+    assert isinstance(choice.message.content, str) and choice.message.content.strip()
+    assert choice.finish_reason in ("stop", "length")
+    check_usage(resp.usage, 16, choice.finish_reason)
+    info = tern_info(resp)
+    for key in ("kv_policy", "kv_bytes", "kv_bytes_full", "prompt_tokens"):
+        assert key in info, info
+    assert info["prompt_tokens"] == resp.usage.prompt_tokens
+    assert info["kv_policy"].startswith("full"), "the server's default policy is full"
+    assert 0 < info["kv_bytes"] <= info["kv_bytes_full"]
+
+
+@pytest.mark.parametrize("temperature,seed", [(0.0, None), (0.8, 42)])
+def test_chat_stream_matches_non_stream(client, model_id, temperature, seed):
+    kwargs = dict(model=model_id, messages=STORY, max_tokens=16, temperature=temperature)
+    if seed is not None:
+        kwargs["seed"] = seed
+    plain = client.chat.completions.create(**kwargs)
+    chunks, texts, finishes = collect_chat_stream(client.chat.completions.create(stream=True, **kwargs))
+
+    assert chunks, "the stream had no chunks"
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert len({c.id for c in chunks}) == 1, "every chunk of a stream shares one id"
+    first = chunks[0].choices[0]
+    assert first.index == 0 and first.delta.role == "assistant"
+    assert list(texts) == [0]
+    assert len(finishes[0]) == 1, f"expected exactly one finish_reason, got {finishes[0]}"
+    assert finishes[0][0] == plain.choices[0].finish_reason
+    assert texts[0] == plain.choices[0].message.content
+    assert all(c.usage is None for c in chunks), "no usage without stream_options.include_usage"
+
+
+def test_chat_stream_n3_one_finish_per_choice(client, model_id):
+    stream = client.chat.completions.create(
+        model=model_id, messages=STORY, max_tokens=8, temperature=1, seed=3, n=3, stream=True
+    )
+    chunks, texts, finishes = collect_chat_stream(stream)
+    assert sorted(texts) == [0, 1, 2]
+    for i in range(3):
+        assert len(finishes[i]) == 1, f"choice {i}: finish_reasons {finishes[i]}"
+        assert finishes[i][0] in ("stop", "length")
+        roles = [c.choices[0].delta.role for c in chunks if c.choices and c.choices[0].index == i]
+        assert roles[0] == "assistant", f"choice {i}: first delta has no assistant role"
+
+
+def test_chat_n3(client, model_id):
+    resp = client.chat.completions.create(model=model_id, messages=STORY, max_tokens=8, temperature=1, seed=5, n=3)
+    assert sorted(c.index for c in resp.choices) == [0, 1, 2]
+    for c in resp.choices:
+        assert isinstance(c.message.content, str)
+        assert c.finish_reason in ("stop", "length")
+    assert 0 < resp.usage.completion_tokens <= 3 * 8
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+
+
+def test_chat_logprobs(client, model_id):
+    resp = client.chat.completions.create(
+        model=model_id, messages=QUESTION, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3
+    )
+    content = resp.choices[0].logprobs.content
+    assert content, "logprobs.content is empty"
+    # An end-of-sequence token is counted in usage but has no text to report.
+    eos = 1 if resp.choices[0].finish_reason == "stop" else 0
+    assert resp.usage.completion_tokens - eos <= len(content) <= resp.usage.completion_tokens
+    for item in content:
+        assert isinstance(item.token, str)
+        assert item.logprob <= 0.0 and math.isfinite(item.logprob)
+        tops = item.top_logprobs
+        assert len(tops) == 3
+        values = [t.logprob for t in tops]
+        assert values == sorted(values, reverse=True), f"top_logprobs not descending: {values}"
+        assert all(v <= 0.0 for v in values)
+        for t in tops:
+            if t.token == item.token:
+                assert t.logprob == pytest.approx(item.logprob, abs=1e-4)
+        # Greedy: the chosen token is the most likely one.
+        assert item.logprob == pytest.approx(values[0], abs=1e-4)
+    joined = "".join(item.token for item in content)
+    assert joined == resp.choices[0].message.content
+
+
+def test_chat_stop_string(client, model_id):
+    messages = [{"role": "user", "content": "Describe the ocean in two sentences."}]
+    base = client.chat.completions.create(model=model_id, messages=messages, max_tokens=24, temperature=0)
+    text = base.choices[0].message.content
+    # A word that first appears after the start, so the expected prefix is not empty.
+    word = next(
+        (w for w in re.findall(r"[A-Za-z]{3,}", text) if text.index(w) > 0),
+        None,
+    )
+    assert word, f"no usable stop word in {text!r}"
+    cut = client.chat.completions.create(
+        model=model_id, messages=messages, max_tokens=24, temperature=0, stop=[word]
+    )
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].message.content == text[: text.index(word)]
+
+
+def test_seed_reproducibility(client, model_id):
+    def sample(seed: int) -> str:
+        r = client.chat.completions.create(model=model_id, messages=STORY, max_tokens=16, temperature=1, seed=seed)
+        return r.choices[0].message.content
+
+    first = sample(1234)
+    assert sample(1234) == first, "the same seed must give the same text"
+    others = [sample(s) for s in (1, 2, 3)]
+    assert any(t != first for t in others), f"seeds 1, 2, 3 all gave the text of seed 1234: {first!r}"
+
+
+def test_stream_include_usage(client, model_id):
+    stream = client.chat.completions.create(
+        model=model_id,
+        messages=QUESTION,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    last = chunks[-1]
+    assert last.choices == []
+    check_usage(last.usage, 12)
+    assert all(c.usage is None for c in chunks[:-1])
+    finishes = [ch.finish_reason for c in chunks for ch in c.choices if ch.finish_reason]
+    assert len(finishes) == 1
+    check_usage(last.usage, 12, finishes[0])
+
+
+def test_ignore_eos_makes_exactly_max_tokens(client, model_id):
+    resp = client.chat.completions.create(
+        model=model_id, messages=QUESTION, max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert resp.choices[0].finish_reason == "length"
+    assert resp.usage.completion_tokens == 12
+
+
+def test_json_object(client, model_id):
+    messages = [
+        {"role": "system", "content": "You answer with JSON only."},
+        {"role": "user", "content": 'Give a JSON object with keys "name" and "age" for a person called Ann aged 30.'},
+    ]
+    resp = client.chat.completions.create(
+        model=model_id, messages=messages, max_tokens=64, temperature=0, response_format={"type": "json_object"}
+    )
+    choice = resp.choices[0]
+    content = choice.message.content
+    assert content.lstrip().startswith("{"), content
+    if choice.finish_reason == "stop":
+        assert isinstance(json.loads(content), dict), content
+    else:
+        assert choice.finish_reason == "length"
+
+
+def test_kv_policy_extension(client, model_id):
+    # A prompt well past the budget, so the policy has something to drop.
+    long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 30)
+    messages = [{"role": "user", "content": long_prompt + " What did the fox do?"}]
+    resp = client.chat.completions.create(
+        model=model_id,
+        messages=messages,
+        max_tokens=8,
+        temperature=0,
+        extra_body={"kv_policy": "snapkv:budget=64"},
+    )
+    info = tern_info(resp)
+    assert info["kv_policy"].startswith("snapkv"), info
+    assert "budget=64" in info["kv_policy"], info
+    assert info["prompt_tokens"] == resp.usage.prompt_tokens > 64
+    assert 0 < info["kv_bytes"] < info["kv_bytes_full"], info
+
+
+# --- legacy completions --------------------------------------------------------
+
+
+def test_completions_non_stream_and_stream(client, model_id):
+    kwargs = dict(model=model_id, prompt="Once upon a time", max_tokens=12, temperature=0)
+    plain = client.completions.create(**kwargs)
+    assert plain.object == "text_completion"
+    assert plain.model == model_id
+    assert len(plain.choices) == 1
+    choice = plain.choices[0]
+    assert choice.index == 0
+    assert isinstance(choice.text, str) and choice.text
+    assert choice.finish_reason in ("stop", "length")
+    check_usage(plain.usage, 12, choice.finish_reason)
+
+    text, finishes = "", []
+    for chunk in client.completions.create(stream=True, **kwargs):
+        assert chunk.object == "text_completion"
+        for c in chunk.choices:
+            assert c.index == 0
+            text += c.text or ""
+            if c.finish_reason is not None:
+                finishes.append(c.finish_reason)
+    assert finishes == [choice.finish_reason]
+    assert text == choice.text
+
+
+# --- models and errors ---------------------------------------------------------
+
+
+def test_models_list(client, model_id):
+    ids = [m.id for m in client.models.list().data]
+    assert model_id in ids
+    assert "SmolLM2" in model_id or "smollm2" in model_id.lower()
+    assert client.models.retrieve(model_id).id == model_id
+
+
+def test_invalid_request_is_bad_request(client, model_id):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model_id, messages=QUESTION, max_tokens=8, temperature=-1)
+    assert e.value.status_code == 400
+    assert e.value.param == "temperature"
+
+
+def test_unknown_model_is_not_found(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=QUESTION, max_tokens=8)
+
+
+def test_wrong_key_is_authentication_error(server_url, model_id):
+    bad = openai.OpenAI(base_url=f"{server_url}/v1", api_key="wrong-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as e:
+        bad.chat.completions.create(model=model_id, messages=QUESTION, max_tokens=8)
+    assert e.value.status_code == 401
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    bad.close()
