@@ -1,7 +1,7 @@
 //! Criterion benchmarks of Tern's quantized linear layer (`tern_models::quant::QLinear`)
 //! against candle's `QMatMul` on SmolLM2-135M's shapes: a decode-step MLP projection
 //! (Q4_1, 1 row), the tied Q8_0 output projection (1 row), and a prefill chunk
-//! (Q4_1, 64 rows).
+//! (Q4_1, 64 rows), and 8-row batched decode steps of both.
 
 use std::sync::Arc;
 
@@ -49,6 +49,8 @@ fn bench_case(
 fn benches(c: &mut Criterion) {
     bench_case(c, "q4_1 1x576 * 1536x576", GgmlDType::Q4_1, 1, 1536, 576);
     bench_case(c, "q8_0 1x576 * 49152x576", GgmlDType::Q8_0, 1, 49152, 576);
+    bench_case(c, "q4_1 8x576 * 1536x576", GgmlDType::Q4_1, 8, 1536, 576);
+    bench_case(c, "q8_0 8x576 * 49152x576", GgmlDType::Q8_0, 8, 49152, 576);
     bench_case(c, "q4_1 64x576 * 1536x576", GgmlDType::Q4_1, 64, 1536, 576);
 }
 

@@ -6,9 +6,15 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\n== %s\n' "$*"; }
 
-# 1. System packages: a C toolchain for -sys crates, Python with pip for `tern pull`.
+# 1. System packages: a C toolchain for -sys crates, cmake and libclang for
+#    llama.cpp (the `llama-cpp` backend, built by default), Python with pip for
+#    `tern pull` and the API suite, Chromium for the chat-page test.
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
+command -v c++ >/dev/null 2>&1 || missing+=(g++)
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v unzip >/dev/null 2>&1 || true
@@ -44,13 +50,9 @@ if ! python3 -c 'import openai, pytest' >/dev/null 2>&1; then
 fi
 PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/openai
 
-# 6. The chat page (`GET /`) in headless Chromium: Debian's `chromium`, driven by
-#    Playwright pointed at /usr/bin/chromium (never `playwright install`).
+# 6. The chat page (`GET /`) in headless Chromium: Debian's `chromium` (step 1),
+#    driven by Playwright pointed at /usr/bin/chromium (never `playwright install`).
 say "chat page UI test (scripts/ui_test.py)"
-if ! command -v chromium >/dev/null 2>&1; then
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
-fi
 if ! python3 -c 'import playwright.sync_api' >/dev/null 2>&1; then
   python3 -m pip install --quiet playwright || python3 -m pip install --quiet --break-system-packages playwright
 fi

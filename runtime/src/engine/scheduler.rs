@@ -85,6 +85,8 @@ pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Rece
         }
         engine.drop_cancelled();
         engine.admit();
+        // Show admissions now, not after a step that may take seconds.
+        engine.publish_metrics();
         if !engine.running.is_empty() {
             engine.step();
         }
@@ -323,9 +325,10 @@ impl Engine {
         }
         let m = &self.shared.metrics;
         m.set_policy_kv(by_policy);
+        // Waiting counts requests still in the channel too: what submit counted.
         m.set_load(
             self.running.len(),
-            self.waiting.len(),
+            self.shared.waiting.load(Ordering::Relaxed),
             sequences,
             self.reserved,
         );
