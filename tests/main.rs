@@ -3,6 +3,7 @@
 
 mod support;
 
+mod backend;
 mod cli;
 mod engine;
 mod forward;

@@ -1,0 +1,212 @@
+//! The llama.cpp backend (feature `llama-cpp`, on by default) driven by Tern's
+//! engine, tokenizer, template and sampler: it reproduces llama.cpp's own
+//! greedy outputs, agrees with Tern's backend on perplexity, runs the
+//! streaming policy within budget, refuses policies it cannot run, and sits
+//! beside Tern's backend in `tern bench`.
+#![cfg(feature = "llama-cpp")]
+
+use crate::support::{assert_clean_error, last_json, real_model, reference, tern};
+
+fn greedy_refs() -> Vec<serde_json::Value> {
+    std::fs::read_to_string(reference("greedy.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn llama_cpp_backend_reproduces_llama_cpp_greedy_outputs() {
+    let model = real_model();
+    let model = model.to_str().unwrap();
+    let refs = greedy_refs();
+    let mut report = Vec::new();
+    let mut matched = 0;
+    for r in &refs {
+        let user = r["user"].as_str().unwrap();
+        let out = tern(
+            &[
+                "generate",
+                "-m",
+                model,
+                "--chat",
+                "-p",
+                user,
+                "--temperature",
+                "0",
+                "-n",
+                "24",
+                "--json",
+                "--backend",
+                "llama-cpp",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = last_json(&out)["text"].as_str().unwrap().to_string();
+        let want = r["completion"].as_str().unwrap();
+        let ok = !text.is_empty() && want.starts_with(&text);
+        matched += ok as usize;
+        report.push(format!("{ok}: {text:?} vs {want:?}"));
+    }
+    // Same kernels as the reference: every prompt should agree; one near-tie
+    // flipped by a different thread split is tolerated.
+    assert!(
+        matched + 1 >= refs.len(),
+        "{matched}/{} match:\n{}",
+        refs.len(),
+        report.join("\n")
+    );
+}
+
+#[test]
+fn both_backends_agree_on_perplexity() {
+    // The first ~2k tokens of the GPL: four 512-token windows.
+    let text = std::fs::read_to_string(reference("gpl-3.txt")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("head.txt");
+    std::fs::write(&file, &text[..9000]).unwrap();
+    let model = real_model();
+    let ppl = |backend: &str| {
+        let out = tern(
+            &[
+                "perplexity",
+                "-m",
+                model.to_str().unwrap(),
+                "-f",
+                file.to_str().unwrap(),
+                "--ctx",
+                "512",
+                "--json",
+                "--backend",
+                backend,
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j = last_json(&out);
+        assert_eq!(j["backend"], backend);
+        assert!(j["chunks"].as_u64().unwrap() >= 3);
+        j["perplexity"].as_f64().unwrap()
+    };
+    let (ours, theirs) = (ppl("candle"), ppl("llama-cpp"));
+    let rel = (ours - theirs).abs() / theirs;
+    assert!(
+        rel < 0.005,
+        "candle {ours} vs llama-cpp {theirs} ({:.3}%)",
+        rel * 100.0
+    );
+}
+
+#[test]
+fn llama_cpp_streaming_policy_holds_its_budget() {
+    let model = real_model();
+    let out = tern(
+        &[
+            "generate",
+            "-m",
+            model.to_str().unwrap(),
+            "-p",
+            "Once upon a time",
+            "--ignore-eos",
+            "-n",
+            "160",
+            "--json",
+            "--backend",
+            "llama-cpp",
+            "--kv-policy",
+            "streaming:budget=64,sink=4",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = last_json(&out);
+    assert_eq!(j["completion_tokens"], 160);
+    // f16 keys and values: 30 layers x 3 KV heads x 64 dims x 2 x 2 bytes per token.
+    let per_token = 30 * 3 * 64 * 2 * 2;
+    let kept = j["kv_bytes"].as_u64().unwrap() as usize;
+    let full = j["kv_bytes_full"].as_u64().unwrap() as usize;
+    assert!(kept <= 65 * per_token, "kept {kept} bytes");
+    assert!(full >= 160 * per_token, "full {full} bytes");
+    assert!(!j["text"].as_str().unwrap().is_empty());
+}
+
+#[test]
+fn llama_cpp_refuses_policies_it_cannot_run() {
+    let model = real_model();
+    let out = tern(
+        &[
+            "generate",
+            "-m",
+            model.to_str().unwrap(),
+            "-p",
+            "hi",
+            "-n",
+            "4",
+            "--backend",
+            "llama-cpp",
+            "--kv-policy",
+            "snapkv:budget=64",
+        ],
+        None,
+    );
+    assert_clean_error(&out, "supports only full and streaming");
+}
+
+#[test]
+fn bench_measures_backends_side_by_side() {
+    let model = real_model();
+    let out = tern(
+        &[
+            "bench",
+            "-m",
+            model.to_str().unwrap(),
+            "--backends",
+            "candle,llama-cpp",
+            "--depths",
+            "0,64",
+            "--n-prompt",
+            "32",
+            "--n-gen",
+            "8",
+            "--reps",
+            "1",
+            "--json",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = last_json(&out)["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 4);
+    for (r, (backend, depth)) in rows.iter().zip([
+        ("candle", 0),
+        ("candle", 64),
+        ("llama-cpp", 0),
+        ("llama-cpp", 64),
+    ]) {
+        assert_eq!(r["backend"], backend);
+        assert_eq!(r["depth"], depth);
+        assert_eq!(r["kv_policy"], "full");
+        assert!(r["pp_tokens_per_s"].as_f64().unwrap() > 0.0);
+        assert!(r["tg_tokens_per_s"].as_f64().unwrap() > 0.0);
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 50_000_000);
+        assert!(r["kv_bytes"].as_u64().unwrap() > 0);
+    }
+}
