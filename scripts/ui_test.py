@@ -4,7 +4,7 @@
 Starts `target/release/tern serve` on a free port with the real model, opens the
 page in Debian's headless Chromium (driven by Playwright, which is pointed at
 /usr/bin/chromium: no browser is ever downloaded) with
-`?prompt=...&autosend=1&policy=snapkv&budget=64&max_tokens=48`, waits for the
+`?prompt=...&autosend=1&policy=streaming&budget=32&max_tokens=64`, waits for the
 streamed reply to finish and checks what a person would see:
 
   * an assistant message with non-empty text,
@@ -43,9 +43,9 @@ MODEL = ROOT / "models" / "cache" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUERY = {
     "prompt": "Write a haiku about the sea",
     "autosend": "1",
-    "policy": "snapkv",
-    "budget": "64",
-    "max_tokens": "48",
+    "policy": "streaming",
+    "budget": "32",
+    "max_tokens": "64",
 }
 
 
@@ -212,8 +212,10 @@ def run_browser(base: str, chromium: str, deadline: float, screenshot: Path | No
         raise Fail(f"tokens/s is not a number: {info['tps']!r}")
     if not tps > 0:
         raise Fail(f"tokens/s is not above zero: {tps}")
-    if not info["spec"].startswith("snapkv:budget=64"):
-        raise Fail(f"the server reports KV policy {info['spec']!r}, expected snapkv:budget=64...")
+    if not info["spec"].startswith("streaming:budget=32"):
+        raise Fail(f"the server reports KV policy {info['spec']!r}, expected streaming:budget=32...")
+    if not held < full:
+        raise Fail(f"a 32-token budget should hold less than a full cache: held={held} full={full}")
     return f"reply {one(reply)[:60]!r}..., {tps} tok/s, {one(info['kvText'])}, {info['spec']}"
 
 
