@@ -8,5 +8,6 @@ mod cli;
 mod engine;
 mod forward;
 mod kv;
+mod reasoning;
 mod reference;
 mod tokenizer;

@@ -15,8 +15,10 @@ pub mod kv;
 pub mod memory;
 pub mod model;
 pub mod perplexity;
+pub mod reasoning;
 pub mod sampler;
 pub mod tokenizer;
+pub mod verify;
 
 pub use error::{Result, RuntimeError};
 pub use model::LoadedModel;

@@ -38,6 +38,9 @@ pub enum Command {
     KvEval(KvEvalArgs),
     /// Measure prefill and decode speed (pp/tg, as llama-bench), memory and KV bytes.
     Bench(BenchArgs),
+    /// Best-of-N on one question: sample N answers (one shared prefill) and
+    /// aggregate them by majority vote, a synthesizer, or unit tests.
+    Bon(BonArgs),
     /// Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
     /// /v1/models, /health, /metrics) with continuous batching.
     Serve(ServeArgs),
@@ -159,6 +162,50 @@ pub struct GenerateArgs {
     /// What runs the forward pass: Tern's own kernels or llama.cpp.
     #[arg(long, value_enum, default_value = "candle")]
     pub backend: super::backend::BackendKind,
+}
+
+/// `tern bon`.
+#[derive(Debug, Args)]
+pub struct BonArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// The question.
+    #[arg(long, short = 'p')]
+    pub prompt: String,
+    /// System prompt for the candidates.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Most candidates to sample (1-16).
+    #[arg(short = 'n', long = "candidates", default_value_t = 8)]
+    pub n: usize,
+    /// majority (vote on extracted answers), synthesize (a CoT synthesizer reads
+    /// the candidates and answers), or reward (unit tests from --tests).
+    #[arg(long, default_value = "majority")]
+    pub aggregate: tern_runtime::reasoning::Aggregate,
+    /// Sample in waves and stop once the leading answer is the majority with
+    /// probability >= 0.95 (Beta posterior).
+    #[arg(long)]
+    pub adaptive: bool,
+    /// Candidates per wave with --adaptive.
+    #[arg(long, default_value_t = 2)]
+    pub wave: usize,
+    /// Unit tests for --aggregate reward: one Python statement (or JSON string) per line.
+    #[arg(long)]
+    pub tests: Option<PathBuf>,
+    /// Candidates' temperature (the synthesizer decodes greedily).
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
+    /// Candidates' nucleus sampling (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Seed of candidate 1; candidate i uses seed + i - 1.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Most tokens per candidate and for the synthesis.
+    #[arg(long, default_value_t = 384)]
+    pub max_tokens: usize,
 }
 
 /// `tern chat`.

@@ -4,6 +4,7 @@
 pub mod args;
 mod backend;
 mod bench;
+mod bon;
 mod chat;
 mod generate;
 mod info;
@@ -38,6 +39,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Chat(a) => chat::run(&a),
         Command::Perplexity(a) => perplexity::run(&a),
         Command::Bench(a) => bench::run(&a),
+        Command::Bon(a) => bon::run(&a),
         Command::KvEval(a) => kv_eval::run(&a),
         Command::Serve(a) => serve::run(&a),
     }

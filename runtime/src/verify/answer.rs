@@ -1,0 +1,763 @@
+//! Final answers: find the answer in a model's text, compare two answers
+//! (numerically when both are numbers), vote among candidates, and decide when
+//! a vote is settled.
+//!
+//! Text comes in from finished generations (best-of-N candidates, the trainer's
+//! rollouts, a dataset's reference answer); strings, votes and booleans go out.
+//! Pure string and integer arithmetic: no I/O, no model, no randomness. Code is
+//! judged by running it, in [`super::judge`], not here.
+
+use serde::Serialize;
+
+/// The answer a model committed to in `text`, raw and trimmed.
+///
+/// In priority order: the last balanced `\boxed{...}` (nested braces are
+/// fine); the last "... answer is X" / "Answer: X" (case-insensitive; X runs to
+/// the end of its sentence or line, without trailing `.`, `$` or `**`);
+/// GSM8K's last `#### X`; the last number anywhere. `None` when there is none.
+pub fn extract_answer(text: &str) -> Option<String> {
+    last_boxed(text)
+        .or_else(|| last_stated(text))
+        .or_else(|| last_gsm8k(text))
+        .or_else(|| last_number(text))
+        .map(str::to_string)
+}
+
+/// The body of the last `\boxed{...}` whose braces balance and that is not empty.
+fn last_boxed(text: &str) -> Option<&str> {
+    const OPEN: &str = "\\boxed";
+    text.rmatch_indices(OPEN).find_map(|(at, _)| {
+        let body = braced_body(text[at + OPEN.len()..].trim_start())?.trim();
+        (!body.is_empty()).then_some(body)
+    })
+}
+
+/// The text inside the balanced `{...}` that `s` starts with; `\{` and `\}` do
+/// not count as braces.
+fn braced_body(s: &str) -> Option<&str> {
+    let inner = s.strip_prefix('{')?;
+    let bytes = inner.as_bytes();
+    let mut depth = 1usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 1,
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    // `}` is ASCII, so `i` is a char boundary.
+                    return Some(&inner[..i]);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// X from the last "answer is X" or "answer: X" (which also covers "The final
+/// answer is X" and "**Answer:** X").
+fn last_stated(text: &str) -> Option<&str> {
+    // ASCII lowercasing keeps byte offsets, so positions in `lower` index `text`.
+    let lower = text.to_ascii_lowercase();
+    let mut starts: Vec<usize> = ["answer is", "answer:"]
+        .iter()
+        .flat_map(|phrase| {
+            lower.match_indices(phrase).filter_map(|(at, m)| {
+                let end = at + m.len();
+                let word_before = lower[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(char::is_alphanumeric);
+                let word_after = m.ends_with("is")
+                    && lower[end..]
+                        .chars()
+                        .next()
+                        .is_some_and(char::is_alphanumeric);
+                (!word_before && !word_after).then_some(end)
+            })
+        })
+        .collect();
+    starts.sort_unstable();
+    starts.iter().rev().find_map(|&start| {
+        let rest = text[start..].trim_start_matches(|c: char| c == ':' || c.is_whitespace());
+        let answer = clean_stated(first_sentence(rest));
+        (!answer.is_empty()).then_some(answer)
+    })
+}
+
+/// `s` up to its first newline, or its first `.`, `!` or `?` that ends a
+/// sentence (followed by whitespace or the end), so `3.5` stays whole.
+fn first_sentence(s: &str) -> &str {
+    let bytes = s.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        let ends = match b {
+            b'\n' => true,
+            b'.' | b'!' | b'?' => bytes.get(i + 1).is_none_or(u8::is_ascii_whitespace),
+            _ => false,
+        };
+        if ends {
+            return &s[..i];
+        }
+    }
+    s
+}
+
+/// Strips the decoration models put around a stated answer: markdown bold,
+/// math `$...$`, a trailing period or stray `$`.
+fn clean_stated(s: &str) -> &str {
+    let mut s = s.trim();
+    loop {
+        let before = s.len();
+        s = s
+            .trim_end_matches(['.', '*'])
+            .trim_start_matches('*')
+            .trim();
+        s = match s.strip_prefix('$').and_then(|t| t.strip_suffix('$')) {
+            Some(inner) => inner.trim(),
+            None => s.trim_end_matches('$').trim(),
+        };
+        if s.len() == before {
+            return s;
+        }
+    }
+}
+
+/// X from GSM8K's last non-empty `#### X` line.
+fn last_gsm8k(text: &str) -> Option<&str> {
+    text.rmatch_indices("####").find_map(|(at, m)| {
+        let line = text[at + m.len()..].lines().next().unwrap_or("");
+        let answer = clean_stated(line.trim_start_matches('#'));
+        (!answer.is_empty()).then_some(answer)
+    })
+}
+
+/// The last number written in `text`: an optional minus, digits with optional
+/// thousands commas, an optional decimal part and an optional `/denominator`.
+fn last_number(text: &str) -> Option<&str> {
+    let b = text.as_bytes();
+    let digit_at = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let mut last = None;
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let mut start = i;
+        // `.5`, unless the dot follows a digit (then it is a version or list).
+        if start > 0 && b[start - 1] == b'.' && !(start > 1 && b[start - 2].is_ascii_digit()) {
+            start -= 1;
+        }
+        // A minus sign, unless it is subtraction (`5-3`) or a hyphen (`x-3`).
+        if start > 0 && b[start - 1] == b'-' && !(start > 1 && b[start - 2].is_ascii_alphanumeric())
+        {
+            start -= 1;
+        }
+        let mut j = i;
+        while digit_at(j) || (b.get(j) == Some(&b',') && digit_at(j + 1)) {
+            j += 1;
+        }
+        if b.get(j) == Some(&b'.') && digit_at(j + 1) {
+            j += 1;
+            while digit_at(j) {
+                j += 1;
+            }
+        }
+        if b.get(j) == Some(&b'/') && digit_at(j + 1) {
+            j += 1;
+            while digit_at(j) {
+                j += 1;
+            }
+        }
+        // Every boundary here is next to an ASCII byte, so slicing is safe.
+        last = Some(&text[start..j]);
+        i = j;
+    }
+    last
+}
+
+/// The value of an answer written as a number, the way answers are written:
+/// `1,234`, `$12.50`, `-3`, `+4`, `3.0`, `50%` (50), `1/2`, `\frac{1}{2}`,
+/// `1e3`, `x = 5`, `$\frac{3}{4}$`, followed by nothing, punctuation or words
+/// and units (`12 apples`, `5 cm`, `90^\circ`). `None` when it is not a
+/// number, or is an expression that starts with one (`2^3`, `5x`, `1, 2`).
+pub fn normalize_number(s: &str) -> Option<f64> {
+    let s = strip_variable(strip_math_wrappers(s));
+    let (value, rest) = leading_number(s)?;
+    (value.is_finite() && is_annotation(rest)).then_some(value)
+}
+
+/// `s` without surrounding `$...$`, `\(...\)`, `\[...\]` or markdown `**...**`.
+fn strip_math_wrappers(s: &str) -> &str {
+    let mut s = s.trim();
+    loop {
+        let before = s.len();
+        for (open, close) in [("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**")] {
+            if let Some(inner) = s.strip_prefix(open).and_then(|t| t.strip_suffix(close)) {
+                s = inner.trim();
+            }
+        }
+        if s.len() == before {
+            return s;
+        }
+    }
+}
+
+/// `s` without a leading one-letter assignment such as `x = `.
+fn strip_variable(s: &str) -> &str {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() => {
+            let rest = chars.as_str().trim_start();
+            match rest.strip_prefix('=') {
+                Some(value) if !value.starts_with('=') => value.trim_start(),
+                _ => s,
+            }
+        }
+        _ => s,
+    }
+}
+
+/// A signed number (decimal, ratio or `\frac`), optionally a percentage, at the
+/// start of `s`, and the text after it.
+fn leading_number(s: &str) -> Option<(f64, &str)> {
+    let s = strip_currency(s);
+    let (negative, s) =
+        if let Some(rest) = s.strip_prefix('-').or_else(|| s.strip_prefix('\u{2212}')) {
+            (true, rest)
+        } else {
+            (false, s.strip_prefix('+').unwrap_or(s))
+        };
+    let s = strip_currency(s);
+    let (magnitude, rest) = match ["\\frac", "\\dfrac", "\\tfrac"]
+        .iter()
+        .find_map(|cmd| s.strip_prefix(cmd))
+    {
+        Some(args) => latex_fraction(args)?,
+        None => decimal_or_ratio(s)?,
+    };
+    let rest = strip_percent(rest);
+    Some((if negative { -magnitude } else { magnitude }, rest))
+}
+
+fn strip_currency(s: &str) -> &str {
+    ["\\$", "$", "\u{20ac}", "\u{a3}", "\u{a5}"]
+        .iter()
+        .find_map(|sign| s.strip_prefix(sign))
+        .map_or(s, str::trim_start)
+}
+
+fn strip_percent(rest: &str) -> &str {
+    let t = rest.trim_start();
+    t.strip_prefix('%')
+        .or_else(|| t.strip_prefix("\\%"))
+        .unwrap_or(rest)
+}
+
+/// The two arguments of `\frac` (`{1}{2}` or the shorthand `12`), each a whole
+/// number, as numerator / denominator.
+fn latex_fraction(args: &str) -> Option<(f64, &str)> {
+    let (numerator, rest) = latex_argument(args)?;
+    let (denominator, rest) = latex_argument(rest)?;
+    let (numerator, denominator) = (exact_number(numerator)?, exact_number(denominator)?);
+    (denominator != 0.0).then(|| (numerator / denominator, rest))
+}
+
+/// One TeX macro argument: a braced group or a single character.
+fn latex_argument(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    if s.starts_with('{') {
+        let body = braced_body(s)?;
+        // The body plus its two ASCII braces.
+        Some((body, &s[body.len() + 2..]))
+    } else {
+        let c = s.chars().next()?;
+        Some(s.split_at(c.len_utf8()))
+    }
+}
+
+/// `s` as a number with nothing after it.
+fn exact_number(s: &str) -> Option<f64> {
+    let (value, rest) = leading_number(strip_math_wrappers(s))?;
+    rest.trim().is_empty().then_some(value)
+}
+
+/// An unsigned decimal, optionally over a denominator (`1/2`, `3 / 4`).
+fn decimal_or_ratio(s: &str) -> Option<(f64, &str)> {
+    let (value, rest) = unsigned_decimal(s)?;
+    let ratio = rest
+        .trim_start()
+        .strip_prefix('/')
+        .and_then(|d| unsigned_decimal(d.trim_start()));
+    match ratio {
+        Some((denominator, after)) if denominator != 0.0 => Some((value / denominator, after)),
+        Some(_) => None,
+        None => Some((value, rest)),
+    }
+}
+
+/// Digits with optional thousands commas (`1,234`), an optional fraction
+/// (`.5`) and an optional exponent (`1e3`).
+fn unsigned_decimal(s: &str) -> Option<(f64, &str)> {
+    let b = s.as_bytes();
+    let digit_at = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let mut literal = String::new();
+    let mut i = 0;
+    loop {
+        if digit_at(i) {
+            literal.push(char::from(b[i]));
+        } else if b.get(i) == Some(&b',') && !literal.is_empty() && is_thousands_group(&b[i + 1..])
+        {
+            // A separator: skipped.
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    if b.get(i) == Some(&b'.') && digit_at(i + 1) {
+        literal.push('.');
+        i += 1;
+        while digit_at(i) {
+            literal.push(char::from(b[i]));
+            i += 1;
+        }
+    }
+    if literal.is_empty() {
+        return None;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        let signed = matches!(b.get(i + 1), Some(b'+' | b'-'));
+        let first_digit = i + 1 + usize::from(signed);
+        if digit_at(first_digit) {
+            literal.push('e');
+            if b[i + 1] == b'-' {
+                literal.push('-');
+            }
+            i = first_digit;
+            while digit_at(i) {
+                literal.push(char::from(b[i]));
+                i += 1;
+            }
+        }
+    }
+    // Only ASCII bytes were consumed, so `i` is a char boundary.
+    Some((literal.parse().ok()?, &s[i..]))
+}
+
+/// Exactly three digits, then a non-digit or the end.
+fn is_thousands_group(b: &[u8]) -> bool {
+    b.len() >= 3
+        && b[..3].iter().all(u8::is_ascii_digit)
+        && b.get(3).is_none_or(|c| !c.is_ascii_digit())
+}
+
+/// Whether what follows a number only annotates it (units, words, closing
+/// punctuation) rather than continuing an expression or a list.
+fn is_annotation(rest: &str) -> bool {
+    const LATEX_ANNOTATIONS: [&str; 14] = [
+        "\\text", "\\mathrm", "\\mbox", "\\textbf", "\\%", "\\,", "\\;", "\\!", "\\ ", "\\quad",
+        "\\qquad", "\\$", "\\)", "\\]",
+    ];
+    let t = rest.trim_start();
+    let spaced = t.len() < rest.len();
+    let Some(c) = t.chars().next() else {
+        return true;
+    };
+    let after = t[c.len_utf8()..].trim_start();
+    match c {
+        // `12 apples`, `5cm`; but not `5x` or `2i`, which are expressions.
+        c if c.is_ascii_alphabetic() => {
+            spaced || t.bytes().take_while(u8::is_ascii_alphabetic).count() >= 2
+        }
+        // Sentence punctuation, unless a list or a time follows (`1, 2`, `5:30`).
+        '.' | ',' | ';' | ':' => !after.starts_with(|d: char| d.is_ascii_digit()),
+        ')' | ']' | '}' | '$' | '\'' | '"' | '`' => true,
+        '!' | '?' => spaced,
+        '*' => t.bytes().all(|b| b == b'*'),
+        '^' => t.starts_with("^\\circ") || t.starts_with("^{\\circ}"),
+        '\\' => LATEX_ANNOTATIONS.iter().any(|p| t.starts_with(p)),
+        // Units and symbols such as `°` or `€`, but not math operators.
+        c if !c.is_ascii() => !matches!(
+            c,
+            '\u{2212}'
+                | '\u{d7}'
+                | '\u{f7}'
+                | '\u{b7}'
+                | '\u{22c5}'
+                | '\u{b1}'
+                | '\u{221a}'
+                | '\u{b2}'
+                | '\u{b3}'
+        ),
+        _ => false,
+    }
+}
+
+/// Whether two answers say the same thing.
+///
+/// Numerically when both are numbers ([`normalize_number`]): equal within a
+/// relative tolerance of 1e-6 or an absolute one of 1e-9. Otherwise as strings,
+/// ignoring case, whitespace, `\text{}`-style wrappers, `$` and `\( \)`
+/// delimiters, `\left`/`\right`, surrounding markdown bold or quotes, trailing
+/// `.`, `,` or `;`, and parentheses around a single choice (`(A)` is `A`).
+pub fn answers_match(a: &str, b: &str) -> bool {
+    match (normalize_number(a), normalize_number(b)) {
+        (Some(x), Some(y)) => {
+            let gap = (x - y).abs();
+            gap <= 1e-9 || gap <= 1e-6 * x.abs().max(y.abs())
+        }
+        _ => canonical_text(a) == canonical_text(b),
+    }
+}
+
+/// The form of a non-numeric answer that [`answers_match`] compares.
+fn canonical_text(s: &str) -> String {
+    let mut s = unwrap_text_commands(s);
+    for (from, to) in [
+        ("\\dfrac", "\\frac"),
+        ("\\tfrac", "\\frac"),
+        ("\\left", ""),
+        ("\\right", ""),
+    ] {
+        s = s.replace(from, to);
+    }
+    for noise in ["\\(", "\\)", "\\!", "\\,", "\\;", "\\ ", "$"] {
+        s = s.replace(noise, "");
+    }
+    let s: String = s
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .flat_map(char::to_lowercase)
+        .collect();
+    let s = s
+        .trim_matches(['*', '"', '\'', '`'])
+        .trim_end_matches(['.', ',', ';']);
+    let choice = s.strip_prefix('(').and_then(|t| t.strip_suffix(')'));
+    match choice {
+        Some(inner) if inner.chars().count() == 1 => inner.to_string(),
+        _ => s.to_string(),
+    }
+}
+
+/// `s` with `\text{X}`, `\textbf{X}`, `\mathrm{X}` and `\mbox{X}` replaced by X.
+fn unwrap_text_commands(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    'scan: while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let command = &rest[at..];
+        for name in ["\\textbf", "\\text", "\\mathrm", "\\mbox"] {
+            if let Some(args) = command.strip_prefix(name) {
+                if let Some(body) = braced_body(args.trim_start()) {
+                    out.push_str(body);
+                    let consumed = command.len() - args.trim_start().len() + body.len() + 2;
+                    rest = &command[consumed..];
+                    continue 'scan;
+                }
+            }
+        }
+        out.push('\\');
+        rest = &command[1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The outcome of a majority vote among candidates' answers.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Vote {
+    /// The winning answer, as the first candidate holding it wrote it.
+    pub answer: String,
+    /// How many candidates gave an answer equivalent to the winner.
+    pub count: usize,
+    /// The size of the next largest group of equivalent answers (0 if none).
+    pub runner_up: usize,
+    /// All candidates, including those without an answer.
+    pub total: usize,
+    /// The index of the first candidate holding the winning answer.
+    pub index: usize,
+}
+
+impl Vote {
+    /// The share of candidates that did not give the winning answer, in `[0, 1]`:
+    /// an estimate of how hard the question is (see
+    /// [`super::judge::tests_for_difficulty`]).
+    pub fn disagreement(&self) -> f64 {
+        1.0 - self.count as f64 / self.total as f64
+    }
+}
+
+/// Majority vote (self-consistency) over candidates' answers.
+///
+/// Equivalent answers ([`answers_match`], compared with each group's first
+/// answer) form one group; `None` is a candidate without an answer and joins no
+/// group. The largest group wins and ties go to the group seen first. `None`
+/// when no candidate has an answer.
+pub fn vote<'a>(answers: impl IntoIterator<Item = Option<&'a str>>) -> Option<Vote> {
+    struct Group<'a> {
+        answer: &'a str,
+        first: usize,
+        count: usize,
+    }
+    let mut groups: Vec<Group<'a>> = Vec::new();
+    let mut total = 0;
+    for (index, answer) in answers.into_iter().enumerate() {
+        total += 1;
+        let Some(answer) = answer else { continue };
+        match groups.iter_mut().find(|g| answers_match(g.answer, answer)) {
+            Some(group) => group.count += 1,
+            None => groups.push(Group {
+                answer,
+                first: index,
+                count: 1,
+            }),
+        }
+    }
+    let mut winner: Option<usize> = None;
+    for (g, group) in groups.iter().enumerate() {
+        // Strictly greater: on a tie the earlier group keeps the lead.
+        if winner.is_none_or(|w| group.count > groups[w].count) {
+            winner = Some(g);
+        }
+    }
+    let winner = winner?;
+    let runner_up = groups
+        .iter()
+        .enumerate()
+        .filter(|&(g, _)| g != winner)
+        .map(|(_, group)| group.count)
+        .max();
+    let group = &groups[winner];
+    Some(Vote {
+        answer: group.answer.to_string(),
+        count: group.count,
+        runner_up: runner_up.unwrap_or(0),
+        total,
+        index: group.first,
+    })
+}
+
+/// The posterior probability that the leading answer is the true majority,
+/// P(p > 1/2), after `top` votes for it and `runner_up` for its closest rival.
+///
+/// Model: p, the leader's share of the two-way race, has a uniform prior, so
+/// after the votes its posterior is Beta(a, b) with a = top + 1 and
+/// b = runner_up + 1. Then P(p > 1/2) = 1 - I_{1/2}(a, b), and for integer a, b
+/// the regularized incomplete beta is a binomial tail: with n = a + b - 1,
+/// I_x(a, b) = sum_{j=a}^{n} C(n, j) x^j (1-x)^(n-j); at x = 1/2 this leaves
+/// P(p > 1/2) = 2^-n * sum_{j=0}^{a-1} C(n, j). Computed with iterated binomial
+/// coefficients in f64, exact for the counts best-of-N sees (n <= 53), and
+/// rescaled so large counts neither overflow nor underflow.
+pub fn majority_posterior(top: usize, runner_up: usize) -> f64 {
+    let n = top.saturating_add(runner_up).saturating_add(1);
+    // Rescale when sums get this large; 2^n itself would overflow past n = 1023.
+    const RESCALE: f64 = 1e280;
+    let (mut term, mut below, mut total) = (1.0f64, 0.0f64, 0.0f64);
+    for j in 0..=n {
+        if j <= top {
+            below += term;
+        }
+        total += term;
+        if total > RESCALE {
+            (term, below, total) = (term / RESCALE, below / RESCALE, total / RESCALE);
+        }
+        // C(n, j + 1) = C(n, j) * (n - j) / (j + 1).
+        term = term * (n - j) as f64 / (j + 1) as f64;
+    }
+    below / total
+}
+
+/// The adaptive-width stopping rule (DESIGN.md §5): stop sampling candidates
+/// once the leading answer is confidently the majority, that is when
+/// [`majority_posterior`]`(top, runner_up) >= threshold` (Tern uses 0.95).
+///
+/// With no rival, 4 agreeing votes suffice at 0.95 (P = 31/32), 3 do not
+/// (P = 15/16); against one rival it takes 6 (P = 247/256).
+pub fn majority_confident(top: usize, runner_up: usize, threshold: f64) -> bool {
+    majority_posterior(top, runner_up) >= threshold
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extraction_follows_priority() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("so \\boxed{\\frac{1}{2}} and then", Some("\\frac{1}{2}")),
+            (
+                "first \\boxed{1}, finally \\boxed{ {a}+{b} }",
+                Some("{a}+{b}"),
+            ),
+            ("\\boxed{\\{1, 2\\}}", Some("\\{1, 2\\}")),
+            ("\\boxed{7} and a truncated \\boxed{8", Some("7")),
+            (
+                "The answer is 42. The answer is 42 too, really",
+                Some("42 too, really"),
+            ),
+            ("Thinking 3 then 5.\nThe answer is 42.", Some("42")),
+            ("the final answer is $\\frac{3}{4}$.", Some("\\frac{3}{4}")),
+            ("THE ANSWER IS: **17**", Some("17")),
+            ("**Answer:** $12.50", Some("$12.50")),
+            ("Answer: 3.5 liters\nmore text with 9", Some("3.5 liters")),
+            ("my answer isn't 3; it is 4", Some("4")),
+            ("Natalia sold 48 clips.\n#### 1,234", Some("1,234")),
+            ("The answer is 5 but \\boxed{6}", Some("6")),
+            ("he had 3 apples and ate -2.5 of them", Some("-2.5")),
+            ("pages 5-3 gives 1/2", Some("1/2")),
+            ("it costs 1,000,000 dollars", Some("1,000,000")),
+            ("no digits here", None),
+            ("", None),
+        ];
+        for &(text, want) in cases {
+            assert_eq!(extract_answer(text).as_deref(), want, "text: {text:?}");
+        }
+    }
+
+    #[test]
+    fn numbers_normalize_the_way_answers_are_written() {
+        let cases: &[(&str, Option<f64>)] = &[
+            ("1,234", Some(1234.0)),
+            ("1,234,567.5", Some(1_234_567.5)),
+            ("$12.50", Some(12.5)),
+            ("\\$12.50", Some(12.5)),
+            ("-$3", Some(-3.0)),
+            ("-3", Some(-3.0)),
+            ("\u{2212}3", Some(-3.0)),
+            ("+4", Some(4.0)),
+            ("3.0", Some(3.0)),
+            (".5", Some(0.5)),
+            ("50%", Some(50.0)),
+            ("50\\%", Some(50.0)),
+            ("1/2", Some(0.5)),
+            ("\\frac{1}{2}", Some(0.5)),
+            ("-\\dfrac{3}{4}", Some(-0.75)),
+            ("\\frac12", Some(0.5)),
+            ("$\\frac{1}{4}$", Some(0.25)),
+            ("1e3", Some(1000.0)),
+            ("2.5E-2", Some(0.025)),
+            ("12 apples", Some(12.0)),
+            ("5cm", Some(5.0)),
+            ("90^\\circ", Some(90.0)),
+            ("12 \\text{ apples}", Some(12.0)),
+            ("x = 5", Some(5.0)),
+            ("**7**", Some(7.0)),
+            ("7.", Some(7.0)),
+            ("2^3", None),
+            ("5x", None),
+            ("1, 2, 3", None),
+            ("1,23", None),
+            ("5 + 3", None),
+            ("1/0", None),
+            ("\\frac{\\sqrt{2}}{2}", None),
+            ("x^2 + 1", None),
+            ("apples", None),
+            ("", None),
+        ];
+        for &(text, want) in cases {
+            assert_eq!(normalize_number(text), want, "text: {text:?}");
+        }
+    }
+
+    #[test]
+    fn answers_match_numerically_or_as_text() {
+        let same = [
+            ("1,234", "1234"),
+            ("$12.50", "12.5"),
+            ("0.5", "\\frac{1}{2}"),
+            ("3", "3.0000000001"),
+            ("1e-12", "0"),
+            ("50%", "50"),
+            ("\\text{Paris}", "paris."),
+            ("$x^2 + 1$", "x^2+1"),
+            ("(B)", "b"),
+            ("\\left( 1, 2 \\right)", "(1,2)"),
+            ("\\dfrac{\\pi}{2}", "\\frac{\\pi}{2}"),
+        ];
+        for (a, b) in same {
+            assert!(answers_match(a, b), "{a:?} should match {b:?}");
+            assert!(answers_match(b, a), "{b:?} should match {a:?}");
+        }
+        let different = [
+            ("3", "3.01"),
+            ("x+1", "x-1"),
+            ("(1,2)", "[1,2]"),
+            ("5", "five"),
+            ("2^3", "2"),
+            ("1,2", "12"),
+        ];
+        for (a, b) in different {
+            assert!(!answers_match(a, b), "{a:?} should not match {b:?}");
+        }
+    }
+
+    #[test]
+    fn vote_groups_equivalent_answers_and_breaks_ties_by_first_seen() {
+        let v = vote([
+            Some("2"),
+            None,
+            Some("1,000"),
+            Some("2.0"),
+            Some("1000"),
+            Some("3"),
+        ])
+        .expect("answers exist");
+        assert_eq!(
+            v,
+            Vote {
+                answer: "2".into(),
+                count: 2,
+                runner_up: 2,
+                total: 6,
+                index: 0
+            },
+            "a 2-2 tie goes to the answer seen first"
+        );
+        let v = vote([None, Some("7"), Some("$7$"), Some("8")]).expect("answers exist");
+        assert_eq!(
+            (v.answer.as_str(), v.count, v.runner_up, v.total, v.index),
+            ("7", 2, 1, 4, 1)
+        );
+        assert!((v.disagreement() - 0.5).abs() < 1e-12);
+        assert_eq!(vote([None, None]), None);
+        assert_eq!(vote(std::iter::empty()), None);
+    }
+
+    #[test]
+    fn majority_posterior_is_the_exact_beta_tail() {
+        let cases = [
+            ((0, 0), 0.5),
+            ((1, 1), 0.5),
+            ((1, 0), 0.75),
+            ((3, 0), 15.0 / 16.0),
+            ((4, 0), 31.0 / 32.0),
+            ((5, 1), 120.0 / 128.0),
+            ((6, 1), 247.0 / 256.0),
+            ((2, 3), 22.0 / 64.0),
+        ];
+        for ((top, runner_up), want) in cases {
+            assert_eq!(
+                majority_posterior(top, runner_up),
+                want,
+                "({top}, {runner_up})"
+            );
+        }
+        assert!(!majority_confident(3, 0, 0.95));
+        assert!(majority_confident(4, 0, 0.95));
+        assert!(!majority_confident(5, 1, 0.95));
+        assert!(majority_confident(6, 1, 0.95));
+        assert!(!majority_confident(32, 32, 0.95));
+    }
+
+    #[test]
+    fn majority_posterior_survives_large_counts() {
+        let p = majority_posterior(3000, 2000);
+        assert!(p.is_finite() && p > 0.999_999, "{p}");
+        let q = majority_posterior(2000, 3000);
+        assert!(q.is_finite() && q < 1e-6, "{q}");
+        assert!((majority_posterior(700, 700) - 0.5).abs() < 0.02);
+    }
+}

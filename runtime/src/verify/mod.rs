@@ -1,0 +1,25 @@
+//! Verifiers: decide, without a model, whether a generation is right.
+//!
+//! Best-of-N uses them to pick among candidates (`majority` votes on extracted
+//! answers, with [`majority_confident`] as the adaptive-width stopping rule;
+//! `reward` runs each candidate program against unit tests) and the trainer
+//! uses them to turn rollouts into rewards (DESIGN.md §5 and §7). Both reach
+//! this module with finished text; it never talks to the engine.
+//!
+//! - [`answer`]: final-answer extraction (`\boxed{}`, "The answer is",
+//!   `####`, last number), numeric equivalence, voting, the Beta-posterior
+//!   stopping rule. Pure.
+//! - [`judge`]: online-judge execution of Python programs against test
+//!   snippets in sandboxed subprocesses, with per-test verdicts.
+
+pub mod answer;
+pub mod judge;
+
+pub use answer::{
+    answers_match, extract_answer, majority_confident, majority_posterior, normalize_number, vote,
+    Vote,
+};
+pub use judge::{
+    best_by_tests, extract_code, judge_many, judge_python, tests_for_difficulty, JudgeError,
+    JudgeReport, Limits, Verdict,
+};

@@ -1,0 +1,84 @@
+//! `tern bon`: best-of-N on one question, aggregated by majority vote, a
+//! CoT-based synthesizer or unit tests, optionally stopping early once the
+//! answer is settled (adaptive width).
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tern_runtime::engine::{EngineConfig, EngineHandle};
+use tern_runtime::reasoning::{best_of_n, BonRequest};
+use tern_runtime::sampler::SamplingParams;
+
+use super::args::BonArgs;
+use super::resolve;
+
+/// Runs the subcommand with its parsed arguments.
+pub fn run(a: &BonArgs) -> Result<()> {
+    let tests = match &a.tests {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading --tests {}", path.display()))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                // One test per line: a JSON string, or a bare Python statement.
+                serde_json::from_str::<String>(l).unwrap_or_else(|_| l.to_string())
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let model = resolve::load(&a.model.model)?;
+    let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
+    let req = BonRequest {
+        question: a.prompt.clone(),
+        system: a.system.clone(),
+        n: a.n,
+        sampling: SamplingParams {
+            temperature: a.temperature,
+            top_p: a.top_p,
+            seed: a.seed,
+            ..SamplingParams::default()
+        },
+        max_tokens: a.max_tokens,
+        aggregate: a.aggregate,
+        adaptive: a.adaptive,
+        wave: a.wave,
+        kv_policy: a.kv.kv_policy.clone(),
+        tests,
+    };
+    let t = std::time::Instant::now();
+    let res = best_of_n(&engine, &req)?;
+    let secs = t.elapsed().as_secs_f64();
+    if a.model.json {
+        let mut v = serde_json::to_value(&res)?;
+        v["seconds"] = serde_json::json!(secs);
+        println!("{v}");
+        return Ok(());
+    }
+    for (i, c) in res.candidates.iter().enumerate() {
+        let mark = if res.chosen == Some(i) { "*" } else { " " };
+        eprintln!(
+            "{mark} candidate {:>2}: answer {:<12} ({} tokens{})",
+            i + 1,
+            c.answer.as_deref().unwrap_or("-"),
+            c.tokens,
+            c.passed
+                .map(|p| format!(", {p} tests passed"))
+                .unwrap_or_default()
+        );
+    }
+    println!("{}", res.text.trim());
+    eprintln!(
+        "[{:?}: answer {}; {} candidates{}, {} tokens, {:.1} s]",
+        res.aggregate,
+        res.answer.as_deref().unwrap_or("none"),
+        res.candidates.len(),
+        if res.candidates_saved > 0 {
+            format!(" ({} saved by adaptive width)", res.candidates_saved)
+        } else {
+            String::new()
+        },
+        res.tokens,
+        secs
+    );
+    Ok(())
+}
