@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_runtime::reasoning::{best_of_n, BonRequest};
 use tern_runtime::sampler::SamplingParams;
@@ -29,8 +30,12 @@ pub fn run(a: &BonArgs) -> Result<()> {
     let model = resolve::load(&a.model.model)?;
     let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
     let req = BonRequest {
-        question: a.prompt.clone(),
-        system: a.system.clone(),
+        messages: a
+            .system
+            .iter()
+            .map(|s| ChatMessage::new("system", s.as_str()))
+            .chain([ChatMessage::new("user", a.prompt.as_str())])
+            .collect(),
         n: a.n,
         sampling: SamplingParams {
             temperature: a.temperature,

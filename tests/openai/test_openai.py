@@ -290,3 +290,36 @@ def test_wrong_key_is_authentication_error(server_url, model_id):
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
     bad.close()
+
+
+def test_best_of_majority_extension(client, model_id):
+    """`best_of` + `aggregate` via extra_body: one aggregated choice, and the
+    `tern` object lists every candidate, its extracted answer and the choice."""
+    resp = client.chat.completions.create(
+        model=model_id,
+        messages=[{"role": "user", "content": "What is 2 + 2? Reply with just the number."}],
+        max_tokens=16,
+        temperature=0.8,
+        seed=5,
+        extra_body={"best_of": 3, "aggregate": "majority"},
+    )
+    assert len(resp.choices) == 1
+    tern = resp.to_dict()["tern"]
+    assert tern["aggregate"] == "majority"
+    assert tern["best_of"] == 3 and len(tern["candidates"]) == 3
+    assert tern["tokens_spent"] == sum(c["tokens"] for c in tern["candidates"])
+    assert resp.usage.completion_tokens == tern["tokens_spent"]
+    chosen = tern["candidates"][tern["chosen"]]
+    assert resp.choices[0].message.content == chosen["text"]
+    assert tern["answer"] == chosen["answer"]
+
+
+def test_best_of_rejects_bad_aggregate(client, model_id):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=model_id,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=4,
+            extra_body={"best_of": 2, "aggregate": "telepathy"},
+        )
+    assert e.value.body["param"] == "aggregate"

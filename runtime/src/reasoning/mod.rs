@@ -47,10 +47,9 @@ impl FromStr for Aggregate {
 /// A best-of-N request.
 #[derive(Clone, Debug)]
 pub struct BonRequest {
-    /// The user's question.
-    pub question: String,
-    /// An optional system prompt for the candidates.
-    pub system: Option<String>,
+    /// The conversation to answer (its last user turn is the question the
+    /// synthesizer is shown).
+    pub messages: Vec<ChatMessage>,
     /// Most candidates to sample.
     pub n: usize,
     /// Candidates' sampling; candidate `i` is seeded `seed + i`.
@@ -139,12 +138,14 @@ pub fn best_of_n(engine: &EngineHandle, req: &BonRequest) -> Result<BonResult> {
             "the reward aggregate needs unit tests to score candidates".into(),
         ));
     }
-    let mut messages = Vec::new();
-    if let Some(s) = &req.system {
-        messages.push(ChatMessage::new("system", s.as_str()));
-    }
-    messages.push(ChatMessage::new("user", req.question.as_str()));
-    let prompt = chat_tokens(engine, &messages)?;
+    let prompt = chat_tokens(engine, &req.messages)?;
+    let question = req
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "user")
+        .map(|m| m.content.clone())
+        .unwrap_or_default();
 
     let mut candidates: Vec<Candidate> = Vec::new();
     let wave = if req.adaptive {
@@ -187,7 +188,7 @@ pub fn best_of_n(engine: &EngineHandle, req: &BonRequest) -> Result<BonResult> {
         }
         Aggregate::Synthesize => {
             let texts: Vec<&str> = candidates.iter().map(|c| c.text.as_str()).collect();
-            let p = synthesis_prompt(&req.question, &texts);
+            let p = synthesis_prompt(&question, &texts);
             let synth = chat_tokens(engine, &[ChatMessage::new("user", p)])?;
             let mut sampling = req.sampling.clone();
             // The synthesizer reasons once: greedy, so the result is reproducible.

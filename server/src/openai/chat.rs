@@ -22,6 +22,14 @@ pub struct ChatFields {
     pub tools: Option<Vec<serde_json::Value>>,
     /// Legacy function definitions; not supported.
     pub functions: Option<Vec<serde_json::Value>>,
+    /// Tern extension: sample this many candidates (1-16) and return the
+    /// aggregate's answer as the one choice.
+    pub best_of: Option<i64>,
+    /// Tern extension: how `best_of` candidates are aggregated: `majority`
+    /// (default), `synthesize` or `reward` (needs `tests`).
+    pub aggregate: Option<String>,
+    /// Tern extension: Python unit tests for `aggregate: reward`.
+    pub tests: Option<Vec<String>>,
 }
 
 /// One message as sent; `content` is checked in `prompt.rs` (string, list of

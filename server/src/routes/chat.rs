@@ -24,6 +24,7 @@ use crate::openai::usage::{TernInfo, Usage};
 use crate::openai::{system_fingerprint, ResponseMeta};
 use crate::params::{self, EndpointInput};
 use crate::prompt;
+use crate::routes::best_of;
 use crate::state::{limits, AppState};
 use crate::stream::{sse_response, ChunkFormat, StreamState};
 
@@ -64,6 +65,11 @@ pub async fn chat_completions(
         model: state.model_id().to_string(),
         system_fingerprint: system_fingerprint(),
     };
+    if let Some(best_of) = own.best_of.filter(|&b| b != 1) {
+        let req = best_of::request(best_of, own.aggregate, own.tests, messages, &plan)?;
+        let prompt_tokens = plan.submit.prompt.len();
+        return best_of::respond(engine, req, meta, prompt_tokens).await;
+    }
     let vocab: Arc<dyn Vocab> = model;
     let events = engine
         .submit(plan.submit)

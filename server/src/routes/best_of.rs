@@ -1,0 +1,119 @@
+//! Best-of-N on `POST /v1/chat/completions` (Tern's `best_of` + `aggregate`
+//! extension, sent with `extra_body` from the openai SDK): candidates share one
+//! prefill, an aggregate (majority vote, synthesizer, unit-test reward) picks
+//! or writes the answer, and the `tern` object lists what was done.
+
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use tern_runtime::chat::ChatMessage;
+use tern_runtime::engine::{EngineHandle, MAX_N};
+use tern_runtime::reasoning::{best_of_n, Aggregate, BonRequest, ReasoningError};
+
+use crate::openai::error::ApiError;
+use crate::openai::ResponseMeta;
+use crate::params::Plan;
+
+/// Validates the extension fields and builds the best-of-N request from the
+/// already-validated generation plan.
+pub fn request(
+    best_of: i64,
+    aggregate: Option<String>,
+    tests: Option<Vec<String>>,
+    messages: Vec<ChatMessage>,
+    plan: &Plan,
+) -> Result<BonRequest, ApiError> {
+    if !(1..=MAX_N as i64).contains(&best_of) {
+        return Err(ApiError::invalid_param(
+            "best_of",
+            format!("best_of must be between 1 and {MAX_N}, got {best_of}"),
+        ));
+    }
+    if plan.stream {
+        return Err(ApiError::unsupported("stream", "streaming with best_of"));
+    }
+    if plan.submit.n != 1 {
+        return Err(ApiError::invalid_param(
+            "n",
+            "n must be 1 with best_of (best_of returns one aggregated choice)",
+        ));
+    }
+    let aggregate: Aggregate = match aggregate.as_deref() {
+        None => Aggregate::Majority,
+        Some(a) => a
+            .parse()
+            .map_err(|e: String| ApiError::invalid_param("aggregate", e))?,
+    };
+    let tests = tests.unwrap_or_default();
+    if aggregate == Aggregate::Reward && tests.is_empty() {
+        return Err(ApiError::invalid_param(
+            "tests",
+            "aggregate `reward` needs `tests`: a list of Python assertions",
+        ));
+    }
+    Ok(BonRequest {
+        messages,
+        n: best_of as usize,
+        sampling: plan.submit.sampling.clone(),
+        max_tokens: plan.submit.max_tokens,
+        aggregate,
+        adaptive: false,
+        wave: 1,
+        kv_policy: plan.submit.kv_policy.clone(),
+        tests,
+    })
+}
+
+/// Runs best-of-N off the async runtime and answers with one choice.
+pub async fn respond(
+    engine: EngineHandle,
+    req: BonRequest,
+    meta: ResponseMeta,
+    prompt_tokens: usize,
+) -> Result<Response, ApiError> {
+    let policy = req.kv_policy.to_string();
+    let res = tokio::task::spawn_blocking(move || best_of_n(&engine, &req))
+        .await
+        .map_err(|e| ApiError::internal(format!("best_of failed: {e}")))?
+        .map_err(|e| match e {
+            ReasoningError::Submit(s) => ApiError::from_submit(s, "messages"),
+            other => ApiError::internal(other.to_string()),
+        })?;
+    let candidates: Vec<_> = res
+        .candidates
+        .iter()
+        .map(
+            |c| json!({"text": c.text, "answer": c.answer, "tokens": c.tokens, "passed": c.passed}),
+        )
+        .collect();
+    let body = json!({
+        "id": meta.id,
+        "object": meta.object,
+        "created": meta.created,
+        "model": meta.model,
+        "system_fingerprint": meta.system_fingerprint,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": res.text},
+            "logprobs": null,
+            "finish_reason": "stop",
+        }],
+        // Every generated token is billed: candidates and synthesis.
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": res.tokens,
+            "total_tokens": prompt_tokens + res.tokens,
+        },
+        "tern": {
+            "kv_policy": policy,
+            "best_of": res.candidates.len(),
+            "aggregate": res.aggregate,
+            "answer": res.answer,
+            "chosen": res.chosen,
+            "candidates": candidates,
+            "tokens_spent": res.tokens,
+            "candidates_saved": res.candidates_saved,
+        },
+    });
+    Ok(Json(body).into_response())
+}
