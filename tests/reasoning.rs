@@ -137,3 +137,61 @@ fn reward_without_tests_is_a_clear_error() {
     );
     assert_clean_error(&out, "needs unit tests");
 }
+
+#[test]
+fn eval_reports_accuracy_tokens_and_time_per_strategy() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("tasks.jsonl");
+    std::fs::write(
+        &task,
+        "{\"question\": \"What is 2 + 2?\", \"answer\": \"#### 4\"}\n{\"prompt\": \"What is 10 - 3?\", \"answer\": 7}\n",
+    )
+    .unwrap();
+    let model = real_model();
+    let out = tern(
+        &[
+            "eval",
+            "-m",
+            model.to_str().unwrap(),
+            "--task",
+            task.to_str().unwrap(),
+            "--strategy",
+            "single,majority@2",
+            "--max-tokens",
+            "24",
+            "--json",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = last_json(&out)["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["strategy"], "single");
+    assert_eq!(rows[1]["strategy"], "majority@2");
+    for r in &rows {
+        assert_eq!(r["tasks"], 2);
+        let acc = r["accuracy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&acc));
+        assert!(r["tokens"].as_u64().unwrap() > 0);
+        assert!(r["seconds"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(rows[0]["candidates_per_task"], 1.0);
+    assert_eq!(rows[1]["candidates_per_task"], 2.0);
+    let bad = tern(
+        &[
+            "eval",
+            "-m",
+            model.to_str().unwrap(),
+            "--task",
+            task.to_str().unwrap(),
+            "--strategy",
+            "vibes",
+        ],
+        None,
+    );
+    assert_clean_error(&bad, "unknown strategy");
+}

@@ -41,6 +41,9 @@ pub enum Command {
     /// Best-of-N on one question: sample N answers (one shared prefill) and
     /// aggregate them by majority vote, a synthesizer, or unit tests.
     Bon(BonArgs),
+    /// Accuracy, tokens and time of answer strategies on a JSONL task file
+    /// (single, majority@N, synthesize@N, adaptive[@N]).
+    Eval(EvalArgs),
     /// Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
     /// /v1/models, /health, /metrics) with continuous batching.
     Serve(ServeArgs),
@@ -205,6 +208,33 @@ pub struct BonArgs {
     pub seed: u64,
     /// Most tokens per candidate and for the synthesis.
     #[arg(long, default_value_t = 384)]
+    pub max_tokens: usize,
+}
+
+/// `tern eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// JSONL tasks: `{"question" or "prompt", "answer"}` per line (GSM8K works as is).
+    #[arg(long)]
+    pub task: PathBuf,
+    /// Strategies to compare, comma-separated: single, majority@N, synthesize@N, adaptive[@N].
+    #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]
+    pub strategy: Vec<String>,
+    /// Evaluate only the first N tasks.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Sampling temperature for multi-sample strategies (single is greedy).
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
+    /// Base seed; task i uses seed + 1000 i (+ candidate index).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Most tokens per sample.
+    #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
 }
 

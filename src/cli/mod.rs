@@ -6,6 +6,7 @@ mod backend;
 mod bench;
 mod bon;
 mod chat;
+mod eval;
 mod generate;
 mod info;
 mod kv_eval;
@@ -40,6 +41,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Perplexity(a) => perplexity::run(&a),
         Command::Bench(a) => bench::run(&a),
         Command::Bon(a) => bon::run(&a),
+        Command::Eval(a) => eval::run(&a),
         Command::KvEval(a) => kv_eval::run(&a),
         Command::Serve(a) => serve::run(&a),
     }

@@ -1,0 +1,194 @@
+//! `tern eval`: accuracy, tokens spent and wall time of answer strategies
+//! (single sample, majority@N, synthesize@N, adaptive) on a JSONL task file,
+//! each line `{"question"|"prompt": ..., "answer": ...}` (GSM8K's `#### X`
+//! answers work as they are).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use tern_runtime::chat::ChatMessage;
+use tern_runtime::engine::{EngineConfig, EngineHandle};
+use tern_runtime::reasoning::{best_of_n, Aggregate, BonRequest};
+use tern_runtime::sampler::SamplingParams;
+use tern_runtime::verify;
+
+use super::args::EvalArgs;
+use super::resolve;
+
+/// One way to answer.
+#[derive(Clone, Debug)]
+struct Strategy {
+    label: String,
+    n: usize,
+    aggregate: Aggregate,
+    adaptive: bool,
+}
+
+fn parse_strategy(s: &str) -> Result<Strategy> {
+    let (name, n) = match s.split_once('@') {
+        Some((name, n)) => (
+            name,
+            n.parse::<usize>()
+                .with_context(|| format!("strategy `{s}`: `{n}` is not a count"))?,
+        ),
+        None => (s, 8),
+    };
+    let (n, aggregate, adaptive) = match name {
+        "single" => (1, Aggregate::Majority, false),
+        "majority" => (n, Aggregate::Majority, false),
+        "synthesize" => (n, Aggregate::Synthesize, false),
+        "adaptive" => (n, Aggregate::Majority, true),
+        other => bail!(
+            "unknown strategy `{other}`: use single, majority@N, synthesize@N or adaptive[@N]"
+        ),
+    };
+    if n == 0 || n > tern_runtime::engine::MAX_N {
+        bail!("strategy `{s}`: N must be between 1 and 16");
+    }
+    Ok(Strategy {
+        label: s.to_string(),
+        n,
+        aggregate,
+        adaptive,
+    })
+}
+
+struct Task {
+    question: String,
+    answer: String,
+}
+
+fn read_tasks(path: &std::path::Path, limit: usize) -> Result<Vec<Task>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --task {}", path.display()))?;
+    let mut tasks = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+        let question = v["question"]
+            .as_str()
+            .or_else(|| v["prompt"].as_str())
+            .with_context(|| format!("{}:{}: no `question` or `prompt`", path.display(), i + 1))?;
+        let raw = match &v["answer"] {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => bail!("{}:{}: no `answer`", path.display(), i + 1),
+        };
+        let answer = verify::extract_answer(&raw).unwrap_or(raw);
+        tasks.push(Task {
+            question: question.to_string(),
+            answer,
+        });
+        if tasks.len() == limit {
+            break;
+        }
+    }
+    if tasks.is_empty() {
+        bail!("{} has no tasks", path.display());
+    }
+    Ok(tasks)
+}
+
+/// One strategy's results.
+#[derive(Debug, Serialize)]
+struct Row {
+    strategy: String,
+    tasks: usize,
+    correct: usize,
+    accuracy: f64,
+    tokens: usize,
+    tokens_per_task: f64,
+    candidates_per_task: f64,
+    seconds: f64,
+}
+
+/// Runs the subcommand with its parsed arguments.
+pub fn run(a: &EvalArgs) -> Result<()> {
+    let strategies: Vec<Strategy> = a
+        .strategy
+        .iter()
+        .map(|s| parse_strategy(s))
+        .collect::<Result<_>>()?;
+    let tasks = read_tasks(&a.task, a.limit)?;
+    let model = resolve::load(&a.model.model)?;
+    let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
+    let mut rows = Vec::new();
+    for s in &strategies {
+        let t = Instant::now();
+        let (mut correct, mut tokens, mut used) = (0, 0, 0);
+        for (i, task) in tasks.iter().enumerate() {
+            let req = BonRequest {
+                messages: vec![ChatMessage::new("user", task.question.as_str())],
+                n: s.n,
+                sampling: SamplingParams {
+                    temperature: if s.n == 1 { 0.0 } else { a.temperature },
+                    top_p: 0.95,
+                    seed: a.seed.wrapping_add(i as u64 * 1000),
+                    ..SamplingParams::default()
+                },
+                max_tokens: a.max_tokens,
+                aggregate: s.aggregate,
+                adaptive: s.adaptive,
+                wave: 2,
+                kv_policy: a.kv.kv_policy.clone(),
+                tests: Vec::new(),
+            };
+            let res = best_of_n(&engine, &req)?;
+            let ok = res
+                .answer
+                .as_deref()
+                .is_some_and(|got| verify::answers_match(got, &task.answer));
+            correct += ok as usize;
+            tokens += res.tokens;
+            used += res.candidates.len();
+            if !a.model.json {
+                eprintln!(
+                    "{:<14} task {:>3}/{}: {} (got {}, want {})",
+                    s.label,
+                    i + 1,
+                    tasks.len(),
+                    if ok { "ok " } else { "no " },
+                    res.answer.as_deref().unwrap_or("-"),
+                    task.answer
+                );
+            }
+        }
+        let n = tasks.len() as f64;
+        rows.push(Row {
+            strategy: s.label.clone(),
+            tasks: tasks.len(),
+            correct,
+            accuracy: correct as f64 / n,
+            tokens,
+            tokens_per_task: tokens as f64 / n,
+            candidates_per_task: used as f64 / n,
+            seconds: t.elapsed().as_secs_f64(),
+        });
+    }
+    if a.model.json {
+        println!("{}", serde_json::json!({ "task": a.task, "rows": rows }));
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:>6} {:>9} {:>12} {:>12} {:>9}",
+        "strategy", "tasks", "accuracy", "tokens/task", "samples/task", "seconds"
+    );
+    for r in &rows {
+        println!(
+            "{:<16} {:>6} {:>8.1}% {:>12.1} {:>12.2} {:>9.1}",
+            r.strategy,
+            r.tasks,
+            100.0 * r.accuracy,
+            r.tokens_per_task,
+            r.candidates_per_task,
+            r.seconds
+        );
+    }
+    Ok(())
+}
