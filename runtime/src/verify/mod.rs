@@ -7,19 +7,18 @@
 //! this module with finished text; it never talks to the engine.
 //!
 //! - [`answer`]: final-answer extraction (`\boxed{}`, "The answer is",
-//!   `####`, last number), numeric equivalence, voting, the Beta-posterior
-//!   stopping rule. Pure.
+//!   `####`, last number) and numeric equivalence. Pure.
+//! - [`vote`]: majority voting and the Beta-posterior stopping rule. Pure.
 //! - [`judge`]: online-judge execution of Python programs against test
 //!   snippets in sandboxed subprocesses, with per-test verdicts.
 
 pub mod answer;
 pub mod judge;
+pub mod vote;
 
-pub use answer::{
-    answers_match, extract_answer, majority_confident, majority_posterior, normalize_number, vote,
-    Vote,
-};
+pub use answer::{answers_match, extract_answer, normalize_number};
 pub use judge::{
     best_by_tests, extract_code, judge_many, judge_python, tests_for_difficulty, JudgeError,
     JudgeReport, Limits, Verdict,
 };
+pub use vote::{majority_confident, majority_posterior, vote, Vote};
