@@ -302,8 +302,8 @@ impl Engine {
             .into_iter()
             .partition(Running::is_done);
         self.running = live;
+        // (Counted as finished when their last `Done` was sent.)
         for r in done {
-            self.shared.metrics.finished();
             self.retire(r);
         }
     }
@@ -424,12 +424,18 @@ fn emit_step(
         logprob: stepped.logprob,
     });
     if let Some(finish_reason) = stepped.finish {
-        let _ = r.events.send(Event::Done {
+        c.done = true;
+        let done = Event::Done {
             index: c.index,
             finish_reason,
             completion_tokens: c.generated,
             kv: Completion::kv_usage(&r.req.kv_policy, backend.kv(c.seq)),
-        });
-        c.done = true;
+        };
+        // Count the request finished before its last event leaves, so a client
+        // that reads /metrics right after its response sees it.
+        if r.prefill.is_none() && r.completions.iter().all(|c| c.done) {
+            shared.metrics.finished();
+        }
+        let _ = r.events.send(done);
     }
 }
