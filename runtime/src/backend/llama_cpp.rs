@@ -107,6 +107,9 @@ impl LlamaCppBackend {
             .with_n_batch(n_batch)
             .with_n_ubatch(512)
             .with_n_seq_max(opts.n_seq_max.max(1))
+            // One cache shared by every sequence (llama.cpp otherwise splits
+            // n_ctx evenly into per-sequence streams).
+            .with_kv_unified(true)
             .with_n_threads(opts.n_threads)
             .with_n_threads_batch(opts.n_threads);
         let ctx = model_ref
