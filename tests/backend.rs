@@ -210,3 +210,36 @@ fn bench_measures_backends_side_by_side() {
         assert!(r["kv_bytes"].as_u64().unwrap() > 0);
     }
 }
+
+#[test]
+fn llama_cpp_sequences_share_one_cache() {
+    // Two sequence slots over a cache sized for one deep sequence: a cache
+    // split per sequence (llama.cpp's default) would run out of cells here.
+    let model = real_model();
+    let out = tern(
+        &[
+            "bench",
+            "-m",
+            model.to_str().unwrap(),
+            "--backends",
+            "llama-cpp",
+            "--depths",
+            "600",
+            "--n-prompt",
+            "64",
+            "--n-gen",
+            "4",
+            "--reps",
+            "1",
+            "--json",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = last_json(&out)["rows"].as_array().unwrap().clone();
+    assert_eq!(rows[0]["depth"], 600);
+}
