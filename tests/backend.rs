@@ -5,16 +5,7 @@
 //! beside Tern's backend in `tern bench`.
 #![cfg(feature = "llama-cpp")]
 
-use crate::support::{assert_clean_error, last_json, real_model, reference, tern};
-
-fn greedy_refs() -> Vec<serde_json::Value> {
-    std::fs::read_to_string(reference("greedy.jsonl"))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use crate::support::{assert_clean_error, greedy_refs, last_json, real_model, reference, tern};
 
 #[test]
 fn llama_cpp_backend_reproduces_llama_cpp_greedy_outputs() {

@@ -6,16 +6,7 @@ use tern_runtime::chat::{ChatMessage, ChatTemplate};
 use tern_runtime::kv::SeqCache;
 use tern_runtime::LoadedModel;
 
-use crate::support::{last_json, real_model, reference, tern};
-
-fn greedy_refs() -> Vec<serde_json::Value> {
-    std::fs::read_to_string(reference("greedy.jsonl"))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use crate::support::{greedy_refs, last_json, real_model, reference, tern};
 
 #[test]
 fn chat_template_renders_like_llama_cpp() {

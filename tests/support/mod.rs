@@ -31,6 +31,16 @@ pub fn real_model() -> PathBuf {
     path
 }
 
+/// llama.cpp's greedy reference outputs for the chat prompts in ../shared.
+pub fn greedy_refs() -> Vec<serde_json::Value> {
+    std::fs::read_to_string(reference("greedy.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Runs the `tern` binary with `args` and optional stdin.
 pub fn tern(args: &[&str], stdin: Option<&str>) -> Output {
     use std::io::Write;
