@@ -218,9 +218,11 @@ pub struct EvalArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub kv: KvArgs,
-    /// JSONL tasks: `{"question" or "prompt", "answer"}` per line (GSM8K works as is).
+    /// Tasks: a JSONL file (`{"question" or "prompt", "answer"}` per line; GSM8K
+    /// works as is) or a built-in generator, e.g.
+    /// `arithmetic:count=200,seed=1,difficulty=1,ops=add+sub+word`.
     #[arg(long)]
-    pub task: PathBuf,
+    pub task: String,
     /// Strategies to compare, comma-separated: single, majority@N, synthesize@N, adaptive[@N].
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]
     pub strategy: Vec<String>,

@@ -12,6 +12,7 @@ use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_runtime::reasoning::{best_of_n, Aggregate, BonRequest};
 use tern_runtime::sampler::SamplingParams;
+use tern_runtime::tasks::{self, Task};
 use tern_runtime::verify;
 
 use super::args::EvalArgs;
@@ -55,43 +56,9 @@ fn parse_strategy(s: &str) -> Result<Strategy> {
     })
 }
 
-struct Task {
-    question: String,
-    answer: String,
-}
-
-fn read_tasks(path: &std::path::Path, limit: usize) -> Result<Vec<Task>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading --task {}", path.display()))?;
-    let mut tasks = Vec::new();
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
-        let question = v["question"]
-            .as_str()
-            .or_else(|| v["prompt"].as_str())
-            .with_context(|| format!("{}:{}: no `question` or `prompt`", path.display(), i + 1))?;
-        let raw = match &v["answer"] {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Number(n) => n.to_string(),
-            _ => bail!("{}:{}: no `answer`", path.display(), i + 1),
-        };
-        let answer = verify::extract_answer(&raw).unwrap_or(raw);
-        tasks.push(Task {
-            question: question.to_string(),
-            answer,
-        });
-        if tasks.len() == limit {
-            break;
-        }
-    }
-    if tasks.is_empty() {
-        bail!("{} has no tasks", path.display());
-    }
+fn read_tasks(source: &str, limit: usize) -> Result<Vec<Task>> {
+    let mut tasks = tasks::load(source)?;
+    tasks.truncate(limit);
     Ok(tasks)
 }
 

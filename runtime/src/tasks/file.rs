@@ -1,0 +1,76 @@
+//! JSONL task files: one `{"question"|"prompt": ..., "answer": ...}` per line.
+
+use std::path::Path;
+
+use super::{Task, TaskError};
+use crate::verify;
+
+/// Every task in the file at `path`. The whole file is checked before anything
+/// is returned: one malformed line is an error naming its line number, so no
+/// caller ever trains or scores on part of a broken file. Blank lines are
+/// skipped; GSM8K's `... #### 18` answers are reduced to `18`.
+pub fn read_jsonl(path: &Path) -> Result<Vec<Task>, TaskError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| TaskError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    let mut tasks = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |reason: String| TaskError::Line {
+            path: shown.clone(),
+            line: i + 1,
+            reason,
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| bad(format!("not JSON ({e})")))?;
+        let question = v["question"]
+            .as_str()
+            .or_else(|| v["prompt"].as_str())
+            .filter(|q| !q.trim().is_empty())
+            .ok_or_else(|| bad("no `question` or `prompt` string".into()))?;
+        let raw = match &v["answer"] {
+            serde_json::Value::String(s) if !s.trim().is_empty() => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => return Err(bad("no `answer` (a string or a number)".into())),
+        };
+        let answer = verify::extract_answer(&raw).unwrap_or(raw);
+        tasks.push(Task {
+            question: question.to_string(),
+            answer,
+            difficulty: v["difficulty"].as_u64().map(|d| d as u32),
+        });
+    }
+    Ok(tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_gsm8k_style_and_names_the_bad_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.jsonl");
+        std::fs::write(
+            &good,
+            "{\"question\": \"Q1?\", \"answer\": \"3 + 4 = 7\\n#### 7\"}\n\n{\"prompt\": \"Q2?\", \"answer\": 12}\n",
+        )
+        .unwrap();
+        let t = read_jsonl(&good).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!((t[0].answer.as_str(), t[1].answer.as_str()), ("7", "12"));
+
+        let bad = dir.path().join("bad.jsonl");
+        std::fs::write(
+            &bad,
+            "{\"question\": \"Q1?\", \"answer\": 1}\n{\"question\": \"Q2?\"}\n{oops\n",
+        )
+        .unwrap();
+        let e = read_jsonl(&bad).unwrap_err().to_string();
+        assert!(e.contains("bad.jsonl:2:") && e.contains("answer"), "{e}");
+    }
+}

@@ -1,0 +1,106 @@
+//! Verifiable tasks: a question and the answer that checks it.
+//!
+//! The same tasks feed `tern eval` (accuracy of answer strategies) and the
+//! trainer (rewards from `verify`), so a task is generated or read once, in one
+//! shape. Sources are a built-in generator spec (`arithmetic:count=200,seed=1`)
+//! or a JSONL file (`{"question"|"prompt": ..., "answer": ...}`).
+
+mod arithmetic;
+mod file;
+
+pub use arithmetic::{ArithmeticSpec, Op};
+pub use file::read_jsonl;
+
+use std::path::Path;
+
+use thiserror::Error;
+
+/// One question with a checkable answer.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Task {
+    /// What the model is asked (a user turn).
+    pub question: String,
+    /// The reference answer, already reduced to what `verify` compares (a
+    /// number for arithmetic; GSM8K's `#### X` tail is taken).
+    pub answer: String,
+    /// Generator difficulty (digits of the operands); `None` for files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub difficulty: Option<u32>,
+}
+
+/// Why a task source could not be read.
+#[derive(Debug, Error)]
+pub enum TaskError {
+    /// A built-in spec that does not parse (unknown key, bad value).
+    #[error("task spec `{spec}`: {reason}")]
+    Spec { spec: String, reason: String },
+    /// The file could not be read.
+    #[error("reading task file {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    /// One line of a JSONL file is not a task; nothing from the file is used.
+    #[error("{path}:{line}: {reason}")]
+    Line {
+        path: String,
+        line: usize,
+        reason: String,
+    },
+    /// The source yielded no tasks at all.
+    #[error("task source `{0}` has no tasks")]
+    Empty(String),
+}
+
+/// Tasks from `source`: a built-in generator spec (`arithmetic[:k=v,...]`, see
+/// [`ArithmeticSpec`]) or the path of a JSONL file.
+pub fn load(source: &str) -> Result<Vec<Task>, TaskError> {
+    let tasks = if let Some(rest) = builtin_rest(source, "arithmetic") {
+        ArithmeticSpec::parse(rest)
+            .map_err(|reason| TaskError::Spec {
+                spec: source.to_string(),
+                reason,
+            })?
+            .generate()
+    } else {
+        read_jsonl(Path::new(source))?
+    };
+    if tasks.is_empty() {
+        return Err(TaskError::Empty(source.to_string()));
+    }
+    Ok(tasks)
+}
+
+/// `Some(options)` when `source` names the built-in `name` (`name` or `name:...`).
+fn builtin_rest<'a>(source: &'a str, name: &str) -> Option<&'a str> {
+    let rest = source.strip_prefix(name)?;
+    if rest.is_empty() {
+        Some("")
+    } else {
+        rest.strip_prefix(':')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_and_file_sources_are_told_apart() {
+        assert_eq!(builtin_rest("arithmetic", "arithmetic"), Some(""));
+        assert_eq!(
+            builtin_rest("arithmetic:count=3", "arithmetic"),
+            Some("count=3")
+        );
+        assert_eq!(builtin_rest("arithmetic.jsonl", "arithmetic"), None);
+        assert_eq!(load("arithmetic:count=3,seed=2").unwrap().len(), 3);
+        assert!(matches!(
+            load("arithmetic:count=0"),
+            Err(TaskError::Empty(_))
+        ));
+        assert!(matches!(
+            load("/nonexistent/t.jsonl"),
+            Err(TaskError::Io { .. })
+        ));
+    }
+}
