@@ -11,3 +11,4 @@ mod kv;
 mod reasoning;
 mod reference;
 mod tokenizer;
+mod train;

@@ -7,9 +7,11 @@
 
 pub mod config;
 pub mod error;
+mod frozen;
 pub mod gguf;
 pub mod kv;
 pub mod llama;
+pub mod lora;
 pub mod quant;
 pub mod registry;
 
@@ -17,4 +19,5 @@ pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;
 pub use kv::KvStore;
-pub use llama::{Llama, LogitsWanted, SeqBatch};
+pub use llama::{Llama, LogitsWanted, Precision, SeqBatch};
+pub use lora::{LoraAdapter, LoraSet, LoraTarget};

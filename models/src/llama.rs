@@ -11,13 +11,16 @@
 //! Shapes below: `T` = tokens in the batch, `D` = hidden size, `H` = query heads,
 //! `KV` = key/value heads, `G = H / KV`, `hd` = head dim, `C` = cached positions.
 
+use std::sync::{Arc, RwLock};
+
 use candle_core::quantized::QTensor;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var, D};
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::kv::KvStore;
+use crate::lora::{LoraSet, LoraTarget};
 use crate::quant::QLinear;
 
 /// Which logits a sequence in a batch needs back.
@@ -43,27 +46,87 @@ pub struct SeqBatch<'a> {
     pub logits: LogitsWanted,
 }
 
+/// A projection's frozen base weight.
+enum Weight {
+    /// Serving: Tern's quantized kernels on the GGUF blocks.
+    Quant(QLinear),
+    /// Learning: the GGUF weight dequantized once to f32 `[out, in]`, so every op
+    /// after it is differentiable.
+    Dense(Tensor),
+}
+
+impl Weight {
+    /// `x W^T` for `x` `[T, in]`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Weight::Quant(q) => q.forward(x)?,
+            // A trained weight needs candle's matmul (and its weight gradient);
+            // a frozen one only passes gradients through to `x`.
+            Weight::Dense(w) if w.is_variable() => x.matmul(&w.t()?)?,
+            Weight::Dense(w) => x.apply_op1(crate::frozen::FrozenMatmul { w: w.clone() })?,
+        })
+    }
+
+    /// Rows `ids` of the matrix (the embedding lookup), f32 `[T, cols]`.
+    fn rows(&self, ids: &[u32]) -> Result<Tensor> {
+        Ok(match self {
+            Weight::Quant(q) => q.rows(ids)?,
+            Weight::Dense(w) => {
+                let idx = Tensor::from_slice(ids, ids.len(), &Device::Cpu)?;
+                w.index_select(&idx, 0)?
+            }
+        })
+    }
+}
+
 struct Block {
     attn_norm: Tensor,
-    wq: QLinear,
-    wk: QLinear,
-    wv: QLinear,
-    wo: QLinear,
+    wq: Weight,
+    wk: Weight,
+    wv: Weight,
+    wo: Weight,
     ffn_norm: Tensor,
-    w_gate: QLinear,
-    w_up: QLinear,
-    w_down: QLinear,
+    w_gate: Weight,
+    w_up: Weight,
+    w_down: Weight,
+}
+
+impl Block {
+    fn weight(&self, target: LoraTarget) -> &Weight {
+        match target {
+            LoraTarget::Q => &self.wq,
+            LoraTarget::K => &self.wk,
+            LoraTarget::V => &self.wv,
+            LoraTarget::O => &self.wo,
+            LoraTarget::Gate => &self.w_gate,
+            LoraTarget::Up => &self.w_up,
+            LoraTarget::Down => &self.w_down,
+        }
+    }
+}
+
+/// How [`Llama::load_as`] holds the projection weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// GGUF blocks on Tern's quantized kernels: serving and rollouts.
+    Quantized,
+    /// Dequantized f32 with differentiable ops: the learner. Same forward code,
+    /// same shapes; only the matmuls and a few fused ops differ.
+    DenseF32,
 }
 
 /// A loaded llama model: weights plus RoPE tables. Immutable and shareable.
 pub struct Llama {
     config: ModelConfig,
     /// Token embedding `[vocab, D]`; also the output projection when tied.
-    embedding: QLinear,
+    embedding: Weight,
     blocks: Vec<Block>,
     output_norm: Tensor,
     /// A separate output projection, when the model has one.
-    output: Option<QLinear>,
+    output: Option<Weight>,
+    precision: Precision,
+    /// Adapters applied by [`Llama::forward`]; swapped between engine steps.
+    adapters: RwLock<Option<Arc<LoraSet>>>,
     /// `[context_length, hd/2]` f32.
     rope_cos: Tensor,
     /// `[context_length, hd/2]` f32.
@@ -71,8 +134,13 @@ pub struct Llama {
 }
 
 impl Llama {
-    /// Loads the weights of `file` (already opened and validated).
+    /// Loads the weights of `file` (already opened and validated) for serving.
     pub fn load(file: &GgufFile) -> Result<Self> {
+        Self::load_as(file, Precision::Quantized)
+    }
+
+    /// Loads the weights of `file` held as `precision`.
+    pub fn load_as(file: &GgufFile, precision: Precision) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
         let (d, kvd) = (config.n_embd, config.n_kv_head * config.head_dim);
         let qt = |name: &str, dims: &[usize]| -> Result<QTensor> {
@@ -85,8 +153,14 @@ impl Llama {
             }
             Ok(t)
         };
-        let mm = |name: &str, dims: &[usize]| -> Result<QLinear> {
-            Ok(QLinear::from_qtensor(qt(name, dims)?)?)
+        let mm = |name: &str, dims: &[usize]| -> Result<Weight> {
+            let t = qt(name, dims)?;
+            Ok(match precision {
+                Precision::Quantized => Weight::Quant(QLinear::from_qtensor(t)?),
+                Precision::DenseF32 => {
+                    Weight::Dense(t.dequantize(&Device::Cpu)?.to_dtype(DType::F32)?)
+                }
+            })
         };
         let vec = |name: &str| -> Result<Tensor> { Ok(qt(name, &[d])?.dequantize(&Device::Cpu)?) };
         let embedding = mm("token_embd.weight", &[config.vocab_size, d])?;
@@ -119,7 +193,94 @@ impl Llama {
             output,
             rope_cos,
             rope_sin,
+            precision,
+            adapters: RwLock::new(None),
         })
+    }
+
+    /// How the projection weights are held.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Installs (or with `None` removes) the adapters [`Llama::forward`] applies.
+    /// A forward already running keeps the set it started with.
+    pub fn set_adapters(&self, adapters: Option<Arc<LoraSet>>) {
+        *self.adapters.write().unwrap_or_else(|e| e.into_inner()) = adapters;
+    }
+
+    /// The adapters [`Llama::forward`] applies now.
+    pub fn adapters(&self) -> Option<Arc<LoraSet>> {
+        self.adapters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `(out, in)` of a block projection: the shape an adapter on it must fit.
+    pub fn projection_shape(&self, target: LoraTarget) -> (usize, usize) {
+        target.shape(&self.config)
+    }
+
+    /// The f32 weight `[out, in]` of a projection ([`Precision::DenseF32`] only):
+    /// what LoRA merging adds to.
+    pub fn dense_projection(&self, layer: usize, target: LoraTarget) -> Option<&Tensor> {
+        match self.blocks.get(layer)?.weight(target) {
+            Weight::Dense(w) => Some(w),
+            Weight::Quant(_) => None,
+        }
+    }
+
+    /// Turns every block projection and norm of a [`Precision::DenseF32`] model
+    /// into a trainable variable (full fine-tuning) and returns them by GGUF
+    /// tensor name. The forward reads the variables in place, so an optimiser
+    /// updating them updates the model. The token embedding (the tied output
+    /// projection) stays frozen.
+    pub fn make_trainable(&mut self) -> Result<Vec<(String, Var)>> {
+        let mut out = Vec::new();
+        for (i, b) in self.blocks.iter_mut().enumerate() {
+            for (stem, norm) in [
+                ("attn_norm", &mut b.attn_norm),
+                ("ffn_norm", &mut b.ffn_norm),
+            ] {
+                let var = Var::from_tensor(norm)?;
+                *norm = var.as_tensor().clone();
+                out.push((format!("blk.{i}.{stem}.weight"), var));
+            }
+            for t in LoraTarget::ALL {
+                let w = match t {
+                    LoraTarget::Q => &mut b.wq,
+                    LoraTarget::K => &mut b.wk,
+                    LoraTarget::V => &mut b.wv,
+                    LoraTarget::O => &mut b.wo,
+                    LoraTarget::Gate => &mut b.w_gate,
+                    LoraTarget::Up => &mut b.w_up,
+                    LoraTarget::Down => &mut b.w_down,
+                };
+                let Weight::Dense(dense) = w else {
+                    return Err(ModelError::BadTensor {
+                        name: format!("blk.{i}.{}.weight", t.gguf_stem()),
+                        reason: "only a DenseF32 model can be trained".into(),
+                    });
+                };
+                let var = Var::from_tensor(dense)?;
+                *dense = var.as_tensor().clone();
+                out.push((format!("blk.{i}.{}.weight", t.gguf_stem()), var));
+            }
+        }
+        let var = Var::from_tensor(&self.output_norm)?;
+        self.output_norm = var.as_tensor().clone();
+        out.push(("output_norm.weight".into(), var));
+        Ok(out)
+    }
+
+    /// The f32 output projection `[vocab, D]` ([`Precision::DenseF32`] only; the
+    /// token embedding when tied): the learner's log-softmax reads it in chunks.
+    pub fn dense_output(&self) -> Option<&Tensor> {
+        match self.output.as_ref().unwrap_or(&self.embedding) {
+            Weight::Dense(w) => Some(w),
+            Weight::Quant(_) => None,
+        }
     }
 
     /// The model's hyper-parameters.
@@ -130,7 +291,67 @@ impl Llama {
     /// Runs one ragged batch and returns, per sequence, the logits it asked for:
     /// `[rows, vocab]` f32 with rows = 0, 1 or its token count.
     pub fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Option<Tensor>>> {
+        let adapters = self.adapters();
+        self.forward_with(batch, adapters.as_deref())
+    }
+
+    /// [`Llama::forward`] with explicit adapters (the learner's trainable ones).
+    pub fn forward_with(
+        &self,
+        batch: &mut [SeqBatch<'_>],
+        adapters: Option<&LoraSet>,
+    ) -> Result<Vec<Option<Tensor>>> {
         let layout = self.plan(batch)?;
+        let x = self.trunk(batch, &layout, adapters)?;
+        self.logits(&x, batch, &layout)
+    }
+
+    /// Every new token's final hidden state after the output norm, `[T, D]` in
+    /// batch order: what the learner projects onto the vocabulary chunk by chunk
+    /// instead of materialising `[T, vocab]` logits.
+    pub fn hidden_with(
+        &self,
+        batch: &mut [SeqBatch<'_>],
+        adapters: Option<&LoraSet>,
+    ) -> Result<Tensor> {
+        let layout = self.plan(batch)?;
+        let x = self.trunk(batch, &layout, adapters)?;
+        self.norm(&x, &self.output_norm)
+    }
+
+    /// RMSNorm: candle's fused kernel when serving, the differentiable form when
+    /// learning.
+    fn norm(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        let eps = self.config.rms_eps;
+        Ok(match self.precision {
+            Precision::Quantized => candle_nn::ops::rms_norm(x, w, eps)?,
+            Precision::DenseF32 => candle_nn::ops::rms_norm_slow(x, w, eps)?,
+        })
+    }
+
+    /// A projection plus its adapter, if the set has one.
+    fn project(
+        &self,
+        b: &Block,
+        layer: usize,
+        target: LoraTarget,
+        x: &Tensor,
+        adapters: Option<&LoraSet>,
+    ) -> Result<Tensor> {
+        let y = b.weight(target).forward(x)?;
+        match adapters.and_then(|s| s.get(layer, target)) {
+            Some(ad) => Ok((y + ad.delta(x)?)?),
+            None => Ok(y),
+        }
+    }
+
+    /// Embedding and every block: the residual stream `[T, D]`.
+    fn trunk(
+        &self,
+        batch: &mut [SeqBatch<'_>],
+        layout: &BatchLayout,
+        adapters: Option<&LoraSet>,
+    ) -> Result<Tensor> {
         let ids: Vec<u32> = batch
             .iter()
             .flat_map(|s| s.tokens.iter().copied())
@@ -142,9 +363,9 @@ impl Llama {
 
         let mut x = self.embedding.rows(&ids)?; // [T, D]
         for (layer, block) in self.blocks.iter().enumerate() {
-            x = self.block_forward(layer, block, &x, &cos, &sin, batch, &layout)?;
+            x = self.block_forward(layer, block, &x, &cos, &sin, batch, layout, adapters)?;
         }
-        self.logits(&x, batch, &layout)
+        Ok(x)
     }
 
     /// Checks the batch and works out each sequence's rows and token positions.
@@ -191,23 +412,33 @@ impl Llama {
         sin: &Tensor,
         batch: &mut [SeqBatch<'_>],
         layout: &BatchLayout,
+        adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let n_tokens = x.dim(0)?;
+        let dense = self.precision == Precision::DenseF32;
+        let proj = |t: LoraTarget, x: &Tensor| self.project(b, layer, t, x, adapters);
         // 1. Attention projections over the whole batch.
-        let h = candle_nn::ops::rms_norm(x, &b.attn_norm, c.rms_eps)?; // [T, D]
-        let q = b.wq.forward(&h)?; // [T, H*hd]
-        let k = b.wk.forward(&h)?; // [T, KV*hd]
-        let v = b.wv.forward(&h)?; // [T, KV*hd]
-                                   // 2. RoPE at each token's own position (GGUF llama weights are laid out for
-                                   //    the interleaved-pairs rotation).
+        let h = self.norm(x, &b.attn_norm)?; // [T, D]
+        let q = proj(LoraTarget::Q, &h)?; // [T, H*hd]
+        let k = proj(LoraTarget::K, &h)?; // [T, KV*hd]
+        let v = proj(LoraTarget::V, &h)?; // [T, KV*hd]
+                                          // 2. RoPE at each token's own position (GGUF llama weights are laid out for
+                                          //    the interleaved-pairs rotation).
         let to_heads = |t: Tensor, heads: usize| -> Result<Tensor> {
             Ok(t.reshape((1, n_tokens, heads, c.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()?)
         };
-        let q = candle_nn::rotary_emb::rope_i(&to_heads(q, c.n_head)?, cos, sin)?; // [1, H, T, hd]
-        let k = candle_nn::rotary_emb::rope_i(&to_heads(k, c.n_kv_head)?, cos, sin)?; // [1, KV, T, hd]
+        let rope = |t: &Tensor| -> Result<Tensor> {
+            Ok(if dense {
+                candle_nn::rotary_emb::rope_i_slow(t, cos, sin)?
+            } else {
+                candle_nn::rotary_emb::rope_i(t, cos, sin)?
+            })
+        };
+        let q = rope(&to_heads(q, c.n_head)?)?; // [1, H, T, hd]
+        let k = rope(&to_heads(k, c.n_kv_head)?)?; // [1, KV, T, hd]
         let v = to_heads(v, c.n_kv_head)?; // [1, KV, T, hd]
                                            // 3. Attention per sequence, against its own cache.
         let mut outs = Vec::with_capacity(batch.len());
@@ -219,16 +450,21 @@ impl Llama {
             let q_pos = &layout.positions[off..off + n];
             // Queries, keys and values at f16 precision, as llama.cpp's f16 KV
             // cache computes them: our correctness reference, token for token.
-            let (qs, ks, vs) = (round_f16(&qs)?, round_f16(&ks)?, round_f16(&vs)?);
+            // The learner stays in f32.
+            let (qs, ks, vs) = if dense {
+                (qs, ks, vs)
+            } else {
+                (round_f16(&qs)?, round_f16(&ks)?, round_f16(&vs)?)
+            };
             outs.push(self.attention(layer, &qs, &ks, &vs, q_pos, &mut *seq.cache)?);
         }
         let attn = Tensor::cat(&outs, 0)?; // [T, D]
-        let x = (x + b.wo.forward(&attn)?)?;
+        let x = (x + proj(LoraTarget::O, &attn)?)?;
         // 4. SwiGLU MLP.
-        let h = candle_nn::ops::rms_norm(&x, &b.ffn_norm, c.rms_eps)?;
-        let gate = candle_nn::ops::silu(&b.w_gate.forward(&h)?)?; // [T, F]
-        let up = b.w_up.forward(&h)?;
-        let ff = b.w_down.forward(&(gate * up)?)?; // [T, D]
+        let h = self.norm(&x, &b.ffn_norm)?;
+        let gate = candle_nn::ops::silu(&proj(LoraTarget::Gate, &h)?)?; // [T, F]
+        let up = proj(LoraTarget::Up, &h)?;
+        let ff = proj(LoraTarget::Down, &(gate * up)?)?; // [T, D]
         Ok((x + ff)?)
     }
 
@@ -258,12 +494,19 @@ impl Llama {
                 .broadcast_add(&mask)?
                 .reshape((c.n_kv_head, g * n, n_cached))?;
         }
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let weights = match self.precision {
+            Precision::Quantized => candle_nn::ops::softmax_last_dim(&scores)?,
+            Precision::DenseF32 => candle_nn::ops::softmax(&scores, D::Minus1)?,
+        };
         if cache.wants_attention(layer) {
             cache.observe_attention(layer, &weights.reshape((c.n_kv_head, g, n, n_cached))?)?;
         }
         // llama.cpp multiplies the f16 V cache by f16-converted weights.
-        let out = round_f16(&weights)?.matmul(&vc)?; // [KV, G*n, hd]
+        let weights = match self.precision {
+            Precision::Quantized => round_f16(&weights)?,
+            Precision::DenseF32 => weights,
+        };
+        let out = weights.matmul(&vc)?; // [KV, G*n, hd]
         cache.after_attention(layer)?;
         Ok(out
             .reshape((c.n_head, n, c.head_dim))?
@@ -296,7 +539,7 @@ impl Llama {
         let n_rows = rows.len();
         let idx = Tensor::from_vec(rows, n_rows, &Device::Cpu)?;
         let h = x.index_select(&idx, 0)?;
-        let h = candle_nn::ops::rms_norm(&h, &self.output_norm, self.config.rms_eps)?;
+        let h = self.norm(&h, &self.output_norm)?;
         let logits = self
             .output
             .as_ref()

@@ -17,6 +17,7 @@ pub mod model;
 pub mod perplexity;
 pub mod reasoning;
 pub mod sampler;
+pub mod size;
 pub mod tasks;
 pub mod tokenizer;
 pub mod verify;

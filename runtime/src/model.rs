@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tern_models::{GgufFile, Llama, ModelConfig};
+use tern_models::{GgufFile, Llama, ModelConfig, Precision};
 
 use crate::chat::ChatTemplate;
 use crate::error::{Result, RuntimeError};
@@ -22,11 +22,17 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    /// Opens, validates and loads `path`.
+    /// Opens, validates and loads `path` for serving (quantized weights).
     pub fn load(path: &Path) -> Result<Self> {
+        Self::load_as(path, Precision::Quantized)
+    }
+
+    /// As [`LoadedModel::load`], holding the weights as `precision` (the
+    /// trainer's learner loads [`Precision::DenseF32`]).
+    pub fn load_as(path: &Path, precision: Precision) -> Result<Self> {
         let file = GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
-        let llama = Llama::load(&file)?;
+        let llama = Llama::load_as(&file, precision)?;
         if tokenizer.vocab_size() != llama.config().vocab_size {
             return Err(RuntimeError::Tokenizer(format!(
                 "vocabulary has {} tokens but the embedding has {} rows",

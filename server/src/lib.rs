@@ -22,7 +22,7 @@ pub mod params;
 pub mod prometheus;
 pub mod prompt;
 pub mod routes;
-pub mod size;
+pub use tern_runtime::size;
 pub mod state;
 pub mod stream;
 

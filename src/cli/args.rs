@@ -47,6 +47,9 @@ pub enum Command {
     /// Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
     /// /v1/models, /health, /metrics) with continuous batching.
     Serve(ServeArgs),
+    /// Fine-tune on this machine under a memory cap: GRPO or SFT, LoRA or full,
+    /// rollouts through the serving engine, resumable checkpoints.
+    Train(Box<super::train::TrainArgs>),
 }
 
 /// Which model to use.

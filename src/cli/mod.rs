@@ -15,6 +15,7 @@ mod pull;
 mod resolve;
 mod serve;
 mod tokenize;
+mod train;
 
 use anyhow::Result;
 
@@ -44,5 +45,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Eval(a) => eval::run(&a),
         Command::KvEval(a) => kv_eval::run(&a),
         Command::Serve(a) => serve::run(&a),
+        Command::Train(a) => train::run(&a),
     }
 }

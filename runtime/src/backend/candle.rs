@@ -50,6 +50,14 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for CandleBackend<M> {
         "candle"
     }
 
+    fn set_adapters(
+        &mut self,
+        adapters: Option<std::sync::Arc<tern_models::LoraSet>>,
+    ) -> Result<()> {
+        self.model.llama.set_adapters(adapters);
+        Ok(())
+    }
+
     fn new_seq(&mut self, policy: &KvPolicy, expected_len: usize) -> Result<SeqId> {
         let mut cache = SeqCache::with_policy(self.model.config(), policy.clone());
         if policy.budget().is_none() {

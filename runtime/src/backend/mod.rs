@@ -15,7 +15,11 @@ pub use self::candle::CandleBackend;
 pub use self::llama_cpp::{LlamaCppBackend, LlamaCppOptions};
 pub use tern_models::LogitsWanted;
 
-use crate::error::Result;
+use std::sync::Arc;
+
+use tern_models::LoraSet;
+
+use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
 
 /// A sequence inside a backend.
@@ -66,4 +70,16 @@ pub trait Backend: Send {
     fn free(&mut self, seq: SeqId);
     /// The sequence's KV figures.
     fn kv(&self, seq: SeqId) -> SeqKv;
+    /// Replaces the LoRA adapters every later step applies (`None`: none); how
+    /// the trainer hands the engine its updated policy. Backends that cannot
+    /// apply adapters refuse.
+    fn set_adapters(&mut self, adapters: Option<Arc<LoraSet>>) -> Result<()> {
+        if adapters.is_none() {
+            return Ok(());
+        }
+        Err(RuntimeError::Backend(format!(
+            "the {} backend cannot apply LoRA adapters (use the candle backend)",
+            self.name()
+        )))
+    }
 }

@@ -223,6 +223,13 @@ impl RequestStream {
 /// Commands from handles to the engine thread.
 enum Command {
     Submit(Box<Pending>),
+    /// New adapters for every later step, tagged with a version; the result goes
+    /// back on `ack` once the engine has switched.
+    SetAdapters {
+        version: u64,
+        adapters: Option<Arc<tern_models::LoraSet>>,
+        ack: std::sync::mpsc::SyncSender<Result<(), String>>,
+    },
 }
 
 /// A submitted request waiting to be admitted.
@@ -243,6 +250,8 @@ struct Shared {
     waiting: AtomicUsize,
     next_id: AtomicU64,
     stopped: AtomicBool,
+    /// Version of the weights every step since the last switch used.
+    weights_version: AtomicU64,
 }
 
 /// The way into the engine; cheap to clone and share across threads. The
@@ -277,6 +286,7 @@ impl EngineHandle {
             waiting: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             stopped: AtomicBool::new(false),
+            weights_version: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::channel();
         let engine_shared = Arc::clone(&shared);
@@ -290,6 +300,35 @@ impl EngineHandle {
     /// The model this engine runs.
     pub fn model(&self) -> &Arc<LoadedModel> {
         &self.shared.model
+    }
+
+    /// Switches the engine to `adapters` (the trainer's policy after an update)
+    /// between two steps, so no step mixes weights, and tags later work with
+    /// `version`. Blocks until the engine has switched; a backend that cannot
+    /// apply adapters is an error.
+    pub fn set_adapters(
+        &self,
+        version: u64,
+        adapters: Option<Arc<tern_models::LoraSet>>,
+    ) -> Result<(), RuntimeError> {
+        let (ack, done) = std::sync::mpsc::sync_channel(1);
+        let cmd = Command::SetAdapters {
+            version,
+            adapters,
+            ack,
+        };
+        if self.tx.send(cmd).is_err() {
+            return Err(RuntimeError::Backend("the engine has stopped".into()));
+        }
+        match done.recv() {
+            Ok(res) => res.map_err(RuntimeError::Backend),
+            Err(_) => Err(RuntimeError::Backend("the engine has stopped".into())),
+        }
+    }
+
+    /// The weights version the engine runs (0 until [`EngineHandle::set_adapters`]).
+    pub fn weights_version(&self) -> u64 {
+        self.shared.weights_version.load(Ordering::Acquire)
     }
 
     /// The backend running the forward pass (`candle`, `llama-cpp`).

@@ -99,6 +99,23 @@ impl Engine {
     fn intake(&mut self, cmd: Command) {
         match cmd {
             Command::Submit(p) => self.waiting.push_back(*p),
+            Command::SetAdapters {
+                version,
+                adapters,
+                ack,
+            } => {
+                let res = self
+                    .backend
+                    .set_adapters(adapters)
+                    .map_err(|e| e.to_string());
+                if res.is_ok() {
+                    self.shared
+                        .weights_version
+                        .store(version, Ordering::Release);
+                }
+                // The caller may have given up waiting; nothing to undo then.
+                let _ = ack.send(res);
+            }
         }
     }
 

@@ -1,0 +1,257 @@
+//! `tern train`: fine-tune the served model on this machine (GRPO or SFT,
+//! LoRA or full) under a hard memory cap, with a progress bar, per-step
+//! metrics in `OUT/metrics.jsonl` and resumable checkpoints.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use tern_runtime::size::format_size;
+use tern_trainer::config::{Algorithm, Schedule};
+use tern_trainer::train::Progress;
+use tern_trainer::TrainConfig;
+
+use super::resolve;
+
+/// `tern train`: every key of the TOML config is also a flag; flags win.
+///
+/// Example: `tern train --task arithmetic --algorithm grpo --steps 2 --memory-cap 2GiB --out runs/a`
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// A TOML file of settings (keys as the flags below, with `_` for `-`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Continue the run whose output directory (or checkpoint) this is.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Registry name or GGUF path [config default: smollm2-135m-instruct].
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
+    /// Training tasks: `arithmetic[:count=N,seed=S,difficulty=D,ops=add+sub+mul+word]` or a JSONL file.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Held-out tasks scored greedily before and after training.
+    #[arg(long)]
+    pub eval_task: Option<String>,
+    /// `grpo` (rollouts + verified rewards) or `sft` (reference answers).
+    #[arg(long, value_parser = parse_algorithm)]
+    pub algorithm: Option<Algorithm>,
+    /// Train every block weight instead of LoRA adapters.
+    #[arg(long)]
+    pub full: bool,
+    /// LoRA rank [8].
+    #[arg(long)]
+    pub lora_rank: Option<usize>,
+    /// LoRA alpha; updates are scaled by alpha / rank [16].
+    #[arg(long)]
+    pub lora_alpha: Option<f64>,
+    /// Projections with adapters: q,k,v,o,gate,up,down or all [all].
+    #[arg(long)]
+    pub lora_targets: Option<String>,
+    /// Peak learning rate [2e-4].
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// constant, linear or cosine [constant].
+    #[arg(long, value_parser = parse_schedule)]
+    pub schedule: Option<Schedule>,
+    /// Linear warm-up steps [0].
+    #[arg(long)]
+    pub warmup_steps: Option<usize>,
+    /// AdamW weight decay [0].
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// Gradient-norm clip, 0 to disable [1.0].
+    #[arg(long)]
+    pub max_grad_norm: Option<f64>,
+    /// Rollouts per prompt, G [8].
+    #[arg(long)]
+    pub group_size: Option<usize>,
+    /// Prompts per step [4].
+    #[arg(long)]
+    pub prompts_per_step: Option<usize>,
+    /// Most new tokens per rollout [48].
+    #[arg(long)]
+    pub max_new_tokens: Option<usize>,
+    /// Rollout temperature [1.0].
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// PPO clip epsilon [0.2].
+    #[arg(long)]
+    pub clip_eps: Option<f64>,
+    /// KL-to-base coefficient, 0 to skip [0].
+    #[arg(long)]
+    pub kl_coef: Option<f64>,
+    /// Passes over each step's rollouts [1].
+    #[arg(long)]
+    pub ppo_epochs: Option<usize>,
+    /// Optimiser steps [50].
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Seed of every random choice [0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Output directory: checkpoints, metrics.jsonl, eval.json.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Hard cap on peak resident memory, e.g. 2GiB.
+    #[arg(long)]
+    pub memory_cap: Option<String>,
+    /// Sequences per learner micro-batch [the largest the cap allows].
+    #[arg(long)]
+    pub micro_batch: Option<usize>,
+    /// Checkpoint every N steps [10].
+    #[arg(long)]
+    pub checkpoint_every: Option<usize>,
+    /// KV policy of the rollouts, as `tern serve --kv-policy` takes it [full].
+    #[arg(long)]
+    pub rollout_kv_policy: Option<String>,
+    /// A system message before every task.
+    #[arg(long)]
+    pub system_prompt: Option<String>,
+}
+
+fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
+    match s {
+        "grpo" => Ok(Algorithm::Grpo),
+        "sft" => Ok(Algorithm::Sft),
+        o => Err(format!("unknown algorithm `{o}` (grpo or sft)")),
+    }
+}
+
+fn parse_schedule(s: &str) -> Result<Schedule, String> {
+    match s {
+        "constant" => Ok(Schedule::Constant),
+        "linear" => Ok(Schedule::Linear),
+        "cosine" => Ok(Schedule::Cosine),
+        o => Err(format!(
+            "unknown schedule `{o}` (constant, linear or cosine)"
+        )),
+    }
+}
+
+/// The run's configuration: the file (or a resumed run's saved one), then flags.
+fn config(a: &TrainArgs) -> Result<TrainConfig> {
+    let mut c = match (&a.config, &a.resume) {
+        (Some(p), _) => TrainConfig::from_toml_file(p)?,
+        (None, Some(r)) => tern_trainer::checkpoint::load(r)?.state.config,
+        (None, None) => TrainConfig::default(),
+    };
+    macro_rules! set {
+        ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { c.$f = v; } )* };
+    }
+    set!(
+        model,
+        task,
+        algorithm,
+        lora_rank,
+        lora_alpha,
+        lora_targets,
+        lr,
+        schedule,
+        warmup_steps,
+        weight_decay,
+        max_grad_norm,
+        group_size,
+        prompts_per_step,
+        max_new_tokens,
+        temperature,
+        clip_eps,
+        kl_coef,
+        ppo_epochs,
+        steps,
+        seed,
+        out,
+        checkpoint_every,
+        rollout_kv_policy
+    );
+    if a.eval_task.is_some() {
+        c.eval_task = a.eval_task.clone();
+    }
+    if a.memory_cap.is_some() {
+        c.memory_cap = a.memory_cap.clone();
+    }
+    if a.micro_batch.is_some() {
+        c.micro_batch = a.micro_batch;
+    }
+    if a.system_prompt.is_some() {
+        c.system_prompt = a.system_prompt.clone();
+    }
+    if a.full {
+        c.full = true;
+    }
+    if let (Some(r), true) = (&a.resume, a.out.is_none()) {
+        // A resumed run writes where it was resumed from.
+        if r.join("latest").exists() {
+            c.out = r.clone();
+        }
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+/// Runs the subcommand.
+pub fn run(a: &TrainArgs) -> Result<()> {
+    let cfg = config(a)?;
+    let model_path = resolve::model_path(&cfg.model)?;
+    let bar = ProgressBar::new(cfg.steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} steps [{elapsed_precise}<{eta_precise}] {msg}",
+        )
+        .expect("valid template"),
+    );
+    let mut on_progress = |p: Progress<'_>| match p {
+        Progress::Note(s) => eprintln!("{s}"),
+        Progress::Start {
+            from,
+            steps,
+            plan,
+            params,
+        } => {
+            bar.set_position(from as u64);
+            eprintln!(
+                "training {params} parameters for {} steps; micro-batch {}, rollout KV {}{}",
+                steps - from,
+                plan.micro_batch,
+                format_size(plan.rollout_kv_bytes),
+                plan.cap
+                    .map(|c| format!(
+                        ", cap {} (learner peak estimate {})",
+                        format_size(c as usize),
+                        format_size(plan.learner_peak as usize)
+                    ))
+                    .unwrap_or_default()
+            );
+        }
+        Progress::Step(m) => {
+            bar.set_position(m.step as u64);
+            bar.set_message(format!(
+                "reward {:.3} loss {:.4} {:.0} tok/s peak {}",
+                m.reward_mean,
+                m.loss,
+                m.tokens_per_s,
+                format_size(m.peak_rss_bytes as usize)
+            ));
+        }
+    };
+    let summary = tern_trainer::train(&cfg, &model_path, a.resume.as_deref(), &mut on_progress)
+        .context("training stopped")?;
+    bar.finish();
+    println!(
+        "done: {} steps, checkpoint {}, peak memory {}",
+        summary.steps,
+        summary.checkpoint.display(),
+        format_size(summary.peak_rss_bytes as usize)
+    );
+    if let (Some(b), Some(after)) = (summary.eval.before, summary.eval.after) {
+        println!(
+            "held-out accuracy ({} tasks): {:.1}% before, {:.1}% after",
+            summary.eval.tasks,
+            100.0 * b,
+            100.0 * after
+        );
+    }
+    println!("metrics: {}", cfg.out.join("metrics.jsonl").display());
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! `tern train` end to end: learning on the tiny model (SFT drives a fixed
+//! target's loss down), exact resume, bad input refused before any work, and on
+//! the real model the memory estimator against the measured peak and a cap too
+//! small for the weights.
+
+use std::path::Path;
+
+use crate::support::tiny::{write_tiny_model, TinySpec};
+use crate::support::{assert_clean_error, real_model, tern};
+
+fn tiny(dir: &Path) -> String {
+    let path = dir.join("tiny.gguf");
+    write_tiny_model(&path, &TinySpec::default());
+    path.display().to_string()
+}
+
+fn metrics(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn train(args: &[&str]) -> std::process::Output {
+    let mut all = vec!["train"];
+    all.extend_from_slice(args);
+    tern(&all, None)
+}
+
+fn ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "tern train failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The SFT settings of the tiny-model runs.
+fn sft_args<'a>(model: &'a str, task: &'a str, out: &'a str, steps: &'a str) -> Vec<&'a str> {
+    vec![
+        "--model",
+        model,
+        "--task",
+        task,
+        "--algorithm",
+        "sft",
+        "--steps",
+        steps,
+        "--lr",
+        "0.01",
+        "--lora-rank",
+        "4",
+        "--prompts-per-step",
+        "2",
+        "--out",
+        out,
+        "--checkpoint-every",
+        "2",
+        "--seed",
+        "3",
+    ]
+}
+
+#[test]
+fn sft_steps_drive_a_fixed_targets_loss_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let task = dir.path().join("t.jsonl");
+    std::fs::write(
+        &task,
+        "{\"question\": \"What is 2 + 2?\", \"answer\": \"4\"}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let o = train(&sft_args(
+        &model,
+        task.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "12",
+    ));
+    ok(&o);
+    let m = metrics(&out);
+    assert_eq!(m.len(), 12);
+    let first = m[0]["loss"].as_f64().unwrap();
+    let last = m[11]["loss"].as_f64().unwrap();
+    assert!(first > 0.0 && last < 0.5 * first, "loss {first} -> {last}");
+    // The run left a checkpoint and `latest` names it.
+    let latest = std::fs::read_to_string(out.join("latest")).unwrap();
+    assert!(out.join(latest.trim()).join("params.safetensors").is_file());
+}
+
+#[test]
+fn resumed_run_continues_exactly_as_the_uninterrupted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let task = "arithmetic:count=20,seed=5";
+    let full = dir.path().join("full");
+    ok(&train(&sft_args(&model, task, full.to_str().unwrap(), "6")));
+    // Interrupted after step 4 (its checkpoint), then resumed to 6.
+    let part = dir.path().join("part");
+    ok(&train(&sft_args(&model, task, part.to_str().unwrap(), "4")));
+    let o = train(&["--resume", part.to_str().unwrap(), "--steps", "6"]);
+    ok(&o);
+    let (a, b) = (metrics(&full), metrics(&part));
+    assert_eq!(b.len(), 6);
+    for step in 0..6 {
+        for key in ["loss", "grad_norm", "learner_tokens", "lr"] {
+            assert_eq!(a[step][key], b[step][key], "step {} {key}", step + 1);
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_refused_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let out = dir.path().join("run");
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"question\": \"a?\", \"answer\": 1}\n{\"question\": \"b?\"}\n",
+    )
+    .unwrap();
+    let o = train(&[
+        "--model",
+        &model,
+        "--task",
+        bad.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, "bad.jsonl:2");
+    assert!(
+        !out.join("metrics.jsonl").exists(),
+        "trained on a broken file"
+    );
+
+    let cfg = dir.path().join("run.toml");
+    std::fs::write(&cfg, "steps = 2\nlearning_rate = 0.1\n").unwrap();
+    let o = train(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, "learning_rate");
+
+    let o = train(&["--model", &model, "--out", "/proc/tern-not-writable/run"]);
+    assert_clean_error(&o, "output directory");
+
+    let o = train(&[
+        "--model",
+        &model,
+        "--out",
+        out.to_str().unwrap(),
+        "--group-size",
+        "1",
+    ]);
+    assert_clean_error(&o, "group_size");
+}
+
+#[test]
+fn real_model_memory_estimate_is_within_a_quarter_of_the_measured_peak() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let model = real_model();
+    let o = train(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--task",
+        "arithmetic:count=50,seed=1,ops=word",
+        "--algorithm",
+        "sft",
+        "--steps",
+        "1",
+        "--prompts-per-step",
+        "4",
+        "--micro-batch",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    ok(&o);
+    let m = &metrics(&out)[0];
+    let (est, peak) = (
+        m["peak_estimate_bytes"].as_f64().unwrap(),
+        m["peak_rss_bytes"].as_f64().unwrap(),
+    );
+    let err = (est - peak).abs() / peak;
+    assert!(
+        err < 0.25,
+        "estimate {est} vs measured peak {peak}: {:.0}% off",
+        err * 100.0
+    );
+}
+
+#[test]
+fn real_model_cap_below_the_weights_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let model = real_model();
+    let o = train(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--memory-cap",
+        "300MiB",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, "loading the weights");
+    assert!(!out.join("metrics.jsonl").exists());
+}

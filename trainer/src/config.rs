@@ -1,0 +1,297 @@
+//! A training run's configuration: a TOML file whose every key is also a
+//! `tern train` flag (flags win), checked in full before any work starts.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tern_models::LoraTarget;
+
+use crate::error::{Result, TrainError};
+
+/// What the learner optimises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// Supervised: maximise the log-likelihood of the task's reference answer.
+    Sft,
+    /// Group-relative policy optimisation on sampled rollouts and verified rewards.
+    Grpo,
+}
+
+/// Learning-rate schedule over the run's steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    /// The same rate every step (after warm-up).
+    Constant,
+    /// Linear decay to zero at the last step.
+    Linear,
+    /// Cosine decay to zero at the last step.
+    Cosine,
+}
+
+/// Every setting of a run. Field names are the TOML keys and the flag names
+/// (`group_size` = `--group-size`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Model: a registry name or a GGUF path.
+    pub model: String,
+    /// Training tasks: `arithmetic:...` or a JSONL file.
+    pub task: String,
+    /// Held-out tasks scored greedily before and after training (none: skip).
+    pub eval_task: Option<String>,
+    /// `sft` or `grpo`.
+    pub algorithm: Algorithm,
+    /// Train every projection and norm instead of LoRA adapters.
+    pub full: bool,
+    /// LoRA rank.
+    pub lora_rank: usize,
+    /// LoRA alpha (the update is scaled by alpha / rank).
+    pub lora_alpha: f64,
+    /// Projections that get adapters: q,k,v,o,gate,up,down or all.
+    pub lora_targets: String,
+    /// Peak learning rate (AdamW).
+    pub lr: f64,
+    /// Learning-rate schedule.
+    pub schedule: Schedule,
+    /// Steps of linear warm-up.
+    pub warmup_steps: usize,
+    /// AdamW weight decay.
+    pub weight_decay: f64,
+    /// Largest gradient norm before clipping (0: no clipping).
+    pub max_grad_norm: f64,
+    /// Rollouts per prompt (GRPO's group size G).
+    pub group_size: usize,
+    /// Prompts per step.
+    pub prompts_per_step: usize,
+    /// Most new tokens per rollout.
+    pub max_new_tokens: usize,
+    /// Rollout sampling temperature.
+    pub temperature: f32,
+    /// PPO clip range epsilon.
+    pub clip_eps: f64,
+    /// Coefficient of the KL penalty to the reference (base) model; 0 skips it.
+    pub kl_coef: f64,
+    /// Passes over each step's rollouts (the first re-scores pi_old).
+    pub ppo_epochs: usize,
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Seed of everything random in the run.
+    pub seed: u64,
+    /// Where checkpoints and `metrics.jsonl` go.
+    pub out: PathBuf,
+    /// Hard cap on the process's peak resident memory, e.g. `2GiB`.
+    pub memory_cap: Option<String>,
+    /// Sequences per learner micro-batch (unset: the largest the cap allows).
+    pub micro_batch: Option<usize>,
+    /// Write a checkpoint every this many steps (the last step always writes one).
+    pub checkpoint_every: usize,
+    /// KV policy of the rollouts (the serving spec string).
+    pub rollout_kv_policy: String,
+    /// A system message before each task (none: the bare question).
+    pub system_prompt: Option<String>,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            model: "smollm2-135m-instruct".into(),
+            task: "arithmetic".into(),
+            eval_task: None,
+            algorithm: Algorithm::Grpo,
+            full: false,
+            lora_rank: 8,
+            lora_alpha: 16.0,
+            lora_targets: "all".into(),
+            lr: 2e-4,
+            schedule: Schedule::Constant,
+            warmup_steps: 0,
+            weight_decay: 0.0,
+            max_grad_norm: 1.0,
+            group_size: 8,
+            prompts_per_step: 4,
+            max_new_tokens: 48,
+            temperature: 1.0,
+            clip_eps: 0.2,
+            kl_coef: 0.0,
+            ppo_epochs: 1,
+            steps: 50,
+            seed: 0,
+            out: PathBuf::new(),
+            memory_cap: None,
+            micro_batch: None,
+            checkpoint_every: 10,
+            rollout_kv_policy: "full".into(),
+            system_prompt: None,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Reads a TOML file; unknown keys and ill-typed values are errors naming them.
+    pub fn from_toml_file(path: &Path) -> Result<TrainConfig> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| TrainError::Config(format!("reading {}: {e}", path.display())))?;
+        Self::from_toml_str(&text)
+            .map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses TOML text (see [`TrainConfig::from_toml_file`]).
+    pub fn from_toml_str(text: &str) -> std::result::Result<TrainConfig, String> {
+        toml::from_str(text).map_err(|e| e.message().to_string())
+    }
+
+    /// Checks every value that has a valid range, so a bad run fails before
+    /// loading anything.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(TrainError::Config(m));
+        if self.out.as_os_str().is_empty() {
+            return bad("`out` (--out DIR) is required".into());
+        }
+        if self.steps == 0 {
+            return bad("steps must be at least 1".into());
+        }
+        if self.algorithm == Algorithm::Grpo && self.group_size < 2 {
+            return bad(
+                "group_size must be at least 2 for grpo (advantages are relative to the group)"
+                    .into(),
+            );
+        }
+        if self.prompts_per_step == 0 || self.max_new_tokens == 0 || self.ppo_epochs == 0 {
+            return bad(
+                "prompts_per_step, max_new_tokens and ppo_epochs must be at least 1".into(),
+            );
+        }
+        if !(self.lr > 0.0 && self.lr < 1.0) {
+            return bad(format!("lr {} must be in (0, 1)", self.lr));
+        }
+        if !(self.temperature > 0.0 && self.temperature.is_finite()) {
+            return bad("temperature must be positive (rollouts sample)".into());
+        }
+        if !(0.0..1.0).contains(&self.clip_eps) || self.kl_coef < 0.0 {
+            return bad("clip_eps must be in [0, 1) and kl_coef >= 0".into());
+        }
+        if !self.full {
+            if self.lora_rank == 0 {
+                return bad("lora_rank must be at least 1".into());
+            }
+            LoraTarget::parse_list(&self.lora_targets).map_err(TrainError::Config)?;
+        }
+        if self.micro_batch == Some(0) || self.checkpoint_every == 0 {
+            return bad("micro_batch and checkpoint_every must be at least 1".into());
+        }
+        self.memory_cap_bytes()?;
+        self.rollout_kv_policy
+            .parse::<tern_runtime::kv::policy::KvPolicy>()
+            .map_err(|e| TrainError::Config(format!("rollout_kv_policy: {e}")))?;
+        Ok(())
+    }
+
+    /// The cap in bytes, if one is set.
+    pub fn memory_cap_bytes(&self) -> Result<Option<u64>> {
+        self.memory_cap
+            .as_deref()
+            .map(|s| {
+                tern_runtime::size::parse_size(s)
+                    .map(|b| b as u64)
+                    .map_err(|e| TrainError::Config(format!("memory_cap: {e}")))
+            })
+            .transpose()
+    }
+
+    /// The LoRA targets (empty under full fine-tuning).
+    pub fn targets(&self) -> Vec<LoraTarget> {
+        if self.full {
+            Vec::new()
+        } else {
+            LoraTarget::parse_list(&self.lora_targets).unwrap_or_default()
+        }
+    }
+
+    /// The learning rate at `step` (0-based) under the warm-up and schedule.
+    pub fn lr_at(&self, step: usize) -> f64 {
+        if step < self.warmup_steps {
+            return self.lr * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        let span = self.steps.saturating_sub(self.warmup_steps).max(1) as f64;
+        let t = (step - self.warmup_steps) as f64 / span;
+        match self.schedule {
+            Schedule::Constant => self.lr,
+            Schedule::Linear => self.lr * (1.0 - t),
+            Schedule::Cosine => self.lr * 0.5 * (1.0 + (std::f64::consts::PI * t).cos()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_keys_parse_and_unknown_keys_are_named() {
+        let c = TrainConfig::from_toml_str(
+            "task = \"arithmetic:count=10\"\nalgorithm = \"sft\"\nsteps = 3\nout = \"/tmp/x\"\nmemory_cap = \"2GiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.algorithm, Algorithm::Sft);
+        assert_eq!(c.steps, 3);
+        assert_eq!(c.memory_cap_bytes().unwrap(), Some(2 << 30));
+        c.validate().unwrap();
+        let e = TrainConfig::from_toml_str("stepz = 3\n").unwrap_err();
+        assert!(e.contains("stepz"), "{e}");
+        let e = TrainConfig::from_toml_str("algorithm = \"ppo\"\n").unwrap_err();
+        assert!(e.contains("ppo"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused_before_work() {
+        let ok = TrainConfig {
+            out: "/tmp/x".into(),
+            ..Default::default()
+        };
+        ok.validate().unwrap();
+        for bad in [
+            TrainConfig {
+                out: PathBuf::new(),
+                ..ok.clone()
+            },
+            TrainConfig {
+                group_size: 1,
+                ..ok.clone()
+            },
+            TrainConfig {
+                lora_targets: "q,zz".into(),
+                ..ok.clone()
+            },
+            TrainConfig {
+                memory_cap: Some("lots".into()),
+                ..ok.clone()
+            },
+            TrainConfig {
+                rollout_kv_policy: "nope:1".into(),
+                ..ok.clone()
+            },
+            TrainConfig {
+                lr: 0.0,
+                ..ok.clone()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn schedules_reach_their_ends() {
+        let c = TrainConfig {
+            steps: 10,
+            warmup_steps: 2,
+            schedule: Schedule::Cosine,
+            lr: 1.0,
+            ..Default::default()
+        };
+        assert!((c.lr_at(0) - 0.5).abs() < 1e-12);
+        assert!((c.lr_at(2) - 1.0).abs() < 1e-12);
+        assert!(c.lr_at(9) < 0.05);
+    }
+}

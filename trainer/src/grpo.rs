@@ -1,0 +1,117 @@
+//! GRPO's arithmetic (DESIGN.md section 6, without the sparse terms): group-
+//! normalised advantages and the PPO clipped surrogate, written per token so the
+//! learner can turn them into gradients without materialising the vocabulary.
+
+/// Added to a group's standard deviation so equal rewards divide safely.
+pub const ADV_EPS: f64 = 1e-6;
+
+/// `A_i = (R_i - mean) / (std + eps)` within one prompt's group (population
+/// standard deviation). A group whose rewards are all equal carries no signal:
+/// every advantage is exactly 0.
+pub fn group_advantages(rewards: &[f64]) -> Vec<f64> {
+    let n = rewards.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let mean = rewards.iter().sum::<f64>() / n as f64;
+    let var = rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n as f64;
+    let std = var.sqrt();
+    if std == 0.0 {
+        return vec![0.0; n];
+    }
+    rewards
+        .iter()
+        .map(|r| (r - mean) / (std + ADV_EPS))
+        .collect()
+}
+
+/// One token's share of the clipped surrogate: its loss and the derivative of
+/// that loss with respect to the token's log-probability under the learner.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenTerm {
+    /// `-min(r A, clip(r, 1 - eps, 1 + eps) A) * weight`.
+    pub loss: f64,
+    /// `d loss / d log pi_theta`.
+    pub dloss_dlogp: f64,
+    /// Whether the clipped branch was the one taken (no gradient).
+    pub clipped: bool,
+}
+
+/// The PPO clipped surrogate for one token: `r = exp(logp - logp_old)`, loss
+/// `-min(r A, clip(r) A) * weight`. Where the unclipped branch is the minimum
+/// its gradient is `-A r weight` per unit of log-probability; where the clipped
+/// one is, the loss is constant in `logp` and the gradient is 0.
+pub fn clipped_token(logp: f64, logp_old: f64, advantage: f64, eps: f64, weight: f64) -> TokenTerm {
+    let r = (logp - logp_old).clamp(-20.0, 20.0).exp();
+    let unclipped = r * advantage;
+    let clipped_r = r.clamp(1.0 - eps, 1.0 + eps);
+    let clipped = clipped_r * advantage;
+    if unclipped <= clipped {
+        TokenTerm {
+            loss: -unclipped * weight,
+            dloss_dlogp: -advantage * r * weight,
+            clipped: false,
+        }
+    } else {
+        TokenTerm {
+            loss: -clipped * weight,
+            dloss_dlogp: 0.0,
+            clipped: true,
+        }
+    }
+}
+
+/// The k3 estimator of KL(pi_theta || pi_ref) for one token,
+/// `exp(ref - logp) - (ref - logp) - 1` (>= 0), and its derivative in `logp`.
+pub fn kl_token(logp: f64, logp_ref: f64) -> (f64, f64) {
+    let d = (logp_ref - logp).clamp(-20.0, 20.0);
+    (d.exp() - d - 1.0, 1.0 - d.exp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advantages_by_hand() {
+        // rewards 1, 0, 0, 1: mean 0.5, population std 0.5 -> +-1.
+        let a = group_advantages(&[1.0, 0.0, 0.0, 1.0]);
+        for (got, want) in a.iter().zip([1.0, -1.0, -1.0, 1.0]) {
+            assert!((got - want).abs() < 1e-5, "{a:?}");
+        }
+        // 1, 0, 0, 0: mean 0.25, std sqrt(0.1875) = 0.4330.
+        let a = group_advantages(&[1.0, 0.0, 0.0, 0.0]);
+        assert!((a[0] - 0.75 / 0.4330127).abs() < 1e-4);
+        assert!((a[1] + 0.25 / 0.4330127).abs() < 1e-4);
+        assert_eq!(group_advantages(&[1.0, 1.0, 1.0]), vec![0.0; 3]);
+        assert!(group_advantages(&[]).is_empty());
+    }
+
+    #[test]
+    fn clipped_surrogate_by_hand() {
+        let eps = 0.2;
+        // On-policy (r = 1): loss -A, gradient -A.
+        let t = clipped_token(-1.0, -1.0, 2.0, eps, 1.0);
+        assert!((t.loss + 2.0).abs() < 1e-12 && (t.dloss_dlogp + 2.0).abs() < 1e-12);
+        // r = e^0.5 = 1.6487 > 1.2 with A > 0: clipped, loss -1.2 A, no gradient.
+        let t = clipped_token(0.5, 0.0, 1.0, eps, 1.0);
+        assert!(t.clipped && (t.loss + 1.2).abs() < 1e-12 && t.dloss_dlogp == 0.0);
+        // Same r with A < 0: the unclipped branch is the minimum: loss r, grad r.
+        let t = clipped_token(0.5, 0.0, -1.0, eps, 1.0);
+        let r = 0.5f64.exp();
+        assert!(!t.clipped && (t.loss - r).abs() < 1e-12 && (t.dloss_dlogp - r).abs() < 1e-12);
+        // r = e^-0.5 = 0.6065 < 0.8 with A < 0: clipped at 0.8.
+        let t = clipped_token(-0.5, 0.0, -1.0, eps, 1.0);
+        assert!(t.clipped && (t.loss - 0.8).abs() < 1e-12);
+        // A weight scales both.
+        let t = clipped_token(0.0, 0.0, 1.0, eps, 0.5);
+        assert!((t.loss + 0.5).abs() < 1e-12 && (t.dloss_dlogp + 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn kl_is_zero_on_the_reference_and_positive_off_it() {
+        assert_eq!(kl_token(-2.0, -2.0), (0.0, 0.0));
+        let (kl, g) = kl_token(-1.0, -2.0);
+        assert!(kl > 0.0 && g > 0.0);
+    }
+}

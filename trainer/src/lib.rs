@@ -1,0 +1,22 @@
+//! `tern-trainer`: on-device fine-tuning of the model Tern serves.
+//!
+//! GRPO (and SFT) with LoRA or full fine-tuning, rollouts through the runtime's
+//! own engine (the same sampler and KV policy as serving), a learner that runs
+//! the serving forward in f32 with gradients, a hard memory cap, atomic
+//! checkpoints that resume exactly. It depends on `tern-runtime`, never on the
+//! server.
+
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod grpo;
+pub mod learner;
+pub mod logprob;
+pub mod memory;
+pub mod optim;
+pub mod rollout;
+pub mod train;
+
+pub use config::{Algorithm, TrainConfig};
+pub use error::{Result, TrainError};
+pub use train::{train, StepMetrics};

@@ -1,0 +1,156 @@
+//! Rollouts through the runtime's engine: each prompt is one request with `n =
+//! G` completions (prefilled once, cache forked), sampled with the serving
+//! sampler under the run's KV policy, each token's log-probability recorded.
+
+use std::time::Instant;
+
+use tern_runtime::chat::ChatMessage;
+use tern_runtime::engine::{EngineHandle, Event, SubmitRequest};
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::sampler::SamplingParams;
+use tern_runtime::tasks::Task;
+use tern_runtime::verify;
+
+use crate::error::{Result, TrainError};
+
+/// One sampled completion.
+#[derive(Clone, Debug)]
+pub struct Rollout {
+    /// Its text.
+    pub text: String,
+    /// Its token ids (a final end-of-sequence token is not included).
+    pub tokens: Vec<u32>,
+    /// The sampler's log-probability of each token (the behaviour policy).
+    pub logprobs: Vec<f64>,
+    /// 1 if the extracted answer matches the task's, else 0.
+    pub reward: f64,
+    /// Most KV bytes its sequence held.
+    pub kv_peak_bytes: usize,
+    /// Bytes a full cache would have held for it.
+    pub kv_full_bytes: usize,
+}
+
+/// A prompt's group of rollouts.
+#[derive(Clone, Debug)]
+pub struct Group {
+    /// Index of the task in the run's task list.
+    pub task: usize,
+    /// The chat-templated prompt ids.
+    pub prompt: Vec<u32>,
+    /// The `G` completions, in index order.
+    pub rollouts: Vec<Rollout>,
+}
+
+/// The chat prompt for a task: an optional system message and the question.
+pub fn prompt_ids(engine: &EngineHandle, system: Option<&str>, task: &Task) -> Result<Vec<u32>> {
+    let model = engine.model();
+    let mut messages = Vec::new();
+    if let Some(s) = system {
+        messages.push(ChatMessage::new("system", s));
+    }
+    messages.push(ChatMessage::new("user", task.question.as_str()));
+    let text = model.chat_template()?.render(&messages, true)?;
+    Ok(model.tokenizer.encode(&text, true, true)?)
+}
+
+/// Reward of a completion: 1 when its extracted answer equals the task's.
+pub fn reward(text: &str, task: &Task) -> f64 {
+    match verify::extract_answer(text) {
+        Some(got) if verify::answers_match(&got, &task.answer) => 1.0,
+        _ => 0.0,
+    }
+}
+
+/// Settings shared by every rollout of a step.
+pub struct RolloutSpec<'a> {
+    /// Completions per prompt.
+    pub group_size: usize,
+    /// Most new tokens per completion.
+    pub max_new_tokens: usize,
+    /// Sampling temperature.
+    pub temperature: f32,
+    /// KV policy of the rollouts.
+    pub kv_policy: &'a KvPolicy,
+    /// System message.
+    pub system: Option<&'a str>,
+}
+
+/// Rolls out every task in `picks` (indices into `tasks`); request `i` is
+/// seeded `seed_base + 1000 i` (child `j`: `+ j`), so a step's rollouts are the
+/// same whenever it runs. All requests are submitted at once and the engine
+/// batches them. Returns the groups and the wall seconds spent.
+pub fn rollout(
+    engine: &EngineHandle,
+    tasks: &[Task],
+    picks: &[usize],
+    spec: &RolloutSpec<'_>,
+    seed_base: u64,
+) -> Result<(Vec<Group>, f64)> {
+    let t0 = Instant::now();
+    let mut streams = Vec::with_capacity(picks.len());
+    for (i, &ti) in picks.iter().enumerate() {
+        let prompt = prompt_ids(engine, spec.system, &tasks[ti])?;
+        let sampling = SamplingParams {
+            temperature: spec.temperature,
+            seed: seed_base.wrapping_add(1000 * i as u64),
+            ..SamplingParams::default()
+        };
+        let mut req = SubmitRequest::new(prompt.clone(), sampling, spec.max_new_tokens);
+        req.n = spec.group_size;
+        req.logprobs = true;
+        req.kv_policy = spec.kv_policy.clone();
+        let stream = engine
+            .submit(req)
+            .map_err(|e| TrainError::Rollout(e.to_string()))?;
+        streams.push((ti, prompt, stream));
+    }
+    let mut groups = Vec::with_capacity(streams.len());
+    for (ti, prompt, mut stream) in streams {
+        let mut rollouts: Vec<Rollout> = (0..spec.group_size)
+            .map(|_| Rollout {
+                text: String::new(),
+                tokens: Vec::new(),
+                logprobs: Vec::new(),
+                reward: 0.0,
+                kv_peak_bytes: 0,
+                kv_full_bytes: 0,
+            })
+            .collect();
+        let mut done = 0;
+        while done < spec.group_size {
+            match stream.blocking_recv() {
+                Some(Event::Token {
+                    index,
+                    token,
+                    text,
+                    logprob,
+                }) => {
+                    let r = &mut rollouts[index];
+                    r.text.push_str(&text);
+                    r.tokens.push(token);
+                    let lp = logprob.map(|l| l.logprob as f64).ok_or_else(|| {
+                        TrainError::Rollout("the engine did not record log-probabilities".into())
+                    })?;
+                    r.logprobs.push(lp);
+                }
+                Some(Event::Done { index, kv, .. }) => {
+                    rollouts[index].kv_peak_bytes = kv.bytes_peak;
+                    rollouts[index].kv_full_bytes = kv.bytes_full;
+                    done += 1;
+                }
+                Some(Event::Prefilled { .. }) => {}
+                Some(Event::Error(e)) => return Err(TrainError::Rollout(e)),
+                None => return Err(TrainError::Rollout("the engine stopped".into())),
+            }
+        }
+        for r in &mut rollouts {
+            r.reward = reward(&r.text, &tasks[ti]);
+        }
+        groups.push(Group {
+            task: ti,
+            prompt,
+            rollouts,
+        });
+    }
+    Ok((groups, t0.elapsed().as_secs_f64()))
+}
