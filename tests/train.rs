@@ -211,3 +211,64 @@ fn real_model_cap_below_the_weights_is_refused_at_start() {
     assert_clean_error(&o, "loading the weights");
     assert!(!out.join("metrics.jsonl").exists());
 }
+
+/// Rollouts under a small streaming cache on the tiny model: the sampler is
+/// measurably not the dense policy, and `sparse-rl` rejects what `none` keeps.
+#[test]
+fn mismatched_sparse_sampler_is_measured_and_corrected() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let run = |correction: &str| {
+        let out = dir.path().join(correction);
+        let o = train(&[
+            "--model",
+            &model,
+            "--task",
+            "arithmetic:count=40,seed=2",
+            "--steps",
+            "3",
+            "--group-size",
+            "8",
+            "--prompts-per-step",
+            "4",
+            "--max-new-tokens",
+            "24",
+            "--rollout-kv-policy",
+            "streaming:budget=16",
+            "--correction",
+            correction,
+            "--lora-rank",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+            "--seed",
+            "11",
+        ]);
+        ok(&o);
+        metrics(&out)
+    };
+    let (plain, fixed) = (run("none"), run("sparse-rl"));
+    let rho = |m: &serde_json::Value| m["rho"].clone();
+    let scored: Vec<_> = plain.iter().filter(|m| !rho(m).is_null()).collect();
+    assert!(
+        !scored.is_empty(),
+        "no step had a group with a reward signal"
+    );
+    // Step 1 runs the same rollouts under both (same seed, same start weights).
+    assert_eq!(plain[0]["reward_mean"], fixed[0]["reward_mean"]);
+    if !rho(&plain[0]).is_null() {
+        let (p, f) = (rho(&plain[0]), rho(&fixed[0]));
+        assert_eq!(p["mean_rho"], f["mean_rho"]);
+        let min = p["min_rho"].as_f64().unwrap();
+        assert!(
+            min < 0.9,
+            "a 16-token streaming cache should move some token's probability: min rho {min}"
+        );
+        assert_eq!(p["rejected_tokens"], 0);
+        assert!(f["rejected_tokens"].as_u64().unwrap() > 0, "{f}");
+        assert!(
+            fixed[0]["learner_tokens"].as_u64() <= plain[0]["learner_tokens"].as_u64(),
+            "vetoed rollouts leave the learner's batch"
+        );
+    }
+}

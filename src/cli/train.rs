@@ -109,6 +109,25 @@ pub struct TrainArgs {
     /// A system message before every task.
     #[arg(long)]
     pub system_prompt: Option<String>,
+    /// Correction of sparse rollouts: none, tis or sparse-rl [none]
+    /// (needs temperature 1: it compares with the sampler's log-probabilities).
+    #[arg(long)]
+    pub correction: Option<tern_trainer::correction::Correction>,
+    /// Drop a rollout if any token's pi_old/pi_sparse is below this [1e-4].
+    #[arg(long)]
+    pub rho_veto: Option<f64>,
+    /// Mask tokens whose ratio is below this [0.5].
+    #[arg(long)]
+    pub rho_low: Option<f64>,
+    /// Mask tokens whose ratio is above this [1.5].
+    #[arg(long)]
+    pub rho_high: Option<f64>,
+    /// Truncate importance weights at this [1.5].
+    #[arg(long)]
+    pub rho_cap: Option<f64>,
+    /// One ratio per rollout (geometric mean) instead of per token.
+    #[arg(long)]
+    pub sequence_level: bool,
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
@@ -179,6 +198,16 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
     }
     if a.full {
         c.full = true;
+    }
+    if let Some(k) = a.correction {
+        c.correction = k;
+    }
+    macro_rules! rho {
+        ($($f:ident => $k:ident),*) => { $( if let Some(v) = a.$f { c.rho.$k = v; } )* };
+    }
+    rho!(rho_veto => veto, rho_low => low, rho_high => high, rho_cap => cap);
+    if a.sequence_level {
+        c.rho.sequence_level = true;
     }
     if let (Some(r), true) = (&a.resume, a.out.is_none()) {
         // A resumed run writes where it was resumed from.

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tern_models::LoraTarget;
 
+use crate::correction::{Correction, Thresholds};
 use crate::error::{Result, TrainError};
 
 /// What the learner optimises.
@@ -91,6 +92,10 @@ pub struct TrainConfig {
     pub rollout_kv_policy: String,
     /// A system message before each task (none: the bare question).
     pub system_prompt: Option<String>,
+    /// Off-policy correction of sparse rollouts: none, tis or sparse-rl.
+    pub correction: Correction,
+    /// Correction thresholds (veto, rejection band, truncation cap, level).
+    pub rho: Thresholds,
 }
 
 impl Default for TrainConfig {
@@ -124,6 +129,8 @@ impl Default for TrainConfig {
             checkpoint_every: 10,
             rollout_kv_policy: "full".into(),
             system_prompt: None,
+            correction: Correction::None,
+            rho: Thresholds::default(),
         }
     }
 }
@@ -182,6 +189,16 @@ impl TrainConfig {
             return bad("micro_batch and checkpoint_every must be at least 1".into());
         }
         self.memory_cap_bytes()?;
+        if self.correction != Correction::None && self.temperature != 1.0 {
+            return bad(format!(
+                "correction {} compares the learner with the sampler's recorded log-probabilities, which are at temperature 1: set temperature = 1",
+                self.correction
+            ));
+        }
+        let r = &self.rho;
+        if !(r.veto >= 0.0 && r.low <= 1.0 && r.high >= 1.0 && r.cap > 0.0) {
+            return bad("rho thresholds need veto >= 0, low <= 1 <= high and cap > 0".into());
+        }
         self.rollout_kv_policy
             .parse::<tern_runtime::kv::policy::KvPolicy>()
             .map_err(|e| TrainError::Config(format!("rollout_kv_policy: {e}")))?;

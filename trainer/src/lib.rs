@@ -8,11 +8,13 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod correction;
 pub mod error;
 pub mod grpo;
 pub mod learner;
 pub mod logprob;
 pub mod memory;
+pub mod merge;
 pub mod optim;
 pub mod rollout;
 pub mod train;

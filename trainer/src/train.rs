@@ -19,6 +19,7 @@ use tern_runtime::LoadedModel;
 
 use crate::checkpoint::{self, Checkpoint, State};
 use crate::config::{Algorithm, TrainConfig};
+use crate::correction::{self, Correction};
 use crate::error::{Result, TrainError};
 use crate::grpo;
 use crate::learner::{Learner, Sample};
@@ -59,8 +60,27 @@ pub struct StepMetrics {
     pub peak_rss_bytes: u64,
     /// The estimator's peak for this step's largest learner micro-batch.
     pub peak_estimate_bytes: u64,
+    /// Mismatch statistics of sparse or corrected rollouts (absent for dense
+    /// uncorrected runs, which skip the extra scoring pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rho: Option<RhoStats>,
     /// Wall seconds of the step.
     pub seconds: f64,
+}
+
+/// Per-step statistics of `rho = pi_old / pi_sparse`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RhoStats {
+    /// Rollouts dropped by the veto.
+    pub rejected_rollouts: usize,
+    /// Tokens masked (vetoed rollouts' included).
+    pub rejected_tokens: usize,
+    /// Mean token ratio.
+    pub mean_rho: f64,
+    /// Smallest token ratio.
+    pub min_rho: f64,
+    /// Estimate of KL(pi_old || pi_sparse).
+    pub kl_old_sparse: f64,
 }
 
 /// What the caller hears while a run goes on.
@@ -309,11 +329,13 @@ pub fn train(
             kv_bytes_full: 0,
             peak_rss_bytes: 0,
             peak_estimate_bytes: 0,
+            rho: None,
             seconds: 0.0,
         };
         // Samples and, per sample, its advantage and behaviour log-probs.
         let mut samples = Vec::new();
         let mut advantages = Vec::new();
+        let mut behaviour: Vec<Vec<f64>> = Vec::new();
         match cfg.algorithm {
             Algorithm::Grpo => {
                 let spec = RolloutSpec {
@@ -355,6 +377,7 @@ pub fn train(
                                 response: r.tokens.clone(),
                             });
                             advantages.push(a);
+                            behaviour.push(r.logprobs.clone());
                         }
                     }
                 }
@@ -378,6 +401,52 @@ pub fn train(
             }
         }
 
+        // Sparse or corrected rollouts: re-score under the pre-update dense
+        // weights (pi_old) and weigh each token by its mismatch.
+        let mut weights: Option<Vec<Vec<f64>>> = None;
+        let mut old: Option<Vec<Vec<f64>>> = None;
+        let needs_rho = cfg.correction != Correction::None || kv_policy != KvPolicy::Full;
+        if cfg.algorithm == Algorithm::Grpo && needs_rho && !samples.is_empty() {
+            let scored = learner.score(&samples, plan.micro_batch, false)?;
+            let c = correction::correct(cfg.correction, &cfg.rho, &scored, &behaviour);
+            m.rho = Some(RhoStats {
+                rejected_rollouts: c.rejected_rollouts,
+                rejected_tokens: c.rejected_tokens,
+                mean_rho: c.mean_rho,
+                min_rho: c.min_rho,
+                kl_old_sparse: c.kl_old_sparse,
+            });
+            if cfg.correction != Correction::None {
+                // Vetoed rollouts leave the batch entirely.
+                let keep: Vec<bool> = c
+                    .weights
+                    .iter()
+                    .map(|w| w.iter().any(|&x| x > 0.0))
+                    .collect();
+                let filt = |v: Vec<Vec<f64>>| -> Vec<Vec<f64>> {
+                    v.into_iter()
+                        .zip(&keep)
+                        .filter(|(_, &k)| k)
+                        .map(|(x, _)| x)
+                        .collect()
+                };
+                weights = Some(filt(c.weights));
+                old = Some(filt(scored));
+                samples = samples
+                    .into_iter()
+                    .zip(&keep)
+                    .filter(|(_, &k)| k)
+                    .map(|(s, _)| s)
+                    .collect();
+                advantages = advantages
+                    .into_iter()
+                    .zip(&keep)
+                    .filter(|(_, &k)| k)
+                    .map(|(a, _)| a)
+                    .collect();
+            }
+        }
+
         if !samples.is_empty() {
             let (mut tokens, mut longest) = (0u64, 0u64);
             for chunk in samples.chunks(plan.micro_batch) {
@@ -388,14 +457,18 @@ pub fn train(
                 longest = longest.max(lens.max().unwrap_or(0));
             }
             m.peak_estimate_bytes = est.learner_peak(&mcfg, tokens, longest);
-            let n_tokens: usize = samples.iter().map(|s| s.response.len()).sum();
-            let inv = 1.0 / n_tokens as f64;
+            // The loss is a mean over the tokens that count: every response
+            // token, or under a correction only those with a weight.
+            let n_tokens: usize = match &weights {
+                Some(w) => w.iter().flatten().filter(|&&x| x > 0.0).count(),
+                None => samples.iter().map(|s| s.response.len()).sum(),
+            };
+            let inv = 1.0 / n_tokens.max(1) as f64;
             let refs = if cfg.kl_coef > 0.0 && !cfg.full {
                 Some(learner.score(&samples, plan.micro_batch, true)?)
             } else {
                 None
             };
-            let mut old: Option<Vec<Vec<f64>>> = None;
             for epoch in 0..cfg.ppo_epochs {
                 let mut clipped = 0usize;
                 let algo = cfg.algorithm;
@@ -404,7 +477,11 @@ pub fn train(
                         return (-logp * inv, -inv);
                     }
                     let lp_old = old.as_ref().map_or(logp, |o| o[i][j]);
-                    let t = grpo::clipped_token(logp, lp_old, advantages[i], cfg.clip_eps, inv);
+                    let w = weights.as_ref().map_or(1.0, |w| w[i][j]);
+                    if w == 0.0 {
+                        return (0.0, 0.0);
+                    }
+                    let t = grpo::clipped_token(logp, lp_old, advantages[i], cfg.clip_eps, inv * w);
                     if t.clipped {
                         clipped += 1;
                     }
@@ -430,7 +507,9 @@ pub fn train(
                     m.grad_norm = norm;
                     m.learner_tokens = out.tokens;
                     m.clipped_frac = clipped as f64 / out.tokens.max(1) as f64;
-                    old = Some(out.logprobs);
+                    if old.is_none() {
+                        old = Some(out.logprobs);
+                    }
                 }
             }
         }
