@@ -6,6 +6,7 @@ mod support;
 mod backend;
 mod cli;
 mod engine;
+mod export;
 mod forward;
 mod kv;
 mod reasoning;
