@@ -32,57 +32,31 @@ fn export(dir: &Path, quant: ExportQuant) -> PathBuf {
     out
 }
 
+/// Runs `tern` with `args` plus `--backend backend --json`; returns its report.
+fn tern_json(args: &[&str], backend: &str) -> serde_json::Value {
+    let args: Vec<&str> = [args, &["--backend", backend, "--json"]].concat();
+    let out = tern(&args, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tern {args:?}: {stderr}");
+    last_json(&out)
+}
+
 /// `tern perplexity` over `text` with 256-token windows.
 fn perplexity(model: &Path, text: &Path, backend: &str) -> f64 {
-    let out = tern(
-        &[
-            "perplexity",
-            "-m",
-            model.to_str().unwrap(),
-            "-f",
-            text.to_str().unwrap(),
-            "--ctx",
-            "256",
-            "--backend",
-            backend,
-            "--json",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    last_json(&out)["perplexity"].as_f64().unwrap()
+    let (m, f) = (model.to_str().unwrap(), text.to_str().unwrap());
+    let j = tern_json(&["perplexity", "-m", m, "-f", f, "--ctx", "256"], backend);
+    j["perplexity"].as_f64().unwrap()
 }
 
 /// Greedy `tern generate` of 16 tokens for a fixed chat prompt; returns the text.
 fn generate(model: &Path, backend: &str) -> String {
-    let out = tern(
-        &[
-            "generate",
-            "-m",
-            model.to_str().unwrap(),
-            "--chat",
-            "-p",
-            "Write a haiku about the sea.",
-            "--temperature",
-            "0",
-            "-n",
-            "16",
-            "--backend",
-            backend,
-            "--json",
-        ],
-        None,
+    let prompt = "Write a haiku about the sea.";
+    let m = model.to_str().unwrap();
+    let greedy = ["--temperature", "0", "-n", "16"];
+    let j = tern_json(
+        &[&["generate", "-m", m, "--chat", "-p", prompt][..], &greedy].concat(),
+        backend,
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j = last_json(&out);
     assert!(j["completion_tokens"].as_u64().unwrap() > 0, "{j}");
     j["text"].as_str().unwrap().to_string()
 }
