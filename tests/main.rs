@@ -9,6 +9,7 @@ mod engine;
 mod export;
 mod forward;
 mod kv;
+mod plot;
 mod reasoning;
 mod reference;
 mod tokenizer;

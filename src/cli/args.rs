@@ -47,6 +47,9 @@ pub enum Command {
     /// Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
     /// /v1/models, /health, /metrics) with continuous batching.
     Serve(ServeArgs),
+    /// Draw training curves from a metrics JSONL file into a PNG: one panel
+    /// per key against `step`.
+    Plot(PlotArgs),
 }
 
 /// Which model to use.
@@ -399,4 +402,25 @@ pub struct ServeArgs {
     /// streaming KV policies only).
     #[arg(long, value_enum, default_value = "candle")]
     pub backend: super::backend::BackendKind,
+}
+
+/// `tern plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// Metrics file: one JSON object per line with a numeric `step` (the
+    /// trainer's metrics.jsonl).
+    pub file: PathBuf,
+    /// PNG file to write.
+    #[arg(long, short = 'o')]
+    pub out: PathBuf,
+    /// Keys to plot, one panel each, comma-separated; `*_bytes` keys are shown in MiB.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "reward_mean,loss,peak_rss_bytes"
+    )]
+    pub keys: Vec<String>,
+    /// TrueType/OpenType font for the labels.
+    #[arg(long, default_value = super::plot::DEFAULT_FONT)]
+    pub font: PathBuf,
 }

@@ -11,6 +11,7 @@ mod generate;
 mod info;
 mod kv_eval;
 mod perplexity;
+mod plot;
 mod pull;
 mod resolve;
 mod serve;
@@ -44,5 +45,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Eval(a) => eval::run(&a),
         Command::KvEval(a) => kv_eval::run(&a),
         Command::Serve(a) => serve::run(&a),
+        Command::Plot(a) => plot::run(&a),
     }
 }
