@@ -36,6 +36,35 @@ pub enum ModelError {
         expected: String,
         actual: String,
     },
+    /// An export replacement names a tensor the source file does not have.
+    #[error("cannot replace tensor `{name}`: {path} has no such tensor{hint}")]
+    UnknownTensor {
+        name: String,
+        path: PathBuf,
+        /// Extra advice, e.g. that the output projection is tied; may be empty.
+        hint: String,
+    },
+    /// An export replacement's shape differs from the tensor it replaces.
+    #[error("replacement for tensor `{name}` has shape {found:?}, the source's is {expected:?}")]
+    ShapeMismatch {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    /// An export replacement holds NaN or infinity (a diverged run), which no
+    /// model file should carry.
+    #[error("replacement for tensor `{name}` holds NaN or infinite values")]
+    NonFiniteTensor { name: String },
+    /// An export type name that is not one Tern writes.
+    #[error("unknown export type `{0}` (expected q8_0, q4_0 or f16)")]
+    UnknownExportType(String),
+    /// Writing an output file failed (directory missing or not writable, disk full).
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// An I/O error with the path it concerns.
     #[error("{path}: {source}")]
     Io {

@@ -162,6 +162,37 @@ impl GgufFile {
         }
     }
 
+    /// Every metadata entry, sorted by key: GGUF readers do not depend on the
+    /// order, and a sorted copy makes an exported file reproducible.
+    pub fn metadata(&self) -> Vec<(&str, &Value)> {
+        let mut entries: Vec<(&str, &Value)> = self
+            .content
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        entries.sort_by_key(|(k, _)| *k);
+        entries
+    }
+
+    /// Tensor names in the order their data lies in the file, so a copy reads
+    /// the mapping front to back.
+    pub fn tensor_names(&self) -> Vec<&str> {
+        let mut names: Vec<(&str, u64)> = self
+            .content
+            .tensor_infos
+            .iter()
+            .map(|(name, info)| (name.as_str(), info.offset))
+            .collect();
+        names.sort_by_key(|&(name, offset)| (offset, name));
+        names.into_iter().map(|(name, _)| name).collect()
+    }
+
+    /// The stored ggml type of tensor `name`, if present.
+    pub fn tensor_dtype(&self, name: &str) -> Option<GgmlDType> {
+        self.content.tensor_infos.get(name).map(|t| t.ggml_dtype)
+    }
+
     /// Whether a tensor named `name` exists.
     pub fn has_tensor(&self, name: &str) -> bool {
         self.content.tensor_infos.contains_key(name)
@@ -264,6 +295,6 @@ fn missing(key: &str) -> ModelError {
 }
 
 /// The first line of an error's message: candle appends backtraces to some.
-fn first_line(e: &dyn std::fmt::Display) -> String {
+pub(crate) fn first_line(e: &dyn std::fmt::Display) -> String {
     e.to_string().lines().next().unwrap_or_default().to_string()
 }

@@ -2,11 +2,13 @@
 //!
 //! Owns GGUF loading (memmap2 + candle quantized tensors), the model
 //! configuration read from GGUF metadata, the llama forward pass over a ragged
-//! batch, the KV seam trait the runtime implements, and the registry of models
-//! Tern knows how to fetch. It knows nothing of tokenizers, sampling or serving.
+//! batch, the KV seam trait the runtime implements, the export of trained weights
+//! back to GGUF, and the registry of models Tern knows how to fetch. It knows
+//! nothing of tokenizers, sampling or serving.
 
 pub mod config;
 pub mod error;
+pub mod export;
 mod frozen;
 pub mod gguf;
 pub mod kv;
@@ -17,6 +19,7 @@ pub mod registry;
 
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
+pub use export::{export_gguf, ExportQuant, ExportReport};
 pub use gguf::GgufFile;
 pub use kv::KvStore;
 pub use llama::{Llama, LogitsWanted, Precision, SeqBatch};

@@ -50,6 +50,12 @@ pub enum Command {
     /// Fine-tune on this machine under a memory cap: GRPO or SFT, LoRA or full,
     /// rollouts through the serving engine, resumable checkpoints.
     Train(Box<super::train::TrainArgs>),
+    /// Draw training curves from a metrics JSONL file into a PNG: one panel
+    /// per key against `step`.
+    Plot(PlotArgs),
+    /// Merge a training checkpoint into its base model and write a GGUF that
+    /// `tern serve` and llama.cpp load, then check its logits.
+    Export(super::export::ExportArgs),
 }
 
 /// Which model to use.
@@ -402,4 +408,25 @@ pub struct ServeArgs {
     /// streaming KV policies only).
     #[arg(long, value_enum, default_value = "candle")]
     pub backend: super::backend::BackendKind,
+}
+
+/// `tern plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// Metrics file: one JSON object per line with a numeric `step` (the
+    /// trainer's metrics.jsonl).
+    pub file: PathBuf,
+    /// PNG file to write.
+    #[arg(long, short = 'o')]
+    pub out: PathBuf,
+    /// Keys to plot, one panel each, comma-separated; `*_bytes` keys are shown in MiB.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "reward_mean,loss,peak_rss_bytes"
+    )]
+    pub keys: Vec<String>,
+    /// TrueType/OpenType font for the labels.
+    #[arg(long, default_value = super::plot::DEFAULT_FONT)]
+    pub font: PathBuf,
 }

@@ -7,10 +7,12 @@ mod bench;
 mod bon;
 mod chat;
 mod eval;
+mod export;
 mod generate;
 mod info;
 mod kv_eval;
 mod perplexity;
+mod plot;
 mod pull;
 mod resolve;
 mod serve;
@@ -46,5 +48,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::KvEval(a) => kv_eval::run(&a),
         Command::Serve(a) => serve::run(&a),
         Command::Train(a) => train::run(&a),
+        Command::Plot(a) => plot::run(&a),
+        Command::Export(a) => export::run(&a),
     }
 }

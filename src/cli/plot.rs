@@ -1,0 +1,253 @@
+//! `tern plot`: training curves from a metrics JSONL file as one PNG, one
+//! panel per key against `step`.
+//!
+//! Input is the trainer's `metrics.jsonl`: one JSON object per line with a
+//! numeric `step` and numeric metrics (`reward_mean`, `loss`, `peak_rss_bytes`,
+//! ...). Everything is checked before anything is drawn: a malformed line is
+//! reported with its number, a key found in no line is named with the keys
+//! that are there. A metric that is `null` on a line (serde_json writes NaN as
+//! `null`) or missing from it is a gap, not an error. `*_bytes` keys are shown
+//! in MiB.
+//!
+//! Drawing uses plotters' bitmap backend in memory with ab_glyph text from a
+//! TrueType file given by path, so no system font libraries are needed; the
+//! image is encoded with `png` and written only once it is complete.
+
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use plotters::prelude::*;
+
+use super::args::PlotArgs;
+
+/// Width of the image, in pixels.
+const WIDTH: u32 = 1000;
+/// Height of one panel, in pixels.
+const PANEL_HEIGHT: u32 = 320;
+/// Where Debian's fonts-dejavu-core puts its sans-serif face: `--font`'s default.
+pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+/// Series up to this many points get a marker on each; longer ones are lines.
+const MAX_MARKED_POINTS: usize = 60;
+/// The font family name the loaded font is registered under.
+const FAMILY: &str = "sans-serif";
+
+/// One panel's data: a key's values against step.
+struct Series {
+    /// The panel title: the key, with its unit when converted.
+    title: String,
+    /// `(step, value)` in file order.
+    points: Vec<(f64, f64)>,
+}
+
+/// Runs the subcommand with its parsed arguments.
+pub fn run(a: &PlotArgs) -> Result<()> {
+    check_output(&a.out)?;
+    let series = read_metrics(&a.file, &a.keys)?;
+    load_font(&a.font)?;
+    let png = draw(&series)?;
+    std::fs::write(&a.out, png).with_context(|| format!("cannot write {}", a.out.display()))?;
+    let steps = series.iter().map(|s| s.points.len()).max().unwrap_or(0);
+    println!(
+        "wrote {} ({} panels, up to {steps} points each)",
+        a.out.display(),
+        series.len()
+    );
+    Ok(())
+}
+
+/// The output must be a `.png` in an existing directory; checked first so a
+/// typo costs nothing.
+fn check_output(out: &Path) -> Result<()> {
+    let is_png = out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    ensure!(is_png, "output {} must be a .png file", out.display());
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    ensure!(
+        dir.is_dir(),
+        "cannot write {}: directory {} does not exist",
+        out.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Reads `path` and returns one series per key, in the order of `keys`.
+fn read_metrics(path: &Path, keys: &[String]) -> Result<Vec<Series>> {
+    ensure!(!keys.is_empty(), "no keys to plot");
+    if let Some(k) = keys.iter().find(|k| k.trim().is_empty() || *k == "step") {
+        bail!("invalid key `{k}`: keys are metric names other than `step`");
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read metrics file {}", path.display()))?;
+    let mut points: Vec<Vec<(f64, f64)>> = vec![Vec::new(); keys.len()];
+    let mut seen: Vec<String> = Vec::new();
+    let mut rows = 0;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = || format!("{} line {}", path.display(), i + 1);
+        let value: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("{}: not JSON", at()))?;
+        let Some(obj) = value.as_object() else {
+            bail!("{}: expected a JSON object", at());
+        };
+        let Some(step) = obj.get("step").and_then(serde_json::Value::as_f64) else {
+            bail!("{}: no numeric `step`", at());
+        };
+        for (key, v) in obj {
+            if v.is_number() && key != "step" && !seen.contains(key) {
+                seen.push(key.clone());
+            }
+        }
+        for (key, pts) in keys.iter().zip(points.iter_mut()) {
+            match obj.get(key) {
+                None | Some(serde_json::Value::Null) => {}
+                Some(v) => {
+                    let Some(x) = v.as_f64() else {
+                        bail!("{}: `{key}` is {v}, not a number", at());
+                    };
+                    pts.push((step, x / unit_divisor(key)));
+                }
+            }
+        }
+        rows += 1;
+    }
+    ensure!(rows > 0, "{} holds no metrics", path.display());
+    keys.iter()
+        .zip(points)
+        .map(|(key, points)| {
+            if points.is_empty() {
+                bail!(
+                    "key `{key}` has no numeric value in any line of {} (keys there: {})",
+                    path.display(),
+                    seen.join(", ")
+                );
+            }
+            Ok(Series {
+                title: title(key),
+                points,
+            })
+        })
+        .collect()
+}
+
+/// Byte counts are plotted in MiB: a 9-digit axis is unreadable.
+fn unit_divisor(key: &str) -> f64 {
+    if key.ends_with("_bytes") {
+        (1u64 << 20) as f64
+    } else {
+        1.0
+    }
+}
+
+fn title(key: &str) -> String {
+    match key.strip_suffix("_bytes") {
+        Some(base) => format!("{base} (MiB)"),
+        None => key.to_string(),
+    }
+}
+
+/// Reads the TrueType font at `path` and registers it for all text. The bytes
+/// are leaked: plotters keeps fonts for the process's lifetime, and this runs
+/// once per process.
+fn load_font(path: &Path) -> Result<()> {
+    let bytes = std::fs::read(path).with_context(|| {
+        format!(
+            "cannot read font {} (install fonts-dejavu-core or pass --font with a .ttf file)",
+            path.display()
+        )
+    })?;
+    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    plotters::style::register_font(FAMILY, FontStyle::Normal, bytes).map_err(|_| {
+        anyhow::anyhow!(
+            "{} is not a TrueType/OpenType font (pass --font with a .ttf file)",
+            path.display()
+        )
+    })
+}
+
+/// Draws every series into an RGB buffer, one panel each, and encodes it as PNG.
+fn draw(series: &[Series]) -> Result<Vec<u8>> {
+    let (w, h) = (WIDTH, PANEL_HEIGHT * series.len() as u32);
+    let mut rgb = vec![0u8; (w * h * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let panels = root.split_evenly((series.len(), 1));
+        for (s, area) in series.iter().zip(&panels) {
+            draw_panel(s, area)?;
+        }
+        root.present().map_err(plot_err)?;
+    }
+    encode_png(&rgb, w, h)
+}
+
+fn draw_panel(
+    s: &Series,
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+) -> Result<()> {
+    let xs = padded_range(s.points.iter().map(|p| p.0));
+    let ys = padded_range(s.points.iter().map(|p| p.1));
+    let mut chart = ChartBuilder::on(area)
+        .caption(&s.title, (FAMILY, 22))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(xs, ys)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .light_line_style(WHITE)
+        .label_style((FAMILY, 14))
+        .draw()
+        .map_err(plot_err)?;
+    let color = RGBColor(31, 119, 180);
+    chart
+        .draw_series(LineSeries::new(
+            s.points.iter().copied(),
+            color.stroke_width(2),
+        ))
+        .map_err(plot_err)?;
+    // Markers on short runs, so a single step (or a series with gaps) shows.
+    if s.points.len() <= MAX_MARKED_POINTS {
+        let marks = s.points.iter().map(|&p| Circle::new(p, 3, color.filled()));
+        chart.draw_series(marks).map_err(plot_err)?;
+    }
+    Ok(())
+}
+
+/// The span of `values` with 5% margins; a single value gets a unit span.
+fn padded_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let pad = if hi > lo {
+        (hi - lo) * 0.05
+    } else {
+        0.5_f64.max(hi.abs() * 0.05)
+    };
+    (lo - pad)..(hi + pad)
+}
+
+fn encode_png(rgb: &[u8], w: u32, h: u32) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, w, h);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut writer = enc.write_header().context("encoding PNG")?;
+    writer.write_image_data(rgb).context("encoding PNG")?;
+    writer.finish().context("encoding PNG")?;
+    Ok(out)
+}
+
+/// plotters' errors carry the backend's error type; the message is what matters.
+fn plot_err<E: std::fmt::Display>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("drawing the plot failed: {e}")
+}

@@ -1,0 +1,124 @@
+//! Export on the real model: SmolLM2-135M-Instruct (Q4_1) written back as q8_0
+//! and q4_0 by `tern_models::export_gguf` loads and generates with `tern
+//! generate` on Tern's kernels and on llama.cpp (feature `llama-cpp`), and its
+//! perplexity on a short text stays close to the source's.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use tern_models::{export_gguf, ExportQuant};
+
+use crate::support::{last_json, real_model, reference, tern};
+
+/// The first 6000 characters of the GPL text in ../shared (about 1300 tokens):
+/// enough for several 256-token windows, short enough to score in seconds.
+fn short_text(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(reference("gpl-3.txt")).unwrap();
+    let cut = text.char_indices().nth(6000).map_or(text.len(), |(i, _)| i);
+    let path = dir.join("short.txt");
+    std::fs::write(&path, &text[..cut]).unwrap();
+    path
+}
+
+/// Exports the real model at `quant` into `dir` with no replacements.
+fn export(dir: &Path, quant: ExportQuant) -> PathBuf {
+    let out = dir.join(format!("smollm2-{quant}.gguf"));
+    let report = export_gguf(&real_model(), &out, &HashMap::new(), quant).unwrap();
+    assert_eq!(report.tensors, 272);
+    eprintln!(
+        "{quant}: {} tensors, {} bytes",
+        report.tensors, report.bytes
+    );
+    out
+}
+
+/// Runs `tern` with `args` plus `--backend backend --json`; returns its report.
+fn tern_json(args: &[&str], backend: &str) -> serde_json::Value {
+    let args: Vec<&str> = [args, &["--backend", backend, "--json"]].concat();
+    let out = tern(&args, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tern {args:?}: {stderr}");
+    last_json(&out)
+}
+
+/// `tern perplexity` over `text` with 256-token windows.
+fn perplexity(model: &Path, text: &Path, backend: &str) -> f64 {
+    let (m, f) = (model.to_str().unwrap(), text.to_str().unwrap());
+    let j = tern_json(&["perplexity", "-m", m, "-f", f, "--ctx", "256"], backend);
+    j["perplexity"].as_f64().unwrap()
+}
+
+/// Greedy `tern generate` of 16 tokens for a fixed chat prompt; returns the text.
+fn generate(model: &Path, backend: &str) -> String {
+    let prompt = "Write a haiku about the sea.";
+    let m = model.to_str().unwrap();
+    let greedy = ["--temperature", "0", "-n", "16"];
+    let j = tern_json(
+        &[&["generate", "-m", m, "--chat", "-p", prompt][..], &greedy].concat(),
+        backend,
+    );
+    assert!(j["completion_tokens"].as_u64().unwrap() > 0, "{j}");
+    j["text"].as_str().unwrap().to_string()
+}
+
+/// Runs the checks on one backend and returns (source, q8_0, q4_0) perplexity.
+fn check_backend(backend: &str) -> (f64, f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = short_text(dir.path());
+    let src = real_model();
+    let base = perplexity(&src, &text, backend);
+    eprintln!(
+        "{backend}: source: ppl {base:.4}, {:?}",
+        generate(&src, backend)
+    );
+    let mut got = Vec::new();
+    for quant in [ExportQuant::Q8_0, ExportQuant::Q4_0] {
+        let out = export(dir.path(), quant);
+        let ppl = perplexity(&out, &text, backend);
+        let answer = generate(&out, backend);
+        eprintln!(
+            "{backend}: {quant}: ppl {ppl:.4} ({:+.2}%), {answer:?}",
+            (ppl / base - 1.0) * 100.0
+        );
+        // Text, not garbage: a broken export decodes to junk or nothing.
+        // (Quality itself is judged by perplexity; 16 greedy tokens of a 135M
+        // model at 4 bits may wander into lists or digits.)
+        let words = answer
+            .split_whitespace()
+            .filter(|w| w.chars().any(char::is_alphabetic))
+            .count();
+        assert!(
+            words >= 3 && !answer.contains('\u{fffd}'),
+            "{backend} {quant} answered {answer:?}"
+        );
+        got.push(ppl);
+    }
+    (base, got[0], got[1])
+}
+
+/// Perplexity bounds, relative to the Q4_1 source, on a text short enough
+/// that ~2% is noise (q8_0 scored 1.5% *below* the source). q8_0 re-quantizes
+/// every matrix finer: within 3%. q4_0 rounds the Q4_1 values a second time
+/// onto a grid without offsets, which this small model feels (+17% measured,
+/// with the tied embedding kept at Q8_0; +26% without): within 25%.
+fn assert_close(backend: &str, (base, q8, q4): (f64, f64, f64)) {
+    assert!(
+        (q8 / base - 1.0).abs() < 0.03,
+        "{backend}: q8_0 ppl {q8} vs source {base}"
+    );
+    assert!(
+        (q4 / base - 1.0).abs() < 0.25,
+        "{backend}: q4_0 ppl {q4} vs source {base}"
+    );
+}
+
+#[test]
+fn exported_real_model_generates_with_close_perplexity() {
+    assert_close("candle", check_backend("candle"));
+}
+
+#[test]
+#[cfg(feature = "llama-cpp")]
+fn llama_cpp_loads_and_runs_the_exported_real_model() {
+    assert_close("llama-cpp", check_backend("llama-cpp"));
+}
