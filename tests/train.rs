@@ -272,3 +272,61 @@ fn mismatched_sparse_sampler_is_measured_and_corrected() {
         );
     }
 }
+
+/// A trained checkpoint exported at f16 computes what the base model with
+/// the adapters computes (the merge is exact up to f16 rounding), and the
+/// export is a model `tern generate` runs.
+#[test]
+fn export_merges_the_adapters_into_a_loadable_gguf() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let out = dir.path().join("run");
+    let task = "arithmetic:count=10,seed=1";
+    ok(&train(&sft_args(&model, task, out.to_str().unwrap(), "3")));
+    let gguf = dir.path().join("merged.gguf");
+    let o = tern(
+        &[
+            "export",
+            "--checkpoint",
+            out.to_str().unwrap(),
+            "--out",
+            gguf.to_str().unwrap(),
+            "--quant",
+            "f16",
+        ],
+        None,
+    );
+    ok(&o);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let diff: f64 = stdout
+        .split("max |logit difference| ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no check line: {stdout}"));
+    assert!(diff < 0.05, "merged logits differ by {diff}");
+    let g = tern(
+        &[
+            "generate",
+            "--model",
+            gguf.to_str().unwrap(),
+            "-p",
+            "hi",
+            "-n",
+            "4",
+        ],
+        None,
+    );
+    ok(&g);
+    let o = tern(
+        &[
+            "export",
+            "--checkpoint",
+            dir.path().to_str().unwrap(),
+            "--out",
+            gguf.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_clean_error(&o, "not a checkpoint");
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use tern_models::export::{export_gguf, ExportQuant};
-use tern_models::{KvStore, LogitsWanted, SeqBatch};
+use tern_models::{KvStore, LogitsWanted, Precision, SeqBatch};
 use tern_runtime::kv::SeqCache;
 use tern_runtime::LoadedModel;
 use tern_trainer::checkpoint;
@@ -38,7 +38,10 @@ pub struct ExportArgs {
 pub fn run(a: &ExportArgs) -> Result<()> {
     let quant: ExportQuant = a.quant.parse()?;
     let ck = checkpoint::load(&a.checkpoint)?;
-    let base = a.base.clone().unwrap_or_else(|| ck.state.model_path.clone());
+    let base = a
+        .base
+        .clone()
+        .unwrap_or_else(|| ck.state.model_path.clone());
     let replacements = merged_tensors(&ck, &base)?;
     let report = export_gguf(&base, &a.out, &replacements, quant)
         .with_context(|| format!("writing {}", a.out.display()))?;
@@ -54,13 +57,15 @@ pub fn run(a: &ExportArgs) -> Result<()> {
     if a.no_check {
         return Ok(());
     }
-    // The trained model as served before export: base weights + adapters.
-    let served = LoadedModel::load(&base)?;
+    // The trained model before export (base weights + adapters) against the
+    // export, both dequantized to f32 so the check sees the merge and the
+    // export's rounding, not the serving kernels' activation quantization.
+    let served = LoadedModel::load_as(&base, Precision::DenseF32)?;
     if let Some(scale) = ck.state.lora_scale {
         let set = tern_models::LoraSet::from_named(ck.params.clone(), scale)?;
         served.llama.set_adapters(Some(Arc::new(set)));
     }
-    let exported = LoadedModel::load(&a.out)?;
+    let exported = LoadedModel::load_as(&a.out, Precision::DenseF32)?;
     let text = "<|im_start|>user\nWhat is 7 + 5?<|im_end|>\n<|im_start|>assistant\n7 + 5 = 12";
     let ids = served.tokenizer.encode(text, true, true)?;
     let logits = |m: &LoadedModel| -> Result<Vec<f32>> {
@@ -79,10 +84,14 @@ pub fn run(a: &ExportArgs) -> Result<()> {
             .to_vec1::<f32>()?)
     };
     let (x, y) = (logits(&served)?, logits(&exported)?);
-    let max_diff = x.iter().zip(&y).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let max_diff = x
+        .iter()
+        .zip(&y)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     let scale = x.iter().map(|a| a.abs()).fold(0f32, f32::max);
     println!(
-        "check: max |logit difference| {max_diff:.4} over {} tokens x {} vocab (largest logit {scale:.2}) against the base model with the adapters",
+        "check (f32): max |logit difference| {max_diff:.4} over {} tokens x {} vocab (largest logit {scale:.2}) between the base model with the adapters and the export",
         ids.len(),
         served.config().vocab_size
     );
