@@ -128,6 +128,26 @@ pub struct TrainArgs {
     /// One ratio per rollout (geometric mean) instead of per token.
     #[arg(long)]
     pub sequence_level: bool,
+    /// Prompt selection: uniform, or difficulty (pass rates near 1/2) [uniform].
+    #[arg(long, value_parser = parse_selection)]
+    pub selection: Option<tern_trainer::data::Selection>,
+    /// Weight of a new observation in a task's pass-rate EMA [0.5].
+    #[arg(long)]
+    pub pass_rate_alpha: Option<f64>,
+    /// Share of each step's groups replayed from recent steps [0].
+    #[arg(long)]
+    pub replay_share: Option<f64>,
+    /// Groups the replay buffer keeps [32].
+    #[arg(long)]
+    pub replay_capacity: Option<usize>,
+}
+
+fn parse_selection(s: &str) -> Result<tern_trainer::data::Selection, String> {
+    match s {
+        "uniform" => Ok(tern_trainer::data::Selection::Uniform),
+        "difficulty" => Ok(tern_trainer::data::Selection::Difficulty),
+        o => Err(format!("unknown selection `{o}` (uniform or difficulty)")),
+    }
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
@@ -182,7 +202,11 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         seed,
         out,
         checkpoint_every,
-        rollout_kv_policy
+        rollout_kv_policy,
+        selection,
+        pass_rate_alpha,
+        replay_share,
+        replay_capacity
     );
     if a.eval_task.is_some() {
         c.eval_task = a.eval_task.clone();

@@ -28,6 +28,9 @@ pub struct State {
     pub model_path: PathBuf,
     /// `alpha / rank` when the tensors are LoRA adapters.
     pub lora_scale: Option<f64>,
+    /// Pass rates and replay buffer.
+    #[serde(default)]
+    pub data: crate::data::DataState,
 }
 
 /// A checkpoint in memory.
@@ -161,6 +164,7 @@ mod tests {
                     config: TrainConfig::default(),
                     model_path: "m.gguf".into(),
                     lora_scale: Some(2.0),
+                    data: Default::default(),
                 },
                 params: HashMap::from([("w".to_string(), t(step as f32))]),
                 m: HashMap::from([("w".to_string(), t(0.5))]),

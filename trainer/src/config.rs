@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use tern_models::LoraTarget;
 
 use crate::correction::{Correction, Thresholds};
+use crate::data::Selection;
 use crate::error::{Result, TrainError};
 
 /// What the learner optimises.
@@ -96,6 +97,14 @@ pub struct TrainConfig {
     pub correction: Correction,
     /// Correction thresholds (veto, rejection band, truncation cap, level).
     pub rho: Thresholds,
+    /// How prompts are chosen: uniform, or difficulty (pass rates near 1/2).
+    pub selection: Selection,
+    /// Weight of a new group's mean reward in a task's pass-rate EMA.
+    pub pass_rate_alpha: f64,
+    /// Share of each step's groups replayed from the buffer (0: no replay).
+    pub replay_share: f64,
+    /// Groups the replay buffer keeps.
+    pub replay_capacity: usize,
 }
 
 impl Default for TrainConfig {
@@ -131,6 +140,10 @@ impl Default for TrainConfig {
             system_prompt: None,
             correction: Correction::None,
             rho: Thresholds::default(),
+            selection: Selection::Uniform,
+            pass_rate_alpha: 0.5,
+            replay_share: 0.0,
+            replay_capacity: 32,
         }
     }
 }
@@ -194,6 +207,10 @@ impl TrainConfig {
                 "correction {} compares the learner with the sampler's recorded log-probabilities, which are at temperature 1: set temperature = 1",
                 self.correction
             ));
+        }
+        if !(0.0..=1.0).contains(&self.replay_share) || !(0.0..=1.0).contains(&self.pass_rate_alpha)
+        {
+            return bad("replay_share and pass_rate_alpha must be in [0, 1]".into());
         }
         let r = &self.rho;
         if !(r.veto >= 0.0 && r.low <= 1.0 && r.high >= 1.0 && r.cap > 0.0) {

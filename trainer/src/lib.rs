@@ -9,6 +9,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod correction;
+pub mod data;
 pub mod error;
 pub mod grpo;
 pub mod learner;

@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use tern_models::GgufFile;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
@@ -20,6 +18,7 @@ use tern_runtime::LoadedModel;
 use crate::checkpoint::{self, Checkpoint, State};
 use crate::config::{Algorithm, TrainConfig};
 use crate::correction::{self, Correction};
+use crate::data::{self, DataState, ReplayBuffer, Replayed};
 use crate::error::{Result, TrainError};
 use crate::grpo;
 use crate::learner::{Learner, Sample};
@@ -50,6 +49,9 @@ pub struct StepMetrics {
     pub learner_tokens: usize,
     /// Groups whose rewards differed (the ones that carry a gradient).
     pub groups_with_signal: usize,
+    /// Groups replayed from earlier steps.
+    #[serde(default)]
+    pub replayed_groups: usize,
     /// Share of scored tokens whose clipped branch was taken.
     pub clipped_frac: f64,
     /// KV bytes the rollouts held at their peaks, summed.
@@ -136,13 +138,6 @@ fn prepare_out(dir: &Path) -> Result<()> {
     std::fs::write(&probe, b"ok").map_err(|e| fail(format!("not writable ({e})")))?;
     let _ = std::fs::remove_file(probe);
     Ok(())
-}
-
-/// The prompts of step `step`: `count` task indices drawn from (seed, step).
-fn pick(seed: u64, step: usize, n_tasks: usize, count: usize) -> Vec<usize> {
-    let mut rng =
-        ChaCha8Rng::seed_from_u64(seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    (0..count).map(|_| rng.gen_range(0..n_tasks)).collect()
 }
 
 /// Greedy accuracy of the engine's current weights on `tasks`.
@@ -275,9 +270,14 @@ pub fn train(
         AdamW::new(&vars, cfg.weight_decay)?
     };
     let mut start = 0;
+    let mut data_state = DataState {
+        replay: ReplayBuffer::new(cfg.replay_capacity),
+        ..Default::default()
+    };
     if let Some(ck) = &resumed {
         restore(&learner, &mut opt, &names, ck)?;
         start = ck.state.step;
+        data_state = ck.state.data.clone();
         progress(Progress::Note(format!("resumed after step {start}")));
     }
     let metrics_path = cfg.out.join("metrics.jsonl");
@@ -312,7 +312,14 @@ pub fn train(
     for step in start..cfg.steps {
         let t0 = Instant::now();
         engine.set_adapters(step as u64, learner.adapters_snapshot()?)?;
-        let picks = pick(cfg.seed, step, train_tasks.len(), cfg.prompts_per_step);
+        let picks = data::pick(
+            cfg.selection,
+            &data_state.rates,
+            cfg.seed,
+            step,
+            train_tasks.len(),
+            cfg.prompts_per_step,
+        );
         let mut m = StepMetrics {
             step: step + 1,
             reward_mean: 0.0,
@@ -324,6 +331,7 @@ pub fn train(
             tokens_per_s: 0.0,
             learner_tokens: 0,
             groups_with_signal: 0,
+            replayed_groups: 0,
             clipped_frac: 0.0,
             kv_bytes_peak: 0,
             kv_bytes_full: 0,
@@ -336,6 +344,8 @@ pub fn train(
         let mut samples = Vec::new();
         let mut advantages = Vec::new();
         let mut behaviour: Vec<Vec<f64>> = Vec::new();
+        // Group index (within this step) of each fresh sample, for replay.
+        let mut group_of: Vec<usize> = Vec::new();
         match cfg.algorithm {
             Algorithm::Grpo => {
                 let spec = RolloutSpec {
@@ -360,7 +370,10 @@ pub fn train(
                     .sum::<f64>()
                     / n)
                     .sqrt();
-                for g in &groups {
+                for (gi, g) in groups.iter().enumerate() {
+                    let mean = g.rollouts.iter().map(|r| r.reward).sum::<f64>()
+                        / g.rollouts.len().max(1) as f64;
+                    data_state.rates.update(g.task, mean, cfg.pass_rate_alpha);
                     let adv = grpo::group_advantages(
                         &g.rollouts.iter().map(|r| r.reward).collect::<Vec<_>>(),
                     );
@@ -378,6 +391,7 @@ pub fn train(
                             });
                             advantages.push(a);
                             behaviour.push(r.logprobs.clone());
+                            group_of.push(gi);
                         }
                     }
                 }
@@ -423,27 +437,38 @@ pub fn train(
                     .iter()
                     .map(|w| w.iter().any(|&x| x > 0.0))
                     .collect();
-                let filt = |v: Vec<Vec<f64>>| -> Vec<Vec<f64>> {
-                    v.into_iter()
-                        .zip(&keep)
-                        .filter(|(_, &k)| k)
-                        .map(|(x, _)| x)
-                        .collect()
-                };
-                weights = Some(filt(c.weights));
-                old = Some(filt(scored));
-                samples = samples
-                    .into_iter()
-                    .zip(&keep)
-                    .filter(|(_, &k)| k)
-                    .map(|(s, _)| s)
-                    .collect();
-                advantages = advantages
-                    .into_iter()
-                    .zip(&keep)
-                    .filter(|(_, &k)| k)
-                    .map(|(a, _)| a)
-                    .collect();
+                weights = Some(keep_where(c.weights, &keep));
+                old = Some(keep_where(scored, &keep));
+                samples = keep_where(samples, &keep);
+                advantages = keep_where(advantages, &keep);
+                group_of = keep_where(group_of, &keep);
+            }
+        }
+
+        // Per sample: pi_old if already known, and the correction's weights.
+        let n_fresh = samples.len();
+        let mut old_per: Vec<Option<Vec<f64>>> = match old {
+            Some(o) => o.into_iter().map(Some).collect(),
+            None => vec![None; n_fresh],
+        };
+        let mut weights_per: Vec<Option<Vec<f64>>> = match weights {
+            Some(w) => w.into_iter().map(Some).collect(),
+            None => vec![None; n_fresh],
+        };
+        // Replay: groups from earlier steps, with the pi_old they were trained
+        // with, under the same clipped loss.
+        if cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0 {
+            let k = (cfg.replay_share * cfg.prompts_per_step as f64).round() as usize;
+            let replayed = data_state.replay.sample(cfg.seed, step, k);
+            m.replayed_groups = replayed.len();
+            for r in replayed.into_iter().flatten() {
+                samples.push(Sample {
+                    prompt: r.prompt,
+                    response: r.response,
+                });
+                advantages.push(r.advantage);
+                old_per.push(Some(r.logp_old));
+                weights_per.push(None);
             }
         }
 
@@ -459,10 +484,14 @@ pub fn train(
             m.peak_estimate_bytes = est.learner_peak(&mcfg, tokens, longest);
             // The loss is a mean over the tokens that count: every response
             // token, or under a correction only those with a weight.
-            let n_tokens: usize = match &weights {
-                Some(w) => w.iter().flatten().filter(|&&x| x > 0.0).count(),
-                None => samples.iter().map(|s| s.response.len()).sum(),
-            };
+            let n_tokens: usize = samples
+                .iter()
+                .zip(&weights_per)
+                .map(|(s, w)| match w {
+                    Some(w) => w.iter().filter(|&&x| x > 0.0).count(),
+                    None => s.response.len(),
+                })
+                .sum();
             let inv = 1.0 / n_tokens.max(1) as f64;
             let refs = if cfg.kl_coef > 0.0 && !cfg.full {
                 Some(learner.score(&samples, plan.micro_batch, true)?)
@@ -476,8 +505,8 @@ pub fn train(
                     if algo == Algorithm::Sft {
                         return (-logp * inv, -inv);
                     }
-                    let lp_old = old.as_ref().map_or(logp, |o| o[i][j]);
-                    let w = weights.as_ref().map_or(1.0, |w| w[i][j]);
+                    let lp_old = old_per[i].as_ref().map_or(logp, |o| o[j]);
+                    let w = weights_per[i].as_ref().map_or(1.0, |w| w[j]);
                     if w == 0.0 {
                         return (0.0, 0.0);
                     }
@@ -507,10 +536,31 @@ pub fn train(
                     m.grad_norm = norm;
                     m.learner_tokens = out.tokens;
                     m.clipped_frac = clipped as f64 / out.tokens.max(1) as f64;
-                    if old.is_none() {
-                        old = Some(out.logprobs);
+                    for (o, lp) in old_per.iter_mut().zip(out.logprobs) {
+                        if o.is_none() {
+                            *o = Some(lp);
+                        }
                     }
                 }
+            }
+        }
+        // This step's fresh groups join the replay buffer with their pi_old.
+        if cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0 {
+            let mut by_group: Vec<(usize, Vec<Replayed>)> = Vec::new();
+            for i in 0..n_fresh {
+                let r = Replayed {
+                    prompt: samples[i].prompt.clone(),
+                    response: samples[i].response.clone(),
+                    advantage: advantages[i],
+                    logp_old: old_per[i].clone().unwrap_or_default(),
+                };
+                match by_group.last_mut() {
+                    Some((g, v)) if *g == group_of[i] => v.push(r),
+                    _ => by_group.push((group_of[i], vec![r])),
+                }
+            }
+            for (_, g) in by_group {
+                data_state.replay.push(g);
             }
         }
         m.peak_rss_bytes = memory::check(cap, "the optimizer update")?;
@@ -518,7 +568,15 @@ pub fn train(
         append_metrics(&metrics_path, &m)?;
         progress(Progress::Step(&m));
         if (step + 1) % cfg.checkpoint_every == 0 || step + 1 == cfg.steps {
-            last_dir = save_checkpoint(cfg, model_path, &learner, &opt, &names, step + 1)?;
+            last_dir = save_checkpoint(
+                cfg,
+                model_path,
+                &learner,
+                &opt,
+                &names,
+                step + 1,
+                &data_state,
+            )?;
         }
     }
     if let Some(et) = &eval_tasks {
@@ -546,6 +604,7 @@ fn save_checkpoint(
     opt: &AdamW,
     names: &[String],
     step: usize,
+    data_state: &DataState,
 ) -> Result<PathBuf> {
     let params: HashMap<String, candle_core::Tensor> = learner
         .params()
@@ -559,6 +618,7 @@ fn save_checkpoint(
             config: cfg.clone(),
             model_path: model_path.to_path_buf(),
             lora_scale: learner.lora_scale(),
+            data: data_state.clone(),
         },
         params,
         m: names.iter().cloned().zip(opt.m.iter().cloned()).collect(),
@@ -593,6 +653,15 @@ fn restore(learner: &Learner, opt: &mut AdamW, names: &[String], ck: &Checkpoint
     }
     opt.t = ck.state.adam_t;
     Ok(())
+}
+
+/// The items of `v` whose `keep` flag is set.
+fn keep_where<T>(v: Vec<T>, keep: &[bool]) -> Vec<T> {
+    v.into_iter()
+        .zip(keep)
+        .filter(|(_, &k)| k)
+        .map(|(x, _)| x)
+        .collect()
 }
 
 fn append_metrics(path: &Path, m: &StepMetrics) -> Result<()> {
@@ -642,13 +711,6 @@ fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn picks_depend_on_seed_and_step_only() {
-        assert_eq!(pick(1, 3, 100, 8), pick(1, 3, 100, 8));
-        assert_ne!(pick(1, 3, 100, 8), pick(1, 4, 100, 8));
-        assert!(pick(5, 0, 7, 50).iter().all(|&i| i < 7));
-    }
 
     #[test]
     fn an_unwritable_out_dir_is_refused() {
