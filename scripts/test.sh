@@ -8,13 +8,16 @@ say() { printf '\n== %s\n' "$*"; }
 
 # 1. System packages: a C toolchain for -sys crates, cmake and libclang for
 #    llama.cpp (the `llama-cpp` backend, built by default), Python with pip for
-#    `tern pull` and the API suite, Chromium for the chat-page test.
+#    `tern pull` and the API suite, Chromium for the chat-page test, a font for
+#    `tern plot`.
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# `tern plot` draws its labels with DejaVu Sans.
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v unzip >/dev/null 2>&1 || true
