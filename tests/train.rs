@@ -400,3 +400,43 @@ fn grpo_with_selection_and_replay_resumes_exactly() {
         }
     }
 }
+
+/// Full fine-tuning trains every block weight (no adapters) and exports them.
+#[test]
+fn full_fine_tuning_learns_and_exports() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let task = dir.path().join("t.jsonl");
+    std::fs::write(
+        &task,
+        "{\"question\": \"What is 1 + 2?\", \"answer\": \"3\"}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let mut args = sft_args(&model, task.to_str().unwrap(), out.to_str().unwrap(), "8");
+    let lr = args.iter().position(|&a| a == "--lr").unwrap();
+    args[lr + 1] = "0.001";
+    args.push("--full");
+    ok(&train(&args));
+    let m = metrics(&out);
+    let (first, last) = (
+        m[0]["loss"].as_f64().unwrap(),
+        m[7]["loss"].as_f64().unwrap(),
+    );
+    assert!(last < 0.5 * first, "loss {first} -> {last}");
+    let gguf = dir.path().join("full.gguf");
+    let o = tern(
+        &[
+            "export",
+            "--checkpoint",
+            out.to_str().unwrap(),
+            "--out",
+            gguf.to_str().unwrap(),
+            "--quant",
+            "f16",
+        ],
+        None,
+    );
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("check (f32)"));
+}
