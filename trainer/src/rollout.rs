@@ -77,8 +77,8 @@ pub struct RolloutSpec<'a> {
 
 /// Rolls out every task in `picks` (indices into `tasks`); request `i` is
 /// seeded `seed_base + 1000 i` (child `j`: `+ j`), so a step's rollouts are the
-/// same whenever it runs. All requests are submitted at once and the engine
-/// batches them. Returns the groups and the wall seconds spent.
+/// same whenever it runs. All requests are queued as one unit (see
+/// `EngineHandle::submit_all`), so the engine batches them the same way. Returns the groups and the wall seconds spent.
 pub fn rollout(
     engine: &EngineHandle,
     tasks: &[Task],
@@ -87,7 +87,8 @@ pub fn rollout(
     seed_base: u64,
 ) -> Result<(Vec<Group>, f64)> {
     let t0 = Instant::now();
-    let mut streams = Vec::with_capacity(picks.len());
+    let mut reqs = Vec::with_capacity(picks.len());
+    let mut prompts = Vec::with_capacity(picks.len());
     for (i, &ti) in picks.iter().enumerate() {
         let prompt = prompt_ids(engine, spec.system, &tasks[ti])?;
         let sampling = SamplingParams {
@@ -99,11 +100,17 @@ pub fn rollout(
         req.n = spec.group_size;
         req.logprobs = true;
         req.kv_policy = spec.kv_policy.clone();
-        let stream = engine
-            .submit(req)
-            .map_err(|e| TrainError::Rollout(e.to_string()))?;
-        streams.push((ti, prompt, stream));
+        reqs.push(req);
+        prompts.push((ti, prompt));
     }
+    // One unit, so the engine batches them the same way every time.
+    let streams: Vec<_> = engine
+        .submit_all(reqs)
+        .map_err(|e| TrainError::Rollout(e.to_string()))?
+        .into_iter()
+        .zip(prompts)
+        .map(|(s, (ti, p))| (ti, p, s))
+        .collect();
     let mut groups = Vec::with_capacity(streams.len());
     for (ti, prompt, mut stream) in streams {
         let mut rollouts: Vec<Rollout> = (0..spec.group_size)

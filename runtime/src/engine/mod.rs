@@ -223,6 +223,8 @@ impl RequestStream {
 /// Commands from handles to the engine thread.
 enum Command {
     Submit(Box<Pending>),
+    /// Several requests the engine takes in together (see `submit_all`).
+    SubmitAll(Vec<Pending>),
     /// New adapters for every later step, tagged with a version; the result goes
     /// back on `ack` once the engine has switched.
     SetAdapters {
@@ -367,6 +369,46 @@ impl EngineHandle {
 
     /// Validates `req` and queues it; events arrive on the returned stream.
     pub fn submit(&self, req: SubmitRequest) -> Result<RequestStream, SubmitError> {
+        let (pending, stream) = self.prepare(req)?;
+        if self.tx.send(Command::Submit(Box::new(pending))).is_err() {
+            self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::Stopped);
+        }
+        Ok(stream)
+    }
+
+    /// Validates every request and queues them as one unit: the engine takes
+    /// them all in before its next step, so their batches (and therefore their
+    /// outputs, to the bit) do not depend on how fast the caller submitted.
+    /// The trainer's rollouts rely on this for exact resume. All or none are
+    /// queued.
+    pub fn submit_all(&self, reqs: Vec<SubmitRequest>) -> Result<Vec<RequestStream>, SubmitError> {
+        let mut pendings = Vec::with_capacity(reqs.len());
+        let mut streams = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            match self.prepare(req) {
+                Ok((p, s)) => {
+                    pendings.push(p);
+                    streams.push(s);
+                }
+                Err(e) => {
+                    self.shared
+                        .waiting
+                        .fetch_sub(pendings.len(), Ordering::AcqRel);
+                    return Err(e);
+                }
+            }
+        }
+        let n = pendings.len();
+        if self.tx.send(Command::SubmitAll(pendings)).is_err() {
+            self.shared.waiting.fetch_sub(n, Ordering::AcqRel);
+            return Err(SubmitError::Stopped);
+        }
+        Ok(streams)
+    }
+
+    /// Checks a request and takes a queue slot for it.
+    fn prepare(&self, req: SubmitRequest) -> Result<(Pending, RequestStream), SubmitError> {
         if self.shared.stopped.load(Ordering::Relaxed) {
             return Err(SubmitError::Stopped);
         }
@@ -407,15 +449,14 @@ impl EngineHandle {
             events: events_tx,
             submitted: Instant::now(),
         };
-        if self.tx.send(Command::Submit(Box::new(pending))).is_err() {
-            self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Err(SubmitError::Stopped);
-        }
-        Ok(RequestStream {
-            id,
-            kv_reserved: reserve,
-            events: events_rx,
-        })
+        Ok((
+            pending,
+            RequestStream {
+                id,
+                kv_reserved: reserve,
+                events: events_rx,
+            },
+        ))
     }
 }
 

@@ -99,6 +99,7 @@ impl Engine {
     fn intake(&mut self, cmd: Command) {
         match cmd {
             Command::Submit(p) => self.waiting.push_back(*p),
+            Command::SubmitAll(ps) => self.waiting.extend(ps),
             Command::SetAdapters {
                 version,
                 adapters,
