@@ -5,7 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tern_runtime::engine::{EngineConfig, EngineHandle, Event, SubmitError, SubmitRequest};
+use tern_runtime::engine::{
+    ConvergenceRule, EngineConfig, EngineHandle, Event, ProbeSpec, SubmitError, SubmitRequest,
+    ThinkSpec,
+};
 use tern_runtime::generate::{generate, FinishReason, GenerateRequest};
 use tern_runtime::sampler::SamplingParams;
 
@@ -46,7 +49,7 @@ fn collect(mut s: tern_runtime::engine::RequestStream) -> Vec<(Vec<u32>, FinishR
                 out[index].1 = Some(finish_reason);
             }
             Event::Error(e) => panic!("engine error: {e}"),
-            Event::Prefilled { .. } => {}
+            Event::Prefilled { .. } | Event::Probe { .. } | Event::Concluded { .. } => {}
         }
     }
     out.into_iter()
@@ -261,4 +264,123 @@ fn json_constraint_keeps_every_output_a_json_prefix() {
             assert!(v.is_object());
         }
     }
+}
+
+/// Every event of one single-completion request, in order.
+fn events(mut s: tern_runtime::engine::RequestStream) -> Vec<Event> {
+    let mut out = Vec::new();
+    while let Some(ev) = s.blocking_recv() {
+        out.push(ev);
+    }
+    out
+}
+
+/// The sampled token ids among `evs`, in order.
+fn sampled(evs: &[Event]) -> Vec<u32> {
+    evs.iter()
+        .filter_map(|e| match e {
+            Event::Token { token, .. } => Some(*token),
+            _ => None,
+        })
+        .collect()
+}
+
+fn think_request(rule: ConvergenceRule) -> SubmitRequest {
+    let mut req = SubmitRequest::new(prompt(5, 12), SamplingParams::greedy(), 40);
+    req.ignore_eos = true;
+    req.think = Some(ThinkSpec {
+        budget: 12,
+        answer_suffix: vec![9, 10, 11],
+        answer_tokens: 5,
+        probe: Some(ProbeSpec {
+            every: 4,
+            max_tokens: 3,
+            stop: Vec::new(),
+            rule,
+        }),
+    });
+    req
+}
+
+/// Greedy tokens after `prefix`, `n` of them, from a plain run.
+fn greedy_after(model: &tern_runtime::LoadedModel, prefix: Vec<u32>, n: usize) -> Vec<u32> {
+    let mut r = SubmitRequest::new(prefix, SamplingParams::greedy(), n);
+    r.ignore_eos = true;
+    alone(model, &r)
+}
+
+#[test]
+fn think_budget_forces_the_suffix_and_probes_leave_the_reasoning_unchanged() {
+    let (_d, model) = load_tiny();
+    let req = think_request(ConvergenceRule::new(|_| false));
+    let suffix = vec![9, 10, 11];
+    let reasoning = greedy_after(&model, req.prompt.clone(), 12);
+    let answer = greedy_after(&model, [&req.prompt[..], &reasoning, &suffix].concat(), 5);
+    let probe_at_4 = greedy_after(
+        &model,
+        [&req.prompt[..], &reasoning[..4], &suffix].concat(),
+        3,
+    );
+    let probe_text = model.tokenizer.decode(&probe_at_4, false);
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    let evs = events(engine.submit(req).unwrap());
+    let tokens = sampled(&evs);
+    // The paused parent continues exactly as if it had never been probed,
+    // and the forced suffix reaches its cache before the answer.
+    assert_eq!(tokens, [reasoning, answer].concat());
+    let probes: Vec<(usize, &str, usize)> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Probe {
+                at, text, tokens, ..
+            } => Some((*at, text.as_str(), *tokens)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(probes.len(), 2, "probes at 4 and 8, none at the budget");
+    assert_eq!((probes[0].0, probes[1].0), (4, 8));
+    assert_eq!((probes[0].1, probes[0].2), (probe_text.as_str(), 3));
+    let concluded: Vec<_> = evs
+        .iter()
+        .filter(|e| matches!(e, Event::Concluded { .. }))
+        .collect();
+    assert!(matches!(
+        concluded[..],
+        [Event::Concluded {
+            at: 12,
+            early: false,
+            ..
+        }]
+    ));
+    assert!(matches!(
+        evs.last(),
+        Some(Event::Done {
+            completion_tokens: 17,
+            finish_reason: FinishReason::Length,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_settled_probe_concludes_where_it_was_taken() {
+    let (_d, model) = load_tiny();
+    let req = think_request(ConvergenceRule::new(|p| p.len() >= 2));
+    let suffix = vec![9, 10, 11];
+    let reasoning = greedy_after(&model, req.prompt.clone(), 8);
+    let answer = greedy_after(&model, [&req.prompt[..], &reasoning, &suffix].concat(), 5);
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    let evs = events(engine.submit(req).unwrap());
+    let tokens = sampled(&evs);
+    assert_eq!(tokens, [reasoning, answer].concat());
+    assert!(evs.iter().any(|e| matches!(
+        e,
+        Event::Concluded {
+            at: 8,
+            early: true,
+            ..
+        }
+    )));
+    // Probe forks are freed: the engine holds no sequence afterwards.
+    wait_for(&engine, "idle", |e| e.metrics().snapshot().sequences == 0);
 }

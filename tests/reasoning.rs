@@ -195,3 +195,172 @@ fn eval_reports_accuracy_tokens_and_time_per_strategy() {
     );
     assert_clean_error(&bad, "unknown strategy");
 }
+
+/// One greedy candidate under adaptive length, as `tern bon --json` reports it.
+fn length_run(prompt: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["-p", prompt, "-n", "1", "--temperature", "0"];
+    args.extend_from_slice(extra);
+    let j = bon(&args);
+    let c = &j["candidates"][0];
+    assert!(c["length"].is_object(), "{j}");
+    j
+}
+
+#[test]
+fn adaptive_length_stops_early_once_the_probes_agree() {
+    // An easy question the model explains at length: the answer is settled
+    // long before the explanation ends, so three agreeing probes stop it.
+    let j = length_run(
+        "What is 2 + 2? Explain your answer in detail.",
+        &[
+            "--reasoning-effort",
+            "auto",
+            "--probe-every",
+            "16",
+            "--max-tokens",
+            "400",
+        ],
+    );
+    let l = &j["candidates"][0]["length"];
+    assert_eq!(l["stopped_early"], true, "{j}");
+    let probes = l["probes"].as_array().unwrap();
+    assert!(probes.len() >= 3);
+    let last: Vec<&serde_json::Value> = probes[probes.len() - 3..]
+        .iter()
+        .map(|p| &p["answer"])
+        .collect();
+    assert!(last.iter().all(|a| *a == last[0] && a.is_string()), "{l}");
+    let reasoning = l["reasoning_tokens"].as_u64().unwrap();
+    assert_eq!(reasoning, probes.last().unwrap()["at"].as_u64().unwrap());
+    assert_eq!(l["cap"], 400 - 48);
+    assert_eq!(l["tokens_saved"].as_u64().unwrap(), 352 - reasoning);
+    // The answer is written after the forced suffix, and it is the probes' answer.
+    let text = j["text"].as_str().unwrap();
+    assert!(text.contains("The final answer is"), "{text}");
+    assert_eq!(j["answer"], *last[0]);
+    // Every generated token is counted: the completion plus its probes.
+    let spent =
+        j["candidates"][0]["tokens"].as_u64().unwrap() + l["probe_tokens"].as_u64().unwrap();
+    assert_eq!(j["tokens"].as_u64().unwrap(), spent);
+}
+
+#[test]
+fn thinking_budget_caps_the_reasoning_and_forces_the_answer() {
+    let j = length_run(
+        "Tell me a long story about a dragon who loves books.",
+        &["--thinking-budget", "32", "--max-tokens", "400"],
+    );
+    let l = &j["candidates"][0]["length"];
+    assert_eq!(l["hit_cap"], true, "{j}");
+    assert_eq!(l["reasoning_tokens"], 32);
+    assert_eq!(l["probes"].as_array().unwrap().len(), 0);
+    let answer = l["answer_tokens"].as_u64().unwrap();
+    assert!((1..=48).contains(&answer), "{l}");
+    assert_eq!(j["candidates"][0]["tokens"].as_u64().unwrap(), 32 + answer);
+    assert!(j["text"].as_str().unwrap().contains("The final answer is"));
+}
+
+#[test]
+fn bad_reasoning_flags_are_clear_errors() {
+    let model = real_model();
+    let m = model.to_str().unwrap();
+    let out = tern(
+        &["bon", "-m", m, "-p", "x", "--reasoning-effort", "extreme"],
+        None,
+    );
+    assert_clean_error(&out, "reasoning_effort");
+    let out = tern(&["bon", "-m", m, "-p", "x", "--thinking-budget", "0"], None);
+    assert_clean_error(&out, "thinking_budget_tokens");
+    let out = tern(
+        &[
+            "bon",
+            "-m",
+            m,
+            "-p",
+            "x",
+            "--aggregate",
+            "synthesize",
+            "--synthesizer-model",
+            "/nonexistent/synth.gguf",
+        ],
+        None,
+    );
+    assert_clean_error(&out, "--synthesizer-model");
+}
+
+#[test]
+fn a_second_model_writes_the_synthesis() {
+    // The same weights loaded a second time as their own engine: the run
+    // works end to end, and with greedy candidates and a greedy synthesis it
+    // matches the one-engine run exactly.
+    let model = real_model();
+    let m = model.to_str().unwrap();
+    let args = [
+        "-p",
+        "What is 12 + 30?",
+        "-n",
+        "2",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "32",
+        "--aggregate",
+        "synthesize",
+    ];
+    let one = bon(&args);
+    let mut with = args.to_vec();
+    with.extend_from_slice(&["--synthesizer-model", m]);
+    let two = bon(&with);
+    assert_eq!(one["text"], two["text"]);
+    assert_eq!(one["tokens"], two["tokens"]);
+}
+
+#[test]
+fn eval_runs_the_adaptive_length_strategy() {
+    let model = real_model();
+    let out = tern(
+        &[
+            "eval",
+            "-m",
+            model.to_str().unwrap(),
+            "--task",
+            "arithmetic:count=2,seed=3,difficulty=1,ops=add",
+            "--strategy",
+            "length@auto,length@16",
+            "--probe-every",
+            "16",
+            "--max-tokens",
+            "120",
+            "--json",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = last_json(&out)["rows"].as_array().unwrap().clone();
+    assert_eq!(rows[0]["strategy"], "length@auto");
+    assert_eq!(rows[1]["strategy"], "length@16");
+    // A bare cap has no probes; auto has them unless every answer was short.
+    assert_eq!(rows[1]["probes_per_task"], 0.0);
+    for r in &rows {
+        assert_eq!(r["tasks"], 2);
+        assert_eq!(r["candidates_per_task"], 1.0);
+        assert!(r["tokens"].as_u64().unwrap() > 0);
+    }
+    let bad = tern(
+        &[
+            "eval",
+            "-m",
+            model.to_str().unwrap(),
+            "--task",
+            "arithmetic:count=1,seed=1",
+            "--strategy",
+            "length@extreme",
+        ],
+        None,
+    );
+    assert_clean_error(&bad, "reasoning_effort");
+}

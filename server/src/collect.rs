@@ -41,6 +41,7 @@ pub async fn collect(
     while !tally.all_done() {
         match source.next_event().await {
             Some(Event::Prefilled { .. }) => {}
+            Some(e @ (Event::Probe { .. } | Event::Concluded { .. })) => tally.reasoning_event(&e),
             Some(Event::Token {
                 index,
                 text,

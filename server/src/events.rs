@@ -6,8 +6,9 @@
 use std::future::Future;
 
 use tern_runtime::engine::{Event, KvUsage, RequestStream};
+use tern_runtime::reasoning::{Effort, LengthTally};
 
-use crate::openai::usage::{TernInfo, Usage};
+use crate::openai::usage::{ReasoningInfo, TernInfo, Usage};
 
 /// A request's events in order; `None` once there are no more. Dropping the
 /// source cancels the request (for the engine's stream).
@@ -35,6 +36,9 @@ pub struct Tally {
     prompt_tokens: usize,
     policy: String,
     done: Vec<Option<(usize, KvUsage)>>,
+    /// Adaptive length's tally of the (single) completion, when the request
+    /// set a reasoning effort or budget.
+    reasoning: Option<(Option<Effort>, LengthTally)>,
 }
 
 impl Tally {
@@ -45,6 +49,36 @@ impl Tally {
             prompt_tokens,
             policy,
             done: vec![None; n.max(1)],
+            reasoning: None,
+        }
+    }
+
+    /// Also tallies adaptive length (requests with one completion), reported
+    /// in the `tern` object.
+    pub fn with_reasoning(mut self, effort: Option<Effort>, cap: usize) -> Self {
+        self.reasoning = Some((effort, LengthTally::new(cap)));
+        self
+    }
+
+    /// Records the probe and conclusion events of adaptive length; other
+    /// events are not its business.
+    pub fn reasoning_event(&mut self, event: &Event) {
+        let Some((_, t)) = &mut self.reasoning else {
+            return;
+        };
+        match event {
+            Event::Probe {
+                index: 0,
+                at,
+                text,
+                tokens,
+            } => t.probe(*at, text, *tokens),
+            Event::Concluded {
+                index: 0,
+                at,
+                early,
+            } => t.concluded(*at, *early),
+            _ => {}
         }
     }
 
@@ -89,6 +123,13 @@ impl Tally {
             kv_bytes: kv().map(|k| k.bytes_peak).max().unwrap_or(0),
             kv_bytes_full: kv().map(|k| k.bytes_full).max().unwrap_or(0),
             prompt_tokens: self.prompt_tokens,
+            reasoning: self.reasoning.as_ref().map(|(effort, t)| {
+                let generated = self.done[0].as_ref().map_or(0, |(n, _)| *n);
+                ReasoningInfo {
+                    reasoning_effort: *effort,
+                    length: t.finish(generated),
+                }
+            }),
         }
     }
 }
@@ -122,5 +163,34 @@ pub(crate) mod tests {
             (tern.kv_bytes, tern.kv_bytes_full, tern.prompt_tokens),
             (300, 200, 5)
         );
+        assert!(tern.reasoning.is_none());
+    }
+
+    #[test]
+    fn reasoning_events_make_the_tern_reasoning_report() {
+        let mut t = Tally::new(1, 5, "full".into()).with_reasoning(Some(Effort::Auto), 2048);
+        for at in [64, 128, 192] {
+            t.reasoning_event(&Event::Probe {
+                index: 0,
+                at,
+                text: " 42.".into(),
+                tokens: 3,
+            });
+        }
+        t.reasoning_event(&Event::Concluded {
+            index: 0,
+            at: 192,
+            early: true,
+        });
+        assert!(t.finish(0, 200, kv(1, 2)));
+        let r = t.tern().reasoning.unwrap();
+        assert_eq!(r.reasoning_effort, Some(Effort::Auto));
+        assert!(r.length.stopped_early);
+        assert_eq!(r.length.probes.len(), 3);
+        assert_eq!(r.length.tokens_spent, 209);
+        assert_eq!(r.length.tokens_saved, 2048 - 192);
+        let json = serde_json::to_value(t.tern()).unwrap();
+        assert_eq!(json["reasoning"]["reasoning_effort"], "auto");
+        assert_eq!(json["reasoning"]["probes"][0]["answer"], "42");
     }
 }

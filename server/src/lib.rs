@@ -158,9 +158,17 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// What a loader hands back: the model (tokenizer, template, shape) and the
-/// backend that will run it.
-pub type Loaded = (Arc<LoadedModel>, Box<dyn tern_runtime::backend::Backend>);
+/// What a loader hands back: the model (tokenizer, template, shape), the
+/// backend that will run it, and optionally a synthesizer model.
+pub struct Loaded {
+    /// The served model.
+    pub model: Arc<LoadedModel>,
+    /// What runs its forward pass.
+    pub backend: Box<dyn tern_runtime::backend::Backend>,
+    /// A second model and the id requests may name it by, run as its own
+    /// engine (Tern's backend) to write best-of-N syntheses.
+    pub synthesizer: Option<(String, Arc<LoadedModel>)>,
+}
 
 /// The error a model loader returns.
 pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
@@ -229,8 +237,16 @@ where
                 .await
                 .unwrap_or_else(|e| Err(format!("the loader panicked: {e}").into()));
             match loaded {
-                Ok((model, backend)) => {
-                    state.set_engine(EngineHandle::spawn_with(model, backend, engine_config));
+                Ok(loaded) => {
+                    if let Some((id, model)) = loaded.synthesizer {
+                        let engine = EngineHandle::spawn(model, engine_config.clone());
+                        state.set_synthesizer(id, engine);
+                    }
+                    state.set_engine(EngineHandle::spawn_with(
+                        loaded.model,
+                        loaded.backend,
+                        engine_config,
+                    ));
                     on_event(ServeEvent::Ready {
                         seconds: started.elapsed().as_secs_f64(),
                     });

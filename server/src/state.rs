@@ -27,6 +27,7 @@ struct Inner {
     max_body: usize,
     cors: Cors,
     engine: OnceLock<EngineHandle>,
+    synthesizer: OnceLock<(String, EngineHandle)>,
 }
 
 impl AppState {
@@ -40,6 +41,7 @@ impl AppState {
             max_body: config.max_body,
             cors: config.cors.clone(),
             engine: OnceLock::new(),
+            synthesizer: OnceLock::new(),
         }))
     }
 
@@ -47,6 +49,38 @@ impl AppState {
     /// call is ignored (the first engine keeps serving).
     pub fn set_engine(&self, engine: EngineHandle) {
         let _ = self.0.engine.set(engine);
+    }
+
+    /// Adds the synthesizer model's engine (`--synthesizer-model`), named
+    /// `id`; set before the main engine so a ready server always has it.
+    pub fn set_synthesizer(&self, id: String, engine: EngineHandle) {
+        let _ = self.0.synthesizer.set((id, engine));
+    }
+
+    /// The engine that writes syntheses for a request naming
+    /// `synthesizer_model` (or not): the loaded synthesizer, or the served
+    /// model itself, with its id; a name that is neither is a 400.
+    pub fn synthesizer(&self, requested: Option<&str>) -> Result<(String, EngineHandle), ApiError> {
+        let main = || Ok((self.0.model_id.clone(), self.engine()?.clone()));
+        let loaded = self.0.synthesizer.get();
+        match (requested, loaded) {
+            (None, Some(s)) => Ok(s.clone()),
+            (None, None) => main(),
+            (Some(m), Some(s)) if m == s.0 => Ok(s.clone()),
+            (Some(m), _) if m == self.0.model_id => main(),
+            (Some(m), loaded) => {
+                let mut known = vec![self.0.model_id.as_str()];
+                known.extend(loaded.map(|(id, _)| id.as_str()));
+                Err(ApiError::invalid_param(
+                    "synthesizer_model",
+                    format!(
+                        "synthesizer model `{m}` is not loaded on this server (loaded: {}); start tern serve with --synthesizer-model",
+                        known.join(", ")
+                    ),
+                )
+                .with_code("model_not_found"))
+            }
+        }
     }
 
     /// Whether the model has loaded.

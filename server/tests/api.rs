@@ -227,3 +227,73 @@ async fn json_object_mode_is_accepted() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn thinking_budget_is_reported_in_the_tern_object() {
+    let s = ready(config());
+    let r = post(
+        &s.app,
+        "/v1/chat/completions",
+        &json!({
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hello"}],
+            "temperature": 0,
+            "ignore_eos": true,
+            "max_tokens": 60,
+            "thinking_budget_tokens": 6,
+        }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    let t = &v["tern"]["reasoning"];
+    assert!(t["reasoning_effort"].is_null());
+    // max_tokens 60 leaves 48 answer tokens after the 6-token cap: the budget
+    // forces the answer at 6, and ignore_eos runs the answer to its limit.
+    assert_eq!(t["cap"], 6);
+    assert_eq!(t["hit_cap"], true);
+    assert_eq!(t["stopped_early"], false);
+    assert_eq!(t["reasoning_tokens"], 6);
+    assert_eq!(t["answer_tokens"], 48);
+    assert_eq!(v["usage"]["completion_tokens"], 54);
+    assert_eq!(t["tokens_spent"], 54);
+    // A plain request has no reasoning report.
+    let plain = post(
+        &s.app,
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}),
+    )
+    .await;
+    assert!(plain.json()["tern"].get("reasoning").is_none());
+}
+
+#[tokio::test]
+async fn reasoning_effort_auto_probes_on_a_forked_cache() {
+    let s = ready(config());
+    let r = post(
+        &s.app,
+        "/v1/chat/completions",
+        &json!({
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hello"}],
+            "temperature": 0,
+            "ignore_eos": true,
+            "max_tokens": 200,
+            "reasoning_effort": "auto",
+        }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let t = &r.json()["tern"]["reasoning"];
+    assert_eq!(t["reasoning_effort"], "auto");
+    // The cap shrinks to fit max_tokens with room for the answer.
+    assert_eq!(t["cap"], 200 - 48);
+    let probes = t["probes"].as_array().unwrap();
+    assert!(!probes.is_empty(), "{t}");
+    for (i, p) in probes.iter().enumerate() {
+        assert_eq!(p["at"], 64 * (i as u64 + 1));
+        assert!((1..=20).contains(&p["tokens"].as_u64().unwrap()));
+    }
+    let probe_tokens: u64 = probes.iter().map(|p| p["tokens"].as_u64().unwrap()).sum();
+    assert_eq!(t["probe_tokens"], probe_tokens);
+}

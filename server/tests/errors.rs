@@ -108,6 +108,27 @@ async fn bad_parameters_name_their_field() {
         ),
         (json!({"tools": [{"type": "function"}]}), "tools"),
         (json!({"model": ""}), "model"),
+        (json!({"reasoning_effort": "extreme"}), "reasoning_effort"),
+        (json!({"reasoning_effort": 2}), "reasoning_effort"),
+        (
+            json!({"thinking_budget_tokens": 0}),
+            "thinking_budget_tokens",
+        ),
+        (
+            json!({"thinking_budget_tokens": 100000}),
+            "thinking_budget_tokens",
+        ),
+        (json!({"reasoning_effort": "low", "n": 2}), "n"),
+        (
+            json!({"reasoning_effort": "low", "best_of": 2}),
+            "reasoning_effort",
+        ),
+        (json!({"best_of": 0}), "best_of"),
+        (json!({"best_of": 17}), "best_of"),
+        (
+            json!({"best_of": 2, "aggregate": "synthesize", "synthesizer_model": "nope"}),
+            "synthesizer_model",
+        ),
     ];
     for (extra, param) in cases {
         let r = post(&s.app, "/v1/chat/completions", &chat(extra.clone())).await;

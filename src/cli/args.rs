@@ -215,9 +215,25 @@ pub struct BonArgs {
     /// Seed of candidate 1; candidate i uses seed + i - 1.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Most tokens per candidate and for the synthesis.
+    /// Most tokens per candidate and for the synthesis (reasoning plus answer
+    /// with --reasoning-effort / --thinking-budget).
     #[arg(long, default_value_t = 384)]
     pub max_tokens: usize,
+    /// Adaptive length per candidate: low, medium, high (caps of 128, 512,
+    /// 2048 reasoning tokens, then the answer is forced) or auto (answer
+    /// probes every --probe-every tokens; stop once 3 agree; cap 2048).
+    #[arg(long)]
+    pub reasoning_effort: Option<tern_runtime::reasoning::Effort>,
+    /// The reasoning cap in tokens (replaces the effort's cap).
+    #[arg(long)]
+    pub thinking_budget: Option<usize>,
+    /// Reasoning tokens between answer probes with --reasoning-effort auto.
+    #[arg(long, default_value_t = tern_runtime::reasoning::DEFAULT_PROBE_EVERY)]
+    pub probe_every: usize,
+    /// A second model (path or registry name) that writes the synthesis for
+    /// --aggregate synthesize, run as its own engine (default: --model).
+    #[arg(long)]
+    pub synthesizer_model: Option<String>,
 }
 
 /// `tern eval`.
@@ -232,7 +248,9 @@ pub struct EvalArgs {
     /// `arithmetic:count=200,seed=1,difficulty=1,ops=add+sub+word`.
     #[arg(long)]
     pub task: String,
-    /// Strategies to compare, comma-separated: single, majority@N, synthesize@N, adaptive[@N].
+    /// Strategies to compare, comma-separated: single, majority@N, synthesize@N,
+    /// adaptive[@N], length@EFFORT (one greedy sample under adaptive length:
+    /// EFFORT is low, medium, high, auto, or a token cap).
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]
     pub strategy: Vec<String>,
     /// Evaluate only the first N tasks.
@@ -247,6 +265,13 @@ pub struct EvalArgs {
     /// Most tokens per sample.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
+    /// Reasoning tokens between answer probes for length@auto.
+    #[arg(long, default_value_t = tern_runtime::reasoning::DEFAULT_PROBE_EVERY)]
+    pub probe_every: usize,
+    /// A second model (path or registry name) that writes the synthesis for
+    /// synthesize@N, run as its own engine (default: --model).
+    #[arg(long)]
+    pub synthesizer_model: Option<String>,
 }
 
 /// `tern chat`.
@@ -408,6 +433,11 @@ pub struct ServeArgs {
     /// streaming KV policies only).
     #[arg(long, value_enum, default_value = "candle")]
     pub backend: super::backend::BackendKind,
+    /// A second model (path or registry name) loaded beside --model as its
+    /// own engine; `aggregate: synthesize` uses it to write the synthesis.
+    /// A model that fails to load stops the server at startup.
+    #[arg(long)]
+    pub synthesizer_model: Option<String>,
 }
 
 /// `tern plot`.

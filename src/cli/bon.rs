@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
-use tern_runtime::reasoning::{best_of_n, BonRequest};
+use tern_runtime::reasoning::{best_of_n_with, BonRequest, LengthPolicy};
 use tern_runtime::sampler::SamplingParams;
 
 use super::args::BonArgs;
@@ -27,8 +27,10 @@ pub fn run(a: &BonArgs) -> Result<()> {
             .collect(),
         None => Vec::new(),
     };
+    let length = LengthPolicy::new(a.reasoning_effort, a.thinking_budget, a.probe_every)?;
     let model = resolve::load(&a.model.model)?;
     let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
+    let synthesizer = resolve::synthesizer(a.synthesizer_model.as_deref())?;
     let req = BonRequest {
         messages: a
             .system
@@ -49,9 +51,10 @@ pub fn run(a: &BonArgs) -> Result<()> {
         wave: a.wave,
         kv_policy: a.kv.kv_policy.clone(),
         tests,
+        length,
     };
     let t = std::time::Instant::now();
-    let res = best_of_n(&engine, &req)?;
+    let res = best_of_n_with(&engine, synthesizer.as_ref().unwrap_or(&engine), &req)?;
     let secs = t.elapsed().as_secs_f64();
     if a.model.json {
         let mut v = serde_json::to_value(&res)?;
@@ -70,6 +73,23 @@ pub fn run(a: &BonArgs) -> Result<()> {
                 .map(|p| format!(", {p} tests passed"))
                 .unwrap_or_default()
         );
+        if let Some(l) = &c.length {
+            let how = if l.stopped_early {
+                "probes agreed"
+            } else if l.hit_cap {
+                "hit the cap"
+            } else {
+                "answered by itself"
+            };
+            eprintln!(
+                "    reasoning {} of cap {} tokens ({how}), {} probes ({} tokens), {} saved",
+                l.reasoning_tokens,
+                l.cap,
+                l.probes.len(),
+                l.probe_tokens,
+                l.tokens_saved
+            );
+        }
     }
     println!("{}", res.text.trim());
     eprintln!(

@@ -1,5 +1,6 @@
 //! `tern eval`: accuracy, tokens spent and wall time of answer strategies
-//! (single sample, majority@N, synthesize@N, adaptive) on a JSONL task file,
+//! (single sample, majority@N, synthesize@N, adaptive width, adaptive length)
+//! on a JSONL task file or a built-in generator,
 //! each line `{"question"|"prompt": ..., "answer": ...}` (GSM8K's `#### X`
 //! answers work as they are).
 
@@ -10,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
-use tern_runtime::reasoning::{best_of_n, Aggregate, BonRequest};
+use tern_runtime::reasoning::{best_of_n_with, Aggregate, BonRequest, Effort, LengthPolicy};
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::tasks::{self, Task};
 use tern_runtime::verify;
@@ -25,9 +26,34 @@ struct Strategy {
     n: usize,
     aggregate: Aggregate,
     adaptive: bool,
+    length: Option<LengthPolicy>,
 }
 
-fn parse_strategy(s: &str) -> Result<Strategy> {
+/// `length@EFFORT`: one greedy sample under adaptive length, EFFORT an effort
+/// name or a bare token cap.
+fn parse_length(s: &str, effort: &str, probe_every: usize) -> Result<Strategy> {
+    let policy = match effort.parse::<usize>() {
+        Ok(cap) => LengthPolicy::new(None, Some(cap), probe_every)?,
+        Err(_) => {
+            let e: Effort = effort
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("strategy `{s}`: {e}"))?;
+            LengthPolicy::new(Some(e), None, probe_every)?
+        }
+    };
+    Ok(Strategy {
+        label: s.to_string(),
+        n: 1,
+        aggregate: Aggregate::Majority,
+        adaptive: false,
+        length: policy,
+    })
+}
+
+fn parse_strategy(s: &str, probe_every: usize) -> Result<Strategy> {
+    if let Some(effort) = s.strip_prefix("length@") {
+        return parse_length(s, effort, probe_every);
+    }
     let (name, n) = match s.split_once('@') {
         Some((name, n)) => (
             name,
@@ -42,7 +68,7 @@ fn parse_strategy(s: &str) -> Result<Strategy> {
         "synthesize" => (n, Aggregate::Synthesize, false),
         "adaptive" => (n, Aggregate::Majority, true),
         other => bail!(
-            "unknown strategy `{other}`: use single, majority@N, synthesize@N or adaptive[@N]"
+            "unknown strategy `{other}`: use single, majority@N, synthesize@N, adaptive[@N] or length@EFFORT"
         ),
     };
     if n == 0 || n > tern_runtime::engine::MAX_N {
@@ -53,6 +79,7 @@ fn parse_strategy(s: &str) -> Result<Strategy> {
         n,
         aggregate,
         adaptive,
+        length: None,
     })
 }
 
@@ -72,6 +99,11 @@ struct Row {
     tokens: usize,
     tokens_per_task: f64,
     candidates_per_task: f64,
+    /// Adaptive length: answer probes per task, tasks whose probes stopped
+    /// the reasoning early, reasoning tokens those early stops saved.
+    probes_per_task: f64,
+    stopped_early: usize,
+    tokens_saved: usize,
     seconds: f64,
 }
 
@@ -80,15 +112,18 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     let strategies: Vec<Strategy> = a
         .strategy
         .iter()
-        .map(|s| parse_strategy(s))
+        .map(|s| parse_strategy(s, a.probe_every))
         .collect::<Result<_>>()?;
     let tasks = read_tasks(&a.task, a.limit)?;
     let model = resolve::load(&a.model.model)?;
     let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
+    let synthesizer = resolve::synthesizer(a.synthesizer_model.as_deref())?;
+    let synthesizer = synthesizer.as_ref().unwrap_or(&engine);
     let mut rows = Vec::new();
     for s in &strategies {
         let t = Instant::now();
         let (mut correct, mut tokens, mut used) = (0, 0, 0);
+        let (mut probes, mut early, mut saved) = (0, 0, 0);
         for (i, task) in tasks.iter().enumerate() {
             let req = BonRequest {
                 messages: vec![ChatMessage::new("user", task.question.as_str())],
@@ -105,8 +140,9 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                 wave: 2,
                 kv_policy: a.kv.kv_policy.clone(),
                 tests: Vec::new(),
+                length: s.length.clone(),
             };
-            let res = best_of_n(&engine, &req)?;
+            let res = best_of_n_with(&engine, synthesizer, &req)?;
             let ok = res
                 .answer
                 .as_deref()
@@ -114,6 +150,11 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             correct += ok as usize;
             tokens += res.tokens;
             used += res.candidates.len();
+            for l in res.candidates.iter().filter_map(|c| c.length.as_ref()) {
+                probes += l.probes.len();
+                early += l.stopped_early as usize;
+                saved += l.tokens_saved;
+            }
             if !a.model.json {
                 eprintln!(
                     "{:<14} task {:>3}/{}: {} (got {}, want {})",
@@ -135,6 +176,9 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             tokens,
             tokens_per_task: tokens as f64 / n,
             candidates_per_task: used as f64 / n,
+            probes_per_task: probes as f64 / n,
+            stopped_early: early,
+            tokens_saved: saved,
             seconds: t.elapsed().as_secs_f64(),
         });
     }
@@ -143,17 +187,28 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<16} {:>6} {:>9} {:>12} {:>12} {:>9}",
-        "strategy", "tasks", "accuracy", "tokens/task", "samples/task", "seconds"
+        "{:<16} {:>6} {:>9} {:>12} {:>12} {:>11} {:>6} {:>7} {:>9}",
+        "strategy",
+        "tasks",
+        "accuracy",
+        "tokens/task",
+        "samples/task",
+        "probes/task",
+        "early",
+        "saved",
+        "seconds"
     );
     for r in &rows {
         println!(
-            "{:<16} {:>6} {:>8.1}% {:>12.1} {:>12.2} {:>9.1}",
+            "{:<16} {:>6} {:>8.1}% {:>12.1} {:>12.2} {:>11.2} {:>6} {:>7} {:>9.1}",
             r.strategy,
             r.tasks,
             100.0 * r.accuracy,
             r.tokens_per_task,
             r.candidates_per_task,
+            r.probes_per_task,
+            r.stopped_early,
+            r.tokens_saved,
             r.seconds
         );
     }

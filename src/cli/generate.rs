@@ -105,6 +105,7 @@ pub fn run_request(
                 out.decode_secs = prefilled.elapsed().as_secs_f64();
             }
             Event::Error(e) => anyhow::bail!(e),
+            Event::Probe { .. } | Event::Concluded { .. } => {}
         }
     }
     Ok(out)

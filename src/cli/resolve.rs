@@ -3,9 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
 use tern_models::registry;
 use tern_models::ModelError;
+use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_runtime::LoadedModel;
 
 /// The GGUF path `--model` refers to, fetching a registry model if it is missing.
@@ -43,4 +46,18 @@ pub fn model_path(spec: &str) -> Result<PathBuf> {
 pub fn load(spec: &str) -> Result<LoadedModel> {
     let path = model_path(spec)?;
     Ok(LoadedModel::load(&path)?)
+}
+
+/// The engine of `--synthesizer-model`, if one is given: its own model and
+/// thread beside the candidates' engine. A model that fails to load is an
+/// error naming the flag.
+pub fn synthesizer(spec: Option<&str>) -> Result<Option<EngineHandle>> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let model = load(spec).with_context(|| format!("loading --synthesizer-model {spec}"))?;
+    Ok(Some(EngineHandle::spawn(
+        Arc::new(model),
+        EngineConfig::default(),
+    )))
 }

@@ -23,6 +23,10 @@ use super::resolve;
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &ServeArgs) -> Result<()> {
     let config = server_config(a)?;
+    let synth_spec = a
+        .synthesizer_model
+        .as_ref()
+        .map(|s| (model_id(s), s.clone()));
     let model_id = config.model_id.clone();
     let policy = config.kv_policy.to_string();
     let kv_memory = format_size(config.engine.kv_memory);
@@ -42,7 +46,19 @@ pub fn run(a: &ServeArgs) -> Result<()> {
                 n_seq: max_running * 2,
             };
             let backend = backend::open(kind, &path, &model, &sizing)?;
-            Ok((model, backend))
+            let synthesizer = match &synth_spec {
+                Some((id, s)) => {
+                    let m = resolve::load(s)
+                        .with_context(|| format!("loading --synthesizer-model {s}"))?;
+                    Some((id.clone(), Arc::new(m)))
+                }
+                None => None,
+            };
+            Ok(Loaded {
+                model,
+                backend,
+                synthesizer,
+            })
         };
         // Keep the whole chain of causes in the one message.
         load().map_err(|e| format!("{e:#}").into())

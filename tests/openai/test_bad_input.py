@@ -152,3 +152,24 @@ def test_client_disconnect_mid_stream(http, model_id, metrics):
         time.sleep(0.2)
     assert now["tern_requests_cancelled_total"] == cancelled0 + 1
     assert_alive(http, model_id)
+
+
+# Adaptive length and best-of-N extensions: bad values are 400s naming the field.
+REASONING_CASES = [
+    ("effort_unknown", lambda m: chat(m, reasoning_effort="extreme"), "reasoning_effort", None),
+    ("effort_not_a_string", lambda m: chat(m, reasoning_effort=3), "reasoning_effort", None),
+    ("budget_zero", lambda m: chat(m, thinking_budget_tokens=0), "thinking_budget_tokens", None),
+    ("budget_negative", lambda m: chat(m, thinking_budget_tokens=-4), "thinking_budget_tokens", None),
+    ("budget_huge", lambda m: chat(m, thinking_budget_tokens=10**9), "thinking_budget_tokens", None),
+    ("effort_with_n", lambda m: chat(m, reasoning_effort="low", n=2), "n", None),
+    ("effort_with_best_of", lambda m: chat(m, reasoning_effort="low", best_of=2), "reasoning_effort", "unsupported_parameter"),
+    ("best_of_zero", lambda m: chat(m, best_of=0), "best_of", None),
+    ("best_of_above_cap", lambda m: chat(m, best_of=17), "best_of", None),
+    ("unknown_synthesizer", lambda m: chat(m, best_of=2, aggregate="synthesize", synthesizer_model="no-such-model"), "synthesizer_model", "model_not_found"),
+]
+
+
+@pytest.mark.parametrize("name,build,param,code", REASONING_CASES, ids=[c[0] for c in REASONING_CASES])
+def test_bad_reasoning_fields(http, model_id, name, build, param, code):
+    assert_error(http.post(CHAT, json=build(model_id)), 400, param, code)
+    assert_alive(http, model_id)

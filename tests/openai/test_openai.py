@@ -323,3 +323,68 @@ def test_best_of_rejects_bad_aggregate(client, model_id):
             extra_body={"best_of": 2, "aggregate": "telepathy"},
         )
     assert e.value.body["param"] == "aggregate"
+
+
+# --- adaptive length ---------------------------------------------------------
+
+ARITHMETIC = [{
+    "role": "user",
+    "content": "Tom has 3 apples and buys 5 more. How many apples does he have? Explain step by step.",
+}]
+
+
+def test_reasoning_effort_low_caps_the_reasoning(client, model_id):
+    """`reasoning_effort` as the SDK's own parameter: the low cap (128
+    reasoning tokens) holds, and the `tern` object reports what happened."""
+    resp = client.chat.completions.create(
+        model=model_id, messages=STORY, temperature=0, reasoning_effort="low",
+    )
+    r = tern_info(resp)["reasoning"]
+    assert r["reasoning_effort"] == "low" and r["cap"] == 128
+    assert r["probes"] == [] and not r["stopped_early"]
+    assert r["reasoning_tokens"] <= 128
+    assert resp.usage.completion_tokens == r["reasoning_tokens"] + r["answer_tokens"]
+    if r["hit_cap"]:
+        # The story was cut at the cap and the answer forced after it.
+        assert r["reasoning_tokens"] == 128
+        assert "The final answer is" in resp.choices[0].message.content
+
+
+def test_thinking_budget_forces_the_answer(client, model_id):
+    """`thinking_budget_tokens` via extra_body: the reasoning stops at the
+    budget, the forced suffix follows, then a bounded answer."""
+    resp = client.chat.completions.create(
+        model=model_id, messages=STORY, temperature=0,
+        extra_body={"thinking_budget_tokens": 24},
+    )
+    r = tern_info(resp)["reasoning"]
+    assert r["reasoning_effort"] is None
+    assert r["hit_cap"] and r["reasoning_tokens"] == 24 and r["tokens_saved"] == 0
+    assert 0 < r["answer_tokens"] <= 48
+    assert "The final answer is" in resp.choices[0].message.content
+
+
+def test_reasoning_effort_auto_probes_and_streams_the_same(client, model_id):
+    """`auto` probes the answer every 64 tokens (forked, discarded) and
+    reports each probe; a stream carries the same text and report."""
+    kwargs = dict(
+        model=model_id, messages=ARITHMETIC, temperature=0,
+        reasoning_effort="auto", extra_body={"thinking_budget_tokens": 400},
+    )
+    resp = client.chat.completions.create(**kwargs)
+    r = tern_info(resp)["reasoning"]
+    assert r["reasoning_effort"] == "auto" and r["cap"] == 400
+    for i, p in enumerate(r["probes"]):
+        assert p["at"] == 64 * (i + 1)
+        assert 0 < p["tokens"] <= 20
+    assert r["probe_tokens"] == sum(p["tokens"] for p in r["probes"])
+    assert r["tokens_spent"] == resp.usage.completion_tokens + r["probe_tokens"]
+    if r["stopped_early"]:
+        assert len(r["probes"]) >= 3
+        assert r["tokens_saved"] == 400 - r["reasoning_tokens"]
+    stream = client.chat.completions.create(
+        **kwargs, stream=True, stream_options={"include_usage": True},
+    )
+    chunks, texts, _ = collect_chat_stream(stream)
+    assert texts[0] == resp.choices[0].message.content
+    assert chunks[-1].model_extra["tern"]["reasoning"] == r

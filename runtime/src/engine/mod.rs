@@ -13,12 +13,14 @@
 mod metrics;
 mod scheduler;
 mod sequence;
+mod think;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, MetricsSnapshot, PolicyKv};
+pub use think::{ConvergenceRule, ProbeSpec, ThinkSpec};
 
 use crate::backend::{Backend, CandleBackend};
 use crate::constraint::Constraint;
@@ -101,6 +103,9 @@ pub struct SubmitRequest {
     pub constraint: Option<Constraint>,
     /// Record each sampled token's log-probability in [`Event::Token`].
     pub logprobs: bool,
+    /// A thinking budget (and answer probes) for each completion; `max_tokens`
+    /// still bounds reasoning and answer together.
+    pub think: Option<ThinkSpec>,
 }
 
 impl SubmitRequest {
@@ -116,7 +121,14 @@ impl SubmitRequest {
             n: 1,
             constraint: None,
             logprobs: false,
+            think: None,
         }
+    }
+
+    /// Tokens each sequence may hold beyond the prompt: generated tokens plus
+    /// the forced answer suffix.
+    fn extra_tokens(&self) -> usize {
+        self.max_tokens + self.think.as_ref().map_or(0, |t| t.answer_suffix.len())
     }
 }
 
@@ -164,6 +176,27 @@ pub enum Event {
         completion_tokens: usize,
         /// Its KV cache figures.
         kv: KvUsage,
+    },
+    /// An answer probe of completion `index` finished (think requests with probes).
+    Probe {
+        /// Which of the request's `n` completions was probed.
+        index: usize,
+        /// Tokens the completion had generated when it was probed.
+        at: usize,
+        /// What the probe wrote after the forced answer suffix.
+        text: String,
+        /// Tokens the probe generated.
+        tokens: usize,
+    },
+    /// Completion `index` stopped reasoning; the answer suffix follows in its
+    /// next token's text, then the answer.
+    Concluded {
+        /// Which of the request's `n` completions.
+        index: usize,
+        /// Reasoning tokens it generated.
+        at: usize,
+        /// True when the probes settled it, false when it hit the budget.
+        early: bool,
     },
     /// The request failed inside the engine; no more events follow.
     Error(String),
@@ -361,10 +394,16 @@ impl EngineHandle {
             cfg,
             &req.kv_policy,
             req.prompt.len(),
-            req.max_tokens,
+            req.extra_tokens(),
             self.shared.config.prefill_chunk,
         );
-        per_seq * req.n.max(1)
+        // A probe is a fork living beside its completion.
+        let probes = if req.think.as_ref().is_some_and(|t| t.probe.is_some()) {
+            2
+        } else {
+            1
+        };
+        per_seq * req.n.max(1) * probes
     }
 
     /// Validates `req` and queues it; events arrive on the returned stream.
@@ -481,12 +520,34 @@ fn validate(model: &LoadedModel, req: &SubmitRequest) -> Result<(), RuntimeError
     }
     crate::generate::check_prompt(model, req.prompt.len())?;
     let ctx = model.config().context_length;
-    if req.prompt.len() + req.max_tokens > ctx {
+    if req.prompt.len() + req.extra_tokens() > ctx {
         return Err(RuntimeError::ContextRequest {
             prompt_tokens: req.prompt.len(),
-            max_tokens: req.max_tokens,
+            max_tokens: req.extra_tokens(),
             context_length: ctx,
         });
+    }
+    if let Some(think) = &req.think {
+        if think.budget == 0 {
+            return Err(invalid(
+                "thinking_budget_tokens",
+                "must be at least 1".into(),
+            ));
+        }
+        if think.answer_suffix.is_empty() {
+            return Err(invalid(
+                "answer_suffix",
+                "a thinking budget needs a suffix that forces the answer".into(),
+            ));
+        }
+        if let Some(p) = &think.probe {
+            if p.every == 0 || p.max_tokens == 0 {
+                return Err(invalid(
+                    "probe",
+                    "probes need an interval and a token budget of at least 1".into(),
+                ));
+            }
+        }
     }
     let vocab = model.config().vocab_size as u32;
     if let Some(&(token, _)) = req.sampling.logit_bias.iter().find(|(t, _)| *t >= vocab) {

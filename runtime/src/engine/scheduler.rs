@@ -11,9 +11,12 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::PolicyKv;
 use super::sequence::{Completion, Limits};
+use super::think::{Probe, ThinkSpec, ThinkState};
 use super::{Command, Event, Pending, Shared, SubmitRequest};
 use crate::backend::{Backend, LogitsWanted, Row, SeqId};
 use crate::error::Result;
+use crate::model::LoadedModel;
+use crate::sampler::SamplingParams;
 
 /// An admitted request.
 struct Running {
@@ -26,6 +29,8 @@ struct Running {
     prefill: Option<(SeqId, usize)>,
     /// Live completions (finished ones are removed and their sequences freed).
     completions: Vec<Completion>,
+    /// Live answer probes (think requests only).
+    probes: Vec<Probe>,
     first_token_sent: bool,
 }
 
@@ -34,12 +39,13 @@ impl Running {
         if self.prefill.is_some() {
             self.req.n
         } else {
-            self.completions.len()
+            self.completions.len() + self.probes.len()
         }
     }
 
     fn seq_ids(&self) -> Vec<SeqId> {
         let mut ids: Vec<SeqId> = self.completions.iter().map(|c| c.seq).collect();
+        ids.extend(self.probes.iter().map(|p| p.completion.seq));
         ids.extend(self.prefill.map(|(s, _)| s));
         ids
     }
@@ -53,6 +59,7 @@ impl Running {
 enum Slot {
     Prefill { req: usize, take: usize, last: bool },
     Decode { req: usize, completion: usize },
+    Probe { req: usize, probe: usize },
 }
 
 struct Engine {
@@ -185,6 +192,7 @@ impl Engine {
                 stop_ids,
                 prefill: Some((seq, 0)),
                 completions: Vec::new(),
+                probes: Vec::new(),
                 first_token_sent: false,
             });
         }
@@ -214,7 +222,11 @@ impl Engine {
     fn try_step(&mut self) -> Result<()> {
         let cfg = &self.shared.config;
         let model = Arc::clone(&self.shared.model);
-        let decode_rows: usize = self.running.iter().map(|r| r.completions.len()).sum();
+        let decode_rows: usize = self
+            .running
+            .iter()
+            .map(|r| r.completions.len() + r.probes.len())
+            .sum();
         let mut budget = cfg
             .step_tokens
             .saturating_sub(decode_rows)
@@ -248,17 +260,30 @@ impl Engine {
                 });
             } else {
                 for (ci, c) in r.completions.iter().enumerate() {
-                    let pos = c.history.len() - 1;
+                    // A completion waits while its answer probe runs, so a
+                    // verdict applies exactly where the probe was taken.
+                    if c.think.as_ref().is_some_and(|t| t.probe_live) {
+                        continue;
+                    }
                     rows.push(Row {
                         seq: c.seq,
-                        tokens: &c.history[pos..],
-                        start_pos: pos,
+                        tokens: c.uncached(),
+                        start_pos: c.cached,
                         logits: LogitsWanted::Last,
                     });
                     slots.push(Slot::Decode {
                         req: ri,
                         completion: ci,
                     });
+                }
+                for (pi, p) in r.probes.iter().enumerate() {
+                    rows.push(Row {
+                        seq: p.completion.seq,
+                        tokens: p.completion.uncached(),
+                        start_pos: p.completion.cached,
+                        logits: LogitsWanted::Last,
+                    });
+                    slots.push(Slot::Probe { req: ri, probe: pi });
                 }
             }
         }
@@ -302,7 +327,14 @@ impl Engine {
                         &self.shared,
                     );
                 }
+                Slot::Probe { req, probe } => {
+                    let row = row.ok_or(crate::error::RuntimeError::EmptyPrompt)?;
+                    step_probe(&mut self.running[req], probe, &model, &row);
+                }
             }
+        }
+        for r in &mut self.running {
+            think_pass(r, self.backend.as_mut(), &model)?;
         }
         self.finish_done();
         Ok(())
@@ -391,10 +423,129 @@ fn start_completions(
             r.req.constraint,
         ));
     }
+    if r.req.think.is_some() {
+        for c in &mut r.completions {
+            c.think = Some(ThinkState::default());
+        }
+    }
     for ci in 0..r.completions.len() {
         emit_step(r, ci, backend, model, row, now, shared);
     }
     Ok(())
+}
+
+/// Decodes one token of live probe `pi` (greedy, its own token budget).
+fn step_probe(r: &mut Running, pi: usize, model: &LoadedModel, row: &[f32]) {
+    let max_tokens = r
+        .req
+        .think
+        .as_ref()
+        .and_then(|t| t.probe.as_ref())
+        .map_or(1, |p| p.max_tokens);
+    let lim = Limits {
+        model,
+        stop_ids: &r.stop_ids,
+        max_tokens,
+        logprobs: false,
+    };
+    let p = &mut r.probes[pi];
+    let stepped = p.completion.step(row, &lim);
+    p.text.push_str(&stepped.text);
+    if stepped.finish.is_some() {
+        p.completion.done = true;
+    }
+}
+
+/// After a step, for a think request: hands finished probes to the caller's
+/// rule (concluding a completion whose answer has settled), concludes
+/// completions at the budget, and forks new probes where they are due.
+fn think_pass(r: &mut Running, backend: &mut dyn Backend, model: &LoadedModel) -> Result<()> {
+    let Some(spec) = r.req.think.clone() else {
+        return Ok(());
+    };
+    let (finished, live): (Vec<Probe>, Vec<Probe>) = std::mem::take(&mut r.probes)
+        .into_iter()
+        .partition(|p| p.completion.done);
+    r.probes = live;
+    for p in finished {
+        backend.free(p.completion.seq);
+        let _ = r.events.send(Event::Probe {
+            index: p.parent,
+            at: p.at,
+            text: p.text.clone(),
+            tokens: p.completion.generated,
+        });
+        let Some(ci) = r.completions.iter().position(|c| c.index == p.parent) else {
+            continue;
+        };
+        let settled = match r.completions[ci].think.as_mut() {
+            Some(state) => {
+                state.probe_live = false;
+                state.probes.push(p.text);
+                spec.probe
+                    .as_ref()
+                    .is_some_and(|ps| ps.rule.settled(&state.probes))
+            }
+            None => false,
+        };
+        if settled {
+            conclude(r, ci, &spec, true, model);
+        }
+    }
+    for ci in 0..r.completions.len() {
+        let c = &r.completions[ci];
+        let Some(state) = c.think.as_ref().filter(|_| !c.done) else {
+            continue;
+        };
+        if state.over_budget(&spec, c.generated) {
+            conclude(r, ci, &spec, false, model);
+        } else if state.probe_due(&spec, c.generated) {
+            let child = backend.fork(c.seq)?;
+            let mut history = c.history.clone();
+            history.extend_from_slice(&spec.answer_suffix);
+            let stop = spec.probe.as_ref().map_or(Vec::new(), |p| p.stop.clone());
+            let mut probe = Completion::new(
+                c.index,
+                child,
+                SamplingParams::greedy(),
+                &history,
+                stop,
+                None,
+            );
+            // The fork holds exactly what the parent's cache holds; the
+            // parent's last sampled token and the suffix are its first row.
+            probe.cached = c.cached;
+            let (index, at) = (c.index, c.generated);
+            if let Some(state) = r.completions[ci].think.as_mut() {
+                state.probe_live = true;
+                state.last_probe = Some(at);
+            }
+            r.probes.push(Probe {
+                parent: index,
+                at,
+                completion: probe,
+                text: String::new(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Ends completion `ci`'s reasoning: the answer suffix is forced and the
+/// completion may write `answer_tokens` more.
+fn conclude(r: &mut Running, ci: usize, spec: &ThinkSpec, early: bool, model: &LoadedModel) {
+    let c = &mut r.completions[ci];
+    let at = c.generated;
+    c.force(&spec.answer_suffix, model);
+    if let Some(state) = c.think.as_mut() {
+        state.concluded_at = Some(at);
+        c.limit = state.answer_limit(spec);
+    }
+    let _ = r.events.send(Event::Concluded {
+        index: c.index,
+        at,
+        early,
+    });
 }
 
 fn seeded(req: &SubmitRequest, i: usize) -> crate::sampler::SamplingParams {

@@ -12,6 +12,7 @@ use crate::model::LoadedModel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::StreamDecoder;
 
+use super::think::ThinkState;
 use super::KvUsage;
 
 /// The per-request facts every completion's step needs.
@@ -35,7 +36,15 @@ pub(super) struct Completion {
     pub index: usize,
     pub seq: SeqId,
     pub history: Vec<u32>,
+    /// Leading tokens of `history` the backend's cache holds; the next row
+    /// feeds the rest (one sampled token, or more after a forced suffix).
+    pub cached: usize,
     pub generated: usize,
+    /// Thinking-budget state, for requests with a think spec.
+    pub think: Option<ThinkState>,
+    /// Most tokens this completion may generate when lower than the
+    /// request's `max_tokens` (the answer phase after a concluded reasoning).
+    pub limit: Option<usize>,
     pub last_token_at: Option<Instant>,
     /// Set once its `Done` event is sent; the scheduler then drops it.
     pub done: bool,
@@ -45,6 +54,8 @@ pub(super) struct Completion {
     json: Option<JsonPrefix>,
     /// Scratch for constrained resampling.
     masked: Vec<f32>,
+    /// Text of forced tokens, sent with the next token's text.
+    pending_text: String,
 }
 
 impl Completion {
@@ -60,7 +71,10 @@ impl Completion {
             index,
             seq,
             history: prompt.to_vec(),
+            cached: prompt.len(),
             generated: 0,
+            think: None,
+            limit: None,
             last_token_at: None,
             done: false,
             sampler: Sampler::new(sampling),
@@ -68,7 +82,30 @@ impl Completion {
             stops: StopMatcher::new(stop),
             json: constraint.map(|Constraint::JsonObject| JsonPrefix::new()),
             masked: Vec::new(),
+            pending_text: String::new(),
         }
+    }
+
+    /// The tokens the next forward must feed for this completion: those in
+    /// `history` that are not in its cache yet.
+    pub fn uncached(&self) -> &[u32] {
+        &self.history[self.cached..]
+    }
+
+    /// Appends `tokens` as if they had been generated, without counting them:
+    /// their text goes out with the next sampled token, and they reach the
+    /// cache with the next forward. Used to force the answer suffix.
+    pub fn force(&mut self, tokens: &[u32], model: &LoadedModel) {
+        // Text held back as a possible stop-string prefix is released: the
+        // forced tokens break any stop string it could have started, and a
+        // stop string inside the forced text itself must not end the
+        // completion (the caller chose that text).
+        let mut text = self.stops.flush(String::new());
+        for &t in tokens {
+            self.history.push(t);
+            text.push_str(&self.decoder.push(&model.tokenizer, t));
+        }
+        self.pending_text.push_str(&text);
     }
 
     /// The KV figures to report when it ends.
@@ -84,6 +121,16 @@ impl Completion {
     /// Samples the next token from `logits`, updates the text and decides
     /// whether the completion ends here.
     pub fn step(&mut self, logits: &[f32], lim: &Limits) -> Stepped {
+        self.cached = self.history.len();
+        let mut out = self.sample_step(logits, lim);
+        if !self.pending_text.is_empty() {
+            out.text
+                .insert_str(0, &std::mem::take(&mut self.pending_text));
+        }
+        out
+    }
+
+    fn sample_step(&mut self, logits: &[f32], lim: &Limits) -> Stepped {
         let tok = &lim.model.tokenizer;
         let mut s = self.sampler.sample(logits, &self.history);
         if let Some(json) = &self.json {
@@ -146,7 +193,9 @@ impl Completion {
         let ctx = lim.model.config().context_length;
         if complete_json {
             out.finish = Some(FinishReason::Stop);
-        } else if self.generated >= lim.max_tokens || self.history.len() >= ctx {
+        } else if self.generated >= lim.max_tokens.min(self.limit.unwrap_or(usize::MAX))
+            || self.history.len() >= ctx
+        {
             out.finish = Some(FinishReason::Length);
         }
         if out.finish.is_some() {

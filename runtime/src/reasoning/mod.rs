@@ -3,8 +3,10 @@
 //! reward, with adaptive width (stop sampling once the leading answer is
 //! settled). A client of [`EngineHandle`] like any other: candidates are one
 //! request with `n` completions, so the prompt is prefilled once and its cache
-//! forked `n` ways.
+//! forked `n` ways. Adaptive length ([`adaptive_length`]) caps and probes one
+//! completion's reasoning through the engine's thinking budget.
 
+mod length;
 mod synthesize;
 
 use std::str::FromStr;
@@ -16,6 +18,11 @@ use crate::kv::policy::KvPolicy;
 use crate::sampler::SamplingParams;
 use crate::verify::{self, Limits};
 
+pub use length::{
+    adaptive_length, probe_answer, probes_agree, think_spec, Effort, LengthPolicy, LengthReport,
+    LengthRequest, LengthResult, LengthTally, ProbeRecord, ANSWER_SUFFIX, ANSWER_TOKENS,
+    DEFAULT_PROBE_EVERY, MAX_THINKING_BUDGET,
+};
 pub use synthesize::synthesis_prompt;
 
 /// How the candidates become one answer.
@@ -66,6 +73,9 @@ pub struct BonRequest {
     pub kv_policy: KvPolicy,
     /// Unit tests (Python snippets) for `reward` on code tasks.
     pub tests: Vec<String>,
+    /// Adaptive length for every candidate: a reasoning cap and, with
+    /// `auto`, answer probes (`max_tokens` bounds reasoning plus answer).
+    pub length: Option<LengthPolicy>,
 }
 
 /// One sampled candidate.
@@ -80,6 +90,9 @@ pub struct Candidate {
     /// Tests passed (reward aggregation only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub passed: Option<usize>,
+    /// What adaptive length did (requests with a length policy only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub length: Option<LengthReport>,
 }
 
 /// What best-of-N produced.
@@ -95,10 +108,14 @@ pub struct BonResult {
     pub aggregate: Aggregate,
     /// Index of the chosen candidate (majority / reward), if one was chosen.
     pub chosen: Option<usize>,
-    /// Tokens generated in all (candidates plus synthesis).
+    /// Tokens generated in all (candidates, their answer probes, synthesis).
     pub tokens: usize,
     /// Candidates a fixed-width run would have sampled but adaptive width skipped.
     pub candidates_saved: usize,
+    /// Unit tests each candidate ran (`reward` only): a few when the
+    /// candidates agree on them, more when they disagree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tests_run: Option<usize>,
 }
 
 /// Why best-of-N failed.
@@ -120,8 +137,19 @@ pub enum ReasoningError {
 
 type Result<T> = std::result::Result<T, ReasoningError>;
 
-/// Runs best-of-N on `engine`, blocking the calling thread.
+/// Runs best-of-N on `engine`, blocking the calling thread; the same model
+/// synthesizes.
 pub fn best_of_n(engine: &EngineHandle, req: &BonRequest) -> Result<BonResult> {
+    best_of_n_with(engine, engine, req)
+}
+
+/// Runs best-of-N with candidates from `engine` and the synthesis (aggregate
+/// `synthesize`) from `synthesizer`, which may run another model.
+pub fn best_of_n_with(
+    engine: &EngineHandle,
+    synthesizer: &EngineHandle,
+    req: &BonRequest,
+) -> Result<BonResult> {
     if req.n == 0 || req.n > crate::engine::MAX_N {
         return Err(RuntimeError::InvalidParam {
             param: "n".into(),
@@ -157,13 +185,7 @@ pub fn best_of_n(engine: &EngineHandle, req: &BonRequest) -> Result<BonResult> {
         let k = wave.min(req.n - candidates.len());
         let mut sampling = req.sampling.clone();
         sampling.seed = sampling.seed.wrapping_add(candidates.len() as u64);
-        let texts = generate(engine, &prompt, sampling, req, k)?;
-        candidates.extend(texts.into_iter().map(|(text, tokens)| Candidate {
-            answer: verify::extract_answer(&text),
-            text,
-            tokens,
-            passed: None,
-        }));
+        candidates.extend(generate(engine, &prompt, sampling, req, k)?);
         if req.adaptive && req.aggregate != Aggregate::Reward {
             if let Some(v) = verify::vote(candidates.iter().map(|c| c.answer.as_deref())) {
                 if verify::majority_confident(v.count, v.runner_up, 0.95) {
@@ -173,7 +195,11 @@ pub fn best_of_n(engine: &EngineHandle, req: &BonRequest) -> Result<BonResult> {
         }
     }
     let candidates_saved = req.n - candidates.len();
-    let mut tokens: usize = candidates.iter().map(|c| c.tokens).sum();
+    let mut tokens: usize = candidates
+        .iter()
+        .map(|c| c.tokens + c.length.as_ref().map_or(0, |l| l.probe_tokens))
+        .sum();
+    let mut tests_run = None;
     let (answer, text, chosen) = match req.aggregate {
         Aggregate::Majority => {
             let v = verify::vote(candidates.iter().map(|c| c.answer.as_deref()));
@@ -189,27 +215,37 @@ pub fn best_of_n(engine: &EngineHandle, req: &BonRequest) -> Result<BonResult> {
         Aggregate::Synthesize => {
             let texts: Vec<&str> = candidates.iter().map(|c| c.text.as_str()).collect();
             let p = synthesis_prompt(&question, &texts);
-            let synth = chat_tokens(engine, &[ChatMessage::new("user", p)])?;
+            let synth = chat_tokens(synthesizer, &[ChatMessage::new("user", p)])?;
             let mut sampling = req.sampling.clone();
             // The synthesizer reasons once: greedy, so the result is reproducible.
             sampling.temperature = 0.0;
-            let (text, n) = generate(engine, &synth, sampling, req, 1)?
+            let synthesis = BonRequest {
+                length: None,
+                ..req.clone()
+            };
+            let c = generate(synthesizer, &synth, sampling, &synthesis, 1)?
                 .pop()
-                .unwrap_or_default();
-            tokens += n;
-            (verify::extract_answer(&text), text, None)
+                .ok_or_else(|| ReasoningError::Engine("the synthesis produced nothing".into()))?;
+            tokens += c.tokens;
+            (c.answer, c.text, None)
         }
         Aggregate::Reward => {
             let programs: Vec<String> = candidates
                 .iter()
                 .map(|c| verify::extract_code(&c.text))
                 .collect();
-            let reports = verify::judge_many(&programs, &req.tests, &Limits::default())
-                .map_err(|e| ReasoningError::Verify(e.to_string()))?;
-            for (c, r) in candidates.iter_mut().zip(&reports) {
+            let judged = verify::judge_scaled(
+                &programs,
+                &req.tests,
+                verify::SCREEN_TESTS,
+                &Limits::default(),
+            )
+            .map_err(|e| ReasoningError::Verify(e.to_string()))?;
+            for (c, r) in candidates.iter_mut().zip(&judged.reports) {
                 c.passed = Some(r.passed);
             }
-            let best = verify::best_by_tests(&reports).unwrap_or(0);
+            tests_run = Some(judged.tests_run);
+            let best = verify::best_by_tests(&judged.reports).unwrap_or(0);
             (
                 candidates[best].answer.clone(),
                 candidates[best].text.clone(),
@@ -225,6 +261,7 @@ pub fn best_of_n(engine: &EngineHandle, req: &BonRequest) -> Result<BonResult> {
         chosen,
         tokens,
         candidates_saved,
+        tests_run,
     })
 }
 
@@ -235,30 +272,64 @@ fn chat_tokens(engine: &EngineHandle, messages: &[ChatMessage]) -> Result<Vec<u3
     Ok(model.tokenizer.encode(&text, true, true)?)
 }
 
-/// `k` completions of `prompt` sharing one prefill; `(text, tokens)` each.
+/// `k` candidates of `prompt` sharing one prefill, under `req`'s length
+/// policy if it has one.
 fn generate(
     engine: &EngineHandle,
     prompt: &[u32],
     sampling: SamplingParams,
     req: &BonRequest,
     k: usize,
-) -> Result<Vec<(String, usize)>> {
-    let ctx = engine.model().config().context_length;
-    let max_tokens = req.max_tokens.min(ctx.saturating_sub(prompt.len())).max(1);
+) -> Result<Vec<Candidate>> {
+    let model = engine.model();
+    let ctx = model.config().context_length;
+    let room = ctx.saturating_sub(prompt.len());
+    let mut max_tokens = req.max_tokens.min(room).max(1);
+    let mut think = None;
+    let mut cap = 0;
+    if let Some(policy) = &req.length {
+        let mut spec = think_spec(model, policy)?;
+        let room = room.saturating_sub(spec.answer_suffix.len());
+        let (fitted, limit) = policy.fit(req.max_tokens.min(room));
+        spec.budget = fitted.cap;
+        cap = fitted.cap;
+        max_tokens = limit;
+        think = Some(spec);
+    }
     let mut sub = SubmitRequest::new(prompt.to_vec(), sampling, max_tokens);
     sub.n = k;
     sub.kv_policy = req.kv_policy.clone();
+    let length = think.is_some();
+    sub.think = think;
     let mut stream = engine.submit(sub)?;
-    let mut out = vec![(String::new(), 0usize); k];
+    let mut out = vec![(String::new(), 0usize, LengthTally::new(cap)); k];
     while let Some(ev) = stream.blocking_recv() {
         match ev {
-            Event::Token { index, text, .. } => {
-                out[index].0.push_str(&text);
-                out[index].1 += 1;
-            }
+            Event::Token { index, text, .. } => out[index].0.push_str(&text),
+            Event::Done {
+                index,
+                completion_tokens,
+                ..
+            } => out[index].1 = completion_tokens,
+            Event::Probe {
+                index,
+                at,
+                text,
+                tokens,
+            } => out[index].2.probe(at, &text, tokens),
+            Event::Concluded { index, at, early } => out[index].2.concluded(at, early),
             Event::Error(e) => return Err(ReasoningError::Engine(e)),
-            Event::Prefilled { .. } | Event::Done { .. } => {}
+            Event::Prefilled { .. } => {}
         }
     }
-    Ok(out)
+    Ok(out
+        .into_iter()
+        .map(|(text, tokens, tally)| Candidate {
+            answer: verify::extract_answer(&text),
+            text,
+            tokens,
+            passed: None,
+            length: length.then(|| tally.finish(tokens)),
+        })
+        .collect())
 }

@@ -11,9 +11,12 @@
 //! - [`vote`]: majority voting and the Beta-posterior stopping rule. Pure.
 //! - [`judge`]: online-judge execution of Python programs against test
 //!   snippets in sandboxed subprocesses, with per-test verdicts.
+//! - [`scaled`]: judging with a test count scaled to the question's
+//!   difficulty (more tests where candidates disagree).
 
 pub mod answer;
 pub mod judge;
+pub mod scaled;
 pub mod vote;
 
 pub use answer::{answers_match, extract_answer, normalize_number};
@@ -21,4 +24,5 @@ pub use judge::{
     best_by_tests, extract_code, judge_many, judge_python, tests_for_difficulty, JudgeError,
     JudgeReport, Limits, Verdict,
 };
+pub use scaled::{judge_scaled, pattern_disagreement, ScaledJudgement, SCREEN_TESTS};
 pub use vote::{majority_confident, majority_posterior, vote, Vote};

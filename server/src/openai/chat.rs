@@ -30,6 +30,14 @@ pub struct ChatFields {
     pub aggregate: Option<String>,
     /// Tern extension: Python unit tests for `aggregate: reward`.
     pub tests: Option<Vec<String>>,
+    /// How much to reason before answering: `low`, `medium`, `high` (fixed
+    /// caps) or Tern's `auto` (stop once answer probes agree).
+    pub reasoning_effort: Option<String>,
+    /// Tern extension: the reasoning cap in tokens (replaces the effort's).
+    pub thinking_budget_tokens: Option<i64>,
+    /// Tern extension: which loaded model writes the synthesis for
+    /// `aggregate: synthesize` (the served model or `--synthesizer-model`).
+    pub synthesizer_model: Option<String>,
 }
 
 /// One message as sent; `content` is checked in `prompt.rs` (string, list of

@@ -1,7 +1,9 @@
 //! What every response reports besides its text: OpenAI's `usage` and Tern's
-//! `tern` extension object (KV policy and the bytes it kept).
+//! `tern` extension object (KV policy and the bytes it kept, and what
+//! adaptive length did when the request set a reasoning effort or budget).
 
 use serde::Serialize;
+use tern_runtime::reasoning::{Effort, LengthReport};
 
 /// OpenAI's `usage`: token counts for the whole request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -37,4 +39,18 @@ pub struct TernInfo {
     pub kv_bytes_full: usize,
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
+    /// Adaptive length's probes and tokens spent and saved, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<ReasoningInfo>,
+}
+
+/// What `reasoning_effort` / `thinking_budget_tokens` did for the request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReasoningInfo {
+    /// The effort asked for (`None` when only a budget was given).
+    pub reasoning_effort: Option<Effort>,
+    /// The cap, the probes, whether they stopped the reasoning early, and
+    /// the tokens spent and saved.
+    #[serde(flatten)]
+    pub length: LengthReport,
 }

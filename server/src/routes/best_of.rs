@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::json;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineHandle, MAX_N};
-use tern_runtime::reasoning::{best_of_n, Aggregate, BonRequest, ReasoningError};
+use tern_runtime::reasoning::{best_of_n_with, Aggregate, BonRequest, ReasoningError};
 
 use crate::openai::error::ApiError;
 use crate::openai::ResponseMeta;
@@ -61,18 +61,21 @@ pub fn request(
         wave: 1,
         kv_policy: plan.submit.kv_policy.clone(),
         tests,
+        length: None,
     })
 }
 
-/// Runs best-of-N off the async runtime and answers with one choice.
+/// Runs best-of-N off the async runtime and answers with one choice;
+/// `synthesizer` writes the synthesis for `aggregate: synthesize`.
 pub async fn respond(
     engine: EngineHandle,
+    (synthesizer_model, synthesizer): (String, EngineHandle),
     req: BonRequest,
     meta: ResponseMeta,
     prompt_tokens: usize,
 ) -> Result<Response, ApiError> {
     let policy = req.kv_policy.to_string();
-    let res = tokio::task::spawn_blocking(move || best_of_n(&engine, &req))
+    let res = tokio::task::spawn_blocking(move || best_of_n_with(&engine, &synthesizer, &req))
         .await
         .map_err(|e| ApiError::internal(format!("best_of failed: {e}")))?
         .map_err(|e| match e {
@@ -113,6 +116,8 @@ pub async fn respond(
             "candidates": candidates,
             "tokens_spent": res.tokens,
             "candidates_saved": res.candidates_saved,
+            "tests_run": res.tests_run,
+            "synthesizer_model": (res.aggregate == Aggregate::Synthesize).then_some(synthesizer_model),
         },
     });
     Ok(Json(body).into_response())

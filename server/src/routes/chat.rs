@@ -24,7 +24,7 @@ use crate::openai::usage::{TernInfo, Usage};
 use crate::openai::{system_fingerprint, ResponseMeta};
 use crate::params::{self, EndpointInput};
 use crate::prompt;
-use crate::routes::best_of;
+use crate::routes::{best_of, reasoning};
 use crate::state::{limits, AppState};
 use crate::stream::{sse_response, ChunkFormat, StreamState};
 
@@ -46,18 +46,26 @@ pub async fn chat_completions(
     let messages = prompt::chat_messages(own.messages)?;
     let logprobs = params::chat_logprobs(own.logprobs, own.top_logprobs)?;
     let model = Arc::clone(engine.model());
+    let max_tokens = params::merge_max_tokens(shared.max_tokens, own.max_completion_tokens);
     let input = EndpointInput {
         prompt: prompt::chat_prompt(&model, &messages)?,
         prompt_param: "messages",
-        max_tokens: params::merge_max_tokens(shared.max_tokens, own.max_completion_tokens),
+        max_tokens,
         logprobs,
     };
-    let plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
+    let mut plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
     let tally = Tally::new(
         plan.submit.n,
         plan.submit.prompt.len(),
         plan.submit.kv_policy.to_string(),
     );
+    let reasoning_fields = reasoning::ReasoningFields {
+        effort: own.reasoning_effort,
+        budget: own.thinking_budget_tokens,
+        max_tokens_given: max_tokens.0.is_some(),
+    };
+    let reasoning_set = reasoning_fields.effort.is_some() || reasoning_fields.budget.is_some();
+    let tally = reasoning::apply(reasoning_fields, &model, &mut plan, tally)?;
     let meta = ResponseMeta {
         id: response_id("chatcmpl"),
         object: "chat.completion",
@@ -66,9 +74,16 @@ pub async fn chat_completions(
         system_fingerprint: system_fingerprint(),
     };
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {
+        if reasoning_set {
+            return Err(ApiError::unsupported(
+                "reasoning_effort",
+                "reasoning_effort or thinking_budget_tokens with best_of",
+            ));
+        }
+        let synthesizer = state.synthesizer(own.synthesizer_model.as_deref())?;
         let req = best_of::request(best_of, own.aggregate, own.tests, messages, &plan)?;
         let prompt_tokens = plan.submit.prompt.len();
-        return best_of::respond(engine, req, meta, prompt_tokens).await;
+        return best_of::respond(engine, synthesizer, req, meta, prompt_tokens).await;
     }
     let vocab: Arc<dyn Vocab> = model;
     let events = engine

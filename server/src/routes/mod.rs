@@ -7,6 +7,7 @@ pub mod completions;
 pub mod health;
 pub mod metrics;
 pub mod models;
+pub mod reasoning;
 pub mod ui;
 
 use axum::http::Uri;

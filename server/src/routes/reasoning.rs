@@ -1,0 +1,78 @@
+//! Adaptive length on `POST /v1/chat/completions`: `reasoning_effort`
+//! (`low`, `medium`, `high`, `auto`; a first-class openai SDK parameter) and
+//! Tern's `thinking_budget_tokens` (sent with `extra_body`) become the
+//! engine's thinking budget and answer probes; the `tern` object then reports
+//! the probes and the tokens spent and saved (see `events::Tally`).
+
+use tern_runtime::model::LoadedModel;
+use tern_runtime::reasoning::{
+    think_spec, Effort, LengthPolicy, ANSWER_TOKENS, DEFAULT_PROBE_EVERY, MAX_THINKING_BUDGET,
+};
+
+use crate::events::Tally;
+use crate::openai::error::ApiError;
+use crate::params::Plan;
+
+/// The request's reasoning fields, as sent.
+pub struct ReasoningFields {
+    /// `reasoning_effort`.
+    pub effort: Option<String>,
+    /// `thinking_budget_tokens`.
+    pub budget: Option<i64>,
+    /// Whether the client set `max_tokens` itself (otherwise the budget sets it).
+    pub max_tokens_given: bool,
+}
+
+/// Validates the fields and, when either is set, gives `plan` a thinking
+/// budget and `tally` the adaptive-length report. Does nothing otherwise.
+pub fn apply(
+    fields: ReasoningFields,
+    model: &LoadedModel,
+    plan: &mut Plan,
+    tally: Tally,
+) -> Result<Tally, ApiError> {
+    let effort: Option<Effort> = fields
+        .effort
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|e: String| ApiError::invalid_param("reasoning_effort", e))?;
+    let budget = match fields.budget {
+        None => None,
+        Some(b) if (1..=MAX_THINKING_BUDGET as i64).contains(&b) => Some(b as usize),
+        Some(b) => {
+            return Err(ApiError::invalid_param(
+                "thinking_budget_tokens",
+                format!(
+                    "thinking_budget_tokens must be between 1 and {MAX_THINKING_BUDGET}, got {b}"
+                ),
+            ))
+        }
+    };
+    let policy = LengthPolicy::new(effort, budget, DEFAULT_PROBE_EVERY)
+        .map_err(|e| ApiError::from_runtime(e, "messages"))?;
+    let Some(policy) = policy else {
+        return Ok(tally);
+    };
+    if plan.submit.n != 1 {
+        return Err(ApiError::invalid_param(
+            "n",
+            "n must be 1 with reasoning_effort or thinking_budget_tokens",
+        ));
+    }
+    let mut think = think_spec(model, &policy).map_err(|e| ApiError::internal(e.to_string()))?;
+    let ctx = model.config().context_length;
+    let room = ctx.saturating_sub(plan.submit.prompt.len() + think.answer_suffix.len());
+    // The client's max_tokens bounds reasoning and answer together (the cap
+    // shrinks to leave the answer room); without one, the cap sets it.
+    let limit = if fields.max_tokens_given {
+        plan.submit.max_tokens.min(room)
+    } else {
+        (policy.cap + ANSWER_TOKENS).min(room)
+    };
+    let (policy, max_tokens) = policy.fit(limit);
+    think.budget = policy.cap;
+    plan.submit.max_tokens = max_tokens;
+    plan.submit.think = Some(think);
+    Ok(tally.with_reasoning(effort, policy.cap))
+}
