@@ -145,7 +145,11 @@ pub fn rollout(
                     rollouts[index].kv_full_bytes = kv.bytes_full;
                     done += 1;
                 }
-                Some(Event::Prefilled { .. }) => {}
+                // Rollouts set no thinking budget, so no probe events come;
+                // nothing to do if one did.
+                Some(Event::Prefilled { .. })
+                | Some(Event::Probe { .. })
+                | Some(Event::Concluded { .. }) => {}
                 Some(Event::Error(e)) => return Err(TrainError::Rollout(e)),
                 None => return Err(TrainError::Rollout("the engine stopped".into())),
             }
