@@ -215,7 +215,12 @@ mod tests {
     fn tis_truncates_only_and_none_is_all_ones() {
         let th = Thresholds::default();
         let (o, s) = lp(&[0.1, 1.0, 3.0]);
-        let c = correct(Correction::Tis, &th, std::slice::from_ref(&o), std::slice::from_ref(&s));
+        let c = correct(
+            Correction::Tis,
+            &th,
+            std::slice::from_ref(&o),
+            std::slice::from_ref(&s),
+        );
         let w = &c.weights[0];
         assert!(
             (w[0] - 0.1).abs() < 1e-12 && (w[1] - 1.0).abs() < 1e-12 && (w[2] - 1.5).abs() < 1e-12
