@@ -22,6 +22,23 @@ fn metrics(out: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `tern export` of a run's latest checkpoint at f16.
+fn export_f16(run: &Path, gguf: &Path) -> std::process::Output {
+    let (run, gguf) = (run.to_str().unwrap(), gguf.to_str().unwrap());
+    tern(
+        &[
+            "export",
+            "--checkpoint",
+            run,
+            "--out",
+            gguf,
+            "--quant",
+            "f16",
+        ],
+        None,
+    )
+}
+
 fn train(args: &[&str]) -> std::process::Output {
     let mut all = vec!["train"];
     all.extend_from_slice(args);
@@ -284,18 +301,7 @@ fn export_merges_the_adapters_into_a_loadable_gguf() {
     let task = "arithmetic:count=10,seed=1";
     ok(&train(&sft_args(&model, task, out.to_str().unwrap(), "3")));
     let gguf = dir.path().join("merged.gguf");
-    let o = tern(
-        &[
-            "export",
-            "--checkpoint",
-            out.to_str().unwrap(),
-            "--out",
-            gguf.to_str().unwrap(),
-            "--quant",
-            "f16",
-        ],
-        None,
-    );
+    let o = export_f16(&out, &gguf);
     ok(&o);
     let stdout = String::from_utf8_lossy(&o.stdout);
     let diff: f64 = stdout
@@ -425,18 +431,7 @@ fn full_fine_tuning_learns_and_exports() {
     );
     assert!(last < 0.5 * first, "loss {first} -> {last}");
     let gguf = dir.path().join("full.gguf");
-    let o = tern(
-        &[
-            "export",
-            "--checkpoint",
-            out.to_str().unwrap(),
-            "--out",
-            gguf.to_str().unwrap(),
-            "--quant",
-            "f16",
-        ],
-        None,
-    );
+    let o = export_f16(&out, &gguf);
     ok(&o);
     assert!(String::from_utf8_lossy(&o.stdout).contains("check (f32)"));
 }

@@ -10,6 +10,7 @@ use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::tasks::Task;
 use tern_runtime::verify;
+use tern_runtime::LoadedModel;
 
 use crate::error::{Result, TrainError};
 
@@ -42,8 +43,7 @@ pub struct Group {
 }
 
 /// The chat prompt for a task: an optional system message and the question.
-pub fn prompt_ids(engine: &EngineHandle, system: Option<&str>, task: &Task) -> Result<Vec<u32>> {
-    let model = engine.model();
+pub fn prompt_ids(model: &LoadedModel, system: Option<&str>, task: &Task) -> Result<Vec<u32>> {
     let mut messages = Vec::new();
     if let Some(s) = system {
         messages.push(ChatMessage::new("system", s));
@@ -90,7 +90,7 @@ pub fn rollout(
     let mut reqs = Vec::with_capacity(picks.len());
     let mut prompts = Vec::with_capacity(picks.len());
     for (i, &ti) in picks.iter().enumerate() {
-        let prompt = prompt_ids(engine, spec.system, &tasks[ti])?;
+        let prompt = prompt_ids(engine.model(), spec.system, &tasks[ti])?;
         let sampling = SamplingParams {
             temperature: spec.temperature,
             seed: seed_base.wrapping_add(1000 * i as u64),

@@ -206,23 +206,11 @@ pub fn train(
     let serving = Arc::new(LoadedModel::load(model_path)?);
     // The longest sequence the learner can see: the longest prompt plus the
     // response cap (SFT: the reference answer).
-    let longest_prompt = {
-        let template = serving.chat_template()?;
-        let mut longest = 0;
-        for t in &train_tasks {
-            let mut messages = Vec::new();
-            if let Some(s) = &cfg.system_prompt {
-                messages.push(tern_runtime::chat::ChatMessage::new("system", s.as_str()));
-            }
-            messages.push(tern_runtime::chat::ChatMessage::new(
-                "user",
-                t.question.as_str(),
-            ));
-            let text = template.render(&messages, true)?;
-            longest = longest.max(serving.tokenizer.encode(&text, true, true)?.len());
-        }
-        longest
-    };
+    let mut longest_prompt = 0;
+    for t in &train_tasks {
+        let ids = rollout::prompt_ids(&serving, cfg.system_prompt.as_deref(), t)?;
+        longest_prompt = longest_prompt.max(ids.len());
+    }
     let seq_len = longest_prompt + cfg.max_new_tokens;
     let batch_seqs = match cfg.algorithm {
         Algorithm::Grpo => cfg.prompts_per_step * cfg.group_size,
@@ -402,7 +390,8 @@ pub fn train(
                 let eos = model.stop_tokens();
                 for &ti in &picks {
                     let task = &train_tasks[ti];
-                    let prompt = rollout::prompt_ids(&engine, cfg.system_prompt.as_deref(), task)?;
+                    let prompt =
+                        rollout::prompt_ids(engine.model(), cfg.system_prompt.as_deref(), task)?;
                     let mut response = model.tokenizer.encode(
                         &format!("The answer is {}.", task.answer),
                         false,
