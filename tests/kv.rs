@@ -276,3 +276,125 @@ fn kv_eval_prints_its_tables() {
     let mem = &j["memory"]["rows"][0];
     assert!(mem["kv_bytes"].as_u64().unwrap() < mem["kv_bytes_full"].as_u64().unwrap());
 }
+
+/// A teacher-forced store for one whole sequence, masked by a replayed
+/// eviction record.
+struct Replayed {
+    positions: Vec<u32>,
+    visibility: Option<tern_models::Visibility>,
+}
+
+impl KvStore for Replayed {
+    fn append(
+        &mut self,
+        _layer: usize,
+        k: &candle_core::Tensor,
+        v: &candle_core::Tensor,
+        positions: &[u32],
+    ) -> tern_models::Result<(candle_core::Tensor, candle_core::Tensor)> {
+        self.positions = positions.to_vec();
+        Ok((k.clone(), v.clone()))
+    }
+    fn positions(&self, _layer: usize, _head: usize) -> &[u32] {
+        &self.positions
+    }
+    fn visibility(&self) -> Option<&tern_models::Visibility> {
+        self.visibility.as_ref()
+    }
+}
+
+/// What the trainer's `sparse-replay` learner relies on: one teacher-forced
+/// pass masked by a sequence's eviction record computes the logits that
+/// token-by-token decoding under the policy computed, and without the mask
+/// they differ.
+#[test]
+fn a_replayed_eviction_record_reproduces_sparse_decoding_in_one_pass() {
+    let (_d, model) = tiny();
+    let tokens: Vec<u32> = (0..60).map(|i| (i * 29 % 250 + 3) as u32).collect();
+    let prompt = 20;
+    for spec in [
+        "snapkv:budget=12,window=4,every=6",
+        "h2o:budget=12,recent=4",
+        "rkv:budget=16,window=4,every=5",
+        "streaming:budget=10,sink=2",
+    ] {
+        let policy: KvPolicy = spec.parse().unwrap();
+        let mut cache = SeqCache::with_policy(model.config(), policy);
+        cache.record_evictions();
+        let mut decoded: Vec<Vec<f32>> = Vec::new();
+        let mut b = [SeqBatch {
+            tokens: &tokens[..prompt],
+            start_pos: 0,
+            cache: &mut cache,
+            logits: LogitsWanted::Last,
+        }];
+        let l = model
+            .llama
+            .forward(&mut b)
+            .unwrap()
+            .pop()
+            .flatten()
+            .unwrap();
+        decoded.push(l.flatten_all().unwrap().to_vec1().unwrap());
+        cache.finish_prefill().unwrap();
+        for pos in prompt..tokens.len() - 1 {
+            let mut b = [SeqBatch {
+                tokens: &tokens[pos..pos + 1],
+                start_pos: pos,
+                cache: &mut cache,
+                logits: LogitsWanted::Last,
+            }];
+            let l = model
+                .llama
+                .forward(&mut b)
+                .unwrap()
+                .pop()
+                .flatten()
+                .unwrap();
+            decoded.push(l.flatten_all().unwrap().to_vec1().unwrap());
+        }
+        let log = cache.evictions().unwrap().clone();
+        assert!(
+            log.len() > 100,
+            "{spec}: the budget binds ({} evictions)",
+            log.len()
+        );
+        let teacher = |visibility| {
+            let mut store = Replayed {
+                positions: Vec::new(),
+                visibility,
+            };
+            let mut b = [SeqBatch {
+                tokens: &tokens[..tokens.len() - 1],
+                start_pos: 0,
+                cache: &mut store,
+                logits: LogitsWanted::All,
+            }];
+            let l = model
+                .llama
+                .forward(&mut b)
+                .unwrap()
+                .pop()
+                .flatten()
+                .unwrap();
+            let rows: Vec<Vec<f32>> = l.to_vec2().unwrap();
+            rows[prompt - 1..].to_vec()
+        };
+        let max_diff = |rows: &[Vec<f32>]| {
+            rows.iter()
+                .zip(&decoded)
+                .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
+                .fold(0f32, f32::max)
+        };
+        let replayed = max_diff(&teacher(Some(log.visibility(tokens.len()))));
+        let dense = max_diff(&teacher(None));
+        assert!(
+            replayed < 2e-3,
+            "{spec}: replayed pass differs by {replayed}"
+        );
+        assert!(
+            dense > 50.0 * replayed.max(1e-4),
+            "{spec}: mask made no difference ({dense} vs {replayed})"
+        );
+    }
+}

@@ -235,9 +235,11 @@ fn real_model_cap_below_the_weights_is_refused_at_start() {
 fn mismatched_sparse_sampler_is_measured_and_corrected() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny(dir.path());
-    let run = |correction: &str| {
-        let out = dir.path().join(correction);
+    let run = |correction: &str, learner_kv: &str| {
+        let out = dir.path().join(format!("{correction}-{learner_kv}"));
         let o = train(&[
+            "--learner-kv",
+            learner_kv,
             "--model",
             &model,
             "--task",
@@ -264,30 +266,45 @@ fn mismatched_sparse_sampler_is_measured_and_corrected() {
         ok(&o);
         metrics(&out)
     };
-    let (plain, fixed) = (run("none"), run("sparse-rl"));
+    let (plain, fixed) = (run("none", "dense"), run("sparse-rl", "dense"));
+    // The sparse-replay learner masks each token's attention as the sampler's
+    // cache did: it scores the sampler's own policy, so nothing is rejected.
+    let replay = run("sparse-rl", "sparse-replay");
     let rho = |m: &serde_json::Value| m["rho"].clone();
-    let scored: Vec<_> = plain.iter().filter(|m| !rho(m).is_null()).collect();
-    assert!(
-        !scored.is_empty(),
-        "no step had a group with a reward signal"
-    );
-    // Step 1 runs the same rollouts under both (same seed, same start weights).
-    assert_eq!(plain[0]["reward_mean"], fixed[0]["reward_mean"]);
-    if !rho(&plain[0]).is_null() {
-        let (p, f) = (rho(&plain[0]), rho(&fixed[0]));
-        assert_eq!(p["mean_rho"], f["mean_rho"]);
-        let min = p["min_rho"].as_f64().unwrap();
-        assert!(
-            min < 0.9,
-            "a 16-token streaming cache should move some token's probability: min rho {min}"
-        );
-        assert_eq!(p["rejected_tokens"], 0);
-        assert!(f["rejected_tokens"].as_u64().unwrap() > 0, "{f}");
-        assert!(
-            fixed[0]["learner_tokens"].as_u64() <= plain[0]["learner_tokens"].as_u64(),
-            "vetoed rollouts leave the learner's batch"
-        );
+    // The first step with a reward signal: no update happened before it, so
+    // all three runs score the same rollouts with the same weights there.
+    let k = plain
+        .iter()
+        .position(|m| !rho(m).is_null())
+        .expect("no step had a group with a reward signal");
+    for m in [&fixed, &replay] {
+        assert_eq!(m[k]["reward_mean"], plain[k]["reward_mean"]);
     }
+    let (p, f, r) = (rho(&plain[k]), rho(&fixed[k]), rho(&replay[k]));
+    assert_eq!(p["mean_rho"], f["mean_rho"]);
+    let min = p["min_rho"].as_f64().unwrap();
+    assert!(
+        min < 0.9,
+        "a 16-token streaming cache should move some token's probability: min rho {min}"
+    );
+    assert_eq!(p["rejected_tokens"], 0);
+    assert!(f["rejected_tokens"].as_u64().unwrap() > 0, "{f}");
+    assert!(
+        fixed[k]["learner_tokens"].as_u64() <= plain[k]["learner_tokens"].as_u64(),
+        "vetoed rollouts leave the learner's batch"
+    );
+    let rmin = r["min_rho"].as_f64().unwrap();
+    // What is left is the engine's quantized arithmetic against the learner's f32.
+    assert!(
+        rmin > 0.8,
+        "replayed visibility should match the sampler: min rho {rmin}"
+    );
+    let (rkl, pkl) = (
+        r["kl_old_sparse"].as_f64().unwrap(),
+        p["kl_old_sparse"].as_f64().unwrap(),
+    );
+    assert!(rkl < 0.01 * pkl, "{r} vs {p}");
+    assert_eq!(r["rejected_tokens"], 0, "{r}");
 }
 
 /// A trained checkpoint exported at f16 computes what the base model with
@@ -434,4 +451,64 @@ fn full_fine_tuning_learns_and_exports() {
     let o = export_f16(&out, &gguf);
     ok(&o);
     assert!(String::from_utf8_lossy(&o.stdout).contains("check (f32)"));
+}
+
+/// A rollout group's responses share one pass over their prompt in the
+/// learner: scores and gradients equal scoring each sequence on its own.
+#[test]
+fn responses_sharing_a_prompt_score_and_train_as_separate_sequences() {
+    use tern_trainer::learner::{Learner, Sample};
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let all = tern_models::LoraTarget::parse_list("all").unwrap();
+    let learner = Learner::load(Path::new(&model), &all, 4, 8.0, 3).unwrap();
+    let prompt_a: Vec<u32> = (0..17).map(|i| (i * 31 % 200 + 5) as u32).collect();
+    let prompt_b: Vec<u32> = (0..9).map(|i| (i * 7 % 200 + 5) as u32).collect();
+    let resp = |n: usize, k: u32| (0..n as u32).map(|i| i * k % 200 + 4).collect::<Vec<_>>();
+    let samples = vec![
+        Sample::new(prompt_a.clone(), resp(6, 3)),
+        Sample::new(prompt_a.clone(), resp(1, 5)),
+        Sample::new(prompt_a.clone(), resp(11, 7)),
+        Sample::new(prompt_b.clone(), resp(4, 11)),
+        Sample::new(prompt_b, resp(8, 13)),
+    ];
+    let alone = learner.score(&samples, 1, false).unwrap();
+    let shared = learner.score(&samples, 8, false).unwrap();
+    for (a, s) in alone.iter().zip(&shared) {
+        assert_eq!(a.len(), s.len());
+        for (x, y) in a.iter().zip(s) {
+            assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+        }
+    }
+    // A loss that reaches every parameter: sum of log p weighted by position.
+    let grads = |micro| {
+        let (g, _) = learner
+            .accumulate(
+                &samples,
+                micro,
+                |i, j, lp| (lp, 1.0 + (i + j) as f64 / 10.0),
+                || {},
+            )
+            .unwrap();
+        g
+    };
+    let (ga, gs) = (grads(1), grads(8));
+    let mut largest = 0f32;
+    for (a, s) in ga.iter().zip(&gs) {
+        let d: f32 = (a - s)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        let m: f32 = a.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+        largest = largest.max(m);
+        assert!(
+            d <= 1e-4 * m.max(1.0),
+            "gradient differs by {d} (scale {m})"
+        );
+    }
+    assert!(largest > 0.0, "the loss reached no parameter");
 }

@@ -9,6 +9,7 @@
 use candle_core::Tensor;
 
 use crate::error::Result;
+use crate::visibility::Visibility;
 
 /// A per-sequence key/value store the forward pass reads and writes, layer by layer.
 pub trait KvStore {
@@ -50,5 +51,12 @@ pub trait KvStore {
     /// `append` returned are no longer used: the moment a policy may evict.
     fn after_attention(&mut self, _layer: usize) -> Result<()> {
         Ok(())
+    }
+
+    /// Extra masking on top of causality when several new tokens attend at
+    /// once: a replayed eviction record, so a teacher-forced pass sees exactly
+    /// what each query saw when the sequence was sampled under a KV policy.
+    fn visibility(&self) -> Option<&Visibility> {
+        None
     }
 }

@@ -16,6 +16,7 @@ pub mod llama;
 pub mod lora;
 pub mod quant;
 pub mod registry;
+pub mod visibility;
 
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
@@ -24,3 +25,4 @@ pub use gguf::GgufFile;
 pub use kv::KvStore;
 pub use llama::{Llama, LogitsWanted, Precision, SeqBatch};
 pub use lora::{LoraAdapter, LoraSet, LoraTarget};
+pub use visibility::{EvictionLog, Visibility};

@@ -565,7 +565,9 @@ struct BatchLayout {
 }
 
 /// `[KV, 1, n, C]` f32: 0 where a cached entry's position <= the query's
-/// position, -inf elsewhere; per KV head, since heads may keep different entries.
+/// position (and, under a replayed eviction record, the entry was still cached
+/// for that query), -inf elsewhere; per KV head, since heads may keep different
+/// entries.
 fn causal_mask(
     q_pos: &[u32],
     cache: &dyn KvStore,
@@ -574,14 +576,21 @@ fn causal_mask(
 ) -> Result<Tensor> {
     let n_cached = cache.positions(layer, 0).len();
     let mut m = Vec::with_capacity(n_kv_head * q_pos.len() * n_cached);
+    let replay = cache.visibility();
     for h in 0..n_kv_head {
         let k_pos = cache.positions(layer, h);
         for &qp in q_pos {
-            m.extend(
-                k_pos
-                    .iter()
-                    .map(|&kp| if kp <= qp { 0.0f32 } else { f32::NEG_INFINITY }),
-            );
+            m.extend(k_pos.iter().map(|&kp| {
+                let seen = match replay {
+                    Some(v) => v.visible(layer, h, qp, kp),
+                    None => kp <= qp,
+                };
+                if seen {
+                    0.0f32
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }));
         }
     }
     Ok(Tensor::from_vec(

@@ -145,6 +145,7 @@ pub(crate) mod tests {
             bytes_peak: peak,
             bytes_final: peak,
             bytes_full: full,
+            evictions: None,
         }
     }
 

@@ -171,6 +171,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
         bytes_peak: 0,
         bytes_final: 0,
         bytes_full: 0,
+        evictions: None,
     });
     if json_mode {
         let tokenizer = &engine.model().tokenizer;

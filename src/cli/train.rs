@@ -109,6 +109,10 @@ pub struct TrainArgs {
     /// A system message before every task.
     #[arg(long)]
     pub system_prompt: Option<String>,
+    /// Learner attention: dense, or sparse-replay (each token scored under the
+    /// visibility the rollout's KV policy gave it when it was sampled) [dense].
+    #[arg(long)]
+    pub learner_kv: Option<tern_trainer::config::LearnerKv>,
     /// Correction of sparse rollouts: none, tis or sparse-rl [none]
     /// (needs temperature 1: it compares with the sampler's log-probabilities).
     #[arg(long)]
@@ -225,6 +229,9 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
     }
     if let Some(k) = a.correction {
         c.correction = k;
+    }
+    if let Some(k) = a.learner_kv {
+        c.learner_kv = k;
     }
     macro_rules! rho {
         ($($f:ident => $k:ident),*) => { $( if let Some(v) = a.$f { c.rho.$k = v; } )* };

@@ -32,6 +32,29 @@ pub enum Schedule {
     Cosine,
 }
 
+/// What attention the learner scores rollouts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LearnerKv {
+    /// Full attention over prompt and response (Sparse-RL's learner).
+    Dense,
+    /// Each token sees only the entries the rollout's KV policy still held
+    /// when it was sampled (the eviction record replayed as a mask): the
+    /// model is trained as it will be served.
+    SparseReplay,
+}
+
+impl std::str::FromStr for LearnerKv {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "dense" => Ok(LearnerKv::Dense),
+            "sparse-replay" => Ok(LearnerKv::SparseReplay),
+            o => Err(format!("unknown learner_kv `{o}` (dense or sparse-replay)")),
+        }
+    }
+}
+
 /// Every setting of a run. Field names are the TOML keys and the flag names
 /// (`group_size` = `--group-size`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -93,6 +116,9 @@ pub struct TrainConfig {
     pub rollout_kv_policy: String,
     /// A system message before each task (none: the bare question).
     pub system_prompt: Option<String>,
+    /// The learner's attention: `dense`, or `sparse-replay` (the rollout
+    /// policy's evictions replayed as masks).
+    pub learner_kv: LearnerKv,
     /// Off-policy correction of sparse rollouts: none, tis or sparse-rl.
     pub correction: Correction,
     /// Correction thresholds (veto, rejection band, truncation cap, level).
@@ -137,6 +163,7 @@ impl Default for TrainConfig {
             micro_batch: None,
             checkpoint_every: 10,
             rollout_kv_policy: "full".into(),
+            learner_kv: LearnerKv::Dense,
             system_prompt: None,
             correction: Correction::None,
             rho: Thresholds::default(),

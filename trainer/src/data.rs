@@ -100,6 +100,9 @@ pub struct Replayed {
     pub advantage: f64,
     /// The learner's log-probabilities when it was first trained on (pi_old).
     pub logp_old: Vec<f64>,
+    /// Its eviction record, kept when the learner replays visibility.
+    #[serde(default)]
+    pub visibility: Option<tern_models::EvictionLog>,
 }
 
 /// A FIFO of recent groups (each a list of samples).

@@ -9,13 +9,17 @@
 //! `G = c_t dlogp_t/dh_t` (detached) gives exactly the loss's parameter
 //! gradients without building `[tokens, vocab]` logits.
 
+use std::cell::RefCell;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tern_models::{KvStore, LoraAdapter, LoraSet, LoraTarget, Precision, SeqBatch};
+use tern_models::{
+    EvictionLog, KvStore, LoraAdapter, LoraSet, LoraTarget, Precision, SeqBatch, Visibility,
+};
 use tern_runtime::LoadedModel;
 
 use crate::error::{Result, TrainError};
@@ -28,29 +32,86 @@ pub struct Sample {
     pub prompt: Vec<u32>,
     /// Response token ids (what the loss is over).
     pub response: Vec<u32>,
+    /// What each token saw when it was sampled under a KV policy: scored with
+    /// this mask the learner is the sparse sampler's own policy
+    /// (`--learner-kv sparse-replay`); `None` scores with full attention.
+    pub visibility: Option<Arc<EvictionLog>>,
 }
 
+impl Sample {
+    /// A sample scored with full attention.
+    pub fn new(prompt: Vec<u32>, response: Vec<u32>) -> Self {
+        Self {
+            prompt,
+            response,
+            visibility: None,
+        }
+    }
+
+    /// The part of the eviction record the prompt's own queries saw (prefill
+    /// compression): equal for every fork of one prefilled prompt.
+    fn prompt_evictions(&self) -> Option<EvictionLog> {
+        let p = self.prompt.len() as u32;
+        self.visibility.as_ref().map(|l| l.before(p))
+    }
+}
+
+/// Keys and values of a shared prompt, per layer, as its own pass computed them.
+type PrefixKv = Rc<RefCell<Vec<Option<(Tensor, Tensor)>>>>;
+
 /// A cache for teacher forcing: the whole sequence goes in one forward, so the
-/// keys to attend over are exactly the ones just computed.
+/// keys to attend over are exactly the ones just computed. Several responses
+/// to one prompt share the prompt's pass: the prompt's cache publishes its
+/// keys and values layer by layer, and each response's cache prepends them
+/// (the prompt comes first in the batch, and the model runs a layer for every
+/// sequence before the next layer), so gradients from every response reach
+/// the one prompt computation.
 struct TeacherKv {
+    prefix: Option<PrefixKv>,
+    /// This cache is the prompt's and writes `prefix`.
+    publishes: bool,
+    prefix_len: usize,
     positions: Vec<u32>,
+    visibility: Option<Visibility>,
 }
 
 impl KvStore for TeacherKv {
     fn append(
         &mut self,
-        _layer: usize,
+        layer: usize,
         k: &Tensor,
         v: &Tensor,
         positions: &[u32],
     ) -> tern_models::Result<(Tensor, Tensor)> {
         self.positions.clear();
-        self.positions.extend_from_slice(positions);
-        Ok((k.clone(), v.clone()))
+        match &self.prefix {
+            Some(prefix) if self.publishes => {
+                prefix.borrow_mut()[layer] = Some((k.clone(), v.clone()));
+                self.positions.extend_from_slice(positions);
+                Ok((k.clone(), v.clone()))
+            }
+            Some(prefix) => {
+                let shared = prefix.borrow()[layer].clone();
+                let (pk, pv) = shared.ok_or_else(|| {
+                    candle_core::Error::Msg("a response ran before its prompt".into())
+                })?;
+                self.positions.extend(0..self.prefix_len as u32);
+                self.positions.extend_from_slice(positions);
+                Ok((Tensor::cat(&[&pk, k], 1)?, Tensor::cat(&[&pv, v], 1)?))
+            }
+            None => {
+                self.positions.extend_from_slice(positions);
+                Ok((k.clone(), v.clone()))
+            }
+        }
     }
 
     fn positions(&self, _layer: usize, _head: usize) -> &[u32] {
         &self.positions
+    }
+
+    fn visibility(&self) -> Option<&Visibility> {
+        self.visibility.as_ref()
     }
 }
 
@@ -207,47 +268,88 @@ impl Learner {
     }
 
     /// Final hidden states of the rows that predict each response token, `[R, D]`,
-    /// and those tokens.
+    /// and those tokens. Consecutive samples with the same prompt (a rollout
+    /// group) share one pass over it.
     fn response_hidden(
         &self,
         samples: &[&Sample],
         adapters: Option<&LoraSet>,
     ) -> Result<(Tensor, Vec<u32>)> {
-        let inputs: Vec<Vec<u32>> = samples
-            .iter()
-            .map(|s| {
-                let mut t = s.prompt.clone();
-                t.extend_from_slice(&s.response[..s.response.len().saturating_sub(1)]);
-                t
-            })
-            .collect();
-        let mut caches: Vec<TeacherKv> = samples
-            .iter()
-            .map(|_| TeacherKv {
-                positions: Vec::new(),
-            })
-            .collect();
+        let n_layer = self.model.llama.config().n_layer;
+        // Batch entries: per run of samples sharing a prompt, the prompt, then
+        // each response but its last token (nothing predicts past it).
+        let mut inputs: Vec<(&[u32], usize)> = Vec::new();
+        let mut caches: Vec<TeacherKv> = Vec::new();
+        // Per sample: (entry of its prompt, entry of its response if any).
+        let mut places: Vec<(usize, Option<usize>)> = Vec::with_capacity(samples.len());
+        let mut current: Option<(usize, PrefixKv, Option<EvictionLog>)> = None;
+        for s in samples {
+            let p = s.prompt.len();
+            let seen = s.prompt_evictions();
+            let shares = matches!(&current, Some((e, _, ev))
+                if inputs[*e].0 == s.prompt.as_slice() && *ev == seen);
+            if !shares {
+                let prefix: PrefixKv = Rc::new(RefCell::new(vec![None; n_layer]));
+                inputs.push((&s.prompt, 0));
+                caches.push(TeacherKv {
+                    prefix: Some(prefix.clone()),
+                    publishes: true,
+                    prefix_len: 0,
+                    positions: Vec::new(),
+                    visibility: seen.as_ref().map(|l| l.visibility(p)),
+                });
+                current = Some((inputs.len() - 1, prefix, seen));
+            }
+            let (prompt_entry, prefix, _) = current.as_ref().expect("set above");
+            let rest = &s.response[..s.response.len().saturating_sub(1)];
+            let response_entry = if rest.is_empty() {
+                None
+            } else {
+                inputs.push((rest, p));
+                caches.push(TeacherKv {
+                    prefix: Some(prefix.clone()),
+                    publishes: false,
+                    prefix_len: p,
+                    positions: Vec::new(),
+                    visibility: s
+                        .visibility
+                        .as_ref()
+                        .map(|l| l.visibility(p + s.response.len())),
+                });
+                Some(inputs.len() - 1)
+            };
+            places.push((*prompt_entry, response_entry));
+        }
+        let mut offsets = Vec::with_capacity(inputs.len());
+        let mut off = 0usize;
+        for (t, _) in &inputs {
+            offsets.push(off);
+            off += t.len();
+        }
         let mut batch: Vec<SeqBatch<'_>> = inputs
             .iter()
             .zip(caches.iter_mut())
-            .map(|(t, c)| SeqBatch {
+            .map(|(&(t, start), c)| SeqBatch {
                 tokens: t,
-                start_pos: 0,
+                start_pos: start,
                 cache: c as &mut dyn KvStore,
                 logits: tern_models::LogitsWanted::None,
             })
             .collect();
         let h = self.model.llama.hidden_with(&mut batch, adapters)?; // [T, D]
+        drop(batch);
         let mut rows = Vec::new();
         let mut targets = Vec::new();
-        let mut off = 0u32;
-        for (s, input) in samples.iter().zip(&inputs) {
-            let p = s.prompt.len() as u32;
+        for (s, &(pe, re)) in samples.iter().zip(&places) {
             for (j, &y) in s.response.iter().enumerate() {
-                rows.push(off + p - 1 + j as u32);
+                let row = match (j, re) {
+                    (0, _) => offsets[pe] + s.prompt.len() - 1,
+                    (j, Some(re)) => offsets[re] + j - 1,
+                    (_, None) => unreachable!("a response longer than one token has an entry"),
+                };
+                rows.push(row as u32);
                 targets.push(y);
             }
-            off += input.len() as u32;
         }
         let idx = Tensor::from_vec(rows, targets.len(), &Device::Cpu)?;
         let h = h.index_select(&idx, 0)?;

@@ -2,7 +2,10 @@
 //! G` completions (prefilled once, cache forked), sampled with the serving
 //! sampler under the run's KV policy, each token's log-probability recorded.
 
+use std::sync::Arc;
 use std::time::Instant;
+
+use tern_models::EvictionLog;
 
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineHandle, Event, SubmitRequest};
@@ -29,6 +32,8 @@ pub struct Rollout {
     pub kv_peak_bytes: usize,
     /// Bytes a full cache would have held for it.
     pub kv_full_bytes: usize,
+    /// What its KV policy evicted and when (recorded when the spec asks).
+    pub evictions: Option<Arc<EvictionLog>>,
 }
 
 /// A prompt's group of rollouts.
@@ -73,6 +78,8 @@ pub struct RolloutSpec<'a> {
     pub kv_policy: &'a KvPolicy,
     /// System message.
     pub system: Option<&'a str>,
+    /// Record each rollout's evictions (for the `sparse-replay` learner).
+    pub record_evictions: bool,
 }
 
 /// Rolls out every task in `picks` (indices into `tasks`); request `i` is
@@ -100,6 +107,7 @@ pub fn rollout(
         req.n = spec.group_size;
         req.logprobs = true;
         req.kv_policy = spec.kv_policy.clone();
+        req.record_evictions = spec.record_evictions;
         reqs.push(req);
         prompts.push((ti, prompt));
     }
@@ -121,6 +129,7 @@ pub fn rollout(
                 reward: 0.0,
                 kv_peak_bytes: 0,
                 kv_full_bytes: 0,
+                evictions: None,
             })
             .collect();
         let mut done = 0;
@@ -143,6 +152,7 @@ pub fn rollout(
                 Some(Event::Done { index, kv, .. }) => {
                     rollouts[index].kv_peak_bytes = kv.bytes_peak;
                     rollouts[index].kv_full_bytes = kv.bytes_full;
+                    rollouts[index].evictions = kv.evictions;
                     done += 1;
                 }
                 // Rollouts set no thinking budget, so no probe events come;

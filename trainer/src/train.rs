@@ -16,7 +16,7 @@ use tern_runtime::tasks::{self, Task};
 use tern_runtime::LoadedModel;
 
 use crate::checkpoint::{self, Checkpoint, State};
-use crate::config::{Algorithm, TrainConfig};
+use crate::config::{Algorithm, LearnerKv, TrainConfig};
 use crate::correction::{self, Correction};
 use crate::data::{self, DataState, ReplayBuffer, Replayed};
 use crate::error::{Result, TrainError};
@@ -152,6 +152,7 @@ fn evaluate(engine: &EngineHandle, cfg: &TrainConfig, tasks: &[Task]) -> Result<
             temperature: 1e-6,
             kv_policy: &policy,
             system: cfg.system_prompt.as_deref(),
+            record_evictions: false,
         };
         let (groups, _) = rollout::rollout(engine, tasks, chunk, &spec, cfg.seed)?;
         correct += groups.iter().map(|g| g.rollouts[0].reward).sum::<f64>();
@@ -176,6 +177,9 @@ pub fn train(
         .parse()
         .map_err(|e| TrainError::Config(format!("rollout_kv_policy: {e}")))?;
     let cap = cfg.memory_cap_bytes()?;
+    // The sparse-replay learner needs each rollout's eviction record; under a
+    // full cache there is nothing to replay and it is the dense learner.
+    let replay_kv = cfg.learner_kv == LearnerKv::SparseReplay && kv_policy != KvPolicy::Full;
 
     // Plan before loading anything big.
     let gguf = GgufFile::open(model_path)?;
@@ -342,6 +346,7 @@ pub fn train(
                     temperature: cfg.temperature,
                     kv_policy: &kv_policy,
                     system: cfg.system_prompt.as_deref(),
+                    record_evictions: replay_kv,
                 };
                 let seed = cfg.seed.wrapping_add(1_000_003 * step as u64);
                 let (groups, secs) = rollout::rollout(&engine, &train_tasks, &picks, &spec, seed)?;
@@ -376,6 +381,7 @@ pub fn train(
                             samples.push(Sample {
                                 prompt: g.prompt.clone(),
                                 response: r.tokens.clone(),
+                                visibility: r.evictions.clone(),
                             });
                             advantages.push(a);
                             behaviour.push(r.logprobs.clone());
@@ -398,7 +404,7 @@ pub fn train(
                         false,
                     )?;
                     response.extend(eos.first());
-                    samples.push(Sample { prompt, response });
+                    samples.push(Sample::new(prompt, response));
                     advantages.push(1.0);
                 }
             }
@@ -454,6 +460,7 @@ pub fn train(
                 samples.push(Sample {
                     prompt: r.prompt,
                     response: r.response,
+                    visibility: r.visibility.map(Arc::new),
                 });
                 advantages.push(r.advantage);
                 old_per.push(Some(r.logp_old));
@@ -542,6 +549,7 @@ pub fn train(
                     response: samples[i].response.clone(),
                     advantage: advantages[i],
                     logp_old: old_per[i].clone().unwrap_or_default(),
+                    visibility: samples[i].visibility.as_deref().cloned(),
                 };
                 match by_group.last_mut() {
                     Some((g, v)) if *g == group_of[i] => v.push(r),

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::ops::Deref;
 
-use tern_models::SeqBatch;
+use std::sync::Arc;
+
+use tern_models::{EvictionLog, SeqBatch};
 
 use super::{Backend, Row, SeqId, SeqKv};
 use crate::error::{Result, RuntimeError};
@@ -122,6 +124,17 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for CandleBackend<M> {
 
     fn free(&mut self, seq: SeqId) {
         self.seqs.remove(&seq);
+    }
+
+    fn record_evictions(&mut self, seq: SeqId) -> Result<()> {
+        let cache = self.seqs.get_mut(&seq).ok_or_else(|| Self::unknown(seq))?;
+        cache.record_evictions();
+        Ok(())
+    }
+
+    fn evictions(&self, seq: SeqId) -> Option<Arc<EvictionLog>> {
+        let log = self.seqs.get(&seq)?.evictions()?;
+        Some(Arc::new(log.clone()))
     }
 
     fn kv(&self, seq: SeqId) -> SeqKv {

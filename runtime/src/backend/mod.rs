@@ -17,7 +17,7 @@ pub use tern_models::LogitsWanted;
 
 use std::sync::Arc;
 
-use tern_models::LoraSet;
+use tern_models::{EvictionLog, LoraSet};
 
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
@@ -70,6 +70,19 @@ pub trait Backend: Send {
     fn free(&mut self, seq: SeqId);
     /// The sequence's KV figures.
     fn kv(&self, seq: SeqId) -> SeqKv;
+    /// Starts recording the sequence's evictions (its forks inherit the
+    /// record), so a learner can replay what each token saw. Backends whose
+    /// cache is not Tern's refuse.
+    fn record_evictions(&mut self, _seq: SeqId) -> Result<()> {
+        Err(RuntimeError::Backend(format!(
+            "the {} backend cannot record KV evictions (use the candle backend)",
+            self.name()
+        )))
+    }
+    /// The sequence's eviction record, if recording.
+    fn evictions(&self, _seq: SeqId) -> Option<Arc<EvictionLog>> {
+        None
+    }
     /// Replaces the LoRA adapters every later step applies (`None`: none); how
     /// the trainer hands the engine its updated policy. Backends that cannot
     /// apply adapters refuse.

@@ -30,6 +30,7 @@ use crate::kv::policy::KvPolicy;
 use crate::kv::SeqCache;
 use crate::model::LoadedModel;
 use crate::sampler::SamplingParams;
+use tern_models::EvictionLog;
 
 /// Most parallel completions one request may ask for (`n`).
 pub const MAX_N: usize = 16;
@@ -106,6 +107,10 @@ pub struct SubmitRequest {
     /// A thinking budget (and answer probes) for each completion; `max_tokens`
     /// still bounds reasoning and answer together.
     pub think: Option<ThinkSpec>,
+    /// Record which cached entries each token saw (its KV policy's evictions)
+    /// and return the record in [`KvUsage::evictions`]; the trainer's
+    /// `sparse-replay` learner masks attention with it.
+    pub record_evictions: bool,
 }
 
 impl SubmitRequest {
@@ -122,6 +127,7 @@ impl SubmitRequest {
             constraint: None,
             logprobs: false,
             think: None,
+            record_evictions: false,
         }
     }
 
@@ -143,6 +149,9 @@ pub struct KvUsage {
     pub bytes_final: usize,
     /// Bytes a full cache would have held for the same tokens.
     pub bytes_full: usize,
+    /// The completion's eviction record, when the request asked for one.
+    #[serde(skip)]
+    pub evictions: Option<Arc<EvictionLog>>,
 }
 
 /// What a request's channel carries, in order; per completion `index`, tokens

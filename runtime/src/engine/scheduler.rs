@@ -169,7 +169,18 @@ impl Engine {
             let p = self.waiting.pop_front().expect("front exists");
             self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
             let expected = p.req.prompt.len() + p.req.max_tokens;
-            let seq = match self.backend.new_seq(&p.req.kv_policy, expected) {
+            let created = self.backend.new_seq(&p.req.kv_policy, expected);
+            let created = match created {
+                Ok(seq) if p.req.record_evictions => match self.backend.record_evictions(seq) {
+                    Ok(()) => Ok(seq),
+                    Err(e) => {
+                        self.backend.free(seq);
+                        Err(e)
+                    }
+                },
+                other => other,
+            };
+            let seq = match created {
                 Ok(seq) => seq,
                 Err(e) => {
                     let _ = p.events.send(Event::Error(e.to_string()));
@@ -598,7 +609,15 @@ fn emit_step(
             index: c.index,
             finish_reason,
             completion_tokens: c.generated,
-            kv: Completion::kv_usage(&r.req.kv_policy, backend.kv(c.seq)),
+            kv: Completion::kv_usage(
+                &r.req.kv_policy,
+                backend.kv(c.seq),
+                if r.req.record_evictions {
+                    backend.evictions(c.seq)
+                } else {
+                    None
+                },
+            ),
         };
         // Count the request finished before its last event leaves, so a client
         // that reads /metrics right after its response sees it.

@@ -2,7 +2,10 @@
 //! checks. The scheduler owns these; this file owns what happens to a
 //! completion when a row of logits comes back for it.
 
+use std::sync::Arc;
 use std::time::Instant;
+
+use tern_models::EvictionLog;
 
 use crate::backend::{SeqId, SeqKv};
 use crate::constraint::{Constraint, JsonPrefix};
@@ -109,12 +112,13 @@ impl Completion {
     }
 
     /// The KV figures to report when it ends.
-    pub fn kv_usage(policy: &KvPolicy, kv: SeqKv) -> KvUsage {
+    pub fn kv_usage(policy: &KvPolicy, kv: SeqKv, evictions: Option<Arc<EvictionLog>>) -> KvUsage {
         KvUsage {
             policy: policy.to_string(),
             bytes_peak: kv.peak,
             bytes_final: kv.bytes,
             bytes_full: kv.full,
+            evictions,
         }
     }
 

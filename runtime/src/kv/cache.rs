@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 
 use candle_core::{DType, Device, IndexOp, Tensor};
-use tern_models::{KvStore, ModelConfig};
+use tern_models::{EvictionLog, KvStore, ModelConfig};
 
 use super::policy::{self, KvPolicy, ScoreInput};
 
@@ -56,6 +56,8 @@ pub struct SeqCache {
     /// Entries per layer a full cache is expected to reach: geometric growth
     /// stops there, so allocation matches what the engine reserved.
     capacity_hint: Option<usize>,
+    /// What was evicted and when, if asked for (the trainer replays it).
+    log: Option<EvictionLog>,
 }
 
 impl SeqCache {
@@ -87,7 +89,22 @@ impl SeqCache {
             seen: 0,
             peak_bytes: 0,
             capacity_hint: None,
+            log: None,
         }
+    }
+
+    /// Starts recording every eviction from now on (see [`EvictionLog`]): a
+    /// learner replays the record to score tokens under the visibility they
+    /// were sampled with.
+    pub fn record_evictions(&mut self) {
+        if self.log.is_none() {
+            self.log = Some(EvictionLog::new(self.n_layer, self.n_kv_head));
+        }
+    }
+
+    /// The evictions recorded so far, if recording.
+    pub fn evictions(&self) -> Option<&EvictionLog> {
+        self.log.as_ref()
     }
 
     /// Caps geometric growth at `entries` per layer (growth past it still
@@ -193,6 +210,7 @@ impl SeqCache {
         Ok(Self {
             layers,
             policy: self.policy.clone(),
+            log: self.log.clone(),
             ..*self
         })
     }
@@ -279,8 +297,21 @@ impl SeqCache {
             l.since_compress = 0;
             return Ok(());
         }
+        // Entries leave after the newest query's attention: it saw them, later ones do not.
+        let last_query = self.seen.saturating_sub(1) as u32;
         let (mut ks, mut vs) = (Vec::with_capacity(kvh), Vec::with_capacity(kvh));
         for (h, idx) in keep.per_head.iter().enumerate() {
+            if let Some(log) = self.log.as_mut() {
+                let mut kept_mask = vec![false; l.len];
+                for &i in idx {
+                    kept_mask[i] = true;
+                }
+                for (i, &pos) in l.positions[h].iter().enumerate() {
+                    if !kept_mask[i] {
+                        log.record(layer, h, pos, last_query);
+                    }
+                }
+            }
             let ids: Vec<u32> = idx.iter().map(|&i| i as u32).collect();
             let ids = Tensor::from_vec(ids, idx.len(), &Device::Cpu)?;
             ks.push(kb.i(h)?.narrow(0, 0, l.len)?.index_select(&ids, 0)?);
