@@ -512,3 +512,37 @@ fn responses_sharing_a_prompt_score_and_train_as_separate_sequences() {
     }
     assert!(largest > 0.0, "the loss reached no parameter");
 }
+
+/// `--dry-run` sizes a run: it prints how many rollouts decode at once,
+/// records one step's rollout metrics and stops without updating or saving.
+#[test]
+fn dry_run_reports_rollouts_and_writes_no_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let out = dir.path().join("dry");
+    let o = train(&[
+        "--model",
+        &model,
+        "--task",
+        "arithmetic:count=20,seed=2",
+        "--group-size",
+        "4",
+        "--prompts-per-step",
+        "3",
+        "--max-new-tokens",
+        "16",
+        "--rollout-kv-policy",
+        "streaming:budget=8",
+        "--dry-run",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("(12 sequences at once)"), "{err}");
+    let m = metrics(&out);
+    assert_eq!(m.len(), 1);
+    assert!(m[0]["rollout_tokens"].as_u64().unwrap() > 0);
+    assert!(m[0]["kv_bytes_peak"].as_u64() < m[0]["kv_bytes_full"].as_u64());
+    assert!(!out.join("latest").exists(), "a dry run saves nothing");
+}

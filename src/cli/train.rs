@@ -40,6 +40,10 @@ pub struct TrainArgs {
     /// Train every block weight instead of LoRA adapters.
     #[arg(long)]
     pub full: bool,
+    /// Plan memory, run one step's rollouts, write their metrics, and stop
+    /// (no update): how many rollouts decode at once under the cap, how fast.
+    #[arg(long)]
+    pub dry_run: bool,
     /// LoRA rank [8].
     #[arg(long)]
     pub lora_rank: Option<usize>,
@@ -227,6 +231,9 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
     if a.full {
         c.full = true;
     }
+    if a.dry_run {
+        c.dry_run = true;
+    }
     if let Some(k) = a.correction {
         c.correction = k;
     }
@@ -277,10 +284,11 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         } => {
             bar.set_position(from as u64);
             eprintln!(
-                "training {params} parameters for {} steps; micro-batch {}, rollout KV {}{}",
+                "training {params} parameters for {} steps; micro-batch {}, rollout KV {} ({} sequences at once){}",
                 steps - from,
                 plan.micro_batch,
                 format_size(plan.rollout_kv_bytes),
+                plan.rollout_at_once,
                 plan.cap
                     .map(|c| format!(
                         ", cap {} (learner peak estimate {})",
@@ -304,6 +312,14 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     let summary = tern_trainer::train(&cfg, &model_path, a.resume.as_deref(), &mut on_progress)
         .context("training stopped")?;
     bar.finish();
+    if cfg.dry_run {
+        println!(
+            "dry run: one step's rollouts, no update; peak memory {}",
+            format_size(summary.peak_rss_bytes as usize)
+        );
+        println!("metrics: {}", cfg.out.join("metrics.jsonl").display());
+        return Ok(());
+    }
     println!(
         "done: {} steps, checkpoint {}, peak memory {}",
         summary.steps,

@@ -70,6 +70,10 @@ pub struct TrainConfig {
     pub algorithm: Algorithm,
     /// Train every projection and norm instead of LoRA adapters.
     pub full: bool,
+    /// Plan the memory, run the first step's rollouts, record their metrics
+    /// and stop: no update, no checkpoint, no evaluation. Sizes a run (how
+    /// many rollouts decode at once under the cap, and how fast) cheaply.
+    pub dry_run: bool,
     /// LoRA rank.
     pub lora_rank: usize,
     /// LoRA alpha (the update is scaled by alpha / rank).
@@ -141,6 +145,7 @@ impl Default for TrainConfig {
             eval_task: None,
             algorithm: Algorithm::Grpo,
             full: false,
+            dry_run: false,
             lora_rank: 8,
             lora_alpha: 16.0,
             lora_targets: "all".into(),

@@ -199,6 +199,7 @@ mod tests {
                 response: vec![2],
                 advantage: a,
                 logp_old: vec![-1.0],
+                visibility: None,
             }]
         };
         b.push(g(1.0));

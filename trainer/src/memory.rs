@@ -86,6 +86,9 @@ pub struct Plan {
     pub rollout_kv_bytes: usize,
     /// The learner phase's estimated peak at that micro-batch.
     pub learner_peak: u64,
+    /// Rollout sequences the engine can decode at once in that KV memory
+    /// under the run's policy (filled in by the caller, who knows the policy).
+    pub rollout_at_once: usize,
 }
 
 /// Picks the micro-batch (largest up to `max_micro` or the forced one) and the
@@ -109,6 +112,7 @@ pub fn plan(
             micro_batch: m,
             rollout_kv_bytes: rollout_kv_full.max(1 << 20),
             learner_peak: peak_for(m),
+            rollout_at_once: 0,
         });
     };
     let usable = (cap as f64 * PLAN_SHARE) as u64;
@@ -168,6 +172,7 @@ pub fn plan(
         micro_batch: micro,
         rollout_kv_bytes: kv.min(rollout_kv_full.max(1 << 20)),
         learner_peak: peak_for(micro),
+        rollout_at_once: 0,
     })
 }
 

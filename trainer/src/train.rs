@@ -11,7 +11,9 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tern_models::GgufFile;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
+use tern_runtime::generate::DEFAULT_PREFILL_CHUNK;
 use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::kv::SeqCache;
 use tern_runtime::tasks::{self, Task};
 use tern_runtime::LoadedModel;
 
@@ -220,16 +222,36 @@ pub fn train(
         Algorithm::Grpo => cfg.prompts_per_step * cfg.group_size,
         Algorithm::Sft => cfg.prompts_per_step,
     };
-    let kv_full = batch_seqs * seq_len * mcfg.n_layer * mcfg.n_kv_head * mcfg.head_dim * 2 * 4;
-    let plan = memory::plan(
+    // What the rollout batch needs at once under the rollout policy: the
+    // engine reserves each sequence's worst case, so a sparse policy fits
+    // more sequences in the same memory.
+    let per_seq = SeqCache::reservation_bytes(
+        &mcfg,
+        &kv_policy,
+        longest_prompt,
+        cfg.max_new_tokens,
+        DEFAULT_PREFILL_CHUNK,
+    )
+    .max(1);
+    let mut plan = memory::plan(
         &mcfg,
         &est,
         cap,
         seq_len,
         batch_seqs,
         cfg.micro_batch,
-        kv_full,
+        batch_seqs * per_seq,
     )?;
+    plan.rollout_at_once = (plan.rollout_kv_bytes / per_seq).min(batch_seqs);
+    // A group is one engine request: it must fit whole.
+    if plan.rollout_at_once < cfg.group_size.max(1) && cfg.algorithm == Algorithm::Grpo {
+        return Err(TrainError::MemoryCap {
+            cap: cap.map(|c| tern_runtime::size::format_size(c as usize)).unwrap_or_default(),
+            phase: "rollout KV cache (one group at once)",
+            needed: tern_runtime::size::format_size(cfg.group_size * per_seq),
+            advice: "use a sparse --rollout-kv-policy, lower --group-size or --max-new-tokens, or raise --memory-cap".into(),
+        });
+    }
 
     progress(Progress::Note("loading the learner".into()));
     let engine = EngineHandle::spawn(
@@ -283,7 +305,7 @@ pub fn train(
     } else {
         EvalReport::default()
     };
-    if let (Some(et), 0) = (&eval_tasks, start) {
+    if let (Some(et), 0, false) = (&eval_tasks, start, cfg.dry_run) {
         progress(Progress::Note(format!(
             "scoring {} held-out tasks",
             et.len()
@@ -390,6 +412,18 @@ pub fn train(
                     }
                 }
                 m.tokens_per_s = m.rollout_tokens as f64 / secs.max(1e-9);
+                if cfg.dry_run {
+                    m.peak_rss_bytes = memory::check(cap, "rollouts")?;
+                    m.seconds = t0.elapsed().as_secs_f64();
+                    append_metrics(&metrics_path, &m)?;
+                    progress(Progress::Step(&m));
+                    return Ok(Summary {
+                        steps: start,
+                        checkpoint: cfg.out.clone(),
+                        eval,
+                        peak_rss_bytes: m.peak_rss_bytes,
+                    });
+                }
             }
             Algorithm::Sft => {
                 let model = learner.model();

@@ -35,15 +35,17 @@ impl Op {
     }
 }
 
-/// `arithmetic:count=N,seed=S,difficulty=D,ops=add+sub+mul+word`.
+/// `arithmetic:count=N,seed=S,difficulty=D,ops=add+sub+mul+word`; `difficulty`
+/// may be a mix such as `1+2` (each task draws one uniformly), a pool where
+/// some tasks are out of reach, which difficulty-aware selection learns to skip.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArithmeticSpec {
     /// How many tasks (default 100).
     pub count: usize,
     /// Generator seed (default 0).
     pub seed: u64,
-    /// Digits per operand, 1 to 6 (default 1).
-    pub difficulty: u32,
+    /// Digits per operand, 1 to 6, one drawn per task (default 1).
+    pub difficulty: Vec<u32>,
     /// Kinds drawn uniformly (default add and sub).
     pub ops: Vec<Op>,
 }
@@ -53,7 +55,7 @@ impl Default for ArithmeticSpec {
         ArithmeticSpec {
             count: 100,
             seed: 0,
-            difficulty: 1,
+            difficulty: vec![1],
             ops: vec![Op::Add, Op::Sub],
         }
     }
@@ -73,8 +75,12 @@ impl ArithmeticSpec {
                 "count" => spec.count = v.parse().map_err(|_| bad("a count"))?,
                 "seed" => spec.seed = v.parse().map_err(|_| bad("an integer"))?,
                 "difficulty" => {
-                    spec.difficulty = v.parse().map_err(|_| bad("an integer"))?;
-                    if !(1..=6).contains(&spec.difficulty) {
+                    spec.difficulty = v
+                        .split('+')
+                        .map(|d| d.trim().parse::<u32>())
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| bad("an integer or a mix like 1+2"))?;
+                    if !spec.difficulty.iter().all(|d| (1..=6).contains(d)) {
                         return Err("difficulty must be 1 to 6 (digits per operand)".into());
                     }
                 }
@@ -100,7 +106,12 @@ impl ArithmeticSpec {
         (0..self.count)
             .map(|_| {
                 let op = self.ops[rng.gen_range(0..self.ops.len())];
-                one(&mut rng, op, self.difficulty)
+                // One level draws nothing, so single-level pools stay as they were.
+                let digits = match self.difficulty.as_slice() {
+                    [d] => *d,
+                    ds => ds[rng.gen_range(0..ds.len())],
+                };
+                one(&mut rng, op, digits)
             })
             .collect()
     }
@@ -213,5 +224,24 @@ mod tests {
         assert!(ArithmeticSpec::parse("difficulty=9")
             .unwrap_err()
             .contains("1 to 6"));
+        assert!(ArithmeticSpec::parse("difficulty=1+7")
+            .unwrap_err()
+            .contains("1 to 6"));
+        assert!(ArithmeticSpec::parse("difficulty=1+")
+            .unwrap_err()
+            .contains("mix"));
+    }
+
+    #[test]
+    fn a_difficulty_mix_draws_every_level() {
+        let mixed = ArithmeticSpec::parse("count=200,seed=3,difficulty=1+2").unwrap();
+        let levels: Vec<u32> = mixed
+            .generate()
+            .iter()
+            .map(|t| t.difficulty.unwrap())
+            .collect();
+        let ones = levels.iter().filter(|&&d| d == 1).count();
+        assert!((60..140).contains(&ones), "{ones} one-digit tasks of 200");
+        assert!(levels.iter().all(|&d| d == 1 || d == 2));
     }
 }
