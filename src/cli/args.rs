@@ -443,13 +443,24 @@ pub struct ServeArgs {
 /// `tern plot`.
 #[derive(Debug, Args)]
 pub struct PlotArgs {
-    /// Metrics file: one JSON object per line with a numeric `step` (the
-    /// trainer's metrics.jsonl).
-    pub file: PathBuf,
+    /// Metrics files: one JSON object per line with a numeric `step` (the
+    /// trainer's metrics.jsonl). Several files are drawn as one line each in
+    /// every panel, to compare runs.
+    #[arg(required = true, num_args = 1..)]
+    pub file: Vec<PathBuf>,
+    /// Legend labels, one per file, comma-separated (default: each file's
+    /// directory name).
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Draw the trailing mean of this many steps instead of raw values
+    /// (reward curves of small batches are noisy).
+    #[arg(long, default_value_t = 1)]
+    pub smooth: usize,
     /// PNG file to write.
     #[arg(long, short = 'o')]
     pub out: PathBuf,
-    /// Keys to plot, one panel each, comma-separated; `*_bytes` keys are shown in MiB.
+    /// Keys to plot, one panel each, comma-separated; `*_bytes` keys are
+    /// shown in MiB; a dotted key reaches into an object (`rho.mean_rho`).
     #[arg(
         long,
         value_delimiter = ',',

@@ -1,5 +1,6 @@
-//! `tern plot`: training curves from a metrics JSONL file as one PNG, one
-//! panel per key against `step`.
+//! `tern plot`: training curves from metrics JSONL files as one PNG, one
+//! panel per key against `step`, one line per file (runs compared side by
+//! side), optionally smoothed by a trailing mean.
 //!
 //! Input is the trainer's `metrics.jsonl`: one JSON object per line with a
 //! numeric `step` and numeric metrics (`reward_mean`, `loss`, `peak_rss_bytes`,
@@ -13,7 +14,7 @@
 //! TrueType file given by path, so no system font libraries are needed; the
 //! image is encoded with `png` and written only once it is complete.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
 use plotters::prelude::*;
@@ -31,28 +32,130 @@ const MAX_MARKED_POINTS: usize = 60;
 /// The font family name the loaded font is registered under.
 const FAMILY: &str = "sans-serif";
 
-/// One panel's data: a key's values against step.
+/// One panel's data: a key's values against step, per file.
 struct Series {
     /// The panel title: the key, with its unit when converted.
     title: String,
-    /// `(step, value)` in file order.
-    points: Vec<(f64, f64)>,
+    /// Per file: its label and `(step, value)` in file order.
+    lines: Vec<(String, Vec<(f64, f64)>)>,
 }
+
+/// Line colours, one per file, in order (matplotlib's first six).
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &PlotArgs) -> Result<()> {
     check_output(&a.out)?;
-    let series = read_metrics(&a.file, &a.keys)?;
+    ensure!(
+        a.file.len() <= COLORS.len(),
+        "at most {} files per plot (got {})",
+        COLORS.len(),
+        a.file.len()
+    );
+    ensure!(
+        a.labels.is_empty() || a.labels.len() == a.file.len(),
+        "--labels has {} labels for {} files",
+        a.labels.len(),
+        a.file.len()
+    );
+    ensure!(a.smooth >= 1, "--smooth must be at least 1");
+    let mut series: Vec<Series> = Vec::new();
+    let mut found: Vec<(&PathBuf, Vec<String>)> = Vec::new();
+    for (i, file) in a.file.iter().enumerate() {
+        let label = match a.labels.get(i) {
+            Some(l) => l.clone(),
+            None => default_label(file),
+        };
+        let (read, seen) = read_metrics(file, &a.keys)?;
+        found.push((file, seen));
+        for (k, (title, points)) in read.into_iter().enumerate() {
+            let points = smooth(&points, a.smooth);
+            match series.get_mut(k) {
+                Some(s) => s.lines.push((label.clone(), points)),
+                None => series.push(Series {
+                    title,
+                    lines: vec![(label.clone(), points)],
+                }),
+            }
+        }
+    }
+    // A key some runs lack (a dense run has no `rho`) is a missing line; a
+    // key no file has is a typo.
+    for (key, s) in a.keys.iter().zip(&series) {
+        if s.lines.iter().all(|l| l.1.is_empty()) {
+            let (file, seen) = &found[0];
+            bail!(
+                "key `{key}` has no numeric value in any line of {} (keys there: {})",
+                if found.len() == 1 {
+                    file.display().to_string()
+                } else {
+                    format!("any of the {} files", found.len())
+                },
+                seen.join(", ")
+            );
+        }
+    }
+    if a.smooth > 1 {
+        for s in &mut series {
+            s.title = format!("{} (mean of {} steps)", s.title, a.smooth);
+        }
+    }
     load_font(&a.font)?;
     let png = draw(&series)?;
     std::fs::write(&a.out, png).with_context(|| format!("cannot write {}", a.out.display()))?;
-    let steps = series.iter().map(|s| s.points.len()).max().unwrap_or(0);
+    let steps = series
+        .iter()
+        .flat_map(|s| s.lines.iter().map(|l| l.1.len()))
+        .max()
+        .unwrap_or(0);
     println!(
-        "wrote {} ({} panels, up to {steps} points each)",
+        "wrote {} ({} panels, {} files, up to {steps} points each)",
         a.out.display(),
-        series.len()
+        series.len(),
+        a.file.len()
     );
     Ok(())
+}
+
+/// A file's legend label: its directory's name (runs write `RUN/metrics.jsonl`).
+fn default_label(file: &Path) -> String {
+    file.parent()
+        .and_then(|p| p.file_name())
+        .or_else(|| file.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| file.display().to_string())
+}
+
+/// The trailing mean over `window` points (fewer at the start).
+fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    (0..points.len())
+        .map(|i| {
+            let from = (i + 1).saturating_sub(window);
+            let part = &points[from..=i];
+            let mean = part.iter().map(|p| p.1).sum::<f64>() / part.len() as f64;
+            (points[i].0, mean)
+        })
+        .collect()
+}
+
+/// `key` looked up in `obj`, reaching into nested objects at each dot.
+fn lookup<'a>(
+    obj: &'a serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> Option<&'a serde_json::Value> {
+    let mut parts = key.split('.');
+    let mut v = obj.get(parts.next()?)?;
+    for p in parts {
+        v = v.as_object()?.get(p)?;
+    }
+    Some(v)
 }
 
 /// The output must be a `.png` in an existing directory; checked first so a
@@ -75,8 +178,15 @@ fn check_output(out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Reads `path` and returns one series per key, in the order of `keys`.
-fn read_metrics(path: &Path, keys: &[String]) -> Result<Vec<Series>> {
+/// Reads `path` and returns, per key in the order of `keys`, the panel title
+/// and the points.
+/// Also returns the numeric keys the file has, for the error on a key no
+/// file has.
+#[allow(clippy::type_complexity)]
+fn read_metrics(
+    path: &Path,
+    keys: &[String],
+) -> Result<(Vec<(String, Vec<(f64, f64)>)>, Vec<String>)> {
     ensure!(!keys.is_empty(), "no keys to plot");
     if let Some(k) = keys.iter().find(|k| k.trim().is_empty() || *k == "step") {
         bail!("invalid key `{k}`: keys are metric names other than `step`");
@@ -103,9 +213,15 @@ fn read_metrics(path: &Path, keys: &[String]) -> Result<Vec<Series>> {
             if v.is_number() && key != "step" && !seen.contains(key) {
                 seen.push(key.clone());
             }
+            for (inner, w) in v.as_object().into_iter().flatten() {
+                let dotted = format!("{key}.{inner}");
+                if w.is_number() && !seen.contains(&dotted) {
+                    seen.push(dotted);
+                }
+            }
         }
         for (key, pts) in keys.iter().zip(points.iter_mut()) {
-            match obj.get(key) {
+            match lookup(obj, key) {
                 None | Some(serde_json::Value::Null) => {}
                 Some(v) => {
                     let Some(x) = v.as_f64() else {
@@ -118,22 +234,12 @@ fn read_metrics(path: &Path, keys: &[String]) -> Result<Vec<Series>> {
         rows += 1;
     }
     ensure!(rows > 0, "{} holds no metrics", path.display());
-    keys.iter()
+    let series = keys
+        .iter()
         .zip(points)
-        .map(|(key, points)| {
-            if points.is_empty() {
-                bail!(
-                    "key `{key}` has no numeric value in any line of {} (keys there: {})",
-                    path.display(),
-                    seen.join(", ")
-                );
-            }
-            Ok(Series {
-                title: title(key),
-                points,
-            })
-        })
-        .collect()
+        .map(|(key, points)| (title(key), points))
+        .collect();
+    Ok((series, seen))
 }
 
 /// Byte counts are plotted in MiB: a 9-digit axis is unreadable.
@@ -191,8 +297,9 @@ fn draw_panel(
     s: &Series,
     area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
 ) -> Result<()> {
-    let xs = padded_range(s.points.iter().map(|p| p.0));
-    let ys = padded_range(s.points.iter().map(|p| p.1));
+    let all = || s.lines.iter().flat_map(|l| l.1.iter());
+    let xs = padded_range(all().map(|p| p.0));
+    let ys = padded_range(all().map(|p| p.1));
     let mut chart = ChartBuilder::on(area)
         .caption(&s.title, (FAMILY, 22))
         .margin(12)
@@ -208,17 +315,30 @@ fn draw_panel(
         .label_style((FAMILY, 14))
         .draw()
         .map_err(plot_err)?;
-    let color = RGBColor(31, 119, 180);
-    chart
-        .draw_series(LineSeries::new(
-            s.points.iter().copied(),
-            color.stroke_width(2),
-        ))
-        .map_err(plot_err)?;
-    // Markers on short runs, so a single step (or a series with gaps) shows.
-    if s.points.len() <= MAX_MARKED_POINTS {
-        let marks = s.points.iter().map(|&p| Circle::new(p, 3, color.filled()));
-        chart.draw_series(marks).map_err(plot_err)?;
+    for ((label, points), &color) in s.lines.iter().zip(COLORS.iter()) {
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(plot_err)?
+            .label(label.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
+        // Markers on short runs, so a single step (or a series with gaps) shows.
+        if points.len() <= MAX_MARKED_POINTS {
+            let marks = points.iter().map(|&p| Circle::new(p, 3, color.filled()));
+            chart.draw_series(marks).map_err(plot_err)?;
+        }
+    }
+    if s.lines.len() > 1 {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font((FAMILY, 14))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(plot_err)?;
     }
     Ok(())
 }

@@ -318,7 +318,8 @@ pub fn train(
 
     progress(Progress::Start {
         from: start,
-        steps: cfg.steps,
+        // A dry run does one step's rollouts only.
+        steps: if cfg.dry_run { start + 1 } else { cfg.steps },
         plan: &plan,
         params: learner.param_count(),
     });
@@ -505,11 +506,17 @@ pub fn train(
         if !samples.is_empty() {
             let (mut tokens, mut longest) = (0u64, 0u64);
             for chunk in samples.chunks(plan.micro_batch) {
-                let lens = chunk
-                    .iter()
-                    .map(|s| (s.prompt.len() + s.response.len()) as u64);
-                tokens = tokens.max(lens.clone().sum());
-                longest = longest.max(lens.max().unwrap_or(0));
+                // Consecutive samples with one prompt share its pass (see
+                // `Learner`): the prompt counts once.
+                let mut fed = 0u64;
+                for (i, s) in chunk.iter().enumerate() {
+                    if i == 0 || chunk[i - 1].prompt != s.prompt {
+                        fed += s.prompt.len() as u64;
+                    }
+                    fed += s.response.len() as u64;
+                    longest = longest.max((s.prompt.len() + s.response.len()) as u64);
+                }
+                tokens = tokens.max(fed);
             }
             m.peak_estimate_bytes = est.learner_peak(&mcfg, tokens, longest);
             // The loss is a mean over the tokens that count: every response
