@@ -64,3 +64,50 @@ fn plot_refuses_bad_input_with_one_line() {
     assert_clean_error(&out, "cannot read font /nonexistent/font.ttf");
     assert!(!png.exists(), "a failed plot wrote {}", png.display());
 }
+
+/// Runs compared in one image: a key one run lacks (a dense run has no
+/// `rho`) is a missing line, a dotted key reaches into `rho`, and labels must
+/// match the files.
+#[test]
+fn plot_overlays_runs_with_nested_keys_and_smoothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dense = dir.path().join("dense.jsonl");
+    std::fs::write(&dense, metrics()).unwrap();
+    let sparse = dir.path().join("sparse.jsonl");
+    let with_rho: String = (0..6)
+        .map(|s| {
+            format!(
+                r#"{{"step": {s}, "reward_mean": 0.2, "loss": 0.5, "rho": {{"mean_rho": {}, "rejected_tokens": 3}}}}"#,
+                1.0 + 0.01 * s as f64
+            ) + "\n"
+        })
+        .collect();
+    std::fs::write(&sparse, with_rho).unwrap();
+    let png = dir.path().join("cmp.png");
+    let (d, s, p) = (
+        dense.to_str().unwrap(),
+        sparse.to_str().unwrap(),
+        png.to_str().unwrap(),
+    );
+    let args = ["plot", d, s, "-o", p, "--keys", "reward_mean,rho.mean_rho"];
+    let mut smooth = args.to_vec();
+    smooth.extend(["--smooth", "3", "--labels", "dense,sparse"]);
+    let out = tern(&smooth, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 panels, 2 files"));
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(
+        u32::from_be_bytes(bytes[20..24].try_into().unwrap()),
+        2 * 320
+    );
+
+    let mut bad = args.to_vec();
+    bad.extend(["--labels", "only-one"]);
+    assert_clean_error(&tern(&bad, None), "--labels has 1 labels for 2 files");
+    let out = tern(&["plot", d, s, "-o", p, "--keys", "rho.nope"], None);
+    assert_clean_error(&out, "key `rho.nope` has no numeric value");
+}
