@@ -487,7 +487,9 @@ impl Llama {
         let q = q.contiguous()?.reshape((c.n_kv_head, g * n, c.head_dim))?;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         let mut scores = (q.matmul(&kc.t()?)? * scale)?; // [KV, G*n, C]
-        if n > 1 {
+        // One new token sees every cached entry, unless a replayed eviction
+        // record hides some of them.
+        if n > 1 || cache.visibility().is_some() {
             let mask = causal_mask(q_pos, cache, layer, c.n_kv_head)?; // [KV, 1, n, C]
             scores = scores
                 .reshape((c.n_kv_head, g, n, n_cached))?
