@@ -487,6 +487,7 @@ impl Llama {
         let q = q.contiguous()?.reshape((c.n_kv_head, g * n, c.head_dim))?;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         let mut scores = (q.matmul(&kc.t()?)? * scale)?; // [KV, G*n, C]
+
         // One new token sees every cached entry, unless a replayed eviction
         // record hides some of them.
         if n > 1 || cache.visibility().is_some() {
