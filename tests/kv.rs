@@ -321,27 +321,12 @@ fn a_replayed_eviction_record_reproduces_sparse_decoding_in_one_pass() {
         let policy: KvPolicy = spec.parse().unwrap();
         let mut cache = SeqCache::with_policy(model.config(), policy);
         cache.record_evictions();
-        let mut decoded: Vec<Vec<f32>> = Vec::new();
-        let mut b = [SeqBatch {
-            tokens: &tokens[..prompt],
-            start_pos: 0,
-            cache: &mut cache,
-            logits: LogitsWanted::Last,
-        }];
-        let l = model
-            .llama
-            .forward(&mut b)
-            .unwrap()
-            .pop()
-            .flatten()
-            .unwrap();
-        decoded.push(l.flatten_all().unwrap().to_vec1().unwrap());
-        cache.finish_prefill().unwrap();
-        for pos in prompt..tokens.len() - 1 {
+        // Last-row logits of one forward of `span` at `start`.
+        let step = |cache: &mut SeqCache, span: &[u32], start: usize| -> Vec<f32> {
             let mut b = [SeqBatch {
-                tokens: &tokens[pos..pos + 1],
-                start_pos: pos,
-                cache: &mut cache,
+                tokens: span,
+                start_pos: start,
+                cache,
                 logits: LogitsWanted::Last,
             }];
             let l = model
@@ -351,7 +336,12 @@ fn a_replayed_eviction_record_reproduces_sparse_decoding_in_one_pass() {
                 .pop()
                 .flatten()
                 .unwrap();
-            decoded.push(l.flatten_all().unwrap().to_vec1().unwrap());
+            l.flatten_all().unwrap().to_vec1().unwrap()
+        };
+        let mut decoded = vec![step(&mut cache, &tokens[..prompt], 0)];
+        cache.finish_prefill().unwrap();
+        for pos in prompt..tokens.len() - 1 {
+            decoded.push(step(&mut cache, &tokens[pos..pos + 1], pos));
         }
         let log = cache.evictions().unwrap().clone();
         assert!(
