@@ -292,6 +292,7 @@ fn think_request(rule: ConvergenceRule) -> SubmitRequest {
         budget: 12,
         answer_suffix: vec![9, 10, 11],
         answer_tokens: 5,
+        answer_stop: Vec::new(),
         probe: Some(ProbeSpec {
             every: 4,
             max_tokens: 3,

@@ -261,6 +261,28 @@ fn thinking_budget_caps_the_reasoning_and_forces_the_answer() {
 }
 
 #[test]
+fn forced_answer_ends_with_its_sentence() {
+    // Forced mid-explanation, the model states its answer and would go on
+    // explaining to the 48-token answer limit; the answer phase ends with
+    // the answer's sentence instead.
+    let j = length_run(
+        "What is 2 + 2? Explain your answer in detail.",
+        &["--thinking-budget", "40", "--max-tokens", "400"],
+    );
+    let l = &j["candidates"][0]["length"];
+    assert_eq!(l["hit_cap"], true, "{j}");
+    let text = j["text"].as_str().unwrap();
+    let after = text.split("The final answer is").nth(1).unwrap();
+    assert!(!after.trim().is_empty(), "{text:?}");
+    assert!(
+        !after.contains('\n') && !after.contains(". "),
+        "the answer goes on past its sentence: {after:?}"
+    );
+    assert!(l["answer_tokens"].as_u64().unwrap() < 48, "{l}");
+    assert_eq!(j["answer"], "4", "{j}");
+}
+
+#[test]
 fn bad_reasoning_flags_are_clear_errors() {
     let model = real_model();
     let m = model.to_str().unwrap();

@@ -280,6 +280,11 @@ impl StopMatcher {
         })
     }
 
+    /// Adds stop strings from here on (text already emitted is not searched).
+    pub(crate) fn add(&mut self, more: Vec<String>) {
+        self.stops.extend(more);
+    }
+
     pub(crate) fn flush(&mut self, rest: String) -> String {
         let mut text = std::mem::take(&mut self.held);
         text.push_str(&rest);

@@ -120,8 +120,8 @@ async fn bad_parameters_name_their_field() {
         ),
         (json!({"reasoning_effort": "low", "n": 2}), "n"),
         (
-            json!({"reasoning_effort": "low", "best_of": 2}),
-            "reasoning_effort",
+            json!({"reasoning_effort": "low", "best_of": 2, "n": 2}),
+            "n",
         ),
         (json!({"best_of": 0}), "best_of"),
         (json!({"best_of": 17}), "best_of"),

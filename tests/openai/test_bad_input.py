@@ -162,7 +162,7 @@ REASONING_CASES = [
     ("budget_negative", lambda m: chat(m, thinking_budget_tokens=-4), "thinking_budget_tokens", None),
     ("budget_huge", lambda m: chat(m, thinking_budget_tokens=10**9), "thinking_budget_tokens", None),
     ("effort_with_n", lambda m: chat(m, reasoning_effort="low", n=2), "n", None),
-    ("effort_with_best_of", lambda m: chat(m, reasoning_effort="low", best_of=2), "reasoning_effort", "unsupported_parameter"),
+    ("effort_with_best_of_and_n", lambda m: chat(m, reasoning_effort="low", best_of=2, n=2), "n", None),
     ("best_of_zero", lambda m: chat(m, best_of=0), "best_of", None),
     ("best_of_above_cap", lambda m: chat(m, best_of=17), "best_of", None),
     ("unknown_synthesizer", lambda m: chat(m, best_of=2, aggregate="synthesize", synthesizer_model="no-such-model"), "synthesizer_model", "model_not_found"),

@@ -388,3 +388,28 @@ def test_reasoning_effort_auto_probes_and_streams_the_same(client, model_id):
     chunks, texts, _ = collect_chat_stream(stream)
     assert texts[0] == resp.choices[0].message.content
     assert chunks[-1].model_extra["tern"]["reasoning"] == r
+
+
+def test_best_of_with_a_thinking_budget(client, model_id):
+    """`best_of` and adaptive length together: every candidate reasons
+    under the budget, is forced to answer at it, and reports its own probes;
+    the usage bills candidates and probes alike."""
+    resp = client.chat.completions.create(
+        model=model_id, messages=STORY, temperature=0.8, seed=11,
+        reasoning_effort="auto",
+        extra_body={"best_of": 3, "aggregate": "majority", "thinking_budget_tokens": 24},
+    )
+    tern = resp.to_dict()["tern"]
+    assert tern["best_of"] == 3 and len(tern["candidates"]) == 3
+    spent = 0
+    for c in tern["candidates"]:
+        r = c["reasoning"]
+        assert r["cap"] == 24 and r["reasoning_tokens"] <= 24
+        assert c["tokens"] == r["reasoning_tokens"] + r["answer_tokens"]
+        if r["hit_cap"]:
+            assert "The final answer is" in c["text"]
+        spent += c["tokens"] + r["probe_tokens"]
+    assert any(c["reasoning"]["hit_cap"] for c in tern["candidates"])
+    assert tern["tokens_spent"] == spent == resp.usage.completion_tokens
+    assert tern["tokens_saved"] == sum(c["reasoning"]["tokens_saved"] for c in tern["candidates"])
+    assert resp.choices[0].message.content == tern["candidates"][tern["chosen"]]["text"]

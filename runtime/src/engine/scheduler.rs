@@ -547,7 +547,7 @@ fn think_pass(r: &mut Running, backend: &mut dyn Backend, model: &LoadedModel) -
 fn conclude(r: &mut Running, ci: usize, spec: &ThinkSpec, early: bool, model: &LoadedModel) {
     let c = &mut r.completions[ci];
     let at = c.generated;
-    c.force(&spec.answer_suffix, model);
+    c.force(&spec.answer_suffix, &spec.answer_stop, model);
     if let Some(state) = c.think.as_mut() {
         state.concluded_at = Some(at);
         c.limit = state.answer_limit(spec);

@@ -59,6 +59,10 @@ pub(super) struct Completion {
     masked: Vec<f32>,
     /// Text of forced tokens, sent with the next token's text.
     pending_text: String,
+    /// Stop strings that take effect once the text written after a forced
+    /// suffix has some content (so an answer that opens with a newline is
+    /// not cut to nothing).
+    deferred_stops: Vec<String>,
 }
 
 impl Completion {
@@ -86,6 +90,7 @@ impl Completion {
             json: constraint.map(|Constraint::JsonObject| JsonPrefix::new()),
             masked: Vec::new(),
             pending_text: String::new(),
+            deferred_stops: Vec::new(),
         }
     }
 
@@ -97,8 +102,10 @@ impl Completion {
 
     /// Appends `tokens` as if they had been generated, without counting them:
     /// their text goes out with the next sampled token, and they reach the
-    /// cache with the next forward. Used to force the answer suffix.
-    pub fn force(&mut self, tokens: &[u32], model: &LoadedModel) {
+    /// cache with the next forward. Used to force the answer suffix; `then_stop`
+    /// are stop strings for what follows it (armed once it has content).
+    pub fn force(&mut self, tokens: &[u32], then_stop: &[String], model: &LoadedModel) {
+        self.deferred_stops = then_stop.to_vec();
         // Text held back as a possible stop-string prefix is released: the
         // forced tokens break any stop string it could have started, and a
         // stop string inside the forced text itself must not end the
@@ -192,6 +199,9 @@ impl Completion {
                 out.finish = Some(FinishReason::Stop);
                 return out;
             }
+        }
+        if !self.deferred_stops.is_empty() && !piece.trim().is_empty() {
+            self.stops.add(std::mem::take(&mut self.deferred_stops));
         }
         let complete_json = self.json.as_ref().is_some_and(JsonPrefix::is_complete);
         let ctx = lim.model.config().context_length;

@@ -67,6 +67,9 @@ pub struct ThinkSpec {
     pub answer_suffix: Vec<u32>,
     /// Most tokens the completion writes after the suffix.
     pub answer_tokens: usize,
+    /// Stop strings that end the answer once it has begun (its sentence's
+    /// end), so a forced answer does not ramble on to `answer_tokens`.
+    pub answer_stop: Vec<String>,
     /// Probes that can conclude the reasoning before the budget.
     pub probe: Option<ProbeSpec>,
 }
@@ -132,6 +135,7 @@ mod tests {
             budget,
             answer_suffix: vec![1, 2],
             answer_tokens: 8,
+            answer_stop: Vec::new(),
             probe: Some(ProbeSpec {
                 every,
                 max_tokens: 4,

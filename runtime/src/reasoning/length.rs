@@ -32,6 +32,9 @@ pub const PROBE_TOKENS: usize = 20;
 pub const AGREEING_PROBES: usize = 3;
 /// Most tokens the answer gets after the suffix once reasoning stops.
 pub const ANSWER_TOKENS: usize = 48;
+/// Where a forced answer ends, once it has begun: a line break or the end of
+/// its sentence (a period then a space, so "3.5" is not cut).
+pub const ANSWER_STOP: [&str; 2] = ["\n", ". "];
 /// The largest thinking budget a request may ask for; beyond it a 135M-class
 /// model only repeats itself, and the context window is 8k.
 pub const MAX_THINKING_BUDGET: usize = 4096;
@@ -184,6 +187,9 @@ pub fn think_spec(model: &LoadedModel, policy: &LengthPolicy) -> Result<ThinkSpe
         budget: policy.cap,
         answer_suffix,
         answer_tokens: ANSWER_TOKENS,
+        // The forced answer ends with its sentence or line: what a small
+        // model writes after that is more reasoning that costs tokens.
+        answer_stop: ANSWER_STOP.iter().map(|s| s.to_string()).collect(),
         probe: policy.probe_every.map(|every| ProbeSpec {
             every,
             max_tokens: PROBE_TOKENS,

@@ -1,7 +1,9 @@
 //! Best-of-N on `POST /v1/chat/completions` (Tern's `best_of` + `aggregate`
 //! extension, sent with `extra_body` from the openai SDK): candidates share one
 //! prefill, an aggregate (majority vote, synthesizer, unit-test reward) picks
-//! or writes the answer, and the `tern` object lists what was done.
+//! or writes the answer, and the `tern` object lists what was done. With
+//! `reasoning_effort` or `thinking_budget_tokens` every candidate reasons
+//! under that budget and reports its probes (`candidates[i].reasoning`).
 
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -86,9 +88,16 @@ pub async fn respond(
         .candidates
         .iter()
         .map(
-            |c| json!({"text": c.text, "answer": c.answer, "tokens": c.tokens, "passed": c.passed}),
+            |c| json!({"text": c.text, "answer": c.answer, "tokens": c.tokens, "passed": c.passed, "reasoning": c.length}),
         )
         .collect();
+    // Reasoning tokens that adaptive length's early stops did not spend.
+    let tokens_saved: usize = res
+        .candidates
+        .iter()
+        .filter_map(|c| c.length.as_ref())
+        .map(|l| l.tokens_saved)
+        .sum();
     let body = json!({
         "id": meta.id,
         "object": meta.object,
@@ -115,6 +124,7 @@ pub async fn respond(
             "chosen": res.chosen,
             "candidates": candidates,
             "tokens_spent": res.tokens,
+            "tokens_saved": tokens_saved,
             "candidates_saved": res.candidates_saved,
             "tests_run": res.tests_run,
             "synthesizer_model": (res.aggregate == Aggregate::Synthesize).then_some(synthesizer_model),

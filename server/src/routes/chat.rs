@@ -64,8 +64,7 @@ pub async fn chat_completions(
         budget: own.thinking_budget_tokens,
         max_tokens_given: max_tokens.0.is_some(),
     };
-    let reasoning_set = reasoning_fields.effort.is_some() || reasoning_fields.budget.is_some();
-    let tally = reasoning::apply(reasoning_fields, &model, &mut plan, tally)?;
+    let (tally, length) = reasoning::apply(reasoning_fields, &model, &mut plan, tally)?;
     let meta = ResponseMeta {
         id: response_id("chatcmpl"),
         object: "chat.completion",
@@ -74,14 +73,10 @@ pub async fn chat_completions(
         system_fingerprint: system_fingerprint(),
     };
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {
-        if reasoning_set {
-            return Err(ApiError::unsupported(
-                "reasoning_effort",
-                "reasoning_effort or thinking_budget_tokens with best_of",
-            ));
-        }
         let synthesizer = state.synthesizer(own.synthesizer_model.as_deref())?;
-        let req = best_of::request(best_of, own.aggregate, own.tests, messages, &plan)?;
+        let mut req = best_of::request(best_of, own.aggregate, own.tests, messages, &plan)?;
+        // Every candidate reasons under the request's effort or budget.
+        req.length = length;
         let prompt_tokens = plan.submit.prompt.len();
         return best_of::respond(engine, synthesizer, req, meta, prompt_tokens).await;
     }

@@ -24,13 +24,15 @@ pub struct ReasoningFields {
 }
 
 /// Validates the fields and, when either is set, gives `plan` a thinking
-/// budget and `tally` the adaptive-length report. Does nothing otherwise.
+/// budget and `tally` the adaptive-length report, and returns the policy
+/// fitted to the plan's `max_tokens` (best-of-N gives it to every candidate).
+/// Does nothing otherwise.
 pub fn apply(
     fields: ReasoningFields,
     model: &LoadedModel,
     plan: &mut Plan,
     tally: Tally,
-) -> Result<Tally, ApiError> {
+) -> Result<(Tally, Option<LengthPolicy>), ApiError> {
     let effort: Option<Effort> = fields
         .effort
         .as_deref()
@@ -52,7 +54,7 @@ pub fn apply(
     let policy = LengthPolicy::new(effort, budget, DEFAULT_PROBE_EVERY)
         .map_err(|e| ApiError::from_runtime(e, "messages"))?;
     let Some(policy) = policy else {
-        return Ok(tally);
+        return Ok((tally, None));
     };
     if plan.submit.n != 1 {
         return Err(ApiError::invalid_param(
@@ -74,5 +76,5 @@ pub fn apply(
     think.budget = policy.cap;
     plan.submit.max_tokens = max_tokens;
     plan.submit.think = Some(think);
-    Ok(tally.with_reasoning(effort, policy.cap))
+    Ok((tally.with_reasoning(effort, policy.cap), Some(policy)))
 }
