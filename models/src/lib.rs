@@ -6,6 +6,7 @@
 //! back to GGUF, and the registry of models Tern knows how to fetch. It knows
 //! nothing of tokenizers, sampling or serving.
 
+pub mod attention;
 pub mod config;
 pub mod error;
 pub mod export;

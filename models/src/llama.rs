@@ -483,6 +483,28 @@ impl Llama {
         let (g, n) = (c.group_size(), q_pos.len());
         let (kc, vc) = cache.append(layer, k, v, q_pos)?; // [KV, C, hd]
         let n_cached = kc.dim(1)?;
+        // One new token (decode) over the cache: read the cache in place.
+        // Replayed visibility needs the mask; the learner keeps the tensor
+        // path (autograd).
+        if n == 1 && self.precision == Precision::Quantized && cache.visibility().is_none() {
+            let want = cache.wants_attention(layer);
+            let scale = (1.0 / (c.head_dim as f64).sqrt()) as f32;
+            if let Some((out, weights)) =
+                crate::attention::decode_tensors(q, &kc, &vc, g, scale, want)?
+            {
+                drop((kc, vc));
+                if let Some(w) = weights {
+                    let w = Tensor::from_vec(w, (c.n_kv_head, g, 1, n_cached), q.device())?;
+                    cache.observe_attention(layer, &w)?;
+                }
+                cache.after_attention(layer)?;
+                return Ok(Tensor::from_vec(
+                    out,
+                    (1, c.n_head * c.head_dim),
+                    q.device(),
+                )?);
+            }
+        }
         // Query heads of one group attend to the same KV head: fold them into rows.
         let q = q.contiguous()?.reshape((c.n_kv_head, g * n, c.head_dim))?;
         let scale = 1.0 / (c.head_dim as f64).sqrt();

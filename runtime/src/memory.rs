@@ -20,3 +20,61 @@ fn status_kb(key: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// Main-memory read bandwidth in bytes per second: `threads` threads each sum
+/// their share of a `bytes`-sized buffer (large enough to defeat the caches),
+/// best of several passes. Decode of a small model streams every weight once
+/// per token, so this over the weight bytes is its speed ceiling.
+pub fn read_bandwidth(threads: usize, bytes: usize) -> f64 {
+    let threads = threads.max(1);
+    let words = (bytes / 8).max(threads * 1024);
+    // Written first, so the pages are really backed (a zeroed buffer could
+    // read the kernel's shared zero page and flatter the figure).
+    let buf: Vec<u64> = (0..words as u64).map(|i| i.wrapping_mul(0x9E37)).collect();
+    let chunk = words.div_ceil(threads);
+    let mut best = 0f64;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        let total: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = buf
+                .chunks(chunk)
+                .map(|part| s.spawn(move || sum_words(part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0u64, u64::wrapping_add)
+        });
+        std::hint::black_box(total);
+        let secs = t.elapsed().as_secs_f64().max(1e-9);
+        best = best.max((words * 8) as f64 / secs);
+    }
+    best
+}
+
+/// Wrapping sum with four independent accumulators (so the loop is bound by
+/// memory, not by one add chain).
+fn sum_words(part: &[u64]) -> u64 {
+    let mut acc = [0u64; 4];
+    let mut quads = part.chunks_exact(4);
+    for q in &mut quads {
+        for (a, &x) in acc.iter_mut().zip(q) {
+            *a = a.wrapping_add(x);
+        }
+    }
+    let tail = quads
+        .remainder()
+        .iter()
+        .fold(0u64, |a, &x| a.wrapping_add(x));
+    acc.iter().fold(tail, |a, &x| a.wrapping_add(x))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bandwidth_is_a_plausible_positive_rate() {
+        // 64 MiB at any real machine's speed: between 100 MB/s and 10 TB/s.
+        let bw = super::read_bandwidth(2, 64 << 20);
+        assert!(bw > 1e8 && bw < 1e13, "{bw}");
+    }
+}

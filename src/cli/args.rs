@@ -329,6 +329,14 @@ pub struct BenchArgs {
     /// runs interleave backend by backend, each in its own process.
     #[arg(long, value_delimiter = ',', default_value = "candle")]
     pub backends: Vec<super::backend::BackendKind>,
+    /// Also measure Tern's own backend under this KV policy, in the same run
+    /// and interleaved with the others (repeatable), e.g. `--also-policy
+    /// snapkv:budget=256` beside a full-cache llama.cpp at depth 4096.
+    #[arg(long, value_name = "SPEC")]
+    pub also_policy: Vec<tern_runtime::kv::policy::KvPolicy>,
+    /// Skip the memory-bandwidth measurement (and the floor it gives).
+    #[arg(long)]
+    pub no_bandwidth: bool,
     /// Internal: measure one repetition of the first backend in this process.
     #[arg(long, hide = true)]
     pub child_rep: Option<u64>,

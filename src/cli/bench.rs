@@ -16,7 +16,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use tern_models::GgufFile;
 use tern_runtime::backend::{Backend, LogitsWanted, Row as StepRow};
+use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::{memory, LoadedModel};
 
 use super::args::BenchArgs;
@@ -155,15 +157,21 @@ fn run_here(a: &BenchArgs, kind: BackendKind, path: &Path, rep: u64) -> Result<V
     Ok(rows)
 }
 
-/// Runs one (repetition, backend) in a child process and reads its rows.
-fn run_child(a: &BenchArgs, kind: BackendKind, path: &Path, rep: u64) -> Result<Vec<Row>> {
+/// Runs one (repetition, backend, policy) in a child process and reads its rows.
+fn run_child(
+    a: &BenchArgs,
+    kind: BackendKind,
+    policy: &KvPolicy,
+    path: &Path,
+    rep: u64,
+) -> Result<Vec<Row>> {
     let exe = std::env::current_exe()?;
     let depths: Vec<String> = a.depths.iter().map(|d| d.to_string()).collect();
     let mut cmd = Command::new(exe);
     cmd.args(["bench", "--json", "--child-rep", &rep.to_string()])
         .args(["--model", &path.to_string_lossy()])
         .args(["--backends", kind.name()])
-        .args(["--kv-policy", &a.kv.kv_policy.to_string()])
+        .args(["--kv-policy", &policy.to_string()])
         .args(["--depths", &depths.join(",")])
         .args(["--n-prompt", &a.n_prompt.to_string()])
         .args(["--n-gen", &a.n_gen.to_string()]);
@@ -199,14 +207,30 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         return Ok(());
     }
     let reps = a.reps.max(1);
-    // runs[backend][rep] = rows over depths
-    let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); a.backends.len()];
+    // Every backend under the main policy, then Tern's under each extra one.
+    let mut configs: Vec<(BackendKind, KvPolicy)> = a
+        .backends
+        .iter()
+        .map(|&k| (k, a.kv.kv_policy.clone()))
+        .collect();
+    configs.extend(
+        a.also_policy
+            .iter()
+            .map(|p| (BackendKind::Candle, p.clone())),
+    );
+    let floor = if a.no_bandwidth {
+        None
+    } else {
+        Some(Floor::measure(&path)?)
+    };
+    // runs[config][rep] = rows over depths
+    let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); configs.len()];
     for rep in 0..reps as u64 {
-        for (bi, &kind) in a.backends.iter().enumerate() {
+        for (ci, (kind, policy)) in configs.iter().enumerate() {
             if !a.model.json {
-                eprintln!("run {}/{}: {}", rep + 1, reps, kind.name());
+                eprintln!("run {}/{}: {} {}", rep + 1, reps, kind.name(), policy);
             }
-            runs[bi].push(run_child(a, kind, &path, rep)?);
+            runs[ci].push(run_child(a, *kind, policy, &path, rep)?);
         }
     }
     let mut rows = Vec::new();
@@ -231,18 +255,52 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                 "reps": reps,
                 "n_prompt": a.n_prompt,
                 "n_gen": a.n_gen,
+                "bandwidth_bytes_per_s": floor.as_ref().map(|f| f.bandwidth),
+                "weight_bytes": floor.as_ref().map(|f| f.weight_bytes),
+                "floor_tokens_per_s": floor.as_ref().map(Floor::tokens_per_s),
                 "rows": rows,
             })
         );
         return Ok(());
     }
-    print_table(&rows, a);
+    print_table(&rows, a, floor.as_ref());
     Ok(())
 }
 
-fn print_table(rows: &[Row], a: &BenchArgs) {
+/// The memory-bandwidth floor of decode: every weight is read once per token,
+/// so no decoder beats bandwidth / weight bytes tokens per second.
+struct Floor {
+    bandwidth: f64,
+    weight_bytes: u64,
+}
+
+impl Floor {
+    fn measure(path: &Path) -> Result<Self> {
+        let weight_bytes = GgufFile::open(path)?.tensor_summary().bytes;
+        // The machine's bandwidth (every core reading), not one thread's.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(Self {
+            bandwidth: memory::read_bandwidth(threads, 1 << 30),
+            weight_bytes,
+        })
+    }
+
+    fn tokens_per_s(&self) -> f64 {
+        self.bandwidth / self.weight_bytes as f64
+    }
+}
+
+fn print_table(rows: &[Row], a: &BenchArgs, floor: Option<&Floor>) {
+    if let Some(f) = floor {
+        println!(
+            "memory read bandwidth {:.1} GB/s, {:.1} MB of weights per token: decode floor {:.0} tokens/s",
+            f.bandwidth / 1e9,
+            f.weight_bytes as f64 / 1e6,
+            f.tokens_per_s()
+        );
+    }
     println!(
-        "{:<10} {:<10} {:>6} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9}",
+        "{:<10} {:<18} {:>6} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7}",
         "backend",
         "policy",
         "depth",
@@ -251,22 +309,27 @@ fn print_table(rows: &[Row], a: &BenchArgs) {
         "rss MB",
         "kv MB",
         "pp ratio",
-        "tg ratio"
+        "tg ratio",
+        "floor"
     );
     let first = a.backends[0].name();
+    let main_policy = a.kv.kv_policy.to_string();
     for r in rows {
-        // Ratios against the first backend at the same depth.
+        // Ratios against the first backend under the main policy, same depth.
         let base = rows
             .iter()
-            .find(|b| b.backend == first && b.depth == r.depth);
+            .find(|b| b.backend == first && b.kv_policy == main_policy && b.depth == r.depth);
         let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
             (Some(x), Some(y)) if y > 0.0 => format!("{:.2}x", x / y),
             _ => "-".into(),
         };
+        let of_floor = floor.map_or("-".into(), |f| {
+            format!("{:.0}%", 100.0 * r.tg_tokens_per_s / f.tokens_per_s())
+        });
         println!(
-            "{:<10} {:<10} {:>6} {:>10.1} {:>10.1} {:>8.1} {:>8.1} {:>9} {:>9}",
+            "{:<10} {:<18} {:>6} {:>10.1} {:>10.1} {:>8.1} {:>8.1} {:>9} {:>9} {:>7}",
             r.backend,
-            r.kv_policy.split(':').next().unwrap_or(""),
+            r.kv_policy.split(',').next().unwrap_or(""),
             r.depth,
             r.pp_tokens_per_s.unwrap_or(0.0),
             r.tg_tokens_per_s,
@@ -274,6 +337,7 @@ fn print_table(rows: &[Row], a: &BenchArgs) {
             r.kv_bytes as f64 / 1e6,
             ratio(r.pp_tokens_per_s, base.and_then(|b| b.pp_tokens_per_s)),
             ratio(Some(r.tg_tokens_per_s), base.map(|b| b.tg_tokens_per_s)),
+            of_floor,
         );
     }
 }

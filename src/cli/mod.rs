@@ -31,6 +31,8 @@ pub fn set_threads(threads: Option<usize>) {
     // Both candle's pool and rayon read these once, at first use.
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+    // Child processes (`tern bench` runs each measurement in one) inherit it.
+    std::env::set_var("TERN_THREADS", n.to_string());
 }
 
 /// Runs the chosen subcommand.

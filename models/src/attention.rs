@@ -1,0 +1,293 @@
+//! Attention of one new token over a sequence's cache, read in place.
+//!
+//! Decode is one query row per head against every cached key. Done with
+//! tensor ops, that step allocates and fills a scores tensor, a softmax, an
+//! f16-rounded copy and an output per layer per sequence, and hands candle's
+//! GEMM (built for large tiles) a 3-row problem; at a few thousand cached
+//! tokens it cost more than all the weights. Here the cache's keys and values
+//! are read straight from its buffers (a [`CacheView`] over the storage, no
+//! copy, whatever slice of the buffer the policy keeps), each key row once for
+//! the query heads that share it.
+//!
+//! Numbers: the same operations as the tensor path (scores `q.k * scale`,
+//! softmax as `exp(s - max) / sum`, weights rounded to f16 as llama.cpp's f16
+//! V product does, then `sum w v`); only the order inside each 64-element dot
+//! product differs, so results agree to float rounding.
+
+use candle_core::{CpuStorage, Layout, Storage, Tensor};
+use half::f16;
+
+use crate::error::Result;
+
+/// A read-only `[heads, len, head_dim]` f32 view of a CPU tensor's storage.
+pub struct CacheView<'a> {
+    data: &'a [f32],
+    offset: usize,
+    head_stride: usize,
+    pos_stride: usize,
+    /// Cached positions.
+    pub len: usize,
+    head_dim: usize,
+}
+
+impl<'a> CacheView<'a> {
+    /// The view of `data` laid out as `layout` (`[heads, len, head_dim]`);
+    /// `None` unless each row is contiguous.
+    pub fn new(data: &'a [f32], layout: &Layout) -> Option<Self> {
+        let dims = layout.dims();
+        let stride = layout.stride();
+        if dims.len() != 3 || stride[2] != 1 {
+            return None;
+        }
+        let view = Self {
+            data,
+            offset: layout.start_offset(),
+            head_stride: stride[0],
+            pos_stride: stride[1],
+            len: dims[1],
+            head_dim: dims[2],
+        };
+        // The last element must lie inside the buffer.
+        let last = view.offset
+            + (dims[0].max(1) - 1) * view.head_stride
+            + (dims[1].max(1) - 1) * view.pos_stride
+            + dims[2];
+        (last <= data.len()).then_some(view)
+    }
+
+    /// Row `pos` of head `head`.
+    #[inline]
+    fn row(&self, head: usize, pos: usize) -> &[f32] {
+        let at = self.offset + head * self.head_stride + pos * self.pos_stride;
+        &self.data[at..at + self.head_dim]
+    }
+}
+
+/// The f32 slice behind a CPU f32 tensor's storage, for [`CacheView::new`].
+pub fn f32_storage(storage: &Storage) -> Option<&[f32]> {
+    match storage {
+        Storage::Cpu(CpuStorage::F32(v)) => Some(v.as_slice()),
+        _ => None,
+    }
+}
+
+/// Attention of one token's query heads over a cache.
+///
+/// `q`: `n_kv_head * group * head_dim` (query head `h * group + j` uses KV
+/// head `h`). Returns the output `[H * head_dim]` in head order and, when
+/// `want_weights`, the softmax rows `[KV, group, len]` before f16 rounding
+/// (what a scoring policy observes).
+pub fn decode(
+    q: &[f32],
+    k: &CacheView<'_>,
+    v: &CacheView<'_>,
+    group: usize,
+    scale: f32,
+    want_weights: bool,
+) -> (Vec<f32>, Option<Vec<f32>>) {
+    let hd = k.head_dim;
+    let n_kv = q.len() / (group * hd);
+    let len = k.len;
+    let mut out = vec![0f32; q.len()];
+    let mut observed = want_weights.then(|| Vec::with_capacity(n_kv * group * len));
+    let mut w = vec![0f32; group * len];
+    for h in 0..n_kv {
+        let qh = &q[h * group * hd..(h + 1) * group * hd];
+        // Scores: each key row read once for the group's query heads.
+        for pos in 0..len {
+            let key = k.row(h, pos);
+            for j in 0..group {
+                w[j * len + pos] = dot(&qh[j * hd..(j + 1) * hd], key) * scale;
+            }
+        }
+        for row in w.chunks_exact_mut(len) {
+            softmax(row);
+        }
+        if let Some(obs) = observed.as_mut() {
+            obs.extend_from_slice(&w);
+        }
+        for x in w.iter_mut() {
+            *x = f16::from_f32(*x).to_f32();
+        }
+        // Output: each value row read once for the group.
+        let oh = &mut out[h * group * hd..(h + 1) * group * hd];
+        for pos in 0..len {
+            let value = v.row(h, pos);
+            for j in 0..group {
+                axpy(w[j * len + pos], value, &mut oh[j * hd..(j + 1) * hd]);
+            }
+        }
+    }
+    (out, observed)
+}
+
+/// Dot product in eight independent lanes (vectorized by the compiler).
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            acc[i] = x[i].mul_add(y[i], acc[i]);
+        }
+    }
+    let r = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    (r[0] + r[2]) + (r[1] + r[3]) + tail
+}
+
+/// `y += a * x`.
+#[inline]
+fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi = a.mul_add(xi, *yi);
+    }
+}
+
+/// In-place softmax: `exp(x - max) / sum`.
+fn softmax(row: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for x in row.iter_mut() {
+        *x = exp_nonpositive(*x - max);
+    }
+    let sum: f32 = row.iter().sum();
+    for x in row.iter_mut() {
+        *x /= sum;
+    }
+}
+
+/// `e^x` for `x <= 0` (a softmax's shifted scores), within 2 ulp of libm's,
+/// branch-free so a row of them vectorizes (libm's `expf` is a call per
+/// element, which dominated long-context decode).
+#[inline]
+fn exp_nonpositive(x: f32) -> f32 {
+    // Below this e^x is under f32's normal range; the f16-rounded weight it
+    // becomes is 0 either way.
+    let x = x.max(-87.0);
+    // e^x = 2^n e^r, n = round(x / ln 2), |r| <= ln 2 / 2 (Cody-Waite split).
+    let n = (x * std::f32::consts::LOG2_E).round();
+    let r = n.mul_add(-0.693_145_75, x);
+    let r = n.mul_add(-1.428_606_8e-6, r);
+    // Degree-6 Taylor polynomial of e^r on |r| <= 0.347 (truncation < 3e-8).
+    let mut p: f32 = 1.0 / 720.0;
+    p = p.mul_add(r, 1.0 / 120.0);
+    p = p.mul_add(r, 1.0 / 24.0);
+    p = p.mul_add(r, 1.0 / 6.0);
+    p = p.mul_add(r, 0.5);
+    p = p.mul_add(r, 1.0);
+    p = p.mul_add(r, 1.0);
+    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
+}
+
+/// Runs [`decode`] on cache tensors `k`, `v` (`[KV, C, hd]` views) for query
+/// `q` (`[H, 1, hd]`). `None` when a tensor is not a CPU f32 view this path
+/// reads in place (the caller then takes the tensor path).
+pub fn decode_tensors(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    group: usize,
+    scale: f32,
+    want_weights: bool,
+) -> Result<Option<(Vec<f32>, Option<Vec<f32>>)>> {
+    let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
+    let (ks, kl) = k.storage_and_layout();
+    let (vs, vl) = v.storage_and_layout();
+    let (Some(kd), Some(vd)) = (f32_storage(&ks), f32_storage(&vs)) else {
+        return Ok(None);
+    };
+    let (Some(kv), Some(vv)) = (CacheView::new(kd, kl), CacheView::new(vd, vl)) else {
+        return Ok(None);
+    };
+    if kv.len != vv.len || kv.head_dim != vv.head_dim || q.len() % (group * kv.head_dim) != 0 {
+        return Ok(None);
+    }
+    Ok(Some(decode(&q, &kv, &vv, group, scale, want_weights)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, D};
+
+    /// The tensor path's decode attention, as `Llama::attention` computes it.
+    fn reference(q: &Tensor, k: &Tensor, v: &Tensor, group: usize, scale: f64) -> Vec<f32> {
+        let (n_kv, _, hd) = k.dims3().unwrap();
+        let q = q.reshape((n_kv, group, hd)).unwrap();
+        let s = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap();
+        let w = candle_nn::ops::softmax(&s, D::Minus1).unwrap();
+        let w = w
+            .to_dtype(candle_core::DType::F16)
+            .unwrap()
+            .to_dtype(candle_core::DType::F32)
+            .unwrap();
+        w.matmul(&v.contiguous().unwrap())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    }
+
+    #[test]
+    fn matches_the_tensor_path_on_a_view_of_a_larger_buffer() {
+        let dev = Device::Cpu;
+        let (n_kv, group, hd, cap, len) = (3, 3, 64, 300, 217);
+        // A cache buffer with room to spare, viewed as its first `len` rows.
+        let kb = Tensor::randn(0f32, 1.0, (n_kv, cap, hd), &dev).unwrap();
+        let vb = Tensor::randn(0f32, 1.0, (n_kv, cap, hd), &dev).unwrap();
+        let k = kb.narrow(1, 0, len).unwrap();
+        let v = vb.narrow(1, 0, len).unwrap();
+        let q = Tensor::randn(0f32, 1.0, (n_kv * group, 1, hd), &dev).unwrap();
+        let scale = 1.0 / (hd as f64).sqrt();
+        let (got, w) = decode_tensors(&q, &k, &v, group, scale as f32, true)
+            .unwrap()
+            .expect("a CPU f32 view is read in place");
+        let want = reference(&q, &k, &v, group, scale);
+        let max_rel = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs() / b.abs().max(1e-3))
+            .fold(0f32, f32::max);
+        assert!(max_rel < 1e-4, "max relative error {max_rel}");
+        let w = w.unwrap();
+        assert_eq!(w.len(), n_kv * group * len);
+        for row in w.chunks(len) {
+            let s: f32 = row.iter().sum();
+            assert!((s - 1.0).abs() < 1e-5, "{s}");
+        }
+    }
+
+    #[test]
+    fn exp_matches_libm_over_the_softmax_range() {
+        let mut worst = 0f32;
+        let mut x = 0f32;
+        while x > -87.0 {
+            let (got, want) = (exp_nonpositive(x), x.exp());
+            worst = worst.max((got - want).abs() / want);
+            x -= 0.001_3;
+        }
+        assert!(worst < 5e-7, "max relative error {worst}");
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert!(exp_nonpositive(-200.0) < 1e-37);
+        assert!(exp_nonpositive(f32::NEG_INFINITY) < 1e-37);
+    }
+
+    #[test]
+    fn a_view_outside_its_buffer_is_refused() {
+        let data = vec![0f32; 100];
+        let layout = Layout::contiguous((2, 10, 8));
+        assert!(CacheView::new(&data, &layout).is_none());
+        assert!(CacheView::new(&data, &Layout::contiguous((1, 10, 8))).is_some());
+    }
+}
