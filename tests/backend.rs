@@ -175,6 +175,8 @@ fn bench_measures_backends_side_by_side() {
             "8",
             "--reps",
             "1",
+            "--also-policy",
+            "streaming:budget=16,sink=4",
             "--json",
         ],
         None,
@@ -184,17 +186,26 @@ fn bench_measures_backends_side_by_side() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows = last_json(&out)["rows"].as_array().unwrap().clone();
-    assert_eq!(rows.len(), 4);
-    for (r, (backend, depth)) in rows.iter().zip([
-        ("candle", 0),
-        ("candle", 64),
-        ("llama-cpp", 0),
-        ("llama-cpp", 64),
+    let report = last_json(&out);
+    // The decode floor: measured bandwidth over the GGUF's weight bytes.
+    let floor = report["floor_tokens_per_s"].as_f64().unwrap();
+    let bw = report["bandwidth_bytes_per_s"].as_f64().unwrap();
+    let weights = report["weight_bytes"].as_f64().unwrap();
+    assert!(weights > 50e6 && (floor - bw / weights).abs() < 1e-6 * floor);
+    let rows = report["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 6);
+    let streaming = "streaming:budget=16,sink=4";
+    for (r, (backend, depth, policy)) in rows.iter().zip([
+        ("candle", 0, "full"),
+        ("candle", 64, "full"),
+        ("llama-cpp", 0, "full"),
+        ("llama-cpp", 64, "full"),
+        ("candle", 0, streaming),
+        ("candle", 64, streaming),
     ]) {
         assert_eq!(r["backend"], backend);
         assert_eq!(r["depth"], depth);
-        assert_eq!(r["kv_policy"], "full");
+        assert_eq!(r["kv_policy"], policy);
         assert!(r["pp_tokens_per_s"].as_f64().unwrap() > 0.0);
         assert!(r["tg_tokens_per_s"].as_f64().unwrap() > 0.0);
         assert!(r["peak_rss_bytes"].as_u64().unwrap() > 50_000_000);

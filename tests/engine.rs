@@ -12,7 +12,7 @@ use tern_runtime::engine::{
 use tern_runtime::generate::{generate, FinishReason, GenerateRequest};
 use tern_runtime::sampler::SamplingParams;
 
-use crate::support::tiny::load_tiny;
+use crate::support::tiny::{load_tiny, load_tiny_spec, TinySpec};
 
 fn prompt(seed: usize, len: usize) -> Vec<u32> {
     (0..len)
@@ -143,7 +143,12 @@ fn wait_for(engine: &EngineHandle, what: &str, ok: impl Fn(&EngineHandle) -> boo
 
 #[test]
 fn dropping_the_stream_cancels_and_frees_the_sequence() {
-    let (_d, model) = load_tiny();
+    // A long context, so the request is still generating when the drop is
+    // seen even on a loaded machine (a 256-token one can finish first).
+    let (_d, model) = load_tiny_spec(&TinySpec {
+        context_length: 8192,
+        ..TinySpec::default()
+    });
     let ctx = model.config().context_length;
     let engine = EngineHandle::spawn(Arc::new(model), small_config());
     let mut req = SubmitRequest::new(prompt(1, 8), sampling(1.0, 1), ctx - 8);
