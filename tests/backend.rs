@@ -304,12 +304,13 @@ fn teacher_forced_logits_agree_across_backends() {
     };
     let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
     let theirs = forced_logits(&mut llama, &tokens, vocab);
-    let (mut top1, mut kl) = (0usize, 0f64);
+    let (mut top1, mut kl, mut identical) = (0usize, 0f64, 0usize);
     // Where the top choices differ: how far apart llama.cpp itself puts them.
     let mut gaps = Vec::new();
     for (a, b) in ours.iter().zip(&theirs) {
         let (ta, tb) = (argmax(a), argmax(b));
         top1 += (ta == tb) as usize;
+        identical += (a == b) as usize;
         if ta != tb {
             gaps.push(b[tb] - b[ta]);
         }
@@ -324,11 +325,15 @@ fn teacher_forced_logits_agree_across_backends() {
     let agreement = top1 as f64 / tokens.len() as f64;
     let mean_kl = kl / tokens.len() as f64;
     gaps.sort_by(f32::total_cmp);
-    eprintln!("top-1 agreement {agreement:.4}, mean KL {mean_kl:.6}; llama.cpp's logit gaps where the top choices differ: {gaps:?}");
-    // The performance issue's bar is 0.98; measured 0.957 (2026-11-30), with
-    // 44 of 1024 positions differing by up to 0.41 nats in llama.cpp's own
-    // logits, so not only near-ties. This holds the line until the prefill
-    // numerics are matched; the KL bar below is the issue's own and is met.
-    assert!(agreement >= 0.95, "top-1 agreement {agreement:.4}");
+    eprintln!(
+        "top-1 agreement {agreement:.4}, mean KL {mean_kl:.6}, bit-identical logits at {identical}/{} positions; llama.cpp's logit gaps where the top choices differ: {gaps:?}",
+        tokens.len()
+    );
+    // The performance issue's bars. Measured 2026-11-30 on the CI machine
+    // class (AVX2): every position bit-identical, since Tern repeats
+    // llama.cpp's rounding op for op (models::exact, models::flash). A CPU
+    // where llama.cpp picks other kernels (AVX-512) may round differently,
+    // so the test holds the bars rather than exact equality.
+    assert!(agreement >= 0.98, "top-1 agreement {agreement:.4}");
     assert!(mean_kl <= 0.02, "mean KL {mean_kl:.6}");
 }

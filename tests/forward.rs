@@ -108,6 +108,20 @@ fn chunked_prefill_equals_one_shot() {
 }
 
 #[test]
+fn long_prefill_in_chunks_of_64_or_more_equals_one_shot_exactly() {
+    // From 64 rows a forward pass takes llama.cpp's tiled attention kernel,
+    // whose rows do not depend on what else is in the batch: a long prompt
+    // fed in such chunks gives the very same logits as in one go.
+    let (_d, model) = tiny();
+    let prompt: Vec<u32> = (0..150).map(|i| (i * 53 % 250 + 3) as u32).collect();
+    let mut one = SeqCache::new(model.config());
+    let whole = tern_runtime::generate::prefill(&model, &mut one, &prompt, 512).unwrap();
+    let mut c = SeqCache::new(model.config());
+    let chunked = tern_runtime::generate::prefill(&model, &mut c, &prompt, 75).unwrap();
+    assert_eq!(max_abs_diff(&whole, &chunked), 0.0);
+}
+
+#[test]
 fn logits_select_rows() {
     let (_d, model) = tiny();
     let mut c1 = SeqCache::new(model.config());

@@ -21,7 +21,6 @@ fn chat_template_renders_like_llama_cpp() {
 }
 
 #[test]
-#[ignore = "exact greedy agreement is 2/5 with the current kernels; every divergence is a near-tie (< 0.07 nats, see llama_cpp_greedy_tokens_are_our_top_choice_up_to_near_ties); issue 2 stays open on this"]
 fn greedy_generation_matches_llama_cpp() {
     let model = real_model();
     let model = model.to_str().unwrap();

@@ -1,4 +1,5 @@
-//! Attention of one new token over a sequence's cache, read in place.
+//! Attention of one new token over a long cache (512 positions or more; below
+//! that `flash` repeats llama.cpp's kernel exactly), read in place.
 //!
 //! Decode is one query row per head against every cached key. Done with
 //! tensor ops, that step allocates and fills a scores tensor, a softmax, an
@@ -55,9 +56,14 @@ impl<'a> CacheView<'a> {
         (last <= data.len()).then_some(view)
     }
 
+    /// Elements per row.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
     /// Row `pos` of head `head`.
     #[inline]
-    fn row(&self, head: usize, pos: usize) -> &[f32] {
+    pub(crate) fn row(&self, head: usize, pos: usize) -> &[f32] {
         let at = self.offset + head * self.head_stride + pos * self.pos_stride;
         &self.data[at..at + self.head_dim]
     }
@@ -204,21 +210,27 @@ pub fn decode_tensors(
     want_weights: bool,
 ) -> Result<Option<Decoded>> {
     let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
+    Ok(with_views(k, v, |kv, vv| {
+        let fits = kv.len == vv.len
+            && kv.head_dim == vv.head_dim
+            && q.len().is_multiple_of(group * kv.head_dim);
+        fits.then(|| decode(&q, kv, vv, group, scale, want_weights))
+    })
+    .flatten())
+}
+
+/// Runs `f` on in-place views of the cache tensors `k`, `v`; `None` unless
+/// both are CPU f32 tensors with contiguous rows.
+pub fn with_views<R>(
+    k: &Tensor,
+    v: &Tensor,
+    f: impl FnOnce(&CacheView<'_>, &CacheView<'_>) -> R,
+) -> Option<R> {
     let (ks, kl) = k.storage_and_layout();
     let (vs, vl) = v.storage_and_layout();
-    let (Some(kd), Some(vd)) = (f32_storage(&ks), f32_storage(&vs)) else {
-        return Ok(None);
-    };
-    let (Some(kv), Some(vv)) = (CacheView::new(kd, kl), CacheView::new(vd, vl)) else {
-        return Ok(None);
-    };
-    if kv.len != vv.len
-        || kv.head_dim != vv.head_dim
-        || !q.len().is_multiple_of(group * kv.head_dim)
-    {
-        return Ok(None);
-    }
-    Ok(Some(decode(&q, &kv, &vv, group, scale, want_weights)))
+    let (kd, vd) = (f32_storage(&ks)?, f32_storage(&vs)?);
+    let (kv, vv) = (CacheView::new(kd, kl)?, CacheView::new(vd, vl)?);
+    Some(f(&kv, &vv))
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@
 pub mod attention;
 pub mod config;
 pub mod error;
+pub mod exact;
 pub mod export;
+pub mod flash;
 mod frozen;
 pub mod gguf;
 pub mod kv;

@@ -324,7 +324,11 @@ impl Llama {
     fn norm(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         let eps = self.config.rms_eps;
         Ok(match self.precision {
-            Precision::Quantized => candle_nn::ops::rms_norm(x, w, eps)?,
+            Precision::Quantized => {
+                let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
+                let ws: Vec<f32> = w.to_vec1()?;
+                Tensor::from_vec(crate::exact::rms_norm(&xs, &ws, eps), x.shape(), x.device())?
+            }
             Precision::DenseF32 => candle_nn::ops::rms_norm_slow(x, w, eps)?,
         })
     }
@@ -437,8 +441,22 @@ impl Llama {
                 candle_nn::rotary_emb::rope_i(t, cos, sin)?
             })
         };
-        let q = rope(&to_heads(q, c.n_head)?)?; // [1, H, T, hd]
-        let k = rope(&to_heads(k, c.n_kv_head)?)?; // [1, KV, T, hd]
+        let (q, k) = if dense {
+            (
+                rope(&to_heads(q, c.n_head)?)?,    // [1, H, T, hd]
+                rope(&to_heads(k, c.n_kv_head)?)?, // [1, KV, T, hd]
+            )
+        } else {
+            // Serving: llama.cpp's rounding (see `exact`).
+            let cos: Vec<f32> = cos.flatten_all()?.to_vec1()?;
+            let sin: Vec<f32> = sin.flatten_all()?.to_vec1()?;
+            let turn = |t: Tensor, heads: usize| -> Result<Tensor> {
+                let mut xs: Vec<f32> = t.flatten_all()?.to_vec1()?;
+                crate::exact::rope_pairs(&mut xs, c.head_dim, &cos, &sin);
+                to_heads(Tensor::from_vec(xs, t.shape(), t.device())?, heads)
+            };
+            (turn(q, c.n_head)?, turn(k, c.n_kv_head)?)
+        };
         let v = to_heads(v, c.n_kv_head)?; // [1, KV, T, hd]
                                            // 3. Attention per sequence, against its own cache.
         let mut outs = Vec::with_capacity(batch.len());
@@ -448,13 +466,13 @@ impl Llama {
             let ks = k.narrow(2, off, n)?.squeeze(0)?.contiguous()?; // [KV, n, hd]
             let vs = v.narrow(2, off, n)?.squeeze(0)?.contiguous()?;
             let q_pos = &layout.positions[off..off + n];
-            // Queries, keys and values at f16 precision, as llama.cpp's f16 KV
-            // cache computes them: our correctness reference, token for token.
-            // The learner stays in f32.
-            let (qs, ks, vs) = if dense {
-                (qs, ks, vs)
+            // Keys and values at f16 precision, as llama.cpp's f16 KV cache
+            // holds them: our correctness reference, token for token. The
+            // learner stays in f32.
+            let (ks, vs) = if dense {
+                (ks, vs)
             } else {
-                (round_f16(&qs)?, round_f16(&ks)?, round_f16(&vs)?)
+                (round_f16(&ks)?, round_f16(&vs)?)
             };
             outs.push(self.attention(layer, &qs, &ks, &vs, q_pos, &mut *seq.cache)?);
         }
@@ -462,9 +480,16 @@ impl Llama {
         let x = (x + proj(LoraTarget::O, &attn)?)?;
         // 4. SwiGLU MLP.
         let h = self.norm(&x, &b.ffn_norm)?;
-        let gate = candle_nn::ops::silu(&proj(LoraTarget::Gate, &h)?)?; // [T, F]
+        let gate = proj(LoraTarget::Gate, &h)?; // [T, F]
         let up = proj(LoraTarget::Up, &h)?;
-        let ff = proj(LoraTarget::Down, &(gate * up)?)?; // [T, D]
+        let sw = if dense {
+            (candle_nn::ops::silu(&gate)? * up)?
+        } else {
+            let gs: Vec<f32> = gate.flatten_all()?.to_vec1()?;
+            let us: Vec<f32> = up.flatten_all()?.to_vec1()?;
+            Tensor::from_vec(crate::exact::swiglu(&gs, &us), gate.shape(), gate.device())?
+        };
+        let ff = proj(LoraTarget::Down, &sw)?; // [T, D]
         Ok((x + ff)?)
     }
 
@@ -483,12 +508,43 @@ impl Llama {
         let (g, n) = (c.group_size(), q_pos.len());
         let (kc, vc) = cache.append(layer, k, v, q_pos)?; // [KV, C, hd]
         let n_cached = kc.dim(1)?;
-        // One new token (decode) over the cache: read the cache in place.
-        // Replayed visibility needs the mask; the learner keeps the tensor
-        // path (autograd).
-        if n == 1 && self.precision == Precision::Quantized && cache.visibility().is_none() {
+        // Serving reads the cache in place. Replayed visibility needs the
+        // mask; the learner keeps the tensor path (autograd).
+        let in_place = self.precision == Precision::Quantized && cache.visibility().is_none();
+        let scale = (1.0 / (c.head_dim as f64).sqrt()) as f32;
+        // llama.cpp's numerics (see `flash`), except one new token over a long
+        // cache, where llama.cpp's own result depends on its thread count and
+        // speed matters most: there the vectorized decode below.
+        if in_place && (n > 1 || n_cached < FAST_DECODE_MIN) {
             let want = cache.wants_attention(layer);
-            let scale = (1.0 / (c.head_dim as f64).sqrt()) as f32;
+            let exact = {
+                let view: &dyn KvStore = &*cache;
+                let k_pos: Vec<&[u32]> =
+                    (0..c.n_kv_head).map(|h| view.positions(layer, h)).collect();
+                crate::flash::attend_tensors(q, q_pos, &kc, &vc, &k_pos, scale, want)?
+            };
+            if let Some((out, weights)) = exact {
+                drop((kc, vc));
+                if let Some(w) = weights {
+                    let w = Tensor::from_vec(w, (c.n_kv_head, g, n, n_cached), q.device())?;
+                    cache.observe_attention(layer, &w)?;
+                }
+                cache.after_attention(layer)?;
+                return Ok(Tensor::from_vec(
+                    out,
+                    (n, c.n_head * c.head_dim),
+                    q.device(),
+                )?);
+            }
+        }
+        // Queries at f16 precision, as llama.cpp's f16 products take them.
+        let q = match self.precision {
+            Precision::Quantized => round_f16(q)?,
+            Precision::DenseF32 => q.clone(),
+        };
+        let q = &q;
+        if n == 1 && in_place {
+            let want = cache.wants_attention(layer);
             if let Some((out, weights)) =
                 crate::attention::decode_tensors(q, &kc, &vc, g, scale, want)?
             {
@@ -507,8 +563,7 @@ impl Llama {
         }
         // Query heads of one group attend to the same KV head: fold them into rows.
         let q = q.contiguous()?.reshape((c.n_kv_head, g * n, c.head_dim))?;
-        let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let mut scores = (q.matmul(&kc.t()?)? * scale)?; // [KV, G*n, C]
+        let mut scores = (q.matmul(&kc.t()?)? * scale as f64)?; // [KV, G*n, C]
 
         // One new token sees every cached entry, unless a replayed eviction
         // record hides some of them.
@@ -588,6 +643,11 @@ struct BatchLayout {
     /// Position of every token in the batch.
     positions: Vec<u32>,
 }
+
+/// Cached positions from which one new token's attention takes the
+/// vectorized decode rather than llama.cpp's exact per-key kernel (llama.cpp
+/// itself splits the cache across its threads from here).
+const FAST_DECODE_MIN: usize = 512;
 
 /// `[KV, 1, n, C]` f32: 0 where a cached entry's position <= the query's
 /// position (and, under a replayed eviction record, the entry was still cached

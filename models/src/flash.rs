@@ -1,0 +1,446 @@
+//! Attention over a sequence's cache with llama.cpp's CPU flash-attention
+//! numerics, so that Tern and llama.cpp produce the same tokens.
+//!
+//! llama.cpp runs attention on the CPU as one fused "flash" kernel (on by
+//! default), and its rounding differs from a plain softmax(QK^T)V in ways that
+//! decide greedy near-ties: with fewer than 64 query rows in a batch (a short
+//! prompt, every decode step) the query is rounded to f16 and the values are
+//! accumulated in an f16 buffer re-rounded after every key; with 64 or more rows
+//! (long prefill) it works in f32 over tiles of 64 keys with a polynomial `exp`.
+//! This module repeats both: the same operations, in the same order, at the same
+//! precision, one query row at a time (rows are independent in both kernels),
+//! tiles counted from the first cache entry as llama.cpp counts cache cells.
+//!
+//! Which kernel runs is chosen by the caller's row count, as llama.cpp chooses by
+//! its micro-batch: [`TILED_MIN_ROWS`]. Keys and values are the cache's f32
+//! buffers holding f16-representable numbers (the cache rounds on append), which
+//! converts to f32 exactly as llama.cpp widens its f16 cache.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use candle_core::Tensor;
+use half::f16;
+
+use crate::attention::{with_views, CacheView};
+use crate::error::Result;
+use crate::exact::expf_poly;
+use crate::quant::pool::Pool;
+
+/// Query rows from which llama.cpp takes its tiled f32 kernel.
+pub const TILED_MIN_ROWS: usize = 64;
+/// Keys per tile in the tiled kernel.
+const KV_TILE: usize = 64;
+/// Query rows (per query head) in one work item handed to a thread.
+const ROWS_PER_ITEM: usize = 16;
+
+/// The new query rows of one sequence and where they sit.
+pub struct Queries<'a> {
+    /// `[H, n, head_dim]` row-major, f32 (after RoPE, not rounded).
+    pub q: &'a [f32],
+    /// Position of each of the `n` rows.
+    pub pos: &'a [u32],
+    /// Query heads per KV head.
+    pub group: usize,
+}
+
+/// What [`attend`] returns: the output `[n, H * head_dim]` and, when asked,
+/// the softmax weights `[KV, group, n, C]` (what a scoring policy observes).
+pub type Attended = (Vec<f32>, Option<Vec<f32>>);
+
+/// Attention of `qs` over the cache `k`, `v` (`[KV, C, hd]` views) whose entry
+/// `c` of KV head `h` holds position `k_pos[h][c]`; a row sees the entries at
+/// or before its own position.
+pub fn attend(
+    qs: &Queries<'_>,
+    k: &CacheView<'_>,
+    v: &CacheView<'_>,
+    k_pos: &[&[u32]],
+    scale: f32,
+    want_weights: bool,
+) -> Attended {
+    let n = qs.pos.len();
+    let hd = k.head_dim();
+    let n_kv = k_pos.len();
+    let (group, len) = (qs.group, k.len);
+    let n_head = n_kv * group;
+    // Work items: (KV head, block of rows), all query heads of the group.
+    let blocks = n.div_ceil(ROWS_PER_ITEM);
+    let items = n_kv * blocks;
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<(usize, Block)>> = Mutex::new(Vec::with_capacity(items));
+    let job = || loop {
+        let item = next.fetch_add(1, Ordering::Relaxed);
+        if item >= items {
+            break;
+        }
+        let (kvh, b) = (item / blocks, item % blocks);
+        let rows = b * ROWS_PER_ITEM..((b + 1) * ROWS_PER_ITEM).min(n);
+        let heads = Heads {
+            qs,
+            k,
+            v,
+            kvh,
+            k_pos: k_pos[kvh],
+            scale,
+            want_weights,
+        };
+        let block = if n >= TILED_MIN_ROWS {
+            heads.tiled(rows)
+        } else {
+            heads.one_chunk(rows)
+        };
+        done.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((item, block));
+    };
+    if items > 1 {
+        Pool::global().run(&job);
+    } else {
+        job();
+    }
+    let done = done.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut out = vec![0f32; n * n_head * hd];
+    let mut weights = want_weights.then(|| vec![0f32; n_head * n * len]);
+    for (item, block) in done {
+        let (kvh, b) = (item / blocks, item % blocks);
+        let first = b * ROWS_PER_ITEM;
+        let rows = ((b + 1) * ROWS_PER_ITEM).min(n) - first;
+        for j in 0..group {
+            let head = kvh * group + j;
+            for r in 0..rows {
+                let src = &block.out[(j * rows + r) * hd..(j * rows + r + 1) * hd];
+                let at = ((first + r) * n_head + head) * hd;
+                out[at..at + hd].copy_from_slice(src);
+            }
+            if let Some(all) = weights.as_mut() {
+                // `[KV, group, n, C]` rows are laid out as `[H, n, C]`.
+                let at = (head * n + first) * len;
+                let src = &block.weights[j * rows * len..(j + 1) * rows * len];
+                all[at..at + rows * len].copy_from_slice(src);
+            }
+        }
+    }
+    (out, weights)
+}
+
+/// Runs [`attend`] on tensors: `q` `[H, n, hd]`, cache `k`, `v` `[KV, C, hd]`
+/// views. `None` when a tensor is not a CPU f32 view this path reads in place
+/// (the caller then takes the tensor path).
+pub fn attend_tensors(
+    q: &Tensor,
+    q_pos: &[u32],
+    k: &Tensor,
+    v: &Tensor,
+    k_pos: &[&[u32]],
+    scale: f32,
+    want_weights: bool,
+) -> Result<Option<Attended>> {
+    if k.dims3()?.0 != k_pos.len() || v.dims3()?.0 != k_pos.len() {
+        return Ok(None);
+    }
+    let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
+    let n_kv = k_pos.len();
+    let n = q_pos.len();
+    Ok(with_views(k, v, |kv, vv| {
+        let hd = kv.head_dim();
+        let fits = n > 0
+            && n_kv > 0
+            && kv.len == vv.len
+            && hd == vv.head_dim()
+            && k_pos.iter().all(|p| p.len() == kv.len)
+            && q.len().is_multiple_of(n_kv * n * hd);
+        fits.then(|| {
+            let qs = Queries {
+                q: &q,
+                pos: q_pos,
+                group: q.len() / (n_kv * n * hd),
+            };
+            attend(&qs, kv, vv, k_pos, scale, want_weights)
+        })
+    })
+    .flatten())
+}
+
+/// One work item's results, rows ordered `[group][rows]`.
+struct Block {
+    out: Vec<f32>,
+    weights: Vec<f32>,
+}
+
+/// The query heads of one KV head, against that head's cache entries.
+struct Heads<'a, 'b> {
+    qs: &'b Queries<'b>,
+    k: &'b CacheView<'a>,
+    v: &'b CacheView<'a>,
+    kvh: usize,
+    k_pos: &'b [u32],
+    scale: f32,
+    want_weights: bool,
+}
+
+impl Heads<'_, '_> {
+    /// Query row `i` of the group's `j`-th head.
+    fn query(&self, j: usize, i: usize) -> &[f32] {
+        let (n, hd) = (self.qs.pos.len(), self.k.head_dim());
+        let head = self.kvh * self.qs.group + j;
+        &self.qs.q[(head * n + i) * hd..(head * n + i + 1) * hd]
+    }
+
+    /// Softmax weights `exp(s - max) / sum` over the visible scores.
+    fn weights_of(&self, scores: &[f32], q_pos: u32, max: f32, sum: f32, into: &mut Vec<f32>) {
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        into.extend(scores.iter().zip(self.k_pos).map(|(&s, &p)| {
+            if p <= q_pos {
+                (s - max).exp() * inv
+            } else {
+                0.0
+            }
+        }));
+    }
+
+    /// llama.cpp's per-row kernel: query in f16, online softmax with libm
+    /// `exp`, values accumulated in f16.
+    fn one_chunk(&self, rows: std::ops::Range<usize>) -> Block {
+        let hd = self.k.head_dim();
+        let len = self.k.len;
+        let mut block = Block {
+            out: Vec::with_capacity(self.qs.group * rows.len() * hd),
+            weights: Vec::new(),
+        };
+        let mut scores = vec![0f32; if self.want_weights { len } else { 0 }];
+        let mut acc = vec![0u16; hd];
+        for j in 0..self.qs.group {
+            for i in rows.clone() {
+                let q_pos = self.qs.pos[i];
+                let q16: Vec<f32> = self.query(j, i).iter().map(|&x| round16(x)).collect();
+                acc.iter_mut().for_each(|a| *a = 0);
+                let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+                for (c, &kp) in self.k_pos[..len].iter().enumerate() {
+                    if kp > q_pos {
+                        continue;
+                    }
+                    let score = dot_f16(self.k.row(self.kvh, c), &q16) * self.scale;
+                    if self.want_weights {
+                        scores[c] = score;
+                    }
+                    let (mut ms, mut vs) = (1f32, 1f32);
+                    if score > max {
+                        ms = (max - score).exp();
+                        max = score;
+                        f16x::scale(&mut acc, ms);
+                    } else {
+                        vs = (score - max).exp();
+                    }
+                    f16x::mad(&mut acc, self.v.row(self.kvh, c), vs);
+                    // llama.cpp's build contracts `S*ms + vs` into one fused op.
+                    sum = sum.mul_add(ms, vs);
+                }
+                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+                block
+                    .out
+                    .extend(acc.iter().map(|&a| f16::from_bits(a).to_f32() * inv));
+                if self.want_weights {
+                    self.weights_of(&scores, q_pos, max, sum, &mut block.weights);
+                }
+            }
+        }
+        block
+    }
+
+    /// llama.cpp's tiled kernel: f32 throughout, 64 keys at a time, the
+    /// polynomial `exp` and a double-precision running sum per tile. Each key
+    /// tile is transposed once for every row of the block (as llama.cpp does),
+    /// so scores vectorize across keys while each stays a sequential chain of
+    /// fused multiply-adds over the head dimension.
+    fn tiled(&self, rows: std::ops::Range<usize>) -> Block {
+        let hd = self.k.head_dim();
+        let len = self.k.len;
+        let group = self.qs.group;
+        let n_rows = group * rows.len();
+        let mut acc = vec![0f32; n_rows * hd];
+        let mut max = vec![f32::NEG_INFINITY; n_rows];
+        let mut sum = vec![0f32; n_rows];
+        let mut scores = vec![0f32; if self.want_weights { n_rows * len } else { 0 }];
+        let mut kt = vec![0f32; hd * KV_TILE];
+        let last_pos = rows.clone().map(|i| self.qs.pos[i]).max().unwrap_or(0);
+        let mut p = [0f32; KV_TILE];
+        for start in (0..len).step_by(KV_TILE) {
+            let tile = KV_TILE.min(len - start);
+            let keys = &self.k_pos[start..start + tile];
+            // No row of the block sees any key of this tile.
+            if keys.iter().all(|&kp| kp > last_pos) {
+                continue;
+            }
+            for t in 0..tile {
+                for (kk, &x) in self.k.row(self.kvh, start + t).iter().enumerate() {
+                    kt[kk * KV_TILE + t] = x;
+                }
+            }
+            for j in 0..group {
+                for (ri, i) in rows.clone().enumerate() {
+                    let r = j * rows.len() + ri;
+                    let q_pos = self.qs.pos[i];
+                    let q = self.query(j, i);
+                    p.iter_mut().for_each(|x| *x = 0.0);
+                    for (kk, &qk) in q.iter().enumerate() {
+                        let col = &kt[kk * KV_TILE..(kk + 1) * KV_TILE];
+                        for (x, &kx) in p.iter_mut().zip(col) {
+                            *x = kx.mul_add(qk, *x);
+                        }
+                    }
+                    let mut tile_max = f32::NEG_INFINITY;
+                    for (t, x) in p.iter_mut().enumerate() {
+                        *x = if t < tile && keys[t] <= q_pos {
+                            *x * self.scale
+                        } else {
+                            f32::NEG_INFINITY
+                        };
+                        tile_max = if tile_max > *x { tile_max } else { *x };
+                    }
+                    if self.want_weights {
+                        scores[r * len + start..r * len + start + tile].copy_from_slice(&p[..tile]);
+                    }
+                    if tile_max == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    let a = &mut acc[r * hd..(r + 1) * hd];
+                    let new_max = max[r].max(tile_max);
+                    if new_max > max[r] {
+                        let ms = (max[r] - new_max).exp();
+                        a.iter_mut().for_each(|x| *x *= ms);
+                        sum[r] *= ms;
+                    }
+                    max[r] = new_max;
+                    for x in p.iter_mut() {
+                        *x = expf_poly(*x - new_max);
+                    }
+                    let tile_sum: f64 = p.chunks_exact(8).map(|l| hsum8(l) as f64).sum();
+                    sum[r] = (sum[r] as f64 + tile_sum) as f32;
+                    for (t, &w) in p[..tile].iter().enumerate() {
+                        // Hidden keys weigh 0: adding 0 * v changes nothing.
+                        if w != 0.0 {
+                            let value = self.v.row(self.kvh, start + t);
+                            for (x, &vx) in a.iter_mut().zip(value) {
+                                *x = vx.mul_add(w, *x);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut block = Block {
+            out: Vec::with_capacity(n_rows * hd),
+            weights: Vec::new(),
+        };
+        for j in 0..group {
+            for (ri, i) in rows.clone().enumerate() {
+                let r = j * rows.len() + ri;
+                let inv = if sum[r] == 0.0 { 0.0 } else { 1.0 / sum[r] };
+                block
+                    .out
+                    .extend(acc[r * hd..(r + 1) * hd].iter().map(|&x| x * inv));
+                if self.want_weights {
+                    let s = &scores[r * len..(r + 1) * len];
+                    self.weights_of(s, self.qs.pos[i], max[r], sum[r], &mut block.weights);
+                }
+            }
+        }
+        block
+    }
+}
+
+/// llama.cpp's f16 accumulator operations: widen, one f32 operation, round
+/// back to f16 (F16C instructions where the build has them).
+mod f16x {
+    use half::f16;
+
+    /// `acc = f16(acc * s)`.
+    pub fn scale(acc: &mut [u16], s: f32) {
+        for a in acc.iter_mut() {
+            *a = f16::from_f32(f16::from_bits(*a).to_f32() * s).to_bits();
+        }
+    }
+
+    /// `acc = f16(fma(x, w, acc))`.
+    pub fn mad(acc: &mut [u16], x: &[f32], w: f32) {
+        #[cfg(all(
+            target_arch = "x86_64",
+            target_feature = "f16c",
+            target_feature = "fma"
+        ))]
+        if acc.len().is_multiple_of(8) {
+            // SAFETY: the target features are enabled at compile time; loads
+            // and stores stay inside the slices (8 lanes at a time, lengths
+            // checked equal and a multiple of 8).
+            unsafe { mad_f16c(acc, x, w) };
+            return;
+        }
+        for (a, &xi) in acc.iter_mut().zip(x) {
+            *a = f16::from_f32(xi.mul_add(w, f16::from_bits(*a).to_f32())).to_bits();
+        }
+    }
+
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "f16c",
+        target_feature = "fma"
+    ))]
+    unsafe fn mad_f16c(acc: &mut [u16], x: &[f32], w: f32) {
+        use std::arch::x86_64::*;
+        assert_eq!(acc.len(), x.len());
+        let wv = _mm256_set1_ps(w);
+        for (a, xs) in acc.chunks_exact_mut(8).zip(x.chunks_exact(8)) {
+            let ap = a.as_mut_ptr() as *mut __m128i;
+            let av = _mm256_cvtph_ps(_mm_loadu_si128(ap));
+            let xv = _mm256_loadu_ps(xs.as_ptr());
+            let r = _mm256_fmadd_ps(xv, wv, av);
+            _mm_storeu_si128(ap, _mm256_cvtps_ph::<0>(r));
+        }
+    }
+}
+
+/// Rounds to the nearest f16 (ties to even), kept as f32.
+#[inline]
+fn round16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// ggml's f16 dot product on AVX2: four 8-lane fused accumulators over blocks
+/// of 32, reduced pairwise, the tail added in double.
+#[inline]
+fn dot_f16(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len();
+    let np = n & !31;
+    let mut acc = [[0f32; 8]; 4];
+    for i in (0..np).step_by(32) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let at = i + 8 * j + l;
+                *a = x[at].mul_add(y[at], *a);
+            }
+        }
+    }
+    let mut s = [0f32; 8];
+    for l in 0..8 {
+        let a = acc[0][l] + acc[2][l];
+        let b = acc[1][l] + acc[3][l];
+        s[l] = a + b;
+    }
+    let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+    let mut sumf = ((t[0] + t[1]) + (t[2] + t[3])) as f64;
+    for i in np..n {
+        sumf += (x[i] * y[i]) as f64;
+    }
+    sumf as f32
+}
+
+/// The horizontal sum of 8 lanes in the order ggml's AVX2 softmax adds them.
+#[inline]
+fn hsum8(v: &[f32]) -> f32 {
+    let a = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
+    (a[0] + a[2]) + (a[1] + a[3])
+}
+
+#[cfg(test)]
+mod tests;
