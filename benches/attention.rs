@@ -1,11 +1,15 @@
 //! One decode step's attention for SmolLM2-135M's shape (9 query heads over 3
 //! KV heads, head dim 64), at several cache sizes: Tern's in-place kernel over a
 //! view of a larger cache buffer vs the same computation as candle tensor ops
-//! (matmul, softmax, f16 rounding, matmul). Run: `cargo bench --bench attention`.
+//! (matmul, softmax, f16 rounding, matmul); and llama.cpp's two flash kernels
+//! as `flash` repeats them (one token and a 32-row chunk take the per-key f16
+//! kernel, a 512-row prefill the tiled f32 one). Run:
+//! `cargo bench --bench attention -- --noplot`.
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion};
 use tern_models::attention::decode_tensors;
+use tern_models::flash::attend_tensors;
 
 const KV: usize = 3;
 const GROUP: usize = 3;
@@ -40,6 +44,28 @@ fn bench(c: &mut Criterion) {
         });
         g.bench_function(format!("tensor_ops/{len}"), |b| {
             b.iter(|| tensor_path(&q, &k, &v, scale))
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("flash_attention");
+    g.sample_size(10);
+    for (rows, len) in [
+        (1usize, 256usize),
+        (1, 511),
+        (32, 512),
+        (512, 512),
+        (512, 1536),
+    ] {
+        let k = Tensor::randn(0f32, 1.0, (KV, len, HD), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (KV, len, HD), &dev).unwrap();
+        let q = Tensor::randn(0f32, 1.0, (KV * GROUP, rows, HD), &dev).unwrap();
+        // The new rows are the cache's last `rows` positions.
+        let k_pos: Vec<u32> = (0..len as u32).collect();
+        let heads: Vec<&[u32]> = (0..KV).map(|_| k_pos.as_slice()).collect();
+        let q_pos = &k_pos[len - rows..];
+        g.bench_function(format!("rows{rows}/cache{len}"), |b| {
+            b.iter(|| attend_tensors(&q, q_pos, &k, &v, &heads, None, scale as f32, false).unwrap())
         });
     }
     g.finish();

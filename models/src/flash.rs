@@ -26,6 +26,7 @@ use crate::attention::{with_views, CacheView};
 use crate::error::Result;
 use crate::exact::expf_poly;
 use crate::quant::pool::Pool;
+use crate::visibility::Visibility;
 
 /// Query rows from which llama.cpp takes its tiled f32 kernel.
 pub const TILED_MIN_ROWS: usize = 64;
@@ -42,6 +43,9 @@ pub struct Queries<'a> {
     pub pos: &'a [u32],
     /// Query heads per KV head.
     pub group: usize,
+    /// A replayed eviction record and the layer, when some entries at or
+    /// before a row's position were already evicted for it.
+    pub replay: Option<(&'a Visibility, usize)>,
 }
 
 /// What [`attend`] returns: the output `[n, H * head_dim]` and, when asked,
@@ -50,7 +54,7 @@ pub type Attended = (Vec<f32>, Option<Vec<f32>>);
 
 /// Attention of `qs` over the cache `k`, `v` (`[KV, C, hd]` views) whose entry
 /// `c` of KV head `h` holds position `k_pos[h][c]`; a row sees the entries at
-/// or before its own position.
+/// or before its own position (that the replayed record, if any, still held).
 pub fn attend(
     qs: &Queries<'_>,
     k: &CacheView<'_>,
@@ -127,12 +131,14 @@ pub fn attend(
 /// Runs [`attend`] on tensors: `q` `[H, n, hd]`, cache `k`, `v` `[KV, C, hd]`
 /// views. `None` when a tensor is not a CPU f32 view this path reads in place
 /// (the caller then takes the tensor path).
+#[allow(clippy::too_many_arguments)]
 pub fn attend_tensors(
     q: &Tensor,
     q_pos: &[u32],
     k: &Tensor,
     v: &Tensor,
     k_pos: &[&[u32]],
+    replay: Option<(&Visibility, usize)>,
     scale: f32,
     want_weights: bool,
 ) -> Result<Option<Attended>> {
@@ -155,6 +161,7 @@ pub fn attend_tensors(
                 q: &q,
                 pos: q_pos,
                 group: q.len() / (n_kv * n * hd),
+                replay,
             };
             attend(&qs, kv, vv, k_pos, scale, want_weights)
         })
@@ -180,6 +187,15 @@ struct Heads<'a, 'b> {
 }
 
 impl Heads<'_, '_> {
+    /// Whether the row at `q_pos` sees the entry at `k_pos`.
+    #[inline]
+    fn sees(&self, q_pos: u32, k_pos: u32) -> bool {
+        match self.qs.replay {
+            None => k_pos <= q_pos,
+            Some((vis, layer)) => vis.visible(layer, self.kvh, q_pos, k_pos),
+        }
+    }
+
     /// Query row `i` of the group's `j`-th head.
     fn query(&self, j: usize, i: usize) -> &[f32] {
         let (n, hd) = (self.qs.pos.len(), self.k.head_dim());
@@ -191,7 +207,7 @@ impl Heads<'_, '_> {
     fn weights_of(&self, scores: &[f32], q_pos: u32, max: f32, sum: f32, into: &mut Vec<f32>) {
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
         into.extend(scores.iter().zip(self.k_pos).map(|(&s, &p)| {
-            if p <= q_pos {
+            if self.sees(q_pos, p) {
                 (s - max).exp() * inv
             } else {
                 0.0
@@ -217,7 +233,7 @@ impl Heads<'_, '_> {
                 acc.iter_mut().for_each(|a| *a = 0);
                 let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
                 for (c, &kp) in self.k_pos[..len].iter().enumerate() {
-                    if kp > q_pos {
+                    if !self.sees(q_pos, kp) {
                         continue;
                     }
                     let score = dot_f16(self.k.row(self.kvh, c), &q16) * self.scale;
@@ -291,7 +307,7 @@ impl Heads<'_, '_> {
                     }
                     let mut tile_max = f32::NEG_INFINITY;
                     for (t, x) in p.iter_mut().enumerate() {
-                        *x = if t < tile && keys[t] <= q_pos {
+                        *x = if t < tile && self.sees(q_pos, keys[t]) {
                             *x * self.scale
                         } else {
                             f32::NEG_INFINITY

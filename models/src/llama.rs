@@ -508,20 +508,22 @@ impl Llama {
         let (g, n) = (c.group_size(), q_pos.len());
         let (kc, vc) = cache.append(layer, k, v, q_pos)?; // [KV, C, hd]
         let n_cached = kc.dim(1)?;
-        // Serving reads the cache in place. Replayed visibility needs the
-        // mask; the learner keeps the tensor path (autograd).
-        let in_place = self.precision == Precision::Quantized && cache.visibility().is_none();
+        // Serving reads the cache in place; the learner keeps the tensor path
+        // (autograd).
+        let serving = self.precision == Precision::Quantized;
+        let replayed = cache.visibility().is_some();
         let scale = (1.0 / (c.head_dim as f64).sqrt()) as f32;
         // llama.cpp's numerics (see `flash`), except one new token over a long
         // cache, where llama.cpp's own result depends on its thread count and
         // speed matters most: there the vectorized decode below.
-        if in_place && (n > 1 || n_cached < FAST_DECODE_MIN) {
+        if serving && (n > 1 || n_cached < FAST_DECODE_MIN || replayed) {
             let want = cache.wants_attention(layer);
             let exact = {
                 let view: &dyn KvStore = &*cache;
                 let k_pos: Vec<&[u32]> =
                     (0..c.n_kv_head).map(|h| view.positions(layer, h)).collect();
-                crate::flash::attend_tensors(q, q_pos, &kc, &vc, &k_pos, scale, want)?
+                let replay = view.visibility().map(|v| (v, layer));
+                crate::flash::attend_tensors(q, q_pos, &kc, &vc, &k_pos, replay, scale, want)?
             };
             if let Some((out, weights)) = exact {
                 drop((kc, vc));
@@ -543,7 +545,7 @@ impl Llama {
             Precision::DenseF32 => q.clone(),
         };
         let q = &q;
-        if n == 1 && in_place {
+        if n == 1 && serving && !replayed {
             let want = cache.wants_attention(layer);
             if let Some((out, weights)) =
                 crate::attention::decode_tensors(q, &kc, &vc, g, scale, want)?

@@ -87,6 +87,7 @@ impl Case {
             q,
             pos: &q_pos,
             group: self.group,
+            replay: None,
         };
         attend(&qs, &kv, &vv, &k_pos, 0.125, want)
     }
@@ -177,6 +178,7 @@ fn future_entries_are_invisible() {
             q: &q,
             pos: &q_pos,
             group: case.group,
+            replay: None,
         };
         attend(&qs, &kv, &vv, &k_pos, 0.125, true)
     };
@@ -211,15 +213,17 @@ fn tensors_in_place_match_the_slices() {
     let vt = Tensor::from_vec(case.v.clone(), (case.n_kv, case.len, case.hd), &dev).unwrap();
     let k_pos: Vec<&[u32]> = (0..case.n_kv).map(|_| case.pos.as_slice()).collect();
     let q_pos: Vec<u32> = case.pos[case.len - n..].to_vec();
-    let (got, _) = attend_tensors(&qt, &q_pos, &kt, &vt, &k_pos, 0.125, false)
+    let (got, _) = attend_tensors(&qt, &q_pos, &kt, &vt, &k_pos, None, 0.125, false)
         .unwrap()
         .expect("a contiguous f32 cache is read in place");
     assert_eq!(got, case.run(&q, n, false).0);
     // Positions that do not match the cache are refused, not misread.
     let short: Vec<&[u32]> = (0..case.n_kv).map(|_| &case.pos[..10]).collect();
-    assert!(attend_tensors(&qt, &q_pos, &kt, &vt, &short, 0.125, false)
-        .unwrap()
-        .is_none());
+    assert!(
+        attend_tensors(&qt, &q_pos, &kt, &vt, &short, None, 0.125, false)
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[test]
