@@ -176,7 +176,7 @@ fn softmax(row: &mut [f32]) {
 /// branch-free so a row of them vectorizes (libm's `expf` is a call per
 /// element, which dominated long-context decode).
 #[inline]
-fn exp_nonpositive(x: f32) -> f32 {
+pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     // Below this e^x is under f32's normal range; the f16-rounded weight it
     // becomes is 0 either way.
     let x = x.max(-87.0);

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use candle_core::Tensor;
 use half::f16;
 
-use crate::attention::{with_views, CacheView};
+use crate::attention::{exp_nonpositive, with_views, CacheView};
 use crate::error::Result;
 use crate::exact::expf_poly;
 use crate::quant::pool::Pool;
@@ -203,12 +203,14 @@ impl Heads<'_, '_> {
         &self.qs.q[(head * n + i) * hd..(head * n + i + 1) * hd]
     }
 
-    /// Softmax weights `exp(s - max) / sum` over the visible scores.
+    /// Softmax weights `exp(s - max) / sum` over the visible scores, for a
+    /// policy to rank entries by (a vectorizable `exp`: these weights steer
+    /// eviction, they are not part of the output).
     fn weights_of(&self, scores: &[f32], q_pos: u32, max: f32, sum: f32, into: &mut Vec<f32>) {
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
         into.extend(scores.iter().zip(self.k_pos).map(|(&s, &p)| {
             if self.sees(q_pos, p) {
-                (s - max).exp() * inv
+                exp_nonpositive(s - max) * inv
             } else {
                 0.0
             }
@@ -423,32 +425,61 @@ fn round16(x: f32) -> f32 {
 }
 
 /// ggml's f16 dot product on AVX2: four 8-lane fused accumulators over blocks
-/// of 32, reduced pairwise, the tail added in double.
+/// of 32, reduced pairwise, the tail added in double. `x`, `y` hold
+/// f16-representable values, widened to f32 as ggml widens them.
 #[inline]
 fn dot_f16(x: &[f32], y: &[f32]) -> f32 {
-    let n = x.len();
+    let n = x.len().min(y.len());
     let np = n & !31;
+    let mut sumf = sum_blocks(&x[..np], &y[..np]) as f64;
+    for (a, b) in x[np..n].iter().zip(&y[np..n]) {
+        sumf += (a * b) as f64;
+    }
+    sumf as f32
+}
+
+/// The SIMD part of [`dot_f16`] over whole blocks of 32.
+#[cfg(all(target_arch = "x86_64", target_feature = "avx", target_feature = "fma"))]
+#[inline]
+fn sum_blocks(x: &[f32], y: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    debug_assert!(x.len() == y.len() && x.len().is_multiple_of(32));
+    // SAFETY: AVX and FMA are enabled at compile time; every load reads 8
+    // floats inside a 32-float chunk of `x` or `y`.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (xc, yc) in x.chunks_exact(32).zip(y.chunks_exact(32)) {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let xv = _mm256_loadu_ps(xc.as_ptr().add(8 * j));
+                let yv = _mm256_loadu_ps(yc.as_ptr().add(8 * j));
+                *a = _mm256_fmadd_ps(xv, yv, *a);
+            }
+        }
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let t1 = _mm_hadd_ps(t0, t0);
+        _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+    }
+}
+
+/// The portable part of [`dot_f16`], in the same order.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "avx", target_feature = "fma")))]
+fn sum_blocks(x: &[f32], y: &[f32]) -> f32 {
     let mut acc = [[0f32; 8]; 4];
-    for i in (0..np).step_by(32) {
+    for (xc, yc) in x.chunks_exact(32).zip(y.chunks_exact(32)) {
         for (j, lanes) in acc.iter_mut().enumerate() {
-            for (l, a) in lanes.iter_mut().enumerate() {
-                let at = i + 8 * j + l;
-                *a = x[at].mul_add(y[at], *a);
+            let (xs, ys) = (&xc[8 * j..8 * j + 8], &yc[8 * j..8 * j + 8]);
+            for ((a, &xv), &yv) in lanes.iter_mut().zip(xs).zip(ys) {
+                *a = xv.mul_add(yv, *a);
             }
         }
     }
     let mut s = [0f32; 8];
-    for l in 0..8 {
-        let a = acc[0][l] + acc[2][l];
-        let b = acc[1][l] + acc[3][l];
-        s[l] = a + b;
+    for (l, sl) in s.iter_mut().enumerate() {
+        *sl = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
     }
     let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
-    let mut sumf = ((t[0] + t[1]) + (t[2] + t[3])) as f64;
-    for i in np..n {
-        sumf += (x[i] * y[i]) as f64;
-    }
-    sumf as f32
+    (t[0] + t[1]) + (t[2] + t[3])
 }
 
 /// The horizontal sum of 8 lanes in the order ggml's AVX2 softmax adds them.
