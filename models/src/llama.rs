@@ -364,10 +364,28 @@ impl Llama {
         let positions = Tensor::from_vec(layout.positions.clone(), n_tokens, &Device::Cpu)?;
         let cos = self.rope_cos.index_select(&positions, 0)?; // [T, hd/2]
         let sin = self.rope_sin.index_select(&positions, 0)?;
+        // Serving rotates with plain loops (see `exact`): the rows' angles
+        // read out once for every layer.
+        let angles = match self.precision {
+            Precision::Quantized => Some((
+                cos.flatten_all()?.to_vec1::<f32>()?,
+                sin.flatten_all()?.to_vec1::<f32>()?,
+            )),
+            Precision::DenseF32 => None,
+        };
 
         let mut x = self.embedding.rows(&ids)?; // [T, D]
         for (layer, block) in self.blocks.iter().enumerate() {
-            x = self.block_forward(layer, block, &x, &cos, &sin, batch, layout, adapters)?;
+            x = self.block_forward(
+                layer,
+                block,
+                &x,
+                (&cos, &sin),
+                &angles,
+                batch,
+                layout,
+                adapters,
+            )?;
         }
         Ok(x)
     }
@@ -412,8 +430,8 @@ impl Llama {
         layer: usize,
         b: &Block,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        angles: &Option<(Vec<f32>, Vec<f32>)>,
         batch: &mut [SeqBatch<'_>],
         layout: &BatchLayout,
         adapters: Option<&LoraSet>,
@@ -441,21 +459,20 @@ impl Llama {
                 candle_nn::rotary_emb::rope_i(t, cos, sin)?
             })
         };
-        let (q, k) = if dense {
-            (
+        let (q, k) = match angles {
+            None => (
                 rope(&to_heads(q, c.n_head)?)?,    // [1, H, T, hd]
                 rope(&to_heads(k, c.n_kv_head)?)?, // [1, KV, T, hd]
-            )
-        } else {
+            ),
             // Serving: llama.cpp's rounding (see `exact`).
-            let cos: Vec<f32> = cos.flatten_all()?.to_vec1()?;
-            let sin: Vec<f32> = sin.flatten_all()?.to_vec1()?;
-            let turn = |t: Tensor, heads: usize| -> Result<Tensor> {
-                let mut xs: Vec<f32> = t.flatten_all()?.to_vec1()?;
-                crate::exact::rope_pairs(&mut xs, c.head_dim, &cos, &sin);
-                to_heads(Tensor::from_vec(xs, t.shape(), t.device())?, heads)
-            };
-            (turn(q, c.n_head)?, turn(k, c.n_kv_head)?)
+            Some((cos, sin)) => {
+                let turn = |t: Tensor, heads: usize| -> Result<Tensor> {
+                    let mut xs: Vec<f32> = t.flatten_all()?.to_vec1()?;
+                    crate::exact::rope_pairs(&mut xs, c.head_dim, cos, sin);
+                    to_heads(Tensor::from_vec(xs, t.shape(), t.device())?, heads)
+                };
+                (turn(q, c.n_head)?, turn(k, c.n_kv_head)?)
+            }
         };
         let v = to_heads(v, c.n_kv_head)?; // [1, KV, T, hd]
                                            // 3. Attention per sequence, against its own cache.
