@@ -97,5 +97,61 @@ fn decode_step(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sampler, decode_step);
+/// One decode step of `n` sequences in one ragged forward (what the engine runs
+/// with `n` requests in flight), each sequence 64 tokens deep, against the same
+/// step for one sequence: the batching gain is `n * t(1) / t(n)`.
+fn batched_decode_step(c: &mut Criterion) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(MODEL);
+    if !path.exists() {
+        eprintln!("batched_decode_step skipped: {} not found", path.display());
+        return;
+    }
+    let model = Arc::new(LoadedModel::load(&path).expect("load the real model"));
+    let mut backend = CandleBackend::new(model);
+    let mut g = c.benchmark_group("batched_decode_step");
+    g.sample_size(20);
+    for n in [1usize, 8] {
+        let mut seqs = Vec::new();
+        for s in 0..n {
+            let prompt: Vec<u32> = (0..64u32)
+                .map(|i| 1000 + (i * 31 + s as u32 * 7) % 40_000)
+                .collect();
+            let seq = backend.new_seq(&KvPolicy::Full, 4096).expect("a sequence");
+            backend
+                .forward(&[Row {
+                    seq,
+                    tokens: &prompt,
+                    start_pos: 0,
+                    logits: LogitsWanted::Last,
+                }])
+                .expect("prefill");
+            backend.finish_prefill(seq).expect("prefill done");
+            seqs.push(seq);
+        }
+        let mut pos = 64;
+        let tok = [2000u32];
+        g.bench_function(format!("seqs_{n}"), |b| {
+            b.iter(|| {
+                let rows: Vec<Row> = seqs
+                    .iter()
+                    .map(|&seq| Row {
+                        seq,
+                        tokens: &tok,
+                        start_pos: pos,
+                        logits: LogitsWanted::Last,
+                    })
+                    .collect();
+                let out = backend.forward(&rows).expect("decode");
+                pos += 1;
+                out
+            })
+        });
+        for s in seqs {
+            backend.free(s);
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, sampler, decode_step, batched_decode_step);
 criterion_main!(benches);

@@ -16,7 +16,7 @@ use super::dot::{self, Kernel};
 use super::QLinear;
 
 const DTYPES: [GgmlDType; 3] = [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0];
-const ROWS: [usize; 3] = [1, 3, 17];
+const ROWS: [usize; 5] = [1, 3, 4, 8, 17];
 const IN_DIMS: [usize; 3] = [64, 576, 1536];
 /// 67: odd, exercises every tile remainder; 300: enough work for the pool at 1 row.
 const OUT_DIMS: [usize; 2] = [67, 300];
