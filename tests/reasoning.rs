@@ -147,28 +147,10 @@ fn eval_reports_accuracy_tokens_and_time_per_strategy() {
         "{\"question\": \"What is 2 + 2?\", \"answer\": \"#### 4\"}\n{\"prompt\": \"What is 10 - 3?\", \"answer\": 7}\n",
     )
     .unwrap();
-    let model = real_model();
-    let out = tern(
-        &[
-            "eval",
-            "-m",
-            model.to_str().unwrap(),
-            "--task",
-            task.to_str().unwrap(),
-            "--strategy",
-            "single,majority@2",
-            "--max-tokens",
-            "24",
-            "--json",
-        ],
-        None,
+    let rows = eval_rows(
+        &task,
+        &["--strategy", "single,majority@2", "--max-tokens", "24"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows = last_json(&out)["rows"].as_array().unwrap().clone();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["strategy"], "single");
     assert_eq!(rows[1]["strategy"], "majority@2");
@@ -181,18 +163,7 @@ fn eval_reports_accuracy_tokens_and_time_per_strategy() {
     }
     assert_eq!(rows[0]["candidates_per_task"], 1.0);
     assert_eq!(rows[1]["candidates_per_task"], 2.0);
-    let bad = tern(
-        &[
-            "eval",
-            "-m",
-            model.to_str().unwrap(),
-            "--task",
-            task.to_str().unwrap(),
-            "--strategy",
-            "vibes",
-        ],
-        None,
-    );
+    let bad = eval_out(&task, &["--strategy", "vibes"]);
     assert_clean_error(&bad, "unknown strategy");
 }
 
@@ -385,4 +356,81 @@ fn eval_runs_the_adaptive_length_strategy() {
         None,
     );
     assert_clean_error(&bad, "reasoning_effort");
+}
+
+/// `tern eval` on the real model over `task`.
+fn eval_out(task: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let model = real_model();
+    let mut args = vec![
+        "eval",
+        "-m",
+        model.to_str().unwrap(),
+        "--task",
+        task.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    tern(&args, None)
+}
+
+/// `tern eval --json` rows, by strategy.
+fn eval_rows(task: &std::path::Path, extra: &[&str]) -> Vec<serde_json::Value> {
+    let out = eval_out(task, &[extra, &["--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    last_json(&out)["rows"].as_array().unwrap().clone()
+}
+
+#[test]
+fn eval_shared_samples_equal_separate_runs_and_records_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("tasks.jsonl");
+    std::fs::write(
+        &task,
+        "{\"question\": \"What is 2 + 2? Reply with just the number.\", \"answer\": 4}\n\
+         {\"question\": \"What is 5 + 1? Reply with just the number.\", \"answer\": 6}\n",
+    )
+    .unwrap();
+    let key = |r: &serde_json::Value| {
+        (
+            r["correct"].clone(),
+            r["tokens"].clone(),
+            r["candidates_per_task"].clone(),
+        )
+    };
+    // Majority and adaptive from one set of 8 samples, against each run alone.
+    // Greedy candidates agree, so adaptive stops after 4: the shared run must
+    // report that prefix, not all 8.
+    let greedy = ["--max-tokens", "16", "--temperature", "0"];
+    let run = |extra: &[&str]| eval_rows(&task, &[&greedy[..], extra].concat());
+    let shared = run(&["--strategy", "majority@8,adaptive@8"]);
+    assert_eq!(shared[0]["shared_samples"], true);
+    for (i, s) in ["majority@8", "adaptive@8"].iter().enumerate() {
+        let alone = run(&["--strategy", s]);
+        assert_eq!(alone[0]["shared_samples"], false);
+        assert_eq!(key(&alone[0]), key(&shared[i]), "{s}");
+    }
+    assert_eq!(shared[1]["candidates_per_task"], 4.0);
+    // Records: the first task, then both; the second run only adds the second
+    // task's records, and its table equals the one-shot run's.
+    let rec = dir.path().join("records.jsonl");
+    let rec_s = rec.to_str().unwrap();
+    let args = ["--strategy", "majority@8,adaptive@8", "--records", rec_s];
+    run(&[&args[..], &["--limit", "1"]].concat());
+    let lines = |p: &std::path::Path| std::fs::read_to_string(p).unwrap().lines().count();
+    assert_eq!(lines(&rec), 2);
+    let resumed = run(&args);
+    assert_eq!(lines(&rec), 4);
+    for (a, b) in resumed.iter().zip(&shared) {
+        assert_eq!(key(a), key(b));
+    }
+    // --offset skips tasks but keeps their numbering and seeds.
+    let second = run(&["--strategy", "majority@8", "--offset", "1"]);
+    assert_eq!(second[0]["tasks"], 1);
+    // A records file that is not one is refused with its line.
+    std::fs::write(&rec, "{\"strategy\": \"majority@8\"}\n").unwrap();
+    let bad = eval_out(&task, &["--records", rec_s]);
+    assert_clean_error(&bad, "records.jsonl:1");
 }

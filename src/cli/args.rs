@@ -253,9 +253,17 @@ pub struct EvalArgs {
     /// EFFORT is low, medium, high, auto, or a token cap).
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]
     pub strategy: Vec<String>,
-    /// Evaluate only the first N tasks.
+    /// Evaluate only the first N tasks (after --offset).
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
+    /// Skip the first N tasks (task numbers and seeds stay those of the whole file).
+    #[arg(long, default_value_t = 0)]
+    pub offset: usize,
+    /// Append one JSON line per strategy and task to FILE, and skip the pairs
+    /// FILE already holds (their results count in the table): a long run can
+    /// stop and resume.
+    #[arg(long, value_name = "FILE")]
+    pub records: Option<std::path::PathBuf>,
     /// Sampling temperature for multi-sample strategies (single is greedy).
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f32,

@@ -4,14 +4,19 @@
 //! each line `{"question"|"prompt": ..., "answer": ...}` (GSM8K's `#### X`
 //! answers work as they are).
 
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
-use tern_runtime::reasoning::{best_of_n_with, Aggregate, BonRequest, Effort, LengthPolicy};
+use tern_runtime::reasoning::{
+    best_of_n_shared, best_of_n_with, Aggregate, BonRequest, BonResult, Effort, LengthPolicy,
+};
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::tasks::{self, Task};
 use tern_runtime::verify;
@@ -83,10 +88,88 @@ fn parse_strategy(s: &str, probe_every: usize) -> Result<Strategy> {
     })
 }
 
-fn read_tasks(source: &str, limit: usize) -> Result<Vec<Task>> {
-    let mut tasks = tasks::load(source)?;
-    tasks.truncate(limit);
-    Ok(tasks)
+/// The tasks numbered `offset..offset + limit` of `source`.
+fn read_tasks(source: &str, offset: usize, limit: usize) -> Result<Vec<(usize, Task)>> {
+    let tasks = tasks::load(source)?;
+    if offset > 0 && offset >= tasks.len() {
+        bail!(
+            "--offset {offset} skips every task: {source} has {}",
+            tasks.len()
+        );
+    }
+    Ok(tasks
+        .into_iter()
+        .enumerate()
+        .skip(offset)
+        .take(limit)
+        .collect())
+}
+
+/// One strategy's result on one task: a line of `--records`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    strategy: String,
+    /// The task's index in the whole file.
+    task: usize,
+    ok: bool,
+    answer: Option<String>,
+    want: String,
+    tokens: usize,
+    candidates: usize,
+    probes: usize,
+    stopped_early: usize,
+    tokens_saved: usize,
+    /// Wall time of the run that produced it (a shared sample set's whole time).
+    seconds: f64,
+    /// Produced from candidates shared with the other strategies of its group.
+    shared: bool,
+}
+
+/// The records already in `path` (none if it does not exist), by (strategy, task).
+fn load_records(path: &Path) -> Result<HashMap<(String, usize), Record>> {
+    let mut out = HashMap::new();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let r: Record = serde_json::from_str(line).with_context(|| {
+            format!(
+                "{}:{}: not a record written by `tern eval --records`",
+                path.display(),
+                n + 1
+            )
+        })?;
+        out.insert((r.strategy.clone(), r.task), r);
+    }
+    Ok(out)
+}
+
+/// Strategies that run together: a group of several majority / synthesize /
+/// adaptive strategies with the same N shares one set of N samples per task
+/// (see `reasoning::best_of_n_shared`); everything else runs alone.
+fn plan(strategies: &[Strategy]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, s) in strategies.iter().enumerate() {
+        let shareable = s.n > 1 && s.length.is_none();
+        let joined = shareable
+            && groups.iter_mut().any(|g| {
+                let first = &strategies[g[0]];
+                let fits = first.n == s.n && first.n > 1 && first.length.is_none();
+                if fits {
+                    g.push(i);
+                }
+                fits
+            });
+        if !joined {
+            groups.push(vec![i]);
+        }
+    }
+    groups
 }
 
 /// One strategy's results.
@@ -105,6 +188,57 @@ struct Row {
     stopped_early: usize,
     tokens_saved: usize,
     seconds: f64,
+    /// Its candidates were shared with the other strategies of its group, so
+    /// `seconds` is the shared sampling's time, not its own.
+    shared_samples: bool,
+}
+
+/// Totals of one strategy over the tasks.
+#[derive(Default)]
+struct Acc {
+    correct: usize,
+    tokens: usize,
+    used: usize,
+    probes: usize,
+    early: usize,
+    saved: usize,
+    seconds: f64,
+    shared: bool,
+}
+
+impl Acc {
+    fn add(&mut self, r: &Record) {
+        self.correct += r.ok as usize;
+        self.tokens += r.tokens;
+        self.used += r.candidates;
+        self.probes += r.probes;
+        self.early += r.stopped_early;
+        self.saved += r.tokens_saved;
+        self.seconds += r.seconds;
+        self.shared |= r.shared;
+    }
+}
+
+fn record(s: &Strategy, i: usize, task: &Task, res: &BonResult, secs: f64, shared: bool) -> Record {
+    let ok = res
+        .answer
+        .as_deref()
+        .is_some_and(|got| verify::answers_match(got, &task.answer));
+    let lengths = res.candidates.iter().filter_map(|c| c.length.as_ref());
+    Record {
+        strategy: s.label.clone(),
+        task: i,
+        ok,
+        answer: res.answer.clone(),
+        want: task.answer.clone(),
+        tokens: res.tokens,
+        candidates: res.candidates.len(),
+        probes: lengths.clone().map(|l| l.probes.len()).sum(),
+        stopped_early: lengths.clone().filter(|l| l.stopped_early).count(),
+        tokens_saved: lengths.map(|l| l.tokens_saved).sum(),
+        seconds: secs,
+        shared,
+    }
 }
 
 /// Runs the subcommand with its parsed arguments.
@@ -114,74 +248,116 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         .iter()
         .map(|s| parse_strategy(s, a.probe_every))
         .collect::<Result<_>>()?;
-    let tasks = read_tasks(&a.task, a.limit)?;
+    let tasks = read_tasks(&a.task, a.offset, a.limit)?;
+    let mut done = match &a.records {
+        Some(p) => load_records(p)?,
+        None => HashMap::new(),
+    };
+    let mut sink = match &a.records {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("opening {} to append records", p.display()))?,
+        ),
+        None => None,
+    };
     let model = resolve::load(&a.model.model)?;
     let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
     let synthesizer = resolve::synthesizer(a.synthesizer_model.as_deref())?;
     let synthesizer = synthesizer.as_ref().unwrap_or(&engine);
-    let mut rows = Vec::new();
-    for s in &strategies {
-        let t = Instant::now();
-        let (mut correct, mut tokens, mut used) = (0, 0, 0);
-        let (mut probes, mut early, mut saved) = (0, 0, 0);
-        for (i, task) in tasks.iter().enumerate() {
-            let req = BonRequest {
-                messages: vec![ChatMessage::new("user", task.question.as_str())],
-                n: s.n,
-                sampling: SamplingParams {
-                    temperature: if s.n == 1 { 0.0 } else { a.temperature },
-                    top_p: 0.95,
-                    seed: a.seed.wrapping_add(i as u64 * 1000),
-                    ..SamplingParams::default()
-                },
-                max_tokens: a.max_tokens,
-                aggregate: s.aggregate,
-                adaptive: s.adaptive,
-                wave: 2,
-                kv_policy: a.kv.kv_policy.clone(),
-                tests: Vec::new(),
-                length: s.length.clone(),
+    let groups = plan(&strategies);
+    let mut acc: Vec<Acc> = strategies.iter().map(|_| Acc::default()).collect();
+    for (pos, (i, task)) in tasks.iter().enumerate() {
+        for group in &groups {
+            let have: Vec<Option<Record>> = group
+                .iter()
+                .map(|&k| done.remove(&(strategies[k].label.clone(), *i)))
+                .collect();
+            let fresh = if have.iter().all(Option::is_some) {
+                None
+            } else {
+                let lead = &strategies[group[0]];
+                let req = BonRequest {
+                    messages: vec![ChatMessage::new("user", task.question.as_str())],
+                    n: lead.n,
+                    sampling: SamplingParams {
+                        temperature: if lead.n == 1 { 0.0 } else { a.temperature },
+                        top_p: 0.95,
+                        seed: a.seed.wrapping_add(*i as u64 * 1000),
+                        ..SamplingParams::default()
+                    },
+                    max_tokens: a.max_tokens,
+                    aggregate: lead.aggregate,
+                    adaptive: lead.adaptive,
+                    wave: 2,
+                    kv_policy: a.kv.kv_policy.clone(),
+                    tests: Vec::new(),
+                    length: lead.length.clone(),
+                };
+                let t = Instant::now();
+                let results = if group.len() > 1 {
+                    let ways: Vec<(Aggregate, bool)> = group
+                        .iter()
+                        .map(|&k| (strategies[k].aggregate, strategies[k].adaptive))
+                        .collect();
+                    best_of_n_shared(&engine, synthesizer, &req, &ways)?
+                } else {
+                    vec![best_of_n_with(&engine, synthesizer, &req)?]
+                };
+                Some((results, t.elapsed().as_secs_f64()))
             };
-            let res = best_of_n_with(&engine, synthesizer, &req)?;
-            let ok = res
-                .answer
-                .as_deref()
-                .is_some_and(|got| verify::answers_match(got, &task.answer));
-            correct += ok as usize;
-            tokens += res.tokens;
-            used += res.candidates.len();
-            for l in res.candidates.iter().filter_map(|c| c.length.as_ref()) {
-                probes += l.probes.len();
-                early += l.stopped_early as usize;
-                saved += l.tokens_saved;
-            }
-            if !a.model.json {
-                eprintln!(
-                    "{:<14} task {:>3}/{}: {} (got {}, want {})",
-                    s.label,
-                    i + 1,
-                    tasks.len(),
-                    if ok { "ok " } else { "no " },
-                    res.answer.as_deref().unwrap_or("-"),
-                    task.answer
-                );
+            for (j, &k) in group.iter().enumerate() {
+                let s = &strategies[k];
+                let r = match (&have[j], &fresh) {
+                    (Some(r), _) => r.clone(),
+                    (None, Some((results, secs))) => {
+                        let r = record(s, *i, task, &results[j], *secs, group.len() > 1);
+                        if let Some(f) = sink.as_mut() {
+                            writeln!(f, "{}", serde_json::to_string(&r)?)
+                                .and_then(|()| f.flush())
+                                .context("appending a record")?;
+                        }
+                        r
+                    }
+                    (None, None) => unreachable!("a group runs unless all its records exist"),
+                };
+                acc[k].add(&r);
+                if !a.model.json {
+                    eprintln!(
+                        "{:<14} task {:>4} ({}/{}): {} (got {}, want {})",
+                        s.label,
+                        i + 1,
+                        pos + 1,
+                        tasks.len(),
+                        if r.ok { "ok " } else { "no " },
+                        r.answer.as_deref().unwrap_or("-"),
+                        r.want
+                    );
+                }
             }
         }
-        let n = tasks.len() as f64;
-        rows.push(Row {
+    }
+    let n = tasks.len() as f64;
+    let rows: Vec<Row> = strategies
+        .iter()
+        .zip(&acc)
+        .map(|(s, t)| Row {
             strategy: s.label.clone(),
             tasks: tasks.len(),
-            correct,
-            accuracy: correct as f64 / n,
-            tokens,
-            tokens_per_task: tokens as f64 / n,
-            candidates_per_task: used as f64 / n,
-            probes_per_task: probes as f64 / n,
-            stopped_early: early,
-            tokens_saved: saved,
-            seconds: t.elapsed().as_secs_f64(),
-        });
-    }
+            correct: t.correct,
+            accuracy: t.correct as f64 / n,
+            tokens: t.tokens,
+            tokens_per_task: t.tokens as f64 / n,
+            candidates_per_task: t.used as f64 / n,
+            probes_per_task: t.probes as f64 / n,
+            stopped_early: t.early,
+            tokens_saved: t.saved,
+            seconds: t.seconds,
+            shared_samples: t.shared,
+        })
+        .collect();
     if a.model.json {
         println!("{}", serde_json::json!({ "task": a.task, "rows": rows }));
         return Ok(());
@@ -210,6 +386,18 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             r.stopped_early,
             r.tokens_saved,
             r.seconds
+        );
+    }
+    let shared: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.shared_samples)
+        .map(|r| r.strategy.as_str())
+        .collect();
+    if !shared.is_empty() {
+        println!(
+            "({} sampled one set of candidates per task and scored it each its own way; \
+             their seconds are that set's time, tokens what each would spend alone)",
+            shared.join(", ")
         );
     }
     Ok(())

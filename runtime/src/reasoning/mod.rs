@@ -167,13 +167,7 @@ pub fn best_of_n_with(
         ));
     }
     let prompt = chat_tokens(engine, &req.messages)?;
-    let question = req
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .map(|m| m.content.clone())
-        .unwrap_or_default();
+    let question = last_user_turn(&req.messages);
 
     let mut candidates: Vec<Candidate> = Vec::new();
     let wave = if req.adaptive {
@@ -186,14 +180,88 @@ pub fn best_of_n_with(
         let mut sampling = req.sampling.clone();
         sampling.seed = sampling.seed.wrapping_add(candidates.len() as u64);
         candidates.extend(generate(engine, &prompt, sampling, req, k)?);
-        if req.adaptive && req.aggregate != Aggregate::Reward {
-            if let Some(v) = verify::vote(candidates.iter().map(|c| c.answer.as_deref())) {
-                if verify::majority_confident(v.count, v.runner_up, 0.95) {
-                    break;
-                }
-            }
+        if req.adaptive && req.aggregate != Aggregate::Reward && settled(&candidates) {
+            break;
         }
     }
+    aggregate(synthesizer, req, &question, candidates)
+}
+
+/// Whether adaptive width stops after `candidates`: the leading answer is the
+/// majority with probability >= 0.95 (the Beta rule, `verify::majority_confident`).
+fn settled(candidates: &[Candidate]) -> bool {
+    verify::vote(candidates.iter().map(|c| c.answer.as_deref()))
+        .is_some_and(|v| verify::majority_confident(v.count, v.runner_up, 0.95))
+}
+
+/// How many of `candidates` (in seed order) adaptive width with waves of `wave`
+/// would have sampled before stopping.
+pub fn adaptive_width(candidates: &[Candidate], wave: usize) -> usize {
+    let wave = wave.max(1);
+    let mut used = 0;
+    while used < candidates.len() {
+        used = (used + wave).min(candidates.len());
+        if settled(&candidates[..used]) {
+            break;
+        }
+    }
+    used
+}
+
+/// Several aggregations of one set of candidates, as if each had been run on its
+/// own: `req.n` candidates are sampled once (candidate `i` seeded `seed + i`, as
+/// every run seeds them), then each `(aggregate, adaptive)` pair is applied to
+/// them, adaptive width to the prefix it would have sampled
+/// ([`adaptive_width`]). A candidate's text depends only on its seed (a batched
+/// row computes exactly as it would alone), so each result equals a separate
+/// [`best_of_n_with`] run with that aggregate; `tern eval` uses this to score
+/// majority, adaptive and synthesize for the price of one set of samples.
+pub fn best_of_n_shared(
+    engine: &EngineHandle,
+    synthesizer: &EngineHandle,
+    req: &BonRequest,
+    ways: &[(Aggregate, bool)],
+) -> Result<Vec<BonResult>> {
+    let sample = BonRequest {
+        aggregate: Aggregate::Majority,
+        adaptive: false,
+        ..req.clone()
+    };
+    let all = best_of_n_with(engine, synthesizer, &sample)?;
+    let question = last_user_turn(&req.messages);
+    ways.iter()
+        .map(|&(agg, adaptive)| {
+            let r = BonRequest {
+                aggregate: agg,
+                adaptive,
+                ..req.clone()
+            };
+            let mut cands = all.candidates.clone();
+            if adaptive && agg != Aggregate::Reward {
+                cands.truncate(adaptive_width(&cands, req.wave.clamp(1, req.n)));
+            }
+            aggregate(synthesizer, &r, &question, cands)
+        })
+        .collect()
+}
+
+/// The text of the conversation's last user turn (what the synthesizer is shown).
+fn last_user_turn(messages: &[ChatMessage]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "user")
+        .map(|m| m.content.clone())
+        .unwrap_or_default()
+}
+
+/// `req.aggregate` over `candidates` (sampled in seed order).
+fn aggregate(
+    synthesizer: &EngineHandle,
+    req: &BonRequest,
+    question: &str,
+    mut candidates: Vec<Candidate>,
+) -> Result<BonResult> {
     let candidates_saved = req.n - candidates.len();
     let mut tokens: usize = candidates
         .iter()
@@ -214,7 +282,7 @@ pub fn best_of_n_with(
         }
         Aggregate::Synthesize => {
             let texts: Vec<&str> = candidates.iter().map(|c| c.text.as_str()).collect();
-            let p = synthesis_prompt(&question, &texts);
+            let p = synthesis_prompt(question, &texts);
             let synth = chat_tokens(synthesizer, &[ChatMessage::new("user", p)])?;
             let mut sampling = req.sampling.clone();
             // The synthesizer reasons once: greedy, so the result is reproducible.
