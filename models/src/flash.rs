@@ -374,6 +374,7 @@ mod f16x {
     use half::f16;
 
     /// `acc = f16(acc * s)`.
+    #[inline]
     pub fn scale(acc: &mut [u16], s: f32) {
         for a in acc.iter_mut() {
             *a = f16::from_f32(f16::from_bits(*a).to_f32() * s).to_bits();
@@ -381,6 +382,7 @@ mod f16x {
     }
 
     /// `acc = f16(fma(x, w, acc))`.
+    #[inline]
     pub fn mad(acc: &mut [u16], x: &[f32], w: f32) {
         #[cfg(all(
             target_arch = "x86_64",
@@ -404,6 +406,7 @@ mod f16x {
         target_feature = "f16c",
         target_feature = "fma"
     ))]
+    #[inline]
     unsafe fn mad_f16c(acc: &mut [u16], x: &[f32], w: f32) {
         use std::arch::x86_64::*;
         assert_eq!(acc.len(), x.len());

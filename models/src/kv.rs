@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::visibility::Visibility;
 
 /// A per-sequence key/value store the forward pass reads and writes, layer by layer.
-pub trait KvStore {
+pub trait KvStore: Send {
     /// Appends this step's keys and values for `layer` and returns every cached key
     /// and value to attend over, new ones included, in position order.
     ///

@@ -11,7 +11,8 @@
 //! Shapes below: `T` = tokens in the batch, `D` = hidden size, `H` = query heads,
 //! `KV` = key/value heads, `G = H / KV`, `hd` = head dim, `C` = cached positions.
 
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor, Var, D};
@@ -21,6 +22,7 @@ use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::kv::KvStore;
 use crate::lora::{LoraSet, LoraTarget};
+use crate::quant::pool::Pool;
 use crate::quant::QLinear;
 
 /// Which logits a sequence in a batch needs back.
@@ -476,8 +478,7 @@ impl Llama {
         };
         let v = to_heads(v, c.n_kv_head)?; // [1, KV, T, hd]
                                            // 3. Attention per sequence, against its own cache.
-        let mut outs = Vec::with_capacity(batch.len());
-        for (seq, &off) in batch.iter_mut().zip(&layout.offsets) {
+        let one = |seq: &mut SeqBatch<'_>, off: usize| -> Result<Tensor> {
             let n = seq.tokens.len();
             let qs = q.narrow(2, off, n)?.squeeze(0)?; // [H, n, hd]
             let ks = k.narrow(2, off, n)?.squeeze(0)?.contiguous()?; // [KV, n, hd]
@@ -491,8 +492,43 @@ impl Llama {
             } else {
                 (round_f16(&ks)?, round_f16(&vs)?)
             };
-            outs.push(self.attention(layer, &qs, &ks, &vs, q_pos, &mut *seq.cache)?);
-        }
+            self.attention(layer, &qs, &ks, &vs, q_pos, &mut *seq.cache)
+        };
+        let outs: Vec<Tensor> = if dense || batch.len() < 2 {
+            batch
+                .iter_mut()
+                .zip(&layout.offsets)
+                .map(|(seq, &off)| one(seq, off))
+                .collect::<Result<_>>()?
+        } else {
+            // Serving several sequences (a batched decode step): they are
+            // independent, so the pool takes them one sequence per work item and
+            // each sequence's attention runs whole on one thread, its numbers
+            // the same as alone. (The learner's caches share a prompt's pass
+            // layer by layer, so it stays in order.)
+            let slots: Vec<Mutex<(&mut SeqBatch<'_>, usize, Option<Result<Tensor>>)>> = batch
+                .iter_mut()
+                .zip(&layout.offsets)
+                .map(|(seq, &off)| Mutex::new((seq, off, None)))
+                .collect();
+            let next = AtomicUsize::new(0);
+            Pool::global().run(&|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(slot) = slots.get(i) else { break };
+                let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+                let (seq, off, out) = &mut *slot;
+                *out = Some(one(seq, *off));
+            });
+            slots
+                .into_iter()
+                .map(|m| {
+                    let (_, _, out) = m.into_inner().unwrap_or_else(|p| p.into_inner());
+                    out.unwrap_or_else(|| {
+                        Err(candle_core::Error::Msg("attention not run".into()).into())
+                    })
+                })
+                .collect::<Result<_>>()?
+        };
         let attn = Tensor::cat(&outs, 0)?; // [T, D]
         let x = (x + proj(LoraTarget::O, &attn)?)?;
         // 4. SwiGLU MLP.

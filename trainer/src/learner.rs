@@ -9,10 +9,8 @@
 //! `G = c_t dlogp_t/dh_t` (detached) gives exactly the loss's parameter
 //! gradients without building `[tokens, vocab]` logits.
 
-use std::cell::RefCell;
 use std::path::Path;
-use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
@@ -57,7 +55,7 @@ impl Sample {
 }
 
 /// Keys and values of a shared prompt, per layer, as its own pass computed them.
-type PrefixKv = Rc<RefCell<Vec<Option<(Tensor, Tensor)>>>>;
+type PrefixKv = Arc<Mutex<Vec<Option<(Tensor, Tensor)>>>>;
 
 /// A cache for teacher forcing: the whole sequence goes in one forward, so the
 /// keys to attend over are exactly the ones just computed. Several responses
@@ -86,12 +84,13 @@ impl KvStore for TeacherKv {
         self.positions.clear();
         match &self.prefix {
             Some(prefix) if self.publishes => {
-                prefix.borrow_mut()[layer] = Some((k.clone(), v.clone()));
+                prefix.lock().unwrap_or_else(|p| p.into_inner())[layer] =
+                    Some((k.clone(), v.clone()));
                 self.positions.extend_from_slice(positions);
                 Ok((k.clone(), v.clone()))
             }
             Some(prefix) => {
-                let shared = prefix.borrow()[layer].clone();
+                let shared = prefix.lock().unwrap_or_else(|p| p.into_inner())[layer].clone();
                 let (pk, pv) = shared.ok_or_else(|| {
                     candle_core::Error::Msg("a response ran before its prompt".into())
                 })?;
@@ -289,7 +288,7 @@ impl Learner {
             let shares = matches!(&current, Some((e, _, ev))
                 if inputs[*e].0 == s.prompt.as_slice() && *ev == seen);
             if !shares {
-                let prefix: PrefixKv = Rc::new(RefCell::new(vec![None; n_layer]));
+                let prefix: PrefixKv = Arc::new(Mutex::new(vec![None; n_layer]));
                 inputs.push((&s.prompt, 0));
                 caches.push(TeacherKv {
                     prefix: Some(prefix.clone()),
