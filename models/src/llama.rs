@@ -48,6 +48,10 @@ pub struct SeqBatch<'a> {
     pub logits: LogitsWanted,
 }
 
+/// One sequence of a batched step while the pool computes its attention: the
+/// sequence, its first row in the batch, and the result once computed.
+type SeqSlot<'s, 'a> = (&'s mut SeqBatch<'a>, usize, Option<Result<Tensor>>);
+
 /// A projection's frozen base weight.
 enum Weight {
     /// Serving: Tern's quantized kernels on the GGUF blocks.
@@ -506,7 +510,7 @@ impl Llama {
             // each sequence's attention runs whole on one thread, its numbers
             // the same as alone. (The learner's caches share a prompt's pass
             // layer by layer, so it stays in order.)
-            let slots: Vec<Mutex<(&mut SeqBatch<'_>, usize, Option<Result<Tensor>>)>> = batch
+            let slots: Vec<Mutex<SeqSlot<'_, '_>>> = batch
                 .iter_mut()
                 .zip(&layout.offsets)
                 .map(|(seq, &off)| Mutex::new((seq, off, None)))
