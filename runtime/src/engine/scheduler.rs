@@ -301,8 +301,19 @@ impl Engine {
         if rows.is_empty() {
             return Ok(());
         }
+        let started = Instant::now();
+        let shape = step_log().then(|| {
+            let tokens: usize = rows.iter().map(|r| r.tokens.len()).sum();
+            (rows.len(), tokens)
+        });
         let logits = self.backend.forward(&rows)?;
         drop(rows);
+        let _log = shape.map(|(rows, tokens)| StepLog {
+            rows,
+            tokens,
+            forward_ms: started.elapsed().as_secs_f64() * 1e3,
+            started,
+        });
 
         let now = Instant::now();
         for (slot, row) in slots.into_iter().zip(logits) {
@@ -625,5 +636,33 @@ fn emit_step(
             shared.metrics.finished();
         }
         let _ = r.events.send(done);
+    }
+}
+
+/// Whether `TERN_STEP_LOG` asks for one stderr line per engine step (rows,
+/// tokens, forward time, whole step time): how the batching measurements in
+/// docs/BENCHMARKS.md were taken.
+fn step_log() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("TERN_STEP_LOG").is_some_and(|v| v != "0"))
+}
+
+/// Prints the step's line when the step ends (on every exit path).
+struct StepLog {
+    rows: usize,
+    tokens: usize,
+    forward_ms: f64,
+    started: Instant,
+}
+
+impl Drop for StepLog {
+    fn drop(&mut self) {
+        eprintln!(
+            "tern step: rows={} tokens={} forward_ms={:.2} step_ms={:.2}",
+            self.rows,
+            self.tokens,
+            self.forward_ms,
+            self.started.elapsed().as_secs_f64() * 1e3
+        );
     }
 }
