@@ -10,12 +10,21 @@ fn main() {
         Ok(args) => args,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
-            // Usage errors as one line, like every other error.
+            // Usage errors as one line, like every other error: the message and
+            // its indented details (such as the missing arguments), up to the
+            // usage block.
             let rendered = e.render().to_string();
             let line = rendered
                 .lines()
-                .next()
-                .unwrap_or("error: invalid arguments");
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ");
+            let line = if line.is_empty() {
+                "error: invalid arguments".to_string()
+            } else {
+                line
+            };
             eprintln!("{line} (see --help)");
             std::process::exit(2);
         }

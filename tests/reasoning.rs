@@ -426,6 +426,11 @@ fn eval_shared_samples_equal_separate_runs_and_records_resume() {
     for (a, b) in resumed.iter().zip(&shared) {
         assert_eq!(key(a), key(b));
     }
+    // --report reads the same table back without running anything.
+    let reported = run(&[&args[..], &["--report"]].concat());
+    for (a, b) in reported.iter().zip(&shared) {
+        assert_eq!(key(a), key(b));
+    }
     // --offset skips tasks but keeps their numbering and seeds.
     let second = run(&["--strategy", "majority@8", "--offset", "1"]);
     assert_eq!(second[0]["tasks"], 1);

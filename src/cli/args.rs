@@ -264,6 +264,11 @@ pub struct EvalArgs {
     /// stop and resume.
     #[arg(long, value_name = "FILE")]
     pub records: Option<std::path::PathBuf>,
+    /// With --records: print the table over the tasks that already have a record
+    /// for every strategy, without loading the model or running anything (to
+    /// follow a long run).
+    #[arg(long, requires = "records")]
+    pub report: bool,
     /// Sampling temperature for multi-sample strategies (single is greedy).
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f32,

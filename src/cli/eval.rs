@@ -253,6 +253,34 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         Some(p) => load_records(p)?,
         None => HashMap::new(),
     };
+    if a.report {
+        // Only tasks that every strategy has a record for, so the rows compare
+        // the same tasks.
+        let mut acc: Vec<Acc> = strategies.iter().map(|_| Acc::default()).collect();
+        let mut complete = 0;
+        for (i, _) in &tasks {
+            let recs: Option<Vec<&Record>> = strategies
+                .iter()
+                .map(|s| done.get(&(s.label.clone(), *i)))
+                .collect();
+            if let Some(recs) = recs {
+                complete += 1;
+                for (t, r) in acc.iter_mut().zip(recs) {
+                    t.add(r);
+                }
+            }
+        }
+        if complete == 0 {
+            bail!("no task in range has a record for every strategy asked for");
+        }
+        if !a.model.json {
+            println!(
+                "{complete} of {} tasks in range have a record for every strategy",
+                tasks.len()
+            );
+        }
+        return print_report(a, &strategies, &acc, complete);
+    }
     let mut sink = match &a.records {
         Some(p) => Some(
             std::fs::OpenOptions::new()
@@ -339,13 +367,18 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             }
         }
     }
-    let n = tasks.len() as f64;
+    print_report(a, &strategies, &acc, tasks.len())
+}
+
+/// Prints the table (or with `--json` one object) of `acc` over `tasks` tasks.
+fn print_report(a: &EvalArgs, strategies: &[Strategy], acc: &[Acc], tasks: usize) -> Result<()> {
+    let n = tasks as f64;
     let rows: Vec<Row> = strategies
         .iter()
-        .zip(&acc)
+        .zip(acc)
         .map(|(s, t)| Row {
             strategy: s.label.clone(),
-            tasks: tasks.len(),
+            tasks,
             correct: t.correct,
             accuracy: t.correct as f64 / n,
             tokens: t.tokens,
