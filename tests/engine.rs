@@ -390,3 +390,94 @@ fn a_settled_probe_concludes_where_it_was_taken() {
     // Probe forks are freed: the engine holds no sequence afterwards.
     wait_for(&engine, "idle", |e| e.metrics().snapshot().sequences == 0);
 }
+
+#[test]
+fn a_prompt_sharing_a_cached_prefix_prefills_only_the_rest() {
+    let (_d, model) = load_tiny();
+    let base = prompt(4, 30);
+    let mut longer = base[..24].to_vec();
+    longer.extend(prompt(9, 8));
+    let mk = |p: Vec<u32>, policy: &str| {
+        let mut r = SubmitRequest::new(p, sampling(0.8, 5), 10);
+        r.ignore_eos = true;
+        r.kv_policy = policy.parse().unwrap();
+        r
+    };
+    let (a, b) = (mk(base.clone(), "full"), mk(longer, "full"));
+    let streaming = mk(base, "streaming:budget=24,sink=4");
+    let want: Vec<Vec<u32>> = [&a, &b, &streaming]
+        .iter()
+        .map(|r| alone(&model, r))
+        .collect();
+    let engine = EngineHandle::spawn(
+        Arc::new(model),
+        EngineConfig {
+            prefix_cache: 4,
+            ..small_config()
+        },
+    );
+    let run = |r: &SubmitRequest| collect(engine.submit(r.clone()).unwrap())[0].0.clone();
+    // Each answer is the one a cold run gives, token for token.
+    assert_eq!(run(&a), want[0]);
+    assert_eq!(run(&b), want[1]);
+    assert_eq!(run(&a), want[0]);
+    assert_eq!(run(&streaming), want[2]);
+    let m = engine.metrics().snapshot();
+    // `b` reused the 24 tokens it shares with `a`; the repeat of `a` all but
+    // its last token; the compressing policy nothing.
+    assert_eq!(m.prompt_tokens_cached, 24 + 29);
+    assert_eq!(m.prompt_tokens, 30 + 8 + 1 + 30);
+    // The cached prefixes hold KV, counted in the reservation while idle.
+    wait_for(&engine, "idle", |e| e.metrics().snapshot().running == 0);
+    assert!(engine.metrics().snapshot().kv_reserved > 0);
+}
+
+#[test]
+fn long_prompts_reuse_only_what_keeps_their_attention_kernel() {
+    // From 64 new rows attention takes llama.cpp's tiled kernel; a reused
+    // prefix must leave the rest of a long prompt at 64 rows or more, so that
+    // the answer is the cold one bit for bit.
+    let (_d, model) = load_tiny();
+    let base = prompt(5, 100);
+    let mut longer = base[..90].to_vec();
+    longer.extend(prompt(11, 20));
+    let reqs: Vec<SubmitRequest> = [base.clone(), longer, base]
+        .into_iter()
+        .map(|p| {
+            let mut r = SubmitRequest::new(p, sampling(0.0, 1), 8);
+            r.ignore_eos = true;
+            r.logprobs = true;
+            r
+        })
+        .collect();
+    // Each token with its log-probability's bits: any change of kernel shows.
+    let run = |e: &EngineHandle, r: &SubmitRequest| {
+        let mut s = e.submit(r.clone()).unwrap();
+        let mut out = Vec::new();
+        while let Some(ev) = s.blocking_recv() {
+            match ev {
+                Event::Token { token, logprob, .. } => {
+                    out.push((token, logprob.expect("asked for").logprob.to_bits()))
+                }
+                Event::Error(e) => panic!("engine error: {e}"),
+                _ => {}
+            }
+        }
+        assert_eq!(out.len(), 8);
+        out
+    };
+    let config = |prefix_cache| EngineConfig {
+        kv_memory: 64 << 20,
+        prefix_cache,
+        ..EngineConfig::default()
+    };
+    let model = Arc::new(model);
+    let cold = EngineHandle::spawn(Arc::clone(&model), config(0));
+    let warm = EngineHandle::spawn(model, config(4));
+    for r in &reqs {
+        assert_eq!(run(&warm, r), run(&cold, r));
+    }
+    // 110 tokens sharing 90: 46 reused, 64 prefilled; 100 sharing 99: 36 reused.
+    assert_eq!(warm.metrics().snapshot().prompt_tokens_cached, 46 + 36);
+    assert_eq!(cold.metrics().snapshot().prompt_tokens_cached, 0);
+}

@@ -73,6 +73,13 @@ pub fn render(m: &MetricsSnapshot) -> String {
     );
     scalar(
         w,
+        "tern_prompt_tokens_cached_total",
+        "counter",
+        "Prompt tokens reused from the prompt-prefix cache instead of prefilled.",
+        m.prompt_tokens_cached,
+    );
+    scalar(
+        w,
         "tern_generated_tokens_total",
         "counter",
         "Tokens generated.",
@@ -96,7 +103,7 @@ pub fn render(m: &MetricsSnapshot) -> String {
         w,
         "tern_kv_reserved_bytes",
         "gauge",
-        "KV cache bytes reserved by running requests.",
+        "KV cache bytes reserved by running requests and cached prompt prefixes.",
         m.kv_reserved,
     );
     header(
@@ -210,6 +217,7 @@ mod tests {
             sequences: 3,
             kv_reserved: 4096,
             prompt_tokens: 50,
+            prompt_tokens_cached: 20,
             generated_tokens: 60,
             finished: 7,
             cancelled: 1,
@@ -232,6 +240,7 @@ mod tests {
             "tern_requests_cancelled_total",
             "tern_requests_failed_total",
             "tern_prompt_tokens_total",
+            "tern_prompt_tokens_cached_total",
             "tern_generated_tokens_total",
             "tern_kv_memory_bytes",
             "tern_kv_reserved_bytes",

@@ -269,6 +269,11 @@ pub struct EvalArgs {
     /// follow a long run).
     #[arg(long, requires = "records")]
     pub report: bool,
+    /// Tasks in flight at once. They share the engine's batches (more rows per
+    /// step, higher throughput); each task keeps its own seeds, so answers are
+    /// the same as with 1, but a task's seconds then overlap other tasks'.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub parallel: u64,
     /// Sampling temperature for multi-sample strategies (single is greedy).
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f32,
@@ -450,6 +455,12 @@ pub struct ServeArgs {
     /// Prompt tokens one sequence prefills per engine step.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
+    /// Recent prompts whose KV the server keeps (full-cache requests), so a
+    /// prompt sharing its beginning with one (the system prompt, earlier turns
+    /// of a chat) prefills only the rest; 0 turns it off. The kept KV counts
+    /// against --kv-memory and gives way to requests.
+    #[arg(long, default_value_t = 8)]
+    pub prefix_cache: usize,
     /// What runs the forward pass: Tern's own kernels or llama.cpp (full and
     /// streaming KV policies only).
     #[arg(long, value_enum, default_value = "candle")]

@@ -249,7 +249,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         .map(|s| parse_strategy(s, a.probe_every))
         .collect::<Result<_>>()?;
     let tasks = read_tasks(&a.task, a.offset, a.limit)?;
-    let mut done = match &a.records {
+    let done = match &a.records {
         Some(p) => load_records(p)?,
         None => HashMap::new(),
     };
@@ -281,7 +281,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         }
         return print_report(a, &strategies, &acc, complete);
     }
-    let mut sink = match &a.records {
+    let sink = match &a.records {
         Some(p) => Some(
             std::fs::OpenOptions::new()
                 .create(true)
@@ -296,12 +296,15 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     let synthesizer = resolve::synthesizer(a.synthesizer_model.as_deref())?;
     let synthesizer = synthesizer.as_ref().unwrap_or(&engine);
     let groups = plan(&strategies);
-    let mut acc: Vec<Acc> = strategies.iter().map(|_| Acc::default()).collect();
-    for (pos, (i, task)) in tasks.iter().enumerate() {
+    // One task's records, in strategy order: those already on file, the rest
+    // computed (and appended to the records file as soon as they exist).
+    let sink = std::sync::Mutex::new(sink);
+    let run_task = |i: usize, task: &Task| -> Result<Vec<(usize, Record)>> {
+        let mut out = Vec::new();
         for group in &groups {
             let have: Vec<Option<Record>> = group
                 .iter()
-                .map(|&k| done.remove(&(strategies[k].label.clone(), *i)))
+                .map(|&k| done.get(&(strategies[k].label.clone(), i)).cloned())
                 .collect();
             let fresh = if have.iter().all(Option::is_some) {
                 None
@@ -313,7 +316,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                     sampling: SamplingParams {
                         temperature: if lead.n == 1 { 0.0 } else { a.temperature },
                         top_p: 0.95,
-                        seed: a.seed.wrapping_add(*i as u64 * 1000),
+                        seed: a.seed.wrapping_add(i as u64 * 1000),
                         ..SamplingParams::default()
                     },
                     max_tokens: a.max_tokens,
@@ -337,12 +340,12 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                 Some((results, t.elapsed().as_secs_f64()))
             };
             for (j, &k) in group.iter().enumerate() {
-                let s = &strategies[k];
                 let r = match (&have[j], &fresh) {
                     (Some(r), _) => r.clone(),
                     (None, Some((results, secs))) => {
-                        let r = record(s, *i, task, &results[j], *secs, group.len() > 1);
-                        if let Some(f) = sink.as_mut() {
+                        let r =
+                            record(&strategies[k], i, task, &results[j], *secs, group.len() > 1);
+                        if let Some(f) = sink.lock().expect("records file lock").as_mut() {
                             writeln!(f, "{}", serde_json::to_string(&r)?)
                                 .and_then(|()| f.flush())
                                 .context("appending a record")?;
@@ -351,22 +354,63 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                     }
                     (None, None) => unreachable!("a group runs unless all its records exist"),
                 };
-                acc[k].add(&r);
-                if !a.model.json {
-                    eprintln!(
-                        "{:<14} task {:>4} ({}/{}): {} (got {}, want {})",
-                        s.label,
-                        i + 1,
-                        pos + 1,
-                        tasks.len(),
-                        if r.ok { "ok " } else { "no " },
-                        r.answer.as_deref().unwrap_or("-"),
-                        r.want
-                    );
-                }
+                out.push((k, r));
             }
         }
+        Ok(out)
+    };
+    // `--parallel` tasks in flight at once share the engine's batches; each
+    // task's seeds are its own, so the records do not depend on it.
+    let acc = std::sync::Mutex::new(
+        strategies
+            .iter()
+            .map(|_| Acc::default())
+            .collect::<Vec<_>>(),
+    );
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let failed: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..a.parallel.max(1) {
+            scope.spawn(|| loop {
+                if failed.lock().expect("error slot").is_some() {
+                    return;
+                }
+                let pos = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some((i, task)) = tasks.get(pos) else {
+                    return;
+                };
+                let recs = match run_task(*i, task) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failed.lock().expect("error slot").get_or_insert(e);
+                        return;
+                    }
+                };
+                let n = finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                let mut acc = acc.lock().expect("totals lock");
+                for (k, r) in &recs {
+                    acc[*k].add(r);
+                    if !a.model.json {
+                        eprintln!(
+                            "{:<14} task {:>4} ({}/{}): {} (got {}, want {})",
+                            strategies[*k].label,
+                            i + 1,
+                            n,
+                            tasks.len(),
+                            if r.ok { "ok " } else { "no " },
+                            r.answer.as_deref().unwrap_or("-"),
+                            r.want
+                        );
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().expect("error slot") {
+        return Err(e);
     }
+    let acc = acc.into_inner().expect("totals lock");
     print_report(a, &strategies, &acc, tasks.len())
 }
 

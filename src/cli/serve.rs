@@ -122,6 +122,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         max_queue: a.max_queue,
         max_running: a.max_running,
         prefill_chunk: a.prefill_chunk,
+        prefix_cache: a.prefix_cache,
         ..EngineConfig::default()
     };
     Ok(ServerConfig {

@@ -413,3 +413,26 @@ def test_best_of_with_a_thinking_budget(client, model_id):
     assert tern["tokens_spent"] == spent == resp.usage.completion_tokens
     assert tern["tokens_saved"] == sum(c["reasoning"]["tokens_saved"] for c in tern["candidates"])
     assert resp.choices[0].message.content == tern["candidates"][tern["chosen"]]["text"]
+
+
+def test_shared_prompt_prefix_is_reused(client, model_id, metrics):
+    """A second conversation starting like the first (the same system prompt and
+    question, a different follow-up) reuses the first one's prompt KV: the
+    server counts the reused tokens, and the same request made again (also
+    served from the cache) gives the same greedy answer. Equality with a cold
+    run is tested on the engine (tests/engine.rs)."""
+    first = [
+        {"role": "system", "content": "You are a careful assistant who answers briefly and plainly."},
+        {"role": "user", "content": "List three fruits."},
+    ]
+    client.chat.completions.create(model=model_id, messages=first, max_tokens=8, temperature=0)
+    before = metrics().get("tern_prompt_tokens_cached_total", 0.0)
+    follow = first + [
+        {"role": "assistant", "content": "Apple, banana, cherry."},
+        {"role": "user", "content": "And three vegetables?"},
+    ]
+    a = client.chat.completions.create(model=model_id, messages=follow, max_tokens=16, temperature=0)
+    after = metrics().get("tern_prompt_tokens_cached_total", 0.0)
+    assert after - before >= 20, (before, after)
+    b = client.chat.completions.create(model=model_id, messages=follow, max_tokens=16, temperature=0)
+    assert a.choices[0].message.content == b.choices[0].message.content

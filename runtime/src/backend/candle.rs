@@ -122,6 +122,22 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for CandleBackend<M> {
         Ok(self.insert(copy))
     }
 
+    fn fork_prefix(
+        &mut self,
+        seq: SeqId,
+        len: usize,
+        expected_len: usize,
+    ) -> Result<Option<SeqId>> {
+        let cache = self.seqs.get(&seq).ok_or_else(|| Self::unknown(seq))?;
+        Ok(match cache.prefix(len)? {
+            Some(mut copy) => {
+                copy.set_capacity_hint(expected_len);
+                Some(self.insert(copy))
+            }
+            None => None,
+        })
+    }
+
     fn free(&mut self, seq: SeqId) {
         self.seqs.remove(&seq);
     }

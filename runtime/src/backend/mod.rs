@@ -66,6 +66,18 @@ pub trait Backend: Send {
     fn finish_prefill(&mut self, seq: SeqId) -> Result<()>;
     /// A copy of `seq` that evolves independently (shared-prompt best-of-N).
     fn fork(&mut self, seq: SeqId) -> Result<SeqId>;
+    /// A new sequence holding a copy of the first `len` cached tokens of
+    /// `seq`, expected to reach `expected_len` tokens (the prompt-prefix
+    /// cache). `Ok(None)` where the backend or the sequence's policy cannot
+    /// (only an uncompressed cache is a prefix of its prompt).
+    fn fork_prefix(
+        &mut self,
+        _seq: SeqId,
+        _len: usize,
+        _expected_len: usize,
+    ) -> Result<Option<SeqId>> {
+        Ok(None)
+    }
     /// Frees a sequence and its cache.
     fn free(&mut self, seq: SeqId);
     /// The sequence's KV figures.

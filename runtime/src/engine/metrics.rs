@@ -92,6 +92,7 @@ pub struct EngineMetrics {
     sequences: AtomicU64,
     kv_reserved: AtomicU64,
     prompt_tokens: AtomicU64,
+    prompt_tokens_cached: AtomicU64,
     generated_tokens: AtomicU64,
     finished: AtomicU64,
     cancelled: AtomicU64,
@@ -119,6 +120,8 @@ pub struct MetricsSnapshot {
     pub kv_reserved: u64,
     /// Prompt tokens prefilled since start.
     pub prompt_tokens: u64,
+    /// Prompt tokens taken from the prompt-prefix cache instead of prefilled.
+    pub prompt_tokens_cached: u64,
     /// Tokens generated since start.
     pub generated_tokens: u64,
     /// Requests that ran to completion.
@@ -146,6 +149,7 @@ impl EngineMetrics {
             sequences: AtomicU64::new(0),
             kv_reserved: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
+            prompt_tokens_cached: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
@@ -167,6 +171,7 @@ impl EngineMetrics {
             sequences: get(&self.sequences),
             kv_reserved: get(&self.kv_reserved),
             prompt_tokens: get(&self.prompt_tokens),
+            prompt_tokens_cached: get(&self.prompt_tokens_cached),
             generated_tokens: get(&self.generated_tokens),
             finished: get(&self.finished),
             cancelled: get(&self.cancelled),
@@ -203,6 +208,11 @@ impl EngineMetrics {
 
     pub(crate) fn add_prompt_tokens(&self, n: usize) {
         self.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_cached_prompt_tokens(&self, n: usize) {
+        self.prompt_tokens_cached
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn add_generated(&self, n: usize) {

@@ -50,6 +50,12 @@ pub struct EngineConfig {
     /// Tokens (decode rows plus prefill chunks) one step runs at most, so a long
     /// prompt never stalls running streams for more than one chunk.
     pub step_tokens: usize,
+    /// Recent prompts whose KV the engine keeps (full-cache requests only) so
+    /// that a later prompt sharing a prefix with one (a system prompt, an
+    /// earlier turn) prefills only the rest. 0 turns it off, the default: a
+    /// reused prefix may have been computed in chunks of another size, whose
+    /// attention kernel rounds differently (see `tern_models::flash`).
+    pub prefix_cache: usize,
 }
 
 impl Default for EngineConfig {
@@ -60,6 +66,7 @@ impl Default for EngineConfig {
             max_running: 64,
             prefill_chunk: 256,
             step_tokens: DEFAULT_PREFILL_CHUNK,
+            prefix_cache: 0,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
+use tern_models::flash::TILED_MIN_ROWS;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::PolicyKv;
@@ -15,6 +16,8 @@ use super::think::{Probe, ThinkSpec, ThinkState};
 use super::{Command, Event, Pending, Shared, SubmitRequest};
 use crate::backend::{Backend, LogitsWanted, Row, SeqId};
 use crate::error::Result;
+use crate::kv::cache::SeqCache;
+use crate::kv::policy::KvPolicy;
 use crate::model::LoadedModel;
 use crate::sampler::SamplingParams;
 
@@ -68,6 +71,37 @@ struct Engine {
     waiting: VecDeque<Pending>,
     running: Vec<Running>,
     reserved: usize,
+    /// The prompt-prefix cache (`EngineConfig::prefix_cache` entries at most).
+    prefixes: Vec<Prefix>,
+    /// Ticks once per prefix lookup or insertion: the LRU clock.
+    clock: u64,
+}
+
+/// A recent prompt's KV, kept so that later prompts sharing its beginning
+/// prefill only the rest. Its bytes count in `Engine::reserved`.
+struct Prefix {
+    tokens: Vec<u32>,
+    seq: SeqId,
+    bytes: usize,
+    used: u64,
+}
+
+/// Shortest shared beginning worth reusing, in tokens.
+const PREFIX_MIN: usize = 16;
+
+/// How much of a `shared`-token cached prefix a prompt of `n` tokens may reuse
+/// and still get the logits a cold prefill gives, bit for bit: attention takes
+/// a different kernel from [`TILED_MIN_ROWS`] new rows (llama.cpp's rule), so
+/// the rest must reach that kernel when the cold prompt did and stay under it
+/// when it did not. Long prompts prefilled in several chunks are not reused.
+fn exact_reuse(n: usize, shared: usize, prefill_chunk: usize) -> usize {
+    if n < TILED_MIN_ROWS {
+        shared
+    } else if n <= prefill_chunk {
+        shared.min(n - TILED_MIN_ROWS)
+    } else {
+        0
+    }
 }
 
 /// The engine thread's body: runs until every handle is gone and no work is left.
@@ -78,6 +112,8 @@ pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Rece
         waiting: VecDeque::new(),
         running: Vec::new(),
         reserved: 0,
+        prefixes: Vec::new(),
+        clock: 0,
     };
     loop {
         if engine.running.is_empty() && engine.waiting.is_empty() {
@@ -157,11 +193,16 @@ impl Engine {
     /// Admits waiting requests in arrival order while their KV reservation and
     /// sequence count fit.
     fn admit(&mut self) {
-        let cfg = &self.shared.config;
+        let shared = Arc::clone(&self.shared);
+        let cfg = &shared.config;
         let mut sequences: usize = self.running.iter().map(Running::sequences).sum();
-        while let Some(p) = self.waiting.front() {
-            let n = p.req.n.max(1);
-            let fits_kv = self.reserved + p.reserve <= cfg.kv_memory;
+        while let Some((n, reserve)) = self.waiting.front().map(|p| (p.req.n.max(1), p.reserve)) {
+            let mut fits_kv = self.reserved + reserve <= cfg.kv_memory;
+            // Cached prefixes give way to requests.
+            while !fits_kv && !self.prefixes.is_empty() {
+                self.evict_prefix();
+                fits_kv = self.reserved + reserve <= cfg.kv_memory;
+            }
             let fits_rows = sequences + n <= cfg.max_running || self.running.is_empty();
             if !(fits_kv && fits_rows) {
                 break;
@@ -169,7 +210,10 @@ impl Engine {
             let p = self.waiting.pop_front().expect("front exists");
             self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
             let expected = p.req.prompt.len() + p.req.max_tokens;
-            let created = self.backend.new_seq(&p.req.kv_policy, expected);
+            let (created, cached) = match self.reuse_prefix(&p.req, expected) {
+                Some((seq, len)) => (Ok(seq), len),
+                None => (self.backend.new_seq(&p.req.kv_policy, expected), 0),
+            };
             let created = match created {
                 Ok(seq) if p.req.record_evictions => match self.backend.record_evictions(seq) {
                     Ok(()) => Ok(seq),
@@ -190,6 +234,7 @@ impl Engine {
             };
             sequences += n;
             self.reserved += p.reserve;
+            self.shared.metrics.add_cached_prompt_tokens(cached);
             let stop_ids = if p.req.ignore_eos {
                 Vec::new()
             } else {
@@ -201,12 +246,101 @@ impl Engine {
                 reserve: p.reserve,
                 submitted: p.submitted,
                 stop_ids,
-                prefill: Some((seq, 0)),
+                prefill: Some((seq, cached)),
                 completions: Vec::new(),
                 probes: Vec::new(),
                 first_token_sent: false,
             });
         }
+    }
+
+    /// Whether `req` may read from and write to the prompt-prefix cache: only
+    /// an uncompressed cache holds its prompt as a prefix, and the trainer's
+    /// recorded rollouts stay independent of earlier requests.
+    fn prefix_eligible(&self, req: &SubmitRequest) -> bool {
+        self.shared.config.prefix_cache > 0
+            && matches!(req.kv_policy, KvPolicy::Full)
+            && !req.record_evictions
+            && req.prompt.len() > PREFIX_MIN
+    }
+
+    /// A new sequence for `req` starting from the cached prefix sharing the
+    /// most tokens with its prompt (at least `PREFIX_MIN`, and never the whole
+    /// prompt: its last token must run to give logits), with that length.
+    fn reuse_prefix(&mut self, req: &SubmitRequest, expected: usize) -> Option<(SeqId, usize)> {
+        if !self.prefix_eligible(req) {
+            return None;
+        }
+        let shared = |e: &Prefix| {
+            e.tokens
+                .iter()
+                .zip(&req.prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(req.prompt.len() - 1)
+        };
+        let (i, len) = self
+            .prefixes
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, shared(e)))
+            .max_by_key(|&(_, len)| len)?;
+        let len = exact_reuse(req.prompt.len(), len, self.shared.config.prefill_chunk);
+        if len < PREFIX_MIN {
+            return None;
+        }
+        let seq = self
+            .backend
+            .fork_prefix(self.prefixes[i].seq, len, expected)
+            .ok()??;
+        self.clock += 1;
+        self.prefixes[i].used = self.clock;
+        Some((seq, len))
+    }
+
+    /// Keeps the prompt of running request `ri`, just prefilled, in the
+    /// prompt-prefix cache if memory allows, evicting the least recently used
+    /// entry beyond the configured count.
+    fn remember_prefix(&mut self, ri: usize) {
+        let r = &self.running[ri];
+        let Some((seq, _)) = r.prefill else { return };
+        if !self.prefix_eligible(&r.req) {
+            return;
+        }
+        self.clock += 1;
+        if let Some(e) = self.prefixes.iter_mut().find(|e| e.tokens == r.req.prompt) {
+            e.used = self.clock;
+            return;
+        }
+        let len = r.req.prompt.len();
+        let bytes =
+            SeqCache::reservation_bytes(self.shared.model.config(), &KvPolicy::Full, len, 0, 0);
+        if self.reserved + bytes > self.shared.config.kv_memory {
+            return;
+        }
+        let Ok(Some(copy)) = self.backend.fork_prefix(seq, len, len) else {
+            return;
+        };
+        self.prefixes.push(Prefix {
+            tokens: r.req.prompt.clone(),
+            seq: copy,
+            bytes,
+            used: self.clock,
+        });
+        self.reserved += bytes;
+        while self.prefixes.len() > self.shared.config.prefix_cache {
+            self.evict_prefix();
+        }
+    }
+
+    /// Frees the least recently used cached prefix.
+    fn evict_prefix(&mut self) {
+        let Some(i) = (0..self.prefixes.len()).min_by_key(|&i| self.prefixes[i].used) else {
+            return;
+        };
+        let e = self.prefixes.swap_remove(i);
+        self.backend.free(e.seq);
+        self.reserved -= e.bytes;
     }
 
     /// One forward over every running sequence, then sampling and events.
@@ -320,6 +454,9 @@ impl Engine {
             match slot {
                 Slot::Prefill { req, take, last } => {
                     self.shared.metrics.add_prompt_tokens(take);
+                    if last {
+                        self.remember_prefix(req);
+                    }
                     let r = &mut self.running[req];
                     if let Some((_, done)) = &mut r.prefill {
                         *done += take;

@@ -215,6 +215,50 @@ impl SeqCache {
         })
     }
 
+    /// A copy of the first `len` entries of a full cache, sized to them (a
+    /// prompt-prefix cache entry, or a new sequence starting from one). `None`
+    /// for a compressing policy, whose entries are no longer a prefix.
+    pub fn prefix(&self, len: usize) -> candle_core::Result<Option<Self>> {
+        if self.policy.budget().is_some() || len > self.len() || self.log.is_some() {
+            return Ok(None);
+        }
+        let cut = |t: &Option<Tensor>| {
+            t.as_ref()
+                .map(|t| t.narrow(1, 0, len.max(1))?.copy())
+                .transpose()
+        };
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                Ok(LayerKv {
+                    k: cut(&l.k)?,
+                    v: cut(&l.v)?,
+                    capacity: if l.k.is_some() { len.max(1) } else { 0 },
+                    len,
+                    positions: l.positions.iter().map(|p| p[..len].to_vec()).collect(),
+                    cumulative: l
+                        .cumulative
+                        .iter()
+                        .map(|c| c[..len.min(c.len())].to_vec())
+                        .collect(),
+                    recent: l.recent.iter().map(|_| VecDeque::new()).collect(),
+                    since_compress: 0,
+                    last_append: 0,
+                })
+            })
+            .collect::<candle_core::Result<_>>()?;
+        Ok(Some(Self {
+            layers,
+            policy: self.policy.clone(),
+            log: None,
+            seen: len,
+            peak_bytes: len * self.n_layer * self.bytes_per_entry(),
+            capacity_hint: None,
+            ..*self
+        }))
+    }
+
     /// Applies the policy's end-of-prompt compression (SnapKV and PyramidKV
     /// compress the prompt once it has been read). Call after the last prefill
     /// chunk.
