@@ -299,14 +299,7 @@ impl Heads<'_, '_> {
                 for (ri, i) in rows.clone().enumerate() {
                     let r = j * rows.len() + ri;
                     let q_pos = self.qs.pos[i];
-                    let q = self.query(j, i);
-                    p.iter_mut().for_each(|x| *x = 0.0);
-                    for (kk, &qk) in q.iter().enumerate() {
-                        let col = &kt[kk * KV_TILE..(kk + 1) * KV_TILE];
-                        for (x, &kx) in p.iter_mut().zip(col) {
-                            *x = kx.mul_add(qk, *x);
-                        }
-                    }
+                    tile_scores(&kt, self.query(j, i), &mut p);
                     let mut tile_max = f32::NEG_INFINITY;
                     for (t, x) in p.iter_mut().enumerate() {
                         *x = if t < tile && self.sees(q_pos, keys[t]) {
@@ -335,15 +328,7 @@ impl Heads<'_, '_> {
                     }
                     let tile_sum: f64 = p.chunks_exact(8).map(|l| hsum8(l) as f64).sum();
                     sum[r] = (sum[r] as f64 + tile_sum) as f32;
-                    for (t, &w) in p[..tile].iter().enumerate() {
-                        // Hidden keys weigh 0: adding 0 * v changes nothing.
-                        if w != 0.0 {
-                            let value = self.v.row(self.kvh, start + t);
-                            for (x, &vx) in a.iter_mut().zip(value) {
-                                *x = vx.mul_add(w, *x);
-                            }
-                        }
-                    }
+                    tile_values(a, &p[..tile], |t| self.v.row(self.kvh, start + t));
                 }
             }
         }
@@ -417,6 +402,86 @@ mod f16x {
             let xv = _mm256_loadu_ps(xs.as_ptr());
             let r = _mm256_fmadd_ps(xv, wv, av);
             _mm_storeu_si128(ap, _mm256_cvtps_ph::<0>(r));
+        }
+    }
+}
+
+/// One query row's scores against a key tile: `p[t] = sum_k q[k] * kt[k][t]`
+/// (`kt` the tile transposed, `[hd][KV_TILE]`), each a chain of fused
+/// multiply-adds over `k` in order, as llama.cpp computes them. The 8-lane
+/// path keeps the 64 sums in registers for the whole chain; same operations,
+/// same order, so the same bits as the portable loop.
+#[inline]
+fn tile_scores(kt: &[f32], q: &[f32], p: &mut [f32; KV_TILE]) {
+    assert!(kt.len() >= q.len() * KV_TILE);
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx", target_feature = "fma"))]
+    // SAFETY: AVX and FMA are enabled at compile time; column `k` is
+    // `kt[k * KV_TILE..(k + 1) * KV_TILE]`, inside `kt` by the assert, and the
+    // stores write the 64 floats of `p`.
+    unsafe {
+        use std::arch::x86_64::*;
+        let mut acc = [_mm256_setzero_ps(); KV_TILE / 8];
+        for (k, &qk) in q.iter().enumerate() {
+            let qb = _mm256_set1_ps(qk);
+            let col = kt.as_ptr().add(k * KV_TILE);
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(col.add(8 * j)), qb, *a);
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(p.as_mut_ptr().add(8 * j), *a);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx", target_feature = "fma")))]
+    {
+        p.fill(0.0);
+        for (k, &qk) in q.iter().enumerate() {
+            let col = &kt[k * KV_TILE..(k + 1) * KV_TILE];
+            for (x, &kx) in p.iter_mut().zip(col) {
+                *x = kx.mul_add(qk, *x);
+            }
+        }
+    }
+}
+
+/// Adds a tile's weighted values into one row's accumulator:
+/// `a = fma(v_t, w[t], a)` for each key `t` in order, skipping keys of weight
+/// 0 (hidden ones; adding `0 * v` would change nothing). A 64-wide
+/// accumulator stays in registers across the tile; same bits as the loop.
+#[inline]
+fn tile_values<'v>(a: &mut [f32], w: &[f32], value: impl Fn(usize) -> &'v [f32]) {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx", target_feature = "fma"))]
+    if a.len() == 64 {
+        // SAFETY: AVX and FMA are enabled at compile time; every load and
+        // store touches 8 floats inside the 64 of `a` or of a value row,
+        // whose length is checked.
+        unsafe {
+            use std::arch::x86_64::*;
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (j, r) in acc.iter_mut().enumerate() {
+                *r = _mm256_loadu_ps(a.as_ptr().add(8 * j));
+            }
+            for (t, &wt) in w.iter().enumerate() {
+                if wt != 0.0 {
+                    let v = value(t);
+                    assert!(v.len() >= 64);
+                    let wb = _mm256_set1_ps(wt);
+                    for (j, r) in acc.iter_mut().enumerate() {
+                        *r = _mm256_fmadd_ps(_mm256_loadu_ps(v.as_ptr().add(8 * j)), wb, *r);
+                    }
+                }
+            }
+            for (j, r) in acc.iter().enumerate() {
+                _mm256_storeu_ps(a.as_mut_ptr().add(8 * j), *r);
+            }
+        }
+        return;
+    }
+    for (t, &wt) in w.iter().enumerate() {
+        if wt != 0.0 {
+            for (x, &vx) in a.iter_mut().zip(value(t)) {
+                *x = vx.mul_add(wt, *x);
+            }
         }
     }
 }
