@@ -300,15 +300,20 @@ impl Heads<'_, '_> {
                     let r = j * rows.len() + ri;
                     let q_pos = self.qs.pos[i];
                     tile_scores(&kt, self.query(j, i), &mut p);
-                    let mut tile_max = f32::NEG_INFINITY;
-                    for (t, x) in p.iter_mut().enumerate() {
-                        *x = if t < tile && self.sees(q_pos, keys[t]) {
-                            *x * self.scale
-                        } else {
-                            f32::NEG_INFINITY
-                        };
-                        tile_max = if tile_max > *x { tile_max } else { *x };
-                    }
+                    let tile_max = if self.qs.replay.is_none() && tile == KV_TILE {
+                        causal_tile(&mut p, keys, q_pos, self.scale)
+                    } else {
+                        let mut tile_max = f32::NEG_INFINITY;
+                        for (t, x) in p.iter_mut().enumerate() {
+                            *x = if t < tile && self.sees(q_pos, keys[t]) {
+                                *x * self.scale
+                            } else {
+                                f32::NEG_INFINITY
+                            };
+                            tile_max = if tile_max > *x { tile_max } else { *x };
+                        }
+                        tile_max
+                    };
                     if self.want_weights {
                         scores[r * len + start..r * len + start + tile].copy_from_slice(&p[..tile]);
                     }
@@ -441,6 +446,50 @@ fn tile_scores(kt: &[f32], q: &[f32], p: &mut [f32; KV_TILE]) {
                 *x = kx.mul_add(qk, *x);
             }
         }
+    }
+}
+
+/// A whole tile's scores under the causal mask: `p[t] * scale` where key `t`
+/// (at `keys[t]`) is at or before `q_pos`, minus infinity elsewhere; returns
+/// their maximum. The same products as the per-key loop (a maximum of
+/// finite numbers does not depend on the order it is taken in).
+#[inline]
+fn causal_tile(p: &mut [f32; KV_TILE], keys: &[u32], q_pos: u32, scale: f32) -> f32 {
+    assert!(keys.len() >= KV_TILE);
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+    // SAFETY: AVX2 is enabled at compile time; loads and stores touch 8
+    // lanes inside the 64 of `p` and of `keys` (length asserted).
+    unsafe {
+        use std::arch::x86_64::*;
+        // Positions stay far below 2^31, so a signed compare is exact.
+        let qp = _mm256_set1_epi32(q_pos as i32);
+        let sc = _mm256_set1_ps(scale);
+        let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut m = ninf;
+        for j in 0..KV_TILE / 8 {
+            let k = _mm256_loadu_si256(keys.as_ptr().add(8 * j) as *const __m256i);
+            let hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(k, qp));
+            let x = _mm256_mul_ps(_mm256_loadu_ps(p.as_ptr().add(8 * j)), sc);
+            let x = _mm256_blendv_ps(x, ninf, hidden);
+            _mm256_storeu_ps(p.as_mut_ptr().add(8 * j), x);
+            m = _mm256_max_ps(m, x);
+        }
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)))
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx2")))]
+    {
+        let mut tile_max = f32::NEG_INFINITY;
+        for (x, &kp) in p.iter_mut().zip(keys) {
+            *x = if kp <= q_pos {
+                *x * scale
+            } else {
+                f32::NEG_INFINITY
+            };
+            tile_max = tile_max.max(*x);
+        }
+        tile_max
     }
 }
 
