@@ -434,6 +434,23 @@ fn eval_shared_samples_equal_separate_runs_and_records_resume() {
     // --offset skips tasks but keeps their numbering and seeds.
     let second = run(&["--strategy", "majority@8", "--offset", "1"]);
     assert_eq!(second[0]["tasks"], 1);
+    // --parallel runs tasks side by side in the engine's batches; each keeps
+    // its own seeds, so sampled candidates and verdicts are those of one task
+    // at a time.
+    let sampled = [
+        "--max-tokens",
+        "16",
+        "--temperature",
+        "0.9",
+        "--strategy",
+        "majority@4,synthesize@4",
+    ];
+    let one = eval_rows(&task, &[&sampled[..], &["--parallel", "1"]].concat());
+    let two = eval_rows(&task, &[&sampled[..], &["--parallel", "2"]].concat());
+    assert_eq!(one.len(), 2);
+    for (a, b) in one.iter().zip(&two) {
+        assert_eq!(key(a), key(b));
+    }
     // A records file that is not one is refused with its line.
     std::fs::write(&rec, "{\"strategy\": \"majority@8\"}\n").unwrap();
     let bad = eval_out(&task, &["--records", rec_s]);
