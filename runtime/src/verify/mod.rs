@@ -10,12 +10,14 @@
 //!   `####`, last number) and numeric equivalence. Pure.
 //! - [`vote`]: majority voting and the Beta-posterior stopping rule. Pure.
 //! - [`judge`]: online-judge execution of Python programs against test
-//!   snippets in sandboxed subprocesses, with per-test verdicts.
+//!   snippets, with per-test verdicts and per-program reports.
+//! - [`sandbox`]: one test in a fresh, limited `python3` subprocess.
 //! - [`scaled`]: judging with a test count scaled to the question's
 //!   difficulty (more tests where candidates disagree).
 
 pub mod answer;
 pub mod judge;
+pub mod sandbox;
 pub mod scaled;
 pub mod vote;
 
