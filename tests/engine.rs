@@ -111,6 +111,31 @@ fn concurrent_requests_match_each_request_alone() {
     assert_eq!(m.finished, 5);
 }
 
+/// A prompt is read in the same chunks whatever else the step carries: a
+/// compressing policy evicts between chunks, so a chunk cut short by a busy
+/// step would change the answer. A long full-cache prompt keeps every step
+/// busy while a compressed request arrives.
+#[test]
+fn a_compressed_prompt_answers_the_same_under_load() {
+    let (_d, model) = load_tiny();
+    let mut busy = SubmitRequest::new(prompt(7, 200), sampling(0.8, 1), 4);
+    busy.ignore_eos = true;
+    let mut req = SubmitRequest::new(prompt(3, 37), sampling(0.8, 3), 12);
+    req.ignore_eos = true;
+    req.kv_policy = "streaming:budget=24,sink=4".parse().unwrap();
+    let expected = [alone(&model, &busy), alone(&model, &req)];
+    // The busy prompt takes 16 of each step's 22 tokens; a cut chunk would be 6.
+    let config = EngineConfig {
+        step_tokens: 22,
+        ..small_config()
+    };
+    let engine = EngineHandle::spawn(Arc::new(model), config);
+    let first = engine.submit(busy).unwrap();
+    let second = engine.submit(req).unwrap();
+    assert_eq!(collect(first)[0].0, expected[0], "the busy request");
+    assert_eq!(collect(second)[0].0, expected[1], "the compressed request");
+}
+
 #[test]
 fn n_children_share_the_prompt_and_follow_their_seeds() {
     let (_d, model) = load_tiny();

@@ -47,8 +47,10 @@ pub struct EngineConfig {
     pub max_running: usize,
     /// Prompt tokens one sequence prefills per step.
     pub prefill_chunk: usize,
-    /// Tokens (decode rows plus prefill chunks) one step runs at most, so a long
-    /// prompt never stalls running streams for more than one chunk.
+    /// Tokens (decode rows plus prefill chunks) one step aims at, so a long
+    /// prompt never stalls running streams for more than one chunk. Prompt
+    /// chunks are never cut to fit: a step with a prompt waiting carries at
+    /// least one whole chunk, and further chunks only where they fit.
     pub step_tokens: usize,
     /// Recent prompts whose KV the engine keeps (full-cache requests only) so
     /// that a later prompt sharing a prefix with one (a system prompt, an
@@ -68,6 +70,15 @@ impl Default for EngineConfig {
             step_tokens: DEFAULT_PREFILL_CHUNK,
             prefix_cache: 0,
         }
+    }
+}
+
+impl EngineConfig {
+    /// Prompt tokens per prefill chunk as the engine reads them: the chunk,
+    /// never more than a step. Fixed by the configuration alone, so a prompt
+    /// is cut the same way under any load.
+    pub fn prompt_chunk(&self) -> usize {
+        self.prefill_chunk.min(self.step_tokens).max(1)
     }
 }
 

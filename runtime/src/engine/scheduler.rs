@@ -285,7 +285,7 @@ impl Engine {
             .enumerate()
             .map(|(i, e)| (i, shared(e)))
             .max_by_key(|&(_, len)| len)?;
-        let len = exact_reuse(req.prompt.len(), len, self.shared.config.prefill_chunk);
+        let len = exact_reuse(req.prompt.len(), len, self.shared.config.prompt_chunk());
         if len < PREFIX_MIN {
             return None;
         }
@@ -372,21 +372,25 @@ impl Engine {
             .iter()
             .map(|r| r.completions.len() + r.probes.len())
             .sum();
-        let mut budget = cfg
-            .step_tokens
-            .saturating_sub(decode_rows)
-            .max(cfg.prefill_chunk.min(cfg.step_tokens) / 4)
-            .max(1);
+        let chunk = cfg.prompt_chunk();
+        let mut budget = cfg.step_tokens.saturating_sub(decode_rows);
 
         let mut rows: Vec<Row> = Vec::new();
         let mut slots: Vec<Slot> = Vec::new();
+        let mut prefilling = false;
         for (ri, r) in self.running.iter().enumerate() {
             if let Some((seq, done)) = r.prefill {
-                let take = cfg.prefill_chunk.min(r.req.prompt.len() - done).min(budget);
-                if take == 0 {
+                // A prompt is read in the same chunks under any load: a
+                // compressing policy evicts between chunks and attention picks
+                // its kernel by a chunk's rows, so a chunk cut to fit a busy
+                // step would change the answer. One that does not fit waits,
+                // unless the step carries no prompt yet.
+                let take = chunk.min(r.req.prompt.len() - done);
+                if take == 0 || (take > budget && prefilling) {
                     continue;
                 }
-                budget -= take;
+                prefilling = true;
+                budget = budget.saturating_sub(take);
                 let last = done + take == r.req.prompt.len();
                 rows.push(Row {
                     seq,
