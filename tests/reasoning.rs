@@ -456,3 +456,52 @@ fn eval_shared_samples_equal_separate_runs_and_records_resume() {
     let bad = eval_out(&task, &["--records", rec_s]);
     assert_clean_error(&bad, "records.jsonl:1");
 }
+
+#[test]
+fn eval_report_sets_each_strategy_against_the_first_task_by_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("tasks.jsonl");
+    let q = |a: u32| format!("{{\"question\": \"What is {a} + 0?\", \"answer\": {a}}}\n");
+    std::fs::write(&task, (1..=4).map(q).collect::<String>()).unwrap();
+    // Majority right on tasks 0-1, synthesize on 0 and 2-3: it wins two
+    // tasks and loses one against majority.
+    let right = [
+        ("majority@8", [true, true, false, false]),
+        ("synthesize@8", [true, false, true, true]),
+    ];
+    let mut lines = String::new();
+    for (strategy, oks) in right {
+        for (t, ok) in oks.iter().enumerate() {
+            lines += &serde_json::json!({
+                "strategy": strategy, "task": t, "ok": ok, "answer": "1", "want": "1",
+                "tokens": 10, "candidates": 8, "probes": 0, "stopped_early": 0,
+                "tokens_saved": 0, "seconds": 1.0, "shared": true
+            })
+            .to_string();
+            lines.push('\n');
+        }
+    }
+    let rec = dir.path().join("records.jsonl");
+    std::fs::write(&rec, lines).unwrap();
+    let args = [
+        "--strategy",
+        "majority@8,synthesize@8",
+        "--records",
+        rec.to_str().unwrap(),
+        "--report",
+    ];
+    let rows = eval_rows(&task, &args);
+    assert!(rows[0].get("vs_first").is_none());
+    let h = &rows[1]["vs_first"];
+    assert_eq!(h["baseline"], "majority@8");
+    assert_eq!(
+        (h["wins"].as_u64(), h["losses"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let out = eval_out(&task, &args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("synthesize@8 vs majority@8: right where it is wrong on 2 task(s), wrong where it is right on 1"),
+        "{text}"
+    );
+}

@@ -266,7 +266,8 @@ pub struct EvalArgs {
     pub records: Option<std::path::PathBuf>,
     /// With --records: print the table over the tasks that already have a record
     /// for every strategy, without loading the model or running anything (to
-    /// follow a long run).
+    /// follow a long run). Like every run's table, it ends with each strategy
+    /// against the first listed: tasks it wins and loses, one by one.
     #[arg(long, requires = "records")]
     pub report: bool,
     /// Tasks in flight at once. They share the engine's batches (more rows per

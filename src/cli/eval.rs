@@ -191,6 +191,18 @@ struct Row {
     /// Its candidates were shared with the other strategies of its group, so
     /// `seconds` is the shared sampling's time, not its own.
     shared_samples: bool,
+    /// Against the first strategy listed (absent on its own row): tasks this
+    /// one gets right where that one is wrong, and the other way round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_first: Option<HeadToHead>,
+}
+
+/// Task by task against a baseline: where two strategies' verdicts differ.
+#[derive(Debug, Serialize)]
+struct HeadToHead {
+    baseline: String,
+    wins: usize,
+    losses: usize,
 }
 
 /// Totals of one strategy over the tasks.
@@ -204,11 +216,16 @@ struct Acc {
     saved: usize,
     seconds: f64,
     shared: bool,
+    /// The tasks it got right, for the head-to-head line.
+    right: std::collections::BTreeSet<usize>,
 }
 
 impl Acc {
     fn add(&mut self, r: &Record) {
         self.correct += r.ok as usize;
+        if r.ok {
+            self.right.insert(r.task);
+        }
         self.tokens += r.tokens;
         self.used += r.candidates;
         self.probes += r.probes;
@@ -420,7 +437,8 @@ fn print_report(a: &EvalArgs, strategies: &[Strategy], acc: &[Acc], tasks: usize
     let rows: Vec<Row> = strategies
         .iter()
         .zip(acc)
-        .map(|(s, t)| Row {
+        .enumerate()
+        .map(|(k, (s, t))| Row {
             strategy: s.label.clone(),
             tasks,
             correct: t.correct,
@@ -433,6 +451,11 @@ fn print_report(a: &EvalArgs, strategies: &[Strategy], acc: &[Acc], tasks: usize
             tokens_saved: t.saved,
             seconds: t.seconds,
             shared_samples: t.shared,
+            vs_first: (k > 0).then(|| HeadToHead {
+                baseline: strategies[0].label.clone(),
+                wins: t.right.difference(&acc[0].right).count(),
+                losses: acc[0].right.difference(&t.right).count(),
+            }),
         })
         .collect();
     if a.model.json {
@@ -464,6 +487,14 @@ fn print_report(a: &EvalArgs, strategies: &[Strategy], acc: &[Acc], tasks: usize
             r.tokens_saved,
             r.seconds
         );
+    }
+    for r in &rows {
+        if let Some(h) = &r.vs_first {
+            println!(
+                "{} vs {}: right where it is wrong on {} task(s), wrong where it is right on {}",
+                r.strategy, h.baseline, h.wins, h.losses
+            );
+        }
     }
     let shared: Vec<&str> = rows
         .iter()
