@@ -58,13 +58,22 @@ fn collect(mut s: tern_runtime::engine::RequestStream) -> Vec<(Vec<u32>, FinishR
 }
 
 fn alone(model: &tern_runtime::LoadedModel, req: &SubmitRequest) -> Vec<u32> {
+    alone_in_chunks(model, req, 16)
+}
+
+/// As [`alone`], reading the prompt `chunk` tokens at a time.
+fn alone_in_chunks(
+    model: &tern_runtime::LoadedModel,
+    req: &SubmitRequest,
+    chunk: usize,
+) -> Vec<u32> {
     let g = GenerateRequest {
         prompt: req.prompt.clone(),
         sampling: req.sampling.clone(),
         max_tokens: req.max_tokens,
         ignore_eos: req.ignore_eos,
         stop: Vec::new(),
-        prefill_chunk: 16,
+        prefill_chunk: chunk,
         kv_policy: req.kv_policy.clone(),
     };
     generate(model, &g, |_| {}).unwrap().token_ids
@@ -505,4 +514,37 @@ fn long_prompts_reuse_only_what_keeps_their_attention_kernel() {
     // 110 tokens sharing 90: 46 reused, 64 prefilled; 100 sharing 99: 36 reused.
     assert_eq!(warm.metrics().snapshot().prompt_tokens_cached, 46 + 36);
     assert_eq!(cold.metrics().snapshot().prompt_tokens_cached, 0);
+}
+
+/// Decode rows alone can fill a step; a waiting prompt still gets a whole
+/// chunk every step, so it is never starved and answers as it does alone.
+#[test]
+fn a_prompt_progresses_when_decoding_fills_every_step() {
+    let (_d, model) = load_tiny();
+    let reqs: Vec<SubmitRequest> = (0..6)
+        .map(|i| {
+            let mut r = SubmitRequest::new(prompt(i, 3), sampling(0.8, i as u64), 40);
+            r.ignore_eos = true;
+            r
+        })
+        .collect();
+    let mut late = SubmitRequest::new(prompt(9, 30), sampling(0.8, 9), 8);
+    late.ignore_eos = true;
+    late.kv_policy = "streaming:budget=12,sink=2".parse().unwrap();
+    // The engine reads prompts in chunks of at most a step (here 4 tokens).
+    let mut expected: Vec<Vec<u32>> = reqs.iter().map(|r| alone(&model, r)).collect();
+    expected.push(alone_in_chunks(&model, &late, 4));
+    let config = EngineConfig {
+        step_tokens: 4,
+        ..small_config()
+    };
+    let engine = EngineHandle::spawn(Arc::new(model), config);
+    let mut streams: Vec<_> = reqs
+        .into_iter()
+        .map(|r| engine.submit(r).unwrap())
+        .collect();
+    streams.push(engine.submit(late).unwrap());
+    for (i, s) in streams.into_iter().enumerate() {
+        assert_eq!(collect(s)[0].0, expected[i], "request {i}");
+    }
 }
