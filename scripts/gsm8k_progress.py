@@ -29,7 +29,10 @@ losses = sum(not by['synthesize@8'][t]['ok'] and by['majority@8'][t]['ok'] for t
 early = sum(by['adaptive@8'][t]['stopped_early'] for t in done)
 date = sys.argv[1] if len(sys.argv) > 1 else datetime.date.today().isoformat()
 head = ("The whole test set, all 1319 problems" if final else
-        f"Progress at the end of {date}'s session: the first {n} of 1319 problems")
+        f"Progress at the end of {date}'s session: the first {n} of 1319 problems"
+        if done == list(range(n)) else
+        f"Progress at the end of {date}'s session: {n} of 1319 problems (the first "
+        f"{next(i for i in range(n + 1) if i not in done)} and a few tasks in flight past them)")
 adaptive = ("Adaptive width never stops\nearly here: on GSM8K this model's answers never agreed enough for the Beta\n"
             "rule to call a majority settled before the 8th sample, so adaptive@8 equals\nmajority@8"
             if early == 0 else
