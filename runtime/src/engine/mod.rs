@@ -45,7 +45,8 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// Sequences decoded together at most (rows of one decode batch).
     pub max_running: usize,
-    /// Prompt tokens one sequence prefills per step.
+    /// Prompt tokens one sequence prefills per step (never more than
+    /// `step_tokens`: see [`EngineConfig::prompt_chunk`]).
     pub prefill_chunk: usize,
     /// Tokens (decode rows plus prefill chunks) one step aims at, so a long
     /// prompt never stalls running streams for more than one chunk. Prompt
