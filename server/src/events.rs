@@ -36,9 +36,9 @@ pub struct Tally {
     prompt_tokens: usize,
     policy: String,
     done: Vec<Option<(usize, KvUsage)>>,
-    /// Adaptive length's tally of the (single) completion, when the request
-    /// set a reasoning effort or budget.
-    reasoning: Option<(Option<Effort>, LengthTally)>,
+    /// Adaptive length's tally of each completion, when the request set a
+    /// reasoning effort or budget.
+    reasoning: Option<(Option<Effort>, Vec<LengthTally>)>,
 }
 
 impl Tally {
@@ -53,31 +53,36 @@ impl Tally {
         }
     }
 
-    /// Also tallies adaptive length (requests with one completion), reported
-    /// in the `tern` object.
+    /// Also tallies adaptive length, each completion on its own, reported in
+    /// the `tern` object.
     pub fn with_reasoning(mut self, effort: Option<Effort>, cap: usize) -> Self {
-        self.reasoning = Some((effort, LengthTally::new(cap)));
+        let tallies = vec![LengthTally::new(cap); self.done.len()];
+        self.reasoning = Some((effort, tallies));
         self
     }
 
     /// Records the probe and conclusion events of adaptive length; other
     /// events are not its business.
     pub fn reasoning_event(&mut self, event: &Event) {
-        let Some((_, t)) = &mut self.reasoning else {
+        let Some((_, tallies)) = &mut self.reasoning else {
             return;
         };
         match event {
             Event::Probe {
-                index: 0,
+                index,
                 at,
                 text,
                 tokens,
-            } => t.probe(*at, text, *tokens),
-            Event::Concluded {
-                index: 0,
-                at,
-                early,
-            } => t.concluded(*at, *early),
+            } => {
+                if let Some(t) = tallies.get_mut(*index) {
+                    t.probe(*at, text, *tokens);
+                }
+            }
+            Event::Concluded { index, at, early } => {
+                if let Some(t) = tallies.get_mut(*index) {
+                    t.concluded(*at, *early);
+                }
+            }
             _ => {}
         }
     }
@@ -123,12 +128,13 @@ impl Tally {
             kv_bytes: kv().map(|k| k.bytes_peak).max().unwrap_or(0),
             kv_bytes_full: kv().map(|k| k.bytes_full).max().unwrap_or(0),
             prompt_tokens: self.prompt_tokens,
-            reasoning: self.reasoning.as_ref().map(|(effort, t)| {
-                let generated = self.done[0].as_ref().map_or(0, |(n, _)| *n);
-                ReasoningInfo {
-                    reasoning_effort: *effort,
-                    length: t.finish(generated),
-                }
+            reasoning: self.reasoning.as_ref().map(|(effort, tallies)| {
+                let reports = tallies
+                    .iter()
+                    .zip(&self.done)
+                    .map(|(t, done)| t.finish(done.as_ref().map_or(0, |(n, _)| *n)))
+                    .collect();
+                ReasoningInfo::new(*effort, reports)
             }),
         }
     }
@@ -186,12 +192,63 @@ pub(crate) mod tests {
         assert!(t.finish(0, 200, kv(1, 2)));
         let r = t.tern().reasoning.unwrap();
         assert_eq!(r.reasoning_effort, Some(Effort::Auto));
-        assert!(r.length.stopped_early);
-        assert_eq!(r.length.probes.len(), 3);
-        assert_eq!(r.length.tokens_spent, 209);
-        assert_eq!(r.length.tokens_saved, 2048 - 192);
+        let length = r.length.unwrap();
+        assert!(length.stopped_early);
+        assert_eq!(length.probes.len(), 3);
+        assert_eq!(length.tokens_spent, 209);
+        assert_eq!(length.tokens_saved, 2048 - 192);
         let json = serde_json::to_value(t.tern()).unwrap();
         assert_eq!(json["reasoning"]["reasoning_effort"], "auto");
         assert_eq!(json["reasoning"]["probes"][0]["answer"], "42");
+        assert!(json["reasoning"].get("choices").is_none());
+    }
+
+    #[test]
+    fn each_choice_gets_its_own_reasoning_report() {
+        let mut t = Tally::new(2, 5, "full".into()).with_reasoning(None, 100);
+        // Choice 1 probes twice and stops early; choice 0 runs to the cap.
+        for at in [16, 32] {
+            t.reasoning_event(&Event::Probe {
+                index: 1,
+                at,
+                text: " 7".into(),
+                tokens: 2,
+            });
+        }
+        t.reasoning_event(&Event::Concluded {
+            index: 1,
+            at: 32,
+            early: true,
+        });
+        t.reasoning_event(&Event::Concluded {
+            index: 0,
+            at: 100,
+            early: false,
+        });
+        // An index the request does not have is ignored.
+        t.reasoning_event(&Event::Concluded {
+            index: 5,
+            at: 1,
+            early: true,
+        });
+        assert!(t.finish(0, 110, kv(1, 2)));
+        assert!(t.finish(1, 40, kv(1, 2)));
+        let r = t.tern().reasoning.unwrap();
+        assert!(r.length.is_none());
+        let [first, second] = &r.choices[..] else {
+            panic!("two reports: {r:?}");
+        };
+        assert!(first.hit_cap && first.probes.is_empty());
+        assert_eq!((first.reasoning_tokens, first.answer_tokens), (100, 10));
+        assert!(second.stopped_early && second.probes.len() == 2);
+        assert_eq!((second.reasoning_tokens, second.tokens_saved), (32, 68));
+        assert_eq!(r.tokens_spent, Some(110 + 40 + 4));
+        assert_eq!(r.tokens_saved, Some(68));
+        let json = serde_json::to_value(t.tern()).unwrap();
+        let json = &json["reasoning"];
+        assert!(json["reasoning_effort"].is_null());
+        assert!(json.get("cap").is_none(), "{json}");
+        assert_eq!(json["choices"][1]["probes"][0]["answer"], "7");
+        assert_eq!(json["tokens_saved"], 68);
     }
 }

@@ -297,3 +297,59 @@ async fn reasoning_effort_auto_probes_on_a_forked_cache() {
     let probe_tokens: u64 = probes.iter().map(|p| p["tokens"].as_u64().unwrap()).sum();
     assert_eq!(t["probe_tokens"], probe_tokens);
 }
+
+#[tokio::test]
+async fn every_choice_of_n_reasons_and_reports_alone() {
+    let s = ready(config());
+    let body = |stream: bool| {
+        let mut b = json!({
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hello"}],
+            "temperature": 0.9,
+            "seed": 3,
+            "n": 3,
+            "ignore_eos": true,
+            "max_tokens": 200,
+            "reasoning_effort": "auto",
+            "stream": stream,
+        });
+        if stream {
+            b["stream_options"] = json!({"include_usage": true});
+        }
+        b
+    };
+    let r = post(&s.app, "/v1/chat/completions", &body(false)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["choices"].as_array().unwrap().len(), 3);
+    let t = &v["tern"]["reasoning"];
+    assert_eq!(t["reasoning_effort"], "auto");
+    let choices = t["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "{t}");
+    let (mut written, mut probe_tokens, mut saved) = (0, 0, 0);
+    for c in choices {
+        assert_eq!(c["cap"], 200 - 48);
+        // ignore_eos: every choice either stops early on agreeing probes or
+        // reasons to the cap, and then writes its answer.
+        assert_ne!(c["stopped_early"], c["hit_cap"], "{c}");
+        if c["hit_cap"] == true {
+            assert_eq!(c["reasoning_tokens"], 200 - 48);
+        }
+        for (i, p) in c["probes"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(p["at"], 64 * (i as u64 + 1));
+        }
+        written += c["reasoning_tokens"].as_u64().unwrap() + c["answer_tokens"].as_u64().unwrap();
+        probe_tokens += c["probe_tokens"].as_u64().unwrap();
+        saved += c["tokens_saved"].as_u64().unwrap();
+    }
+    assert!(probe_tokens > 0, "every choice probes at 64 tokens: {t}");
+    assert_eq!(v["usage"]["completion_tokens"], written);
+    assert_eq!(t["tokens_spent"], written + probe_tokens);
+    assert_eq!(t["tokens_saved"], saved);
+    // The same request streamed reports the same, on its usage chunk.
+    let streamed = post(&s.app, "/v1/chat/completions", &body(true)).await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text);
+    let payloads = streamed.sse();
+    let last: serde_json::Value = serde_json::from_str(&payloads[payloads.len() - 2]).unwrap();
+    assert_eq!(&last["tern"]["reasoning"], t);
+}

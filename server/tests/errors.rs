@@ -118,7 +118,6 @@ async fn bad_parameters_name_their_field() {
             json!({"thinking_budget_tokens": 100000}),
             "thinking_budget_tokens",
         ),
-        (json!({"reasoning_effort": "low", "n": 2}), "n"),
         (
             json!({"reasoning_effort": "low", "best_of": 2, "n": 2}),
             "n",

@@ -161,7 +161,6 @@ REASONING_CASES = [
     ("budget_zero", lambda m: chat(m, thinking_budget_tokens=0), "thinking_budget_tokens", None),
     ("budget_negative", lambda m: chat(m, thinking_budget_tokens=-4), "thinking_budget_tokens", None),
     ("budget_huge", lambda m: chat(m, thinking_budget_tokens=10**9), "thinking_budget_tokens", None),
-    ("effort_with_n", lambda m: chat(m, reasoning_effort="low", n=2), "n", None),
     ("effort_with_best_of_and_n", lambda m: chat(m, reasoning_effort="low", best_of=2, n=2), "n", None),
     ("best_of_zero", lambda m: chat(m, best_of=0), "best_of", None),
     ("best_of_above_cap", lambda m: chat(m, best_of=17), "best_of", None),

@@ -364,6 +364,27 @@ def test_thinking_budget_forces_the_answer(client, model_id):
     assert "The final answer is" in resp.choices[0].message.content
 
 
+def test_each_of_n_choices_reasons_under_the_budget(client, model_id):
+    """`n` with a thinking budget: every choice reasons, is forced to answer
+    at the budget, and has its own report in `tern.reasoning.choices`."""
+    resp = client.chat.completions.create(
+        model=model_id, messages=STORY, temperature=0.8, seed=5, n=2,
+        extra_body={"thinking_budget_tokens": 24},
+    )
+    r = tern_info(resp)["reasoning"]
+    assert len(resp.choices) == 2 and len(r["choices"]) == 2
+    for choice, c in zip(resp.choices, r["choices"]):
+        assert c["cap"] == 24 and c["reasoning_tokens"] <= 24
+        if c["hit_cap"]:
+            assert c["reasoning_tokens"] == 24
+            assert "The final answer is" in choice.message.content
+    assert any(c["hit_cap"] for c in r["choices"])
+    assert resp.usage.completion_tokens == sum(
+        c["reasoning_tokens"] + c["answer_tokens"] for c in r["choices"])
+    assert r["tokens_spent"] == sum(c["tokens_spent"] for c in r["choices"])
+    assert resp.choices[0].message.content != resp.choices[1].message.content
+
+
 def test_reasoning_effort_auto_probes_and_streams_the_same(client, model_id):
     """`auto` probes the answer every 64 tokens (forked, discarded) and
     reports each probe; a stream carries the same text and report."""

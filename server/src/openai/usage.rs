@@ -45,12 +45,45 @@ pub struct TernInfo {
 }
 
 /// What `reasoning_effort` / `thinking_budget_tokens` did for the request.
+/// With one completion its report is this object's own fields; with `n > 1`
+/// each choice's report is in `choices` (by index), with the totals beside.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ReasoningInfo {
     /// The effort asked for (`None` when only a budget was given).
     pub reasoning_effort: Option<Effort>,
-    /// The cap, the probes, whether they stopped the reasoning early, and
-    /// the tokens spent and saved.
+    /// `n = 1`: the cap, the probes, whether they stopped the reasoning early,
+    /// and the tokens spent and saved.
     #[serde(flatten)]
-    pub length: LengthReport,
+    pub length: Option<LengthReport>,
+    /// `n > 1`: each choice's report, in choice order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub choices: Vec<LengthReport>,
+    /// `n > 1`: tokens spent over all choices, probes included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_spent: Option<usize>,
+    /// `n > 1`: reasoning tokens the early stops saved, over all choices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_saved: Option<usize>,
+}
+
+impl ReasoningInfo {
+    /// The report of a request whose completions reported `reports`.
+    pub fn new(reasoning_effort: Option<Effort>, mut reports: Vec<LengthReport>) -> Self {
+        if reports.len() == 1 {
+            return Self {
+                reasoning_effort,
+                length: reports.pop(),
+                choices: Vec::new(),
+                tokens_spent: None,
+                tokens_saved: None,
+            };
+        }
+        Self {
+            reasoning_effort,
+            length: None,
+            tokens_spent: Some(reports.iter().map(|r| r.tokens_spent).sum()),
+            tokens_saved: Some(reports.iter().map(|r| r.tokens_saved).sum()),
+            choices: reports,
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! (`low`, `medium`, `high`, `auto`; a first-class openai SDK parameter) and
 //! Tern's `thinking_budget_tokens` (sent with `extra_body`) become the
 //! engine's thinking budget and answer probes; the `tern` object then reports
-//! the probes and the tokens spent and saved (see `events::Tally`).
+//! the probes and the tokens spent and saved (see `events::Tally`), for each
+//! of the request's `n` choices: every choice reasons, and is probed, alone.
 
 use tern_runtime::model::LoadedModel;
 use tern_runtime::reasoning::{
@@ -56,12 +57,6 @@ pub fn apply(
     let Some(policy) = policy else {
         return Ok((tally, None));
     };
-    if plan.submit.n != 1 {
-        return Err(ApiError::invalid_param(
-            "n",
-            "n must be 1 with reasoning_effort or thinking_budget_tokens",
-        ));
-    }
     let mut think = think_spec(model, &policy).map_err(|e| ApiError::internal(e.to_string()))?;
     let ctx = model.config().context_length;
     let room = ctx.saturating_sub(plan.submit.prompt.len() + think.answer_suffix.len());
