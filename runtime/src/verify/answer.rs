@@ -13,12 +13,23 @@
 /// fine); the last "... answer is X" / "Answer: X" (case-insensitive; X runs to
 /// the end of its sentence or line, without trailing `.`, `$` or `**`);
 /// GSM8K's last `#### X`; the last number anywhere. `None` when there is none.
+/// A stated answer written as a calculation (`2 x 2 = 4 bolts`) is its
+/// result, the part after the last `=`.
 pub fn extract_answer(text: &str) -> Option<String> {
     last_boxed(text)
-        .or_else(|| last_stated(text))
-        .or_else(|| last_gsm8k(text))
+        .or_else(|| last_stated(text).map(equation_result))
+        .or_else(|| last_gsm8k(text).map(equation_result))
         .or_else(|| last_number(text))
         .map(str::to_string)
+}
+
+/// What follows the last `=` of `s` (`16 - 3 - 4 = 9` is `9`), or all of `s`
+/// when it has no `=` with something after it.
+fn equation_result(s: &str) -> &str {
+    match s.rsplit_once('=') {
+        Some((_, result)) if !clean_stated(result).is_empty() => clean_stated(result),
+        _ => s,
+    }
 }
 
 /// The body of the last `\boxed{...}` whose braces balance and that is not empty.
@@ -366,9 +377,10 @@ fn is_annotation(rest: &str) -> bool {
     };
     let after = t[c.len_utf8()..].trim_start();
     match c {
-        // `12 apples`, `5cm`; but not `5x` or `2i`, which are expressions.
+        // `12 apples`, `5cm`; but not `5x`, `2i` or `2 x 3`, which are expressions.
         c if c.is_ascii_alphabetic() => {
-            spaced || t.bytes().take_while(u8::is_ascii_alphabetic).count() >= 2
+            let times = matches!(c, 'x' | 'X') && after.starts_with(|d: char| d.is_ascii_digit());
+            !times && (spaced || t.bytes().take_while(u8::is_ascii_alphabetic).count() >= 2)
         }
         // Sentence punctuation, unless a list or a time follows (`1, 2`, `5:30`).
         '.' | ',' | ';' | ':' => !after.starts_with(|d: char| d.is_ascii_digit()),
@@ -489,6 +501,15 @@ mod tests {
             ("Answer: 3.5 liters\nmore text with 9", Some("3.5 liters")),
             ("my answer isn't 3; it is 4", Some("4")),
             ("Natalia sold 48 clips.\n#### 1,234", Some("1,234")),
+            // A calculation stated as the answer is its result.
+            ("So the answer is 2 x 2 = 4 bolts.", Some("4 bolts")),
+            ("#### 16 - 3 - 4 = 9", Some("9")),
+            (
+                "Answer: 3 + 5 = 8, so he has 8\nmore",
+                Some("8, so he has 8"),
+            ),
+            ("The answer is x = 5.", Some("5")),
+            ("The answer is 5 =", Some("5 =")),
             ("The answer is 5 but \\boxed{6}", Some("6")),
             ("he had 3 apples and ate -2.5 of them", Some("-2.5")),
             ("pages 5-3 gives 1/2", Some("1/2")),
@@ -535,6 +556,10 @@ mod tests {
             ("1, 2, 3", None),
             ("1,23", None),
             ("5 + 3", None),
+            ("2 x 3", None),
+            ("4 X 2 bolts", None),
+            ("4 bolts of blue fiber in total", Some(4.0)),
+            ("3 x-rays", Some(3.0)),
             ("1/0", None),
             ("\\frac{\\sqrt{2}}{2}", None),
             ("x^2 + 1", None),
