@@ -61,6 +61,8 @@ text = f"""{head}
 and wrong where majority is right on {h['losses']}. {adaptive} (on the
 generated arithmetic set above, where the model is often right, it saves
 samples). The single-sample row above is over the whole set (36/1319).
+The run's binary (copied before it started) predates the extraction that
+takes a stated calculation's result, so every problem is graded the same way.
 
 """
 doc_path = ROOT / "docs/REASONING.md"
