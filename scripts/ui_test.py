@@ -12,6 +12,11 @@ streamed reply to finish and checks what a person would see:
   * a tokens/s figure above zero,
   * no error banner and no JavaScript error.
 
+Then it opens the page again with best-of-3 (majority vote) and reasoning
+effort `low` set from the query string, and checks that the whole reply
+arrives with the notes under it: the candidates' answers and the one chosen,
+and each candidate's reasoning cap (128 tokens for `low`).
+
 Usage:
   python3 scripts/ui_test.py --check                        # assertions only
   python3 scripts/ui_test.py --screenshot docs/img/chat.png # assertions + 1280x800 PNG
@@ -46,6 +51,16 @@ QUERY = {
     "policy": "streaming",
     "budget": "32",
     "max_tokens": "64",
+}
+BEST_OF_QUERY = {
+    "prompt": "Tom has 3 apples and buys 5 more. How many apples does he have?",
+    "autosend": "1",
+    "policy": "full",
+    "best_of": "3",
+    "aggregate": "majority",
+    "effort": "low",
+    "max_tokens": "176",
+    "seed": "5",
 }
 
 
@@ -189,10 +204,12 @@ def run_browser(base: str, chromium: str, deadline: float, screenshot: Path | No
             if screenshot is not None:
                 screenshot.parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(screenshot), full_page=False, animations="disabled", timeout=min(left_ms(), 30_000))
+            best_of = best_of_visit(page, base, left_ms)
         finally:
             browser.close()
 
     one = lambda s: " ".join(str(s).split())  # noqa: E731
+    check_best_of(best_of)
     if info["error"]:
         raise Fail(f"the page shows an error: {one(info['error'])}")
     if js_errors:
@@ -216,7 +233,52 @@ def run_browser(base: str, chromium: str, deadline: float, screenshot: Path | No
         raise Fail(f"the server reports KV policy {info['spec']!r}, expected streaming:budget=32...")
     if not held < full:
         raise Fail(f"a 32-token budget should hold less than a full cache: held={held} full={full}")
-    return f"reply {one(reply)[:60]!r}..., {tps} tok/s, {one(info['kvText'])}, {info['spec']}"
+    return (f"reply {one(reply)[:60]!r}..., {tps} tok/s, {one(info['kvText'])}, {info['spec']}; "
+            f"{best_of['bestOf']}")
+
+
+def best_of_visit(page, base: str, left_ms) -> dict:
+    """Opens the page with best-of-3 and effort `low`, waits for the reply,
+    and returns what it shows."""
+    from playwright.sync_api import Error as PwError
+
+    url = base + "/?" + urllib.parse.urlencode(BEST_OF_QUERY, quote_via=urllib.parse.quote)
+    try:
+        page.goto(url, wait_until="load", timeout=min(left_ms(), 30_000))
+        page.wait_for_function(
+            "() => document.body.dataset.state === 'idle' && !!document.querySelector('.msg.assistant')",
+            timeout=left_ms(),
+            polling=100,
+        )
+    except PwError as e:
+        raise Timeout(f"the best-of reply did not finish: {str(e).splitlines()[0]}")
+    return page.evaluate(
+        """() => {
+          const a = [...document.querySelectorAll('.msg.assistant')].pop();
+          const note = (cls) => { const n = a && a.querySelector('.note.' + cls); return n ? n.innerText : ''; };
+          const err = document.getElementById('error');
+          return {
+            reply: a ? a.querySelector('.body').innerText : '',
+            done: !!(a && a.classList.contains('done')),
+            bestOf: note('best-of'),
+            reasoning: note('reasoning'),
+            error: err.classList.contains('show') ? document.getElementById('error-text').innerText : '',
+          };
+        }"""
+    )
+
+
+def check_best_of(info: dict) -> None:
+    """What a person sees after a best-of-3 request with effort `low`."""
+    one = lambda s: " ".join(str(s).split())  # noqa: E731
+    if info["error"]:
+        raise Fail(f"the best-of request shows an error: {one(info['error'])}")
+    if not info["reply"].strip() or not info["done"]:
+        raise Fail(f"no complete best-of reply (text {info['reply']!r})")
+    if not info["bestOf"].startswith("Best of 3 (majority): answers "):
+        raise Fail(f"the best-of note is missing or wrong: {one(info['bestOf'])!r}")
+    if "cap of 128 tokens" not in info["reasoning"]:
+        raise Fail(f"the candidates' reasoning note is missing or wrong: {one(info['reasoning'])!r}")
 
 
 def main() -> int:
