@@ -68,6 +68,66 @@ fn prompt_longer_than_context_and_empty_prompt() {
 }
 
 #[test]
+fn prompt_from_a_file_or_stdin_is_the_same_prompt() {
+    let model = real_model();
+    let m = model.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompt.txt");
+    let prompt = "The capital of France is";
+    // One trailing newline is dropped, as an editor leaves it.
+    std::fs::write(&file, format!("{prompt}\n")).unwrap();
+    let run = |source: &[&str], stdin: Option<&str>| {
+        let mut args = vec![
+            "generate",
+            "-m",
+            m,
+            "-n",
+            "8",
+            "--temperature",
+            "0",
+            "--json",
+        ];
+        args.extend_from_slice(source);
+        let out = tern(&args, stdin);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j = last_json(&out);
+        (j["prompt_tokens"].clone(), j["text"].clone())
+    };
+    let direct = run(&["-p", prompt], None);
+    assert_eq!(run(&["-f", file.to_str().unwrap()], None), direct);
+    assert_eq!(run(&["-f", "-"], Some(prompt)), direct);
+}
+
+#[test]
+fn bad_prompt_files() {
+    let (d, m) = tiny_model(TinySpec::default());
+    let out = tern(
+        &["generate", "-m", &m, "-f", "/nonexistent/prompt.txt"],
+        None,
+    );
+    assert_clean_error(&out, "reading the prompt from /nonexistent/prompt.txt");
+    let out = tern(&["bon", "-m", &m, "-f", "/nonexistent/q.txt"], None);
+    assert_clean_error(&out, "reading the prompt from /nonexistent/q.txt");
+    let empty = d.path().join("empty.txt");
+    std::fs::write(&empty, "\n").unwrap();
+    let out = tern(&["generate", "-m", &m, "-f", empty.to_str().unwrap()], None);
+    assert_clean_error(&out, "is empty");
+    let out = tern(&["generate", "-m", &m, "-f", "-"], Some(""));
+    assert_clean_error(&out, "the prompt from standard input is empty");
+    // One source, not two; and not none.
+    let out = tern(&["generate", "-m", &m, "-p", "hi", "-f", "x"], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+    let out = tern(&["generate", "-m", &m], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("required"));
+}
+
+#[test]
 fn bad_sampling_parameters() {
     let (_d, m) = tiny_model(TinySpec::default());
     let out = tern(&["generate", "-m", &m, "-p", "hi", "--top-p", "1.5"], None);

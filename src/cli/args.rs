@@ -144,6 +144,53 @@ pub struct SamplingArgs {
     pub stop: Vec<String>,
 }
 
+/// Where a prompt comes from: `-p TEXT`, or `-f FILE` for long or multi-line
+/// prompts (`-f -` reads standard input), as with llama.cpp's `-f`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct PromptArgs {
+    /// The prompt text.
+    #[arg(long, short = 'p')]
+    pub prompt: Option<String>,
+    /// Read the prompt from this file (`-` for standard input); one trailing
+    /// newline is dropped.
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+impl PromptArgs {
+    /// The prompt, read from the file or standard input when one was given.
+    pub fn text(&self) -> anyhow::Result<String> {
+        use anyhow::Context;
+        use std::io::Read;
+        let Some(path) = &self.file else {
+            return Ok(self.prompt.clone().unwrap_or_default());
+        };
+        let mut text = String::new();
+        if path.as_os_str() == "-" {
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading the prompt from standard input")?;
+        } else {
+            text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the prompt from {}", path.display()))?;
+        }
+        if text.ends_with('\n') {
+            text.pop();
+            if text.ends_with('\r') {
+                text.pop();
+            }
+        }
+        let from = if path.as_os_str() == "-" {
+            "standard input".to_string()
+        } else {
+            path.display().to_string()
+        };
+        anyhow::ensure!(!text.trim().is_empty(), "the prompt from {from} is empty");
+        Ok(text)
+    }
+}
+
 /// `tern generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
@@ -151,9 +198,8 @@ pub struct GenerateArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub kv: KvArgs,
-    /// The prompt text.
-    #[arg(long, short = 'p')]
-    pub prompt: String,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// Wrap the prompt in the model's chat template as a user turn.
     #[arg(long)]
     pub chat: bool,
@@ -183,9 +229,9 @@ pub struct BonArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub kv: KvArgs,
-    /// The question.
-    #[arg(long, short = 'p')]
-    pub prompt: String,
+    /// The question: `-p TEXT` or `-f FILE`.
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// System prompt for the candidates.
     #[arg(long)]
     pub system: Option<String>,

@@ -15,6 +15,7 @@ use super::resolve;
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &BonArgs) -> Result<()> {
+    let question = a.prompt.text()?;
     let tests = match &a.tests {
         Some(path) => std::fs::read_to_string(path)
             .with_context(|| format!("reading --tests {}", path.display()))?
@@ -36,7 +37,7 @@ pub fn run(a: &BonArgs) -> Result<()> {
             .system
             .iter()
             .map(|s| ChatMessage::new("system", s.as_str()))
-            .chain([ChatMessage::new("user", a.prompt.as_str())])
+            .chain([ChatMessage::new("user", question.as_str())])
             .collect(),
         n: a.n,
         sampling: SamplingParams {

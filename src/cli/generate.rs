@@ -33,16 +33,16 @@ pub fn sampling_params(s: &SamplingArgs, top_logprobs: usize) -> SamplingParams 
     }
 }
 
-/// Token ids of the prompt: raw text, or a user turn through the chat template.
-pub fn prompt_ids(model: &LoadedModel, a: &GenerateArgs) -> Result<Vec<u32>> {
+/// Token ids of `prompt`: raw text, or a user turn through the chat template.
+pub fn prompt_ids(model: &LoadedModel, a: &GenerateArgs, prompt: &str) -> Result<Vec<u32>> {
     if !a.chat {
-        return Ok(model.tokenizer.encode(&a.prompt, true, true)?);
+        return Ok(model.tokenizer.encode(prompt, true, true)?);
     }
     let mut messages = Vec::new();
     if let Some(sys) = &a.system {
         messages.push(ChatMessage::new("system", sys.as_str()));
     }
-    messages.push(ChatMessage::new("user", a.prompt.as_str()));
+    messages.push(ChatMessage::new("user", prompt));
     let text = model.chat_template()?.render(&messages, true)?;
     Ok(model.tokenizer.encode(&text, true, true)?)
 }
@@ -135,8 +135,9 @@ pub fn fit_max_tokens(model: &LoadedModel, prompt: usize, max_tokens: usize) -> 
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &GenerateArgs) -> Result<()> {
+    let text = a.prompt.text()?;
     let model = resolve::load(&a.model.model)?;
-    let prompt = prompt_ids(&model, a)?;
+    let prompt = prompt_ids(&model, a, &text)?;
     let max_tokens = fit_max_tokens(&model, prompt.len(), a.sampling.max_tokens);
     let mut req = SubmitRequest::new(
         prompt,
