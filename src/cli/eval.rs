@@ -386,6 +386,27 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     );
     let next = std::sync::atomic::AtomicUsize::new(0);
     let finished = std::sync::atomic::AtomicUsize::new(0);
+    // Tasks some strategy has no record for yet: the ones that cost time, so
+    // the estimate of the time left counts only them.
+    let pending: std::collections::HashSet<usize> = tasks
+        .iter()
+        .filter(|(i, _)| {
+            strategies
+                .iter()
+                .any(|s| !done.contains_key(&(s.label.clone(), *i)))
+        })
+        .map(|(i, _)| *i)
+        .collect();
+    if !done.is_empty() && !a.model.json {
+        eprintln!(
+            "{} of {} tasks already have every record; running the other {}",
+            tasks.len() - pending.len(),
+            tasks.len(),
+            pending.len()
+        );
+    }
+    let computed = std::sync::atomic::AtomicUsize::new(0);
+    let started = Instant::now();
     let failed: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
     std::thread::scope(|scope| {
         for _ in 0..a.parallel.max(1) {
@@ -405,19 +426,33 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                     }
                 };
                 let n = finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                let mut left = String::new();
+                if pending.contains(i) {
+                    let c = computed.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    let rest = pending.len().saturating_sub(c);
+                    if rest > 0 {
+                        let secs = started.elapsed().as_secs_f64() / c as f64 * rest as f64;
+                        left = format!(", ~{} left", human_secs(secs));
+                    }
+                }
                 let mut acc = acc.lock().expect("totals lock");
-                for (k, r) in &recs {
+                for (j, (k, r)) in recs.iter().enumerate() {
                     acc[*k].add(r);
                     if !a.model.json {
                         eprintln!(
-                            "{:<14} task {:>4} ({}/{}): {} (got {}, want {})",
+                            "{:<14} task {:>4} ({}/{}): {} (got {}, want {}){}",
                             strategies[*k].label,
                             i + 1,
                             n,
                             tasks.len(),
                             if r.ok { "ok " } else { "no " },
                             r.answer.as_deref().unwrap_or("-"),
-                            r.want
+                            r.want,
+                            if j + 1 == recs.len() {
+                                left.as_str()
+                            } else {
+                                ""
+                            }
                         );
                     }
                 }
@@ -429,6 +464,16 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     }
     let acc = acc.into_inner().expect("totals lock");
     print_report(a, &strategies, &acc, tasks.len())
+}
+
+/// `secs` as `2h05m`, `4m10s` or `35s`.
+fn human_secs(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h, m, _) => format!("{h}h{m:02}m"),
+    }
 }
 
 /// Prints the table (or with `--json` one object) of `acc` over `tasks` tasks.
@@ -509,4 +554,17 @@ fn print_report(a: &EvalArgs, strategies: &[Strategy], acc: &[Acc], tasks: usize
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_secs;
+
+    #[test]
+    fn time_left_reads_at_a_glance() {
+        assert_eq!(human_secs(35.4), "35s");
+        assert_eq!(human_secs(250.0), "4m10s");
+        assert_eq!(human_secs(7500.0), "2h05m");
+        assert_eq!(human_secs(-3.0), "0s");
+    }
 }
