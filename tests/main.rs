@@ -8,6 +8,7 @@ mod cli;
 mod engine;
 mod export;
 mod forward;
+mod humaneval;
 mod kv;
 mod plot;
 mod reasoning;

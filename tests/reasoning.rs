@@ -505,3 +505,59 @@ fn eval_report_sets_each_strategy_against_the_first_task_by_task() {
         "{text}"
     );
 }
+
+#[test]
+fn eval_grades_code_tasks_by_running_their_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("code.jsonl");
+    let record = |tests: &str| {
+        serde_json::json!({
+            "task_id": "t", "entry_point": "add",
+            "prompt": "def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n",
+            "test": format!("def check(candidate):\n{tests}"),
+        })
+        .to_string()
+    };
+    // The same function twice: tests it passes, then tests no sum passes.
+    let right = record("    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n");
+    let wrong = record("    assert candidate(2, 3) == 6\n    assert candidate(1, 1) == 3\n");
+    std::fs::write(&task, format!("{right}\n{wrong}\n")).unwrap();
+    let records = dir.path().join("records.jsonl");
+    let rows = eval_rows(
+        &task,
+        &[
+            "--strategy",
+            "single,reward@3",
+            "--max-tokens",
+            "96",
+            "--records",
+            records.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        (rows[0]["correct"].clone(), rows[1]["correct"].clone()),
+        (1.into(), 1.into())
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&records)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for r in &lines {
+        let want = if r["task"] == 0 {
+            "2/2 tests"
+        } else {
+            "0/2 tests"
+        };
+        assert_eq!(r["answer"], want, "{r}");
+        assert_eq!(r["want"], "2 tests");
+    }
+    // Votes and syntheses need answers; unit-test rewards need tests.
+    let out = eval_out(&task, &["--strategy", "majority@4"]);
+    assert_clean_error(&out, "code tasks graded by tests");
+    let out = eval_out(
+        std::path::Path::new("arithmetic:count=2"),
+        &["--strategy", "reward@4"],
+    );
+    assert_clean_error(&out, "needs code tasks");
+}

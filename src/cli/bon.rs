@@ -52,6 +52,7 @@ pub fn run(a: &BonArgs) -> Result<()> {
         wave: a.wave,
         kv_policy: a.kv.kv_policy.clone(),
         tests,
+        prelude: String::new(),
         length,
     };
     let t = std::time::Instant::now();

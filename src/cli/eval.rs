@@ -72,8 +72,9 @@ fn parse_strategy(s: &str, probe_every: usize) -> Result<Strategy> {
         "majority" => (n, Aggregate::Majority, false),
         "synthesize" => (n, Aggregate::Synthesize, false),
         "adaptive" => (n, Aggregate::Majority, true),
+        "reward" => (n, Aggregate::Reward, false),
         other => bail!(
-            "unknown strategy `{other}`: use single, majority@N, synthesize@N, adaptive[@N] or length@EFFORT"
+            "unknown strategy `{other}`: use single, majority@N, synthesize@N, adaptive[@N], reward@N (code tasks) or length@EFFORT"
         ),
     };
     if n == 0 || n > tern_runtime::engine::MAX_N {
@@ -86,6 +87,28 @@ fn parse_strategy(s: &str, probe_every: usize) -> Result<Strategy> {
         adaptive,
         length: None,
     })
+}
+
+/// Code tasks are graded by their tests, so their strategies are `single`
+/// (or `length@`) and `reward@N`; a vote or a synthesis needs answers to
+/// compare, and `reward@N` needs tests.
+fn check_strategies_fit(strategies: &[Strategy], tasks: &[(usize, Task)]) -> Result<()> {
+    let code = tasks.iter().filter(|(_, t)| t.is_code()).count();
+    for s in strategies {
+        if code > 0 && s.n > 1 && s.aggregate != Aggregate::Reward {
+            bail!(
+                "strategy `{}` compares answers, but these are code tasks graded by tests: use single or reward@N",
+                s.label
+            );
+        }
+        if code < tasks.len() && s.aggregate == Aggregate::Reward {
+            bail!(
+                "strategy `{}` scores candidates by unit tests: it needs code tasks (HumanEval-style records)",
+                s.label
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The tasks numbered `offset..offset + limit` of `source`.
@@ -236,18 +259,35 @@ impl Acc {
     }
 }
 
-fn record(s: &Strategy, i: usize, task: &Task, res: &BonResult, secs: f64, shared: bool) -> Record {
-    let ok = res
-        .answer
-        .as_deref()
-        .is_some_and(|got| verify::answers_match(got, &task.answer));
+fn record(
+    s: &Strategy,
+    i: usize,
+    task: &Task,
+    res: &BonResult,
+    secs: f64,
+    shared: bool,
+) -> Result<Record> {
+    // Code tasks: the chosen response's program against every test.
+    let (ok, answer, want) = if task.is_code() {
+        let program = task.program(&verify::extract_code(&res.text));
+        let r = verify::judge_python(&program, &task.tests, &verify::Limits::default())
+            .context("judging a code task")?;
+        let got = format!("{}/{} tests", r.passed, r.total);
+        (r.passed == r.total, Some(got), format!("{} tests", r.total))
+    } else {
+        let ok = res
+            .answer
+            .as_deref()
+            .is_some_and(|got| verify::answers_match(got, &task.answer));
+        (ok, res.answer.clone(), task.answer.clone())
+    };
     let lengths = res.candidates.iter().filter_map(|c| c.length.as_ref());
-    Record {
+    Ok(Record {
         strategy: s.label.clone(),
         task: i,
         ok,
-        answer: res.answer.clone(),
-        want: task.answer.clone(),
+        answer,
+        want,
         tokens: res.tokens,
         candidates: res.candidates.len(),
         probes: lengths.clone().map(|l| l.probes.len()).sum(),
@@ -255,7 +295,7 @@ fn record(s: &Strategy, i: usize, task: &Task, res: &BonResult, secs: f64, share
         tokens_saved: lengths.map(|l| l.tokens_saved).sum(),
         seconds: secs,
         shared,
-    }
+    })
 }
 
 /// Runs the subcommand with its parsed arguments.
@@ -266,6 +306,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         .map(|s| parse_strategy(s, a.probe_every))
         .collect::<Result<_>>()?;
     let tasks = read_tasks(&a.task, a.offset, a.limit)?;
+    check_strategies_fit(&strategies, &tasks)?;
     let done = match &a.records {
         Some(p) => load_records(p)?,
         None => HashMap::new(),
@@ -341,7 +382,8 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                     adaptive: lead.adaptive,
                     wave: 2,
                     kv_policy: a.kv.kv_policy.clone(),
-                    tests: Vec::new(),
+                    tests: task.tests.clone(),
+                    prelude: task.prelude.clone(),
                     length: lead.length.clone(),
                 };
                 let t = Instant::now();
@@ -361,7 +403,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                     (Some(r), _) => r.clone(),
                     (None, Some((results, secs))) => {
                         let r =
-                            record(&strategies[k], i, task, &results[j], *secs, group.len() > 1);
+                            record(&strategies[k], i, task, &results[j], *secs, group.len() > 1)?;
                         if let Some(f) = sink.lock().expect("records file lock").as_mut() {
                             writeln!(f, "{}", serde_json::to_string(&r)?)
                                 .and_then(|()| f.flush())

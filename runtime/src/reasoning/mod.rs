@@ -73,6 +73,9 @@ pub struct BonRequest {
     pub kv_policy: KvPolicy,
     /// Unit tests (Python snippets) for `reward` on code tasks.
     pub tests: Vec<String>,
+    /// Code placed before each candidate's program when `reward` judges it
+    /// (a code task's imports and signature; see `tasks::Task::prelude`).
+    pub prelude: String,
     /// Adaptive length for every candidate: a reasoning cap and, with
     /// `auto`, answer probes (`max_tokens` bounds reasoning plus answer).
     pub length: Option<LengthPolicy>,
@@ -300,7 +303,7 @@ fn aggregate(
         Aggregate::Reward => {
             let programs: Vec<String> = candidates
                 .iter()
-                .map(|c| verify::extract_code(&c.text))
+                .map(|c| with_prelude(&req.prelude, &verify::extract_code(&c.text)))
                 .collect();
             let judged = verify::judge_scaled(
                 &programs,
@@ -331,6 +334,14 @@ fn aggregate(
         candidates_saved,
         tests_run,
     })
+}
+
+/// `code` after `prelude` (when there is one), as one program.
+pub fn with_prelude(prelude: &str, code: &str) -> String {
+    if prelude.is_empty() {
+        return code.to_string();
+    }
+    format!("{}\n{}\n", prelude.trim_end(), code)
 }
 
 /// The model's chat template over `messages`, tokenized, ready to generate.

@@ -161,11 +161,7 @@ fn one(rng: &mut ChaCha8Rng, op: Op, digits: u32) -> Task {
             }
         }
     };
-    Task {
-        question,
-        answer: answer.to_string(),
-        difficulty: Some(digits),
-    }
+    Task::answer(question, answer.to_string(), Some(digits))
 }
 
 #[cfg(test)]

@@ -1,20 +1,34 @@
-//! JSONL task files: one `{"question"|"prompt": ..., "answer": ...}` per line.
+//! JSONL task files, gzipped or not: one `{"question"|"prompt": ..., "answer": ...}`
+//! per line, or one HumanEval record (see [`super::humaneval`]).
 
+use std::io::Read;
 use std::path::Path;
 
-use super::{Task, TaskError};
+use super::{humaneval, Task, TaskError};
 use crate::verify;
 
 /// Every task in the file at `path`. The whole file is checked before anything
 /// is returned: one malformed line is an error naming its line number, so no
 /// caller ever trains or scores on part of a broken file. Blank lines are
-/// skipped; GSM8K's `... #### 18` answers are reduced to `18`.
+/// skipped; GSM8K's `... #### 18` answers are reduced to `18`. A gzip file
+/// (HumanEval's `.jsonl.gz`) is read through its decompression.
 pub fn read_jsonl(path: &Path) -> Result<Vec<Task>, TaskError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| TaskError::Io {
+    let io = |source| TaskError::Io {
         path: shown.clone(),
         source,
-    })?;
+    };
+    let bytes = std::fs::read(path).map_err(io)?;
+    let text = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(bytes.as_slice())
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        text
+    } else {
+        String::from_utf8(bytes)
+            .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?
+    };
     let mut tasks = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -27,6 +41,10 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Task>, TaskError> {
         };
         let v: serde_json::Value =
             serde_json::from_str(line).map_err(|e| bad(format!("not JSON ({e})")))?;
+        if v.get("entry_point").is_some() {
+            tasks.push(humaneval::task(&v).map_err(bad)?);
+            continue;
+        }
         let question = v["question"]
             .as_str()
             .or_else(|| v["prompt"].as_str())
@@ -38,11 +56,8 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Task>, TaskError> {
             _ => return Err(bad("no `answer` (a string or a number)".into())),
         };
         let answer = verify::extract_answer(&raw).unwrap_or(raw);
-        tasks.push(Task {
-            question: question.to_string(),
-            answer,
-            difficulty: v["difficulty"].as_u64().map(|d| d as u32),
-        });
+        let difficulty = v["difficulty"].as_u64().map(|d| d as u32);
+        tasks.push(Task::answer(question.to_string(), answer, difficulty));
     }
     Ok(tasks)
 }

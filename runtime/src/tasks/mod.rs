@@ -3,10 +3,13 @@
 //! The same tasks feed `tern eval` (accuracy of answer strategies) and the
 //! trainer (rewards from `verify`), so a task is generated or read once, in one
 //! shape. Sources are a built-in generator spec (`arithmetic:count=200,seed=1`)
-//! or a JSONL file (`{"question"|"prompt": ..., "answer": ...}`).
+//! or a JSONL file, gzipped or not: `{"question"|"prompt": ..., "answer": ...}`
+//! per line, or HumanEval's code tasks (`prompt`, `entry_point`, `test`), which
+//! are graded by running their tests ([`Task::tests`]).
 
 mod arithmetic;
 mod file;
+mod humaneval;
 
 pub use arithmetic::{ArithmeticSpec, Op};
 pub use file::read_jsonl;
@@ -26,6 +29,38 @@ pub struct Task {
     /// Generator difficulty (digits of the operands); `None` for files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub difficulty: Option<u32>,
+    /// Code tasks: Python tests a program must pass, one case each (online
+    /// judge style). Empty for answer tasks, which compare `answer`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<String>,
+    /// Code tasks: code placed before a candidate's program (the imports and
+    /// signature the question shows), so a bare function body runs too.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prelude: String,
+}
+
+impl Task {
+    /// An answer task: `question`, graded by comparing answers with `answer`.
+    pub fn answer(question: String, answer: String, difficulty: Option<u32>) -> Self {
+        Task {
+            question,
+            answer,
+            difficulty,
+            tests: Vec::new(),
+            prelude: String::new(),
+        }
+    }
+
+    /// Whether the task is graded by running tests rather than by its answer.
+    pub fn is_code(&self) -> bool {
+        !self.tests.is_empty()
+    }
+
+    /// The program judged for a candidate's `code`: the prelude, then the code
+    /// (a whole function replaces the prelude's bare signature).
+    pub fn program(&self, code: &str) -> String {
+        crate::reasoning::with_prelude(&self.prelude, code)
+    }
 }
 
 /// Why a task source could not be read.

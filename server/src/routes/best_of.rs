@@ -63,6 +63,7 @@ pub fn request(
         wave: 1,
         kv_policy: plan.submit.kv_policy.clone(),
         tests,
+        prelude: String::new(),
         length: None,
     })
 }
