@@ -153,6 +153,22 @@ fn bad_input_is_refused_before_any_work() {
         "trained on a broken file"
     );
 
+    let code = dir.path().join("code.jsonl");
+    std::fs::write(
+        &code,
+        "{\"entry_point\": \"f\", \"prompt\": \"def f():\\n\", \"test\": \"assert f() == 1\"}\n",
+    )
+    .unwrap();
+    let o = train(&[
+        "--model",
+        &model,
+        "--task",
+        code.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, "code tasks");
+
     let cfg = dir.path().join("run.toml");
     std::fs::write(&cfg, "steps = 2\nlearning_rate = 0.1\n").unwrap();
     let o = train(&[

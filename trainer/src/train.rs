@@ -173,6 +173,17 @@ pub fn train(
     let resumed = resume.map(checkpoint::load).transpose()?;
     let train_tasks = tasks::load(&cfg.task)?;
     let eval_tasks = cfg.eval_task.as_deref().map(tasks::load).transpose()?;
+    // Rewards compare answers; code tasks would need the judge in the loop.
+    let code = train_tasks
+        .iter()
+        .chain(eval_tasks.iter().flatten())
+        .any(|t| t.is_code());
+    if code {
+        return Err(TrainError::Config(
+            "code tasks (HumanEval-style, graded by tests) are not trainable yet:              rewards compare answers; use an answer task such as arithmetic or GSM8K"
+                .into(),
+        ));
+    }
     prepare_out(&cfg.out)?;
     let kv_policy: KvPolicy = cfg
         .rollout_kv_policy
