@@ -1,5 +1,6 @@
 //! JSONL task files, gzipped or not: one `{"question"|"prompt": ..., "answer": ...}`
-//! per line, or one HumanEval record (see [`super::humaneval`]).
+//! per line, a code task `{"prompt": ..., "tests": [...]}`, or a HumanEval
+//! record (see [`super::humaneval`]).
 
 use std::io::Read;
 use std::path::Path;
@@ -50,6 +51,10 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Task>, TaskError> {
             .or_else(|| v["prompt"].as_str())
             .filter(|q| !q.trim().is_empty())
             .ok_or_else(|| bad("no `question` or `prompt` string".into()))?;
+        if let Some(tests) = v.get("tests") {
+            tasks.push(code_task(question, tests, &v).map_err(bad)?);
+            continue;
+        }
         let raw = match &v["answer"] {
             serde_json::Value::String(s) if !s.trim().is_empty() => s.clone(),
             serde_json::Value::Number(n) => n.to_string(),
@@ -60,6 +65,28 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Task>, TaskError> {
         tasks.push(Task::answer(question.to_string(), answer, difficulty));
     }
     Ok(tasks)
+}
+
+/// A `{"prompt", "tests"}` code task: `tests` are Python snippets run after
+/// the candidate's program (optionally after a `prelude` of code); `answer`,
+/// when given, is a reference program.
+fn code_task(
+    question: &str,
+    tests: &serde_json::Value,
+    v: &serde_json::Value,
+) -> Result<Task, String> {
+    let tests: Vec<String> = tests
+        .as_array()
+        .and_then(|a| a.iter().map(|t| t.as_str().map(str::to_string)).collect())
+        .filter(|t: &Vec<String>| !t.is_empty())
+        .ok_or("`tests` must be a non-empty list of Python snippets")?;
+    Ok(Task {
+        question: question.to_string(),
+        answer: v["answer"].as_str().unwrap_or_default().to_string(),
+        difficulty: v["difficulty"].as_u64().map(|d| d as u32),
+        tests,
+        prelude: v["prelude"].as_str().unwrap_or_default().to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -87,5 +114,26 @@ mod tests {
         .unwrap();
         let e = read_jsonl(&bad).unwrap_err().to_string();
         assert!(e.contains("bad.jsonl:2:") && e.contains("answer"), "{e}");
+    }
+
+    #[test]
+    fn prompt_and_tests_lines_are_code_tasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("code.jsonl");
+        std::fs::write(
+            &file,
+            "{\"prompt\": \"Write add(a, b).\", \"tests\": [\"assert add(1, 2) == 3\", \"assert add(0, 0) == 0\"]}\n",
+        )
+        .unwrap();
+        let t = read_jsonl(&file).unwrap();
+        assert!(t[0].is_code() && t[0].tests.len() == 2 && t[0].prelude.is_empty());
+        for bad in ["[]", "\"assert 1\"", "[1]"] {
+            std::fs::write(&file, format!("{{\"prompt\": \"p\", \"tests\": {bad}}}\n")).unwrap();
+            let e = read_jsonl(&file).unwrap_err().to_string();
+            assert!(
+                e.contains("code.jsonl:1:") && e.contains("non-empty list"),
+                "{e}"
+            );
+        }
     }
 }

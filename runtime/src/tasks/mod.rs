@@ -4,8 +4,9 @@
 //! trainer (rewards from `verify`), so a task is generated or read once, in one
 //! shape. Sources are a built-in generator spec (`arithmetic:count=200,seed=1`)
 //! or a JSONL file, gzipped or not: `{"question"|"prompt": ..., "answer": ...}`
-//! per line, or HumanEval's code tasks (`prompt`, `entry_point`, `test`), which
-//! are graded by running their tests ([`Task::tests`]).
+//! per line, or code tasks graded by running their tests ([`Task::tests`]):
+//! `{"prompt": ..., "tests": [...]}` or HumanEval's records (`prompt`,
+//! `entry_point`, `test`).
 
 mod arithmetic;
 mod file;
