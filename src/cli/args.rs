@@ -289,14 +289,16 @@ pub struct EvalArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub kv: KvArgs,
-    /// Tasks: a JSONL file (`{"question" or "prompt", "answer"}` per line; GSM8K
-    /// works as is) or a built-in generator, e.g.
-    /// `arithmetic:count=200,seed=1,difficulty=1,ops=add+sub+word`.
+    /// Tasks: a JSONL file, gzipped or not (`{"question" or "prompt", "answer"}`
+    /// per line, GSM8K as is; code tasks `{"prompt", "tests": [...]}` or
+    /// HumanEval's records, graded by running their tests), or a built-in
+    /// generator, e.g. `arithmetic:count=200,seed=1,difficulty=1,ops=add+sub+word`.
     #[arg(long)]
     pub task: String,
     /// Strategies to compare, comma-separated: single, majority@N, synthesize@N,
-    /// adaptive[@N], length@EFFORT (one greedy sample under adaptive length:
-    /// EFFORT is low, medium, high, auto, or a token cap).
+    /// adaptive[@N], reward@N (code tasks: the candidate passing most tests),
+    /// length@EFFORT (one greedy sample under adaptive length: EFFORT is low,
+    /// medium, high, auto, or a token cap).
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]
     pub strategy: Vec<String>,
     /// Evaluate only the first N tasks (after --offset).
