@@ -164,10 +164,12 @@ fn bad_input_is_refused_before_any_work() {
         &model,
         "--task",
         code.to_str().unwrap(),
+        "--algorithm",
+        "sft",
         "--out",
         out.to_str().unwrap(),
     ]);
-    assert_clean_error(&o, "code tasks");
+    assert_clean_error(&o, "sft needs answer tasks");
 
     let cfg = dir.path().join("run.toml");
     std::fs::write(&cfg, "steps = 2\nlearning_rate = 0.1\n").unwrap();
@@ -564,4 +566,40 @@ fn dry_run_reports_rollouts_and_writes_no_checkpoint() {
     assert!(m[0]["rollout_tokens"].as_u64().unwrap() > 0);
     assert!(m[0]["kv_bytes_peak"].as_u64() < m[0]["kv_bytes_full"].as_u64());
     assert!(!out.join("latest").exists(), "a dry run saves nothing");
+}
+
+#[test]
+fn grpo_on_a_code_task_rewards_the_tests_passed() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("code.jsonl");
+    let record = serde_json::json!({
+        "prompt": "Write a Python function add(a, b) that returns the sum of a and b.",
+        "tests": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"],
+    });
+    std::fs::write(&task, format!("{record}\n")).unwrap();
+    let out = dir.path().join("run");
+    let model = real_model();
+    let o = train(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--task",
+        task.to_str().unwrap(),
+        "--steps",
+        "1",
+        "--group-size",
+        "4",
+        "--prompts-per-step",
+        "1",
+        "--max-new-tokens",
+        "64",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = &metrics(&out)[0];
+    // Some rollouts' programs pass the tests and some do not: the group's
+    // rewards differ, so the step has a gradient.
+    let mean = m["reward_mean"].as_f64().unwrap();
+    assert!(mean > 0.0 && mean < 1.0, "{m}");
+    assert_eq!(m["groups_with_signal"], 1, "{m}");
 }

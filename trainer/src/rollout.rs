@@ -26,7 +26,8 @@ pub struct Rollout {
     pub tokens: Vec<u32>,
     /// The sampler's log-probability of each token (the behaviour policy).
     pub logprobs: Vec<f64>,
-    /// 1 if the extracted answer matches the task's, else 0.
+    /// Answer tasks: 1 if the extracted answer matches the task's, else 0.
+    /// Code tasks: the share of the tests run that its program passes.
     pub reward: f64,
     /// Most KV bytes its sequence held.
     pub kv_peak_bytes: usize,
@@ -64,6 +65,36 @@ pub fn reward(text: &str, task: &Task) -> f64 {
         Some(got) if verify::answers_match(&got, &task.answer) => 1.0,
         _ => 0.0,
     }
+}
+
+/// Sets the rewards of one task's rollouts. Answer tasks: [`reward`]. Code
+/// tasks: the share of tests each rollout's program passes, with the number
+/// of tests scaled to the group's difficulty (every rollout runs a few
+/// screening tests; more only where their pass patterns disagree, which is
+/// where more tests tell rollouts apart), so rewards within a group compare
+/// the same tests.
+pub fn score(rollouts: &mut [Rollout], task: &Task) -> Result<()> {
+    if !task.is_code() {
+        for r in rollouts {
+            r.reward = reward(&r.text, task);
+        }
+        return Ok(());
+    }
+    let programs: Vec<String> = rollouts
+        .iter()
+        .map(|r| task.program(&verify::extract_code(&r.text)))
+        .collect();
+    let judged = verify::judge_scaled(
+        &programs,
+        &task.tests,
+        verify::SCREEN_TESTS,
+        &verify::Limits::default(),
+    )
+    .map_err(|e| TrainError::Rollout(format!("judging code rollouts: {e}")))?;
+    for (r, report) in rollouts.iter_mut().zip(&judged.reports) {
+        r.reward = report.pass_rate();
+    }
+    Ok(())
 }
 
 /// Settings shared by every rollout of a step.
@@ -164,9 +195,7 @@ pub fn rollout(
                 None => return Err(TrainError::Rollout("the engine stopped".into())),
             }
         }
-        for r in &mut rollouts {
-            r.reward = reward(&r.text, &tasks[ti]);
-        }
+        score(&mut rollouts, &tasks[ti])?;
         groups.push(Group {
             task: ti,
             prompt,
@@ -174,4 +203,52 @@ pub fn rollout(
         });
     }
     Ok((groups, t0.elapsed().as_secs_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rollout(text: &str) -> Rollout {
+        Rollout {
+            text: text.into(),
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            reward: -1.0,
+            kv_peak_bytes: 0,
+            kv_full_bytes: 0,
+            evictions: None,
+        }
+    }
+
+    #[test]
+    fn code_rollouts_earn_the_share_of_tests_they_pass() {
+        let task = Task {
+            question: "Write add(a, b).".into(),
+            answer: String::new(),
+            difficulty: None,
+            tests: vec![
+                "assert add(1, 2) == 3".into(),
+                "assert add(0, 0) == 0".into(),
+                "assert add(-2, 2) == 0".into(),
+                "assert add(5, 5) == 10".into(),
+            ],
+            prelude: String::new(),
+        };
+        let mut group = vec![
+            rollout("```python\ndef add(a, b):\n    return a + b\n```"),
+            // Right only where the sum is 0: tests 2 and 3.
+            rollout("```python\ndef add(a, b):\n    return 0\n```"),
+            rollout("I cannot write code."),
+        ];
+        score(&mut group, &task).unwrap();
+        let rewards: Vec<f64> = group.iter().map(|r| r.reward).collect();
+        // The 2 screening tests split the group three ways (disagreement
+        // 2/3), so 2 + round(2 * 2/3) = 3 of the 4 tests ran.
+        assert_eq!(rewards, vec![1.0, 2.0 / 3.0, 0.0]);
+        let answer = Task::answer("2 + 2?".into(), "4".into(), None);
+        let mut group = vec![rollout("The answer is 4."), rollout("5")];
+        score(&mut group, &answer).unwrap();
+        assert_eq!((group[0].reward, group[1].reward), (1.0, 0.0));
+    }
 }
