@@ -303,7 +303,7 @@ fn aggregate(
         Aggregate::Reward => {
             let programs: Vec<String> = candidates
                 .iter()
-                .map(|c| with_prelude(&req.prelude, &verify::extract_code(&c.text)))
+                .map(|c| verify::with_prelude(&req.prelude, &verify::extract_code(&c.text)))
                 .collect();
             let judged = verify::judge_scaled(
                 &programs,
@@ -334,14 +334,6 @@ fn aggregate(
         candidates_saved,
         tests_run,
     })
-}
-
-/// `code` after `prelude` (when there is one), as one program.
-pub fn with_prelude(prelude: &str, code: &str) -> String {
-    if prelude.is_empty() {
-        return code.to_string();
-    }
-    format!("{}\n{}\n", prelude.trim_end(), code)
 }
 
 /// The model's chat template over `messages`, tokenized, ready to generate.

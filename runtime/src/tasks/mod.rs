@@ -60,7 +60,7 @@ impl Task {
     /// The program judged for a candidate's `code`: the prelude, then the code
     /// (a whole function replaces the prelude's bare signature).
     pub fn program(&self, code: &str) -> String {
-        crate::reasoning::with_prelude(&self.prelude, code)
+        crate::verify::with_prelude(&self.prelude, code)
     }
 }
 

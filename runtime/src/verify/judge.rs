@@ -189,6 +189,16 @@ pub fn tests_for_difficulty<T>(all: &[T], disagreement: f64, min: usize) -> &[T]
     &all[..(min + extra).min(all.len())]
 }
 
+/// `code` after `prelude` (when there is one), as one program: a code task's
+/// imports and signature, then the candidate's code (whose own definition of
+/// the function, if it has one, replaces the prelude's bare signature).
+pub fn with_prelude(prelude: &str, code: &str) -> String {
+    if prelude.is_empty() {
+        return code.to_string();
+    }
+    format!("{}\n{}\n", prelude.trim_end(), code)
+}
+
 /// The program in a model's reply: the body of the last fenced block marked
 /// `python` (or `py`, `python3`) or unmarked; an unclosed last block (a reply
 /// cut off by the token limit) counts. Otherwise the whole text, trimmed.

@@ -23,8 +23,8 @@ pub mod vote;
 
 pub use answer::{answers_match, extract_answer, normalize_number};
 pub use judge::{
-    best_by_tests, extract_code, judge_many, judge_python, tests_for_difficulty, JudgeError,
-    JudgeReport, Limits, Verdict,
+    best_by_tests, extract_code, judge_many, judge_python, tests_for_difficulty, with_prelude,
+    JudgeError, JudgeReport, Limits, Verdict,
 };
 pub use scaled::{judge_scaled, pattern_disagreement, ScaledJudgement, SCREEN_TESTS};
 pub use vote::{majority_confident, majority_posterior, vote, Vote};
