@@ -46,10 +46,17 @@ table = "\n".join(
     f"| {r['candidates_per_task']:.2f} |"
     for s, r in rows.items())
 h = rows["synthesize@8"]["vs_first"]
-early = rows["adaptive@8"]["stopped_early"]
-adaptive = ("Adaptive width never stops\nearly here: on GSM8K this model's answers never agreed enough for the Beta\n"
-            "rule to call a majority settled before the 8th sample, so adaptive@8 equals\nmajority@8"
-            if early == 0 else f"Adaptive width stopped early on {early} problem(s)")
+# Adaptive width's early stops: problems where it used fewer than 8 samples.
+early = sum(1 for line in RECORDS.read_text().splitlines() if line.strip()
+            for r in [json.loads(line)] if r["strategy"] == "adaptive@8" and r["candidates"] < 8)
+same = rows["adaptive@8"]["correct"] == rows["majority@8"]["correct"]
+if early == 0:
+    adaptive = ("Adaptive width never stops\nearly here: on GSM8K this model's answers never agreed enough for the Beta\n"
+                "rule to call a majority settled before the 8th sample, so adaptive@8 equals\nmajority@8")
+else:
+    adaptive = (f"Adaptive width stopped early on only {early} problem(s) (the first\nsamples agreed; "
+                f"accuracy {'the same as' if same else 'different from'} majority@8's): this\nmodel's GSM8K answers "
+                "rarely agree enough for the Beta rule")
 text = f"""{head}
 (temperature 0.7, top-p 0.95, seed 42 + 1000 x task):
 
