@@ -54,8 +54,8 @@ if early == 0:
     adaptive = ("Adaptive width never stops\nearly here: on GSM8K this model's answers never agreed enough for the Beta\n"
                 "rule to call a majority settled before the 8th sample, so adaptive@8 equals\nmajority@8")
 else:
-    adaptive = (f"Adaptive width stopped early on only {early} problem(s) (the first\nsamples agreed; "
-                f"accuracy {'the same as' if same else 'different from'} majority@8's): this\nmodel's GSM8K answers "
+    adaptive = (f"Adaptive width stopped early\non only {early} problem(s) (the first samples agreed; "
+                f"accuracy\n{'the same as' if same else 'different from'} majority@8's): this model's GSM8K answers "
                 "rarely agree enough for the Beta rule")
 text = f"""{head}
 (temperature 0.7, top-p 0.95, seed 42 + 1000 x task):
@@ -76,6 +76,8 @@ doc_path = ROOT / "docs/REASONING.md"
 doc = doc_path.read_text()
 marker = "Progress at the end of" if "Progress at the end of" in doc else "The whole test set, all"
 start = doc.index(marker)
-end = doc.index("### Arithmetic, 50 generated tasks (adaptive length added)")
+# A hand-written reading of the finished run, if any, follows the table and stays.
+tail = "What the whole set says" if "What the whole set says" in doc else "### Arithmetic, 50 generated"
+end = doc.index(tail)
 doc_path.write_text(doc[:start] + text + doc[end:])
 print(text, end="")
