@@ -592,6 +592,8 @@ fn grpo_on_a_code_task_rewards_the_tests_passed() {
         "1",
         "--max-new-tokens",
         "64",
+        "--eval-task",
+        task.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -602,4 +604,12 @@ fn grpo_on_a_code_task_rewards_the_tests_passed() {
     let mean = m["reward_mean"].as_f64().unwrap();
     assert!(mean > 0.0 && mean < 1.0, "{m}");
     assert_eq!(m["groups_with_signal"], 1, "{m}");
+    // Held out, the one task is solved (every test passes) or not: accuracy
+    // is 0 or 1, never a share of tests.
+    let eval: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("eval.json")).unwrap()).unwrap();
+    for key in ["before", "after"] {
+        let v = eval[key].as_f64().unwrap();
+        assert!(v == 0.0 || v == 1.0, "{eval}");
+    }
 }

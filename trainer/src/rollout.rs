@@ -67,6 +67,20 @@ pub fn reward(text: &str, task: &Task) -> f64 {
     }
 }
 
+/// Whether a completion solves its task outright: the right answer, or a
+/// program that passes every one of the task's tests. Held-out accuracy
+/// counts these, so it means the same for code as HumanEval's pass@1 (a
+/// rollout's reward only sees the tests its group's difficulty called for).
+pub fn solved(text: &str, task: &Task) -> Result<bool> {
+    if !task.is_code() {
+        return Ok(reward(text, task) == 1.0);
+    }
+    let program = task.program(&verify::extract_code(text));
+    let report = verify::judge_python(&program, &task.tests, &verify::Limits::default())
+        .map_err(|e| TrainError::Rollout(format!("judging a held-out program: {e}")))?;
+    Ok(report.total > 0 && report.passed == report.total)
+}
+
 /// Sets the rewards of one task's rollouts. Answer tasks: [`reward`]. Code
 /// tasks: the share of tests each rollout's program passes, with the number
 /// of tests scaled to the group's difficulty (every rollout runs a few
@@ -246,9 +260,17 @@ mod tests {
         // The 2 screening tests split the group three ways (disagreement
         // 2/3), so 2 + round(2 * 2/3) = 3 of the 4 tests ran.
         assert_eq!(rewards, vec![1.0, 2.0 / 3.0, 0.0]);
+        // Held out, only the program passing all 4 tests counts as solved.
+        let solves: Vec<bool> = group
+            .iter()
+            .map(|r| solved(&r.text, &task).unwrap())
+            .collect();
+        assert_eq!(solves, vec![true, false, false]);
         let answer = Task::answer("2 + 2?".into(), "4".into(), None);
         let mut group = vec![rollout("The answer is 4."), rollout("5")];
         score(&mut group, &answer).unwrap();
         assert_eq!((group[0].reward, group[1].reward), (1.0, 0.0));
+        assert!(solved("The answer is 4.", &answer).unwrap());
+        assert!(!solved("5", &answer).unwrap());
     }
 }

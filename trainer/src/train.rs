@@ -111,9 +111,10 @@ pub enum Progress<'a> {
 pub struct EvalReport {
     /// Tasks scored.
     pub tasks: usize,
-    /// Greedy accuracy with the weights the run started from.
+    /// Share of tasks greedy decoding solves (right answer; for code, every
+    /// test passes) with the weights the run started from.
     pub before: Option<f64>,
-    /// Greedy accuracy after the last step.
+    /// The same after the last step.
     pub after: Option<f64>,
 }
 
@@ -142,7 +143,8 @@ fn prepare_out(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Greedy accuracy of the engine's current weights on `tasks`.
+/// Share of `tasks` the engine's current weights solve greedily (see
+/// [`rollout::solved`]).
 fn evaluate(engine: &EngineHandle, cfg: &TrainConfig, tasks: &[Task]) -> Result<f64> {
     let picks: Vec<usize> = (0..tasks.len()).collect();
     let policy = KvPolicy::Full;
@@ -157,7 +159,11 @@ fn evaluate(engine: &EngineHandle, cfg: &TrainConfig, tasks: &[Task]) -> Result<
             record_evictions: false,
         };
         let (groups, _) = rollout::rollout(engine, tasks, chunk, &spec, cfg.seed)?;
-        correct += groups.iter().map(|g| g.rollouts[0].reward).sum::<f64>();
+        for g in &groups {
+            if rollout::solved(&g.rollouts[0].text, &tasks[g.task])? {
+                correct += 1.0;
+            }
+        }
     }
     Ok(correct / tasks.len() as f64)
 }
