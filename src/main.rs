@@ -31,12 +31,19 @@ fn main() {
     };
     cli::set_threads(args.threads);
     if let Err(e) = cli::run(args) {
-        // One line: the chain of causes joined, no backtrace.
-        let msg = e
-            .chain()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(": ");
+        // One line: the chain of causes joined, no backtrace; a cause whose
+        // text the line already ends with (an error that prints its source)
+        // is said once.
+        let mut msg = String::new();
+        for cause in e.chain().map(|c| c.to_string()) {
+            if msg.ends_with(&cause) {
+                continue;
+            }
+            if !msg.is_empty() {
+                msg.push_str(": ");
+            }
+            msg.push_str(&cause);
+        }
         eprintln!("error: {msg}");
         std::process::exit(1);
     }

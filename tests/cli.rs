@@ -112,6 +112,18 @@ fn bad_prompt_files() {
     assert_clean_error(&out, "reading the prompt from /nonexistent/prompt.txt");
     let out = tern(&["bon", "-m", &m, "-f", "/nonexistent/q.txt"], None);
     assert_clean_error(&out, "reading the prompt from /nonexistent/q.txt");
+    // An error that prints its cause does not print it twice.
+    let out = tern(
+        &["eval", "-m", &m, "--task", "/nonexistent/tasks.jsonl"],
+        None,
+    );
+    assert_clean_error(&out, "reading task file /nonexistent/tasks.jsonl");
+    let line = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
+    assert_eq!(line.matches("os error").count(), 1, "{line}");
     let empty = d.path().join("empty.txt");
     std::fs::write(&empty, "\n").unwrap();
     let out = tern(&["generate", "-m", &m, "-f", empty.to_str().unwrap()], None);

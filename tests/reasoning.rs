@@ -135,7 +135,7 @@ fn reward_without_tests_is_a_clear_error() {
         ],
         None,
     );
-    assert_clean_error(&out, "needs unit tests");
+    assert_clean_error(&out, "give --tests FILE");
 }
 
 #[test]
@@ -279,6 +279,11 @@ fn bad_reasoning_flags_are_clear_errors() {
         None,
     );
     assert_clean_error(&out, "--synthesizer-model");
+    let out = tern(
+        &["eval", "-m", m, "--task", "arithmetic", "--limit", "0"],
+        None,
+    );
+    assert_clean_error(&out, "--limit 0");
 }
 
 #[test]

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
-use tern_runtime::reasoning::{best_of_n_with, BonRequest, LengthPolicy};
+use tern_runtime::reasoning::{best_of_n_with, Aggregate, BonRequest, LengthPolicy};
 use tern_runtime::sampler::SamplingParams;
 
 use super::args::BonArgs;
@@ -28,6 +28,14 @@ pub fn run(a: &BonArgs) -> Result<()> {
             .collect(),
         None => Vec::new(),
     };
+    if a.aggregate == Aggregate::Reward && tests.is_empty() {
+        match &a.tests {
+            Some(path) => bail!("--tests {} holds no tests", path.display()),
+            None => bail!(
+                "--aggregate reward scores candidates by unit tests: give --tests FILE (one Python assert per line)"
+            ),
+        }
+    }
     let length = LengthPolicy::new(a.reasoning_effort, a.thinking_budget, a.probe_every)?;
     let model = resolve::load(&a.model.model)?;
     let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());

@@ -305,6 +305,9 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         .iter()
         .map(|s| parse_strategy(s, a.probe_every))
         .collect::<Result<_>>()?;
+    if a.limit == 0 {
+        bail!("--limit 0 evaluates no task: give at least 1");
+    }
     let tasks = read_tasks(&a.task, a.offset, a.limit)?;
     check_strategies_fit(&strategies, &tasks)?;
     let done = match &a.records {
