@@ -47,8 +47,7 @@ table = "\n".join(
     for s, r in rows.items())
 h = rows["synthesize@8"]["vs_first"]
 # Adaptive width's early stops: problems where it used fewer than 8 samples.
-early = sum(1 for line in RECORDS.read_text().splitlines() if line.strip()
-            for r in [json.loads(line)] if r["strategy"] == "adaptive@8" and r["candidates"] < 8)
+early = rows["adaptive@8"]["width_stops"]
 same = rows["adaptive@8"]["correct"] == rows["majority@8"]["correct"]
 if early == 0:
     adaptive = ("Adaptive width never stops\nearly here: on GSM8K this model's answers never agreed enough for the Beta\n"

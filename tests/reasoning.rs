@@ -469,17 +469,24 @@ fn eval_report_sets_each_strategy_against_the_first_task_by_task() {
     let q = |a: u32| format!("{{\"question\": \"What is {a} + 0?\", \"answer\": {a}}}\n");
     std::fs::write(&task, (1..=4).map(q).collect::<String>()).unwrap();
     // Majority right on tasks 0-1, synthesize on 0 and 2-3: it wins two
-    // tasks and loses one against majority.
+    // tasks and loses one against majority. Adaptive width agrees with
+    // majority and settled its vote after 4 samples on task 1.
     let right = [
         ("majority@8", [true, true, false, false]),
         ("synthesize@8", [true, false, true, true]),
+        ("adaptive@8", [true, true, false, false]),
     ];
     let mut lines = String::new();
     for (strategy, oks) in right {
         for (t, ok) in oks.iter().enumerate() {
+            let used = if strategy == "adaptive@8" && t == 1 {
+                4
+            } else {
+                8
+            };
             lines += &serde_json::json!({
                 "strategy": strategy, "task": t, "ok": ok, "answer": "1", "want": "1",
-                "tokens": 10, "candidates": 8, "probes": 0, "stopped_early": 0,
+                "tokens": 10, "candidates": used, "probes": 0, "stopped_early": 0,
                 "tokens_saved": 0, "seconds": 1.0, "shared": true
             })
             .to_string();
@@ -490,13 +497,17 @@ fn eval_report_sets_each_strategy_against_the_first_task_by_task() {
     std::fs::write(&rec, lines).unwrap();
     let args = [
         "--strategy",
-        "majority@8,synthesize@8",
+        "majority@8,synthesize@8,adaptive@8",
         "--records",
         rec.to_str().unwrap(),
         "--report",
     ];
     let rows = eval_rows(&task, &args);
     assert!(rows[0].get("vs_first").is_none());
+    // Only the adaptive strategy's fewer samples count as a width stop.
+    let stops: Vec<_> = rows.iter().map(|r| r["width_stops"].as_u64()).collect();
+    assert_eq!(stops, vec![Some(0), Some(0), Some(1)]);
+    assert_eq!(rows[2]["candidates_per_task"], 7.0);
     let h = &rows[1]["vs_first"];
     assert_eq!(h["baseline"], "majority@8");
     assert_eq!(

@@ -205,6 +205,8 @@ struct Row {
     tokens: usize,
     tokens_per_task: f64,
     candidates_per_task: f64,
+    /// Adaptive width: tasks whose vote settled before all N samples were drawn.
+    width_stops: usize,
     /// Adaptive length: answer probes per task, tasks whose probes stopped
     /// the reasoning early, reasoning tokens those early stops saved.
     probes_per_task: f64,
@@ -234,6 +236,8 @@ struct Acc {
     correct: usize,
     tokens: usize,
     used: usize,
+    /// Tasks an adaptive-width strategy answered with fewer than its N samples.
+    width_stops: usize,
     probes: usize,
     early: usize,
     saved: usize,
@@ -244,8 +248,9 @@ struct Acc {
 }
 
 impl Acc {
-    fn add(&mut self, r: &Record) {
+    fn add(&mut self, s: &Strategy, r: &Record) {
         self.correct += r.ok as usize;
+        self.width_stops += (s.adaptive && r.candidates < s.n) as usize;
         if r.ok {
             self.right.insert(r.task);
         }
@@ -326,8 +331,8 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                 .collect();
             if let Some(recs) = recs {
                 complete += 1;
-                for (t, r) in acc.iter_mut().zip(recs) {
-                    t.add(r);
+                for ((t, s), r) in acc.iter_mut().zip(&strategies).zip(recs) {
+                    t.add(s, r);
                 }
             }
         }
@@ -482,7 +487,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                 }
                 let mut acc = acc.lock().expect("totals lock");
                 for (j, (k, r)) in recs.iter().enumerate() {
-                    acc[*k].add(r);
+                    acc[*k].add(&strategies[*k], r);
                     if !a.model.json {
                         eprintln!(
                             "{:<14} task {:>4} ({}/{}): {} (got {}, want {}){}",
@@ -536,6 +541,7 @@ fn print_report(a: &EvalArgs, strategies: &[Strategy], acc: &[Acc], tasks: usize
             tokens: t.tokens,
             tokens_per_task: t.tokens as f64 / n,
             candidates_per_task: t.used as f64 / n,
+            width_stops: t.width_stops,
             probes_per_task: t.probes as f64 / n,
             stopped_early: t.early,
             tokens_saved: t.saved,
@@ -553,25 +559,27 @@ fn print_report(a: &EvalArgs, strategies: &[Strategy], acc: &[Acc], tasks: usize
         return Ok(());
     }
     println!(
-        "{:<16} {:>6} {:>9} {:>12} {:>12} {:>11} {:>6} {:>7} {:>9}",
+        "{:<16} {:>6} {:>9} {:>12} {:>12} {:>10} {:>11} {:>8} {:>7} {:>9}",
         "strategy",
         "tasks",
         "accuracy",
         "tokens/task",
         "samples/task",
+        "width-stop",
         "probes/task",
-        "early",
+        "len-stop",
         "saved",
         "seconds"
     );
     for r in &rows {
         println!(
-            "{:<16} {:>6} {:>8.1}% {:>12.1} {:>12.2} {:>11.2} {:>6} {:>7} {:>9.1}",
+            "{:<16} {:>6} {:>8.1}% {:>12.1} {:>12.2} {:>10} {:>11.2} {:>8} {:>7} {:>9.1}",
             r.strategy,
             r.tasks,
             100.0 * r.accuracy,
             r.tokens_per_task,
             r.candidates_per_task,
+            r.width_stops,
             r.probes_per_task,
             r.stopped_early,
             r.tokens_saved,
