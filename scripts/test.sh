@@ -14,7 +14,9 @@ missing=()
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
+# (bindgen wants libclang.so itself: libclang-cpp, which some images carry
+# without it, matches a looser glob but does not do.)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang.so* >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # `tern plot` draws its labels with DejaVu Sans.
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)

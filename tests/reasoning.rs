@@ -95,6 +95,41 @@ fn synthesize_writes_its_own_answer_after_the_candidates() {
 }
 
 #[test]
+fn a_synthesis_without_an_answer_is_made_to_state_one() {
+    // Four tokens leave the synthesis no room for the answer line it is
+    // asked for, and a question without digits gives it no number to copy:
+    // the answer suffix is appended and the synthesizer writes one sentence.
+    let j = bon(&[
+        "-p",
+        "Sara has seven pencils and gives away three. How many pencils does she have left?",
+        "-n",
+        "3",
+        "--max-tokens",
+        "4",
+        "--aggregate",
+        "synthesize",
+    ]);
+    assert_eq!(j["forced_answer"], true, "{j}");
+    let text = j["text"].as_str().unwrap();
+    let (head, tail) = text
+        .split_once("\n\nThe final answer is")
+        .unwrap_or_else(|| panic!("no forced answer in {text:?}"));
+    assert!(!head.contains("answer is"), "{text:?}");
+    assert!(
+        !tail.contains('\n') || tail.trim_start().is_empty(),
+        "{text:?}"
+    );
+    let cands: u64 = j["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["tokens"].as_u64().unwrap())
+        .sum();
+    // Candidates, the synthesis and the forced sentence are all billed.
+    assert!(j["tokens"].as_u64().unwrap() > cands + 1, "{j}");
+}
+
+#[test]
 fn reward_picks_the_candidate_passing_most_tests() {
     let dir = tempfile::tempdir().unwrap();
     let tests = dir.path().join("tests.txt");
@@ -410,14 +445,17 @@ fn eval_shared_samples_equal_separate_runs_and_records_resume() {
     // report that prefix, not all 8.
     let greedy = ["--max-tokens", "16", "--temperature", "0"];
     let run = |extra: &[&str]| eval_rows(&task, &[&greedy[..], extra].concat());
-    let shared = run(&["--strategy", "majority@8,adaptive@8"]);
+    // Waves of 3 see 3 agreeing votes (P = 15/16, not enough), then 6.
+    let ways = ["majority@8", "adaptive@8", "adaptive@8:wave=3"];
+    let shared = run(&["--strategy", &ways.join(",")]);
     assert_eq!(shared[0]["shared_samples"], true);
-    for (i, s) in ["majority@8", "adaptive@8"].iter().enumerate() {
+    for (i, s) in ways.iter().enumerate() {
         let alone = run(&["--strategy", s]);
         assert_eq!(alone[0]["shared_samples"], false);
         assert_eq!(key(&alone[0]), key(&shared[i]), "{s}");
     }
     assert_eq!(shared[1]["candidates_per_task"], 4.0);
+    assert_eq!(shared[2]["candidates_per_task"], 6.0);
     // Records: the first task, then both; the second run only adds the second
     // task's records, and its table equals the one-shot run's.
     let rec = dir.path().join("records.jsonl");

@@ -296,7 +296,8 @@ pub struct EvalArgs {
     #[arg(long)]
     pub task: String,
     /// Strategies to compare, comma-separated: single, majority@N, synthesize@N,
-    /// adaptive[@N], reward@N (code tasks: the candidate passing most tests),
+    /// adaptive[@N] (adaptive width in waves of 2; `adaptive@8:wave=1` samples
+    /// one candidate at a time), reward@N (code tasks: the candidate passing most tests),
     /// length@EFFORT (one greedy sample under adaptive length: EFFORT is low,
     /// medium, high, auto, or a token cap).
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]

@@ -109,6 +109,8 @@ pub fn run(a: &BonArgs) -> Result<()> {
         res.candidates.len(),
         if res.candidates_saved > 0 {
             format!(" ({} saved by adaptive width)", res.candidates_saved)
+        } else if res.forced_answer {
+            " (the synthesis stated no answer: one was forced)".to_string()
         } else {
             String::new()
         },

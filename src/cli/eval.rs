@@ -31,8 +31,13 @@ struct Strategy {
     n: usize,
     aggregate: Aggregate,
     adaptive: bool,
+    /// Candidates per wave when adaptive (`adaptive@N:wave=W`, default 2).
+    wave: usize,
     length: Option<LengthPolicy>,
 }
+
+/// Adaptive width's default wave: 2 candidates per engine request, as `tern bon`.
+const DEFAULT_WAVE: usize = 2;
 
 /// `length@EFFORT`: one greedy sample under adaptive length, EFFORT an effort
 /// name or a bare token cap.
@@ -51,6 +56,7 @@ fn parse_length(s: &str, effort: &str, probe_every: usize) -> Result<Strategy> {
         n: 1,
         aggregate: Aggregate::Majority,
         adaptive: false,
+        wave: DEFAULT_WAVE,
         length: policy,
     })
 }
@@ -59,13 +65,18 @@ fn parse_strategy(s: &str, probe_every: usize) -> Result<Strategy> {
     if let Some(effort) = s.strip_prefix("length@") {
         return parse_length(s, effort, probe_every);
     }
-    let (name, n) = match s.split_once('@') {
+    // `adaptive@8:wave=1`: options after the count, as in policy specs.
+    let (head, options) = match s.split_once(':') {
+        Some((head, options)) => (head, Some(options)),
+        None => (s, None),
+    };
+    let (name, n) = match head.split_once('@') {
         Some((name, n)) => (
             name,
             n.parse::<usize>()
                 .with_context(|| format!("strategy `{s}`: `{n}` is not a count"))?,
         ),
-        None => (s, 8),
+        None => (head, 8),
     };
     let (n, aggregate, adaptive) = match name {
         "single" => (1, Aggregate::Majority, false),
@@ -80,11 +91,32 @@ fn parse_strategy(s: &str, probe_every: usize) -> Result<Strategy> {
     if n == 0 || n > tern_runtime::engine::MAX_N {
         bail!("strategy `{s}`: N must be between 1 and 16");
     }
+    let mut wave = DEFAULT_WAVE.min(n);
+    if let Some(options) = options {
+        if !adaptive {
+            bail!("strategy `{s}`: only adaptive@N takes options (`:wave=W`)");
+        }
+        for kv in options.split(':') {
+            match kv.split_once('=') {
+                Some(("wave", w)) => {
+                    wave = w
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|w| (1..=n).contains(w))
+                        .with_context(|| {
+                            format!("strategy `{s}`: wave must be a count from 1 to {n}, got `{w}`")
+                        })?
+                }
+                _ => bail!("strategy `{s}`: unknown option `{kv}` (adaptive@N takes wave=W)"),
+            }
+        }
+    }
     Ok(Strategy {
         label: s.to_string(),
         n,
         aggregate,
         adaptive,
+        wave,
         length: None,
     })
 }
@@ -388,7 +420,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                     max_tokens: a.max_tokens,
                     aggregate: lead.aggregate,
                     adaptive: lead.adaptive,
-                    wave: 2,
+                    wave: lead.wave,
                     kv_policy: a.kv.kv_policy.clone(),
                     tests: task.tests.clone(),
                     prelude: task.prelude.clone(),
@@ -396,9 +428,12 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                 };
                 let t = Instant::now();
                 let results = if group.len() > 1 {
-                    let ways: Vec<(Aggregate, bool)> = group
+                    let ways: Vec<(Aggregate, Option<usize>)> = group
                         .iter()
-                        .map(|&k| (strategies[k].aggregate, strategies[k].adaptive))
+                        .map(|&k| {
+                            let s = &strategies[k];
+                            (s.aggregate, s.adaptive.then_some(s.wave))
+                        })
                         .collect();
                     best_of_n_shared(&engine, synthesizer, &req, &ways)?
                 } else {
@@ -611,7 +646,26 @@ fn print_report(a: &EvalArgs, strategies: &[Strategy], acc: &[Acc], tasks: usize
 
 #[cfg(test)]
 mod tests {
-    use super::human_secs;
+    use super::{human_secs, parse_strategy};
+
+    #[test]
+    fn adaptive_strategies_take_a_wave() {
+        let s = parse_strategy("adaptive@8:wave=1", 64).unwrap();
+        assert!(s.adaptive);
+        assert_eq!((s.n, s.wave, s.label.as_str()), (8, 1, "adaptive@8:wave=1"));
+        assert_eq!(parse_strategy("adaptive@8", 64).unwrap().wave, 2);
+        assert_eq!(parse_strategy("adaptive@1", 64).unwrap().wave, 1);
+        for bad in [
+            "adaptive@8:wave=0",
+            "adaptive@8:wave=9",
+            "adaptive@8:wave=x",
+            "adaptive@8:step=1",
+            "majority@8:wave=1",
+        ] {
+            let e = parse_strategy(bad, 64).unwrap_err().to_string();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn time_left_reads_at_a_glance() {

@@ -119,6 +119,10 @@ pub struct BonResult {
     /// candidates agree on them, more when they disagree.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tests_run: Option<usize>,
+    /// The synthesis stated no final answer, so the answer suffix was appended
+    /// to it and the synthesizer wrote one more sentence (`synthesize` only).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub forced_answer: bool,
 }
 
 /// Why best-of-N failed.
@@ -213,17 +217,18 @@ pub fn adaptive_width(candidates: &[Candidate], wave: usize) -> usize {
 
 /// Several aggregations of one set of candidates, as if each had been run on its
 /// own: `req.n` candidates are sampled once (candidate `i` seeded `seed + i`, as
-/// every run seeds them), then each `(aggregate, adaptive)` pair is applied to
-/// them, adaptive width to the prefix it would have sampled
-/// ([`adaptive_width`]). A candidate's text depends only on its seed (a batched
-/// row computes exactly as it would alone), so each result equals a separate
+/// every run seeds them), then each `(aggregate, adaptive)` way is applied to
+/// them; `adaptive` is `Some(wave)` for adaptive width in waves of `wave`, which
+/// sees the prefix it would have sampled ([`adaptive_width`]), and `None` for
+/// all `n`. A candidate's text depends only on its seed (a batched row computes
+/// exactly as it would alone), so each result equals a separate
 /// [`best_of_n_with`] run with that aggregate; `tern eval` uses this to score
 /// majority, adaptive and synthesize for the price of one set of samples.
 pub fn best_of_n_shared(
     engine: &EngineHandle,
     synthesizer: &EngineHandle,
     req: &BonRequest,
-    ways: &[(Aggregate, bool)],
+    ways: &[(Aggregate, Option<usize>)],
 ) -> Result<Vec<BonResult>> {
     let sample = BonRequest {
         aggregate: Aggregate::Majority,
@@ -236,12 +241,13 @@ pub fn best_of_n_shared(
         .map(|&(agg, adaptive)| {
             let r = BonRequest {
                 aggregate: agg,
-                adaptive,
+                adaptive: adaptive.is_some(),
+                wave: adaptive.unwrap_or(req.wave),
                 ..req.clone()
             };
             let mut cands = all.candidates.clone();
-            if adaptive && agg != Aggregate::Reward {
-                cands.truncate(adaptive_width(&cands, req.wave.clamp(1, req.n)));
+            if let Some(wave) = adaptive.filter(|_| agg != Aggregate::Reward) {
+                cands.truncate(adaptive_width(&cands, wave.clamp(1, req.n)));
             }
             aggregate(synthesizer, &r, &question, cands)
         })
@@ -271,6 +277,7 @@ fn aggregate(
         .map(|c| c.tokens + c.length.as_ref().map_or(0, |l| l.probe_tokens))
         .sum();
     let mut tests_run = None;
+    let mut forced_answer = false;
     let (answer, text, chosen) = match req.aggregate {
         Aggregate::Majority => {
             let v = verify::vote(candidates.iter().map(|c| c.answer.as_deref()));
@@ -298,7 +305,18 @@ fn aggregate(
                 .pop()
                 .ok_or_else(|| ReasoningError::Engine("the synthesis produced nothing".into()))?;
             tokens += c.tokens;
-            (c.answer, c.text, None)
+            match c.answer {
+                Some(answer) => (Some(answer), c.text, None),
+                None => {
+                    // A small synthesizer often re-writes candidates and stops
+                    // without the asked-for answer line: force one, as adaptive
+                    // length forces the answer at its cap.
+                    let (text, spent) = force_answer(synthesizer, &synth, &c.text)?;
+                    tokens += spent;
+                    forced_answer = true;
+                    (verify::extract_answer(&text), text, None)
+                }
+            }
         }
         Aggregate::Reward => {
             let programs: Vec<String> = candidates
@@ -333,7 +351,61 @@ fn aggregate(
         tokens,
         candidates_saved,
         tests_run,
+        forced_answer,
     })
+}
+
+/// Where a forced answer's sentence ends in `tail`, once it has some content:
+/// the byte offset of its first [`length::ANSWER_STOP`] after that content.
+fn sentence_end(tail: &str) -> Option<usize> {
+    let start = tail.len() - tail.trim_start().len();
+    length::ANSWER_STOP
+        .iter()
+        .filter_map(|stop| tail[start..].find(stop))
+        .min()
+        .map(|at| start + at)
+}
+
+/// `text` (a completion of `prompt`) followed by [`ANSWER_SUFFIX`] and the
+/// one greedy sentence the model writes after it, with the tokens that
+/// sentence cost.
+fn force_answer(engine: &EngineHandle, prompt: &[u32], text: &str) -> Result<(String, usize)> {
+    let model = engine.model();
+    let head = format!("{}{ANSWER_SUFFIX}", text.trim_end());
+    let mut tokens = prompt.to_vec();
+    tokens.extend(model.tokenizer.encode(&head, false, false)?);
+    let room = model.config().context_length.saturating_sub(tokens.len());
+    if room == 0 {
+        return Ok((text.to_string(), 0));
+    }
+    let sampling = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let sub = SubmitRequest::new(tokens, sampling, ANSWER_TOKENS.min(room));
+    let mut stream = engine.submit(sub)?;
+    let (mut tail, mut spent) = (String::new(), 0);
+    while let Some(ev) = stream.blocking_recv() {
+        match ev {
+            Event::Token { text, .. } => {
+                spent += 1;
+                tail.push_str(&text);
+                // The answer ends with its sentence once it has begun (a stop
+                // string would also cut the line break that often opens it);
+                // dropping the stream cancels the rest.
+                if let Some(end) = sentence_end(&tail) {
+                    tail.truncate(end);
+                    break;
+                }
+            }
+            Event::Done {
+                completion_tokens, ..
+            } => spent = completion_tokens,
+            Event::Error(e) => return Err(ReasoningError::Engine(e)),
+            _ => {}
+        }
+    }
+    Ok((format!("{head}{tail}"), spent))
 }
 
 /// The model's chat template over `messages`, tokenized, ready to generate.
@@ -403,4 +475,22 @@ fn generate(
             length: length.then(|| tally.finish(tokens)),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sentence_end;
+
+    #[test]
+    fn a_forced_answer_ends_with_its_first_sentence_after_content() {
+        assert_eq!(
+            sentence_end("\n"),
+            None,
+            "a leading line break is not the end"
+        );
+        assert_eq!(sentence_end("\n\n 12"), None);
+        assert_eq!(sentence_end(" 12.\n"), Some(4));
+        assert_eq!(sentence_end(" 3.5 apples. Then"), Some(11));
+        assert_eq!(sentence_end("\n42\nmore"), Some(3));
+    }
 }

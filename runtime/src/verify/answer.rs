@@ -93,7 +93,11 @@ fn last_stated(text: &str) -> Option<&str> {
     starts.iter().rev().find_map(|&start| {
         let rest = text[start..].trim_start_matches(|c: char| c == ':' || c.is_whitespace());
         let answer = clean_stated(first_sentence(rest));
-        (!answer.is_empty()).then_some(answer)
+        // "The answer is\n\nThe final answer is" states nothing: the text
+        // after an empty "answer is" is another opening, not an answer.
+        let lower = answer.to_ascii_lowercase();
+        let opening = lower.contains("answer is") || lower.contains("answer:");
+        (!answer.is_empty() && !opening).then_some(answer)
     })
 }
 
@@ -495,6 +499,8 @@ mod tests {
                 Some("42 too, really"),
             ),
             ("Thinking 3 then 5.\nThe answer is 42.", Some("42")),
+            ("The answer is\n\nThe final answer is", None),
+            ("The answer is\n\nThe final answer is 6", Some("6")),
             ("the final answer is $\\frac{3}{4}$.", Some("\\frac{3}{4}")),
             ("THE ANSWER IS: **17**", Some("17")),
             ("**Answer:** $12.50", Some("$12.50")),

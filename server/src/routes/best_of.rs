@@ -128,6 +128,8 @@ pub async fn respond(
             "tokens_saved": tokens_saved,
             "candidates_saved": res.candidates_saved,
             "tests_run": res.tests_run,
+            // The synthesis stated no answer and was made to write one.
+            "forced_answer": res.forced_answer,
             "synthesizer_model": (res.aggregate == Aggregate::Synthesize).then_some(synthesizer_model),
         },
     });
