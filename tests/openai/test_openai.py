@@ -314,6 +314,31 @@ def test_best_of_majority_extension(client, model_id):
     assert tern["answer"] == chosen["answer"]
 
 
+def test_best_of_synthesize_forces_a_missing_answer(client, model_id):
+    """`aggregate: synthesize`: the reply is the synthesis, not a candidate.
+    Four tokens leave it no room for its answer line and the question has
+    no digits to copy, so the answer suffix is forced and reported."""
+    resp = client.chat.completions.create(
+        model=model_id,
+        messages=[{
+            "role": "user",
+            "content": "Sara has seven pencils and gives away three. How many pencils does she have left?",
+        }],
+        max_tokens=4,
+        temperature=0.7,
+        seed=42,
+        extra_body={"best_of": 3, "aggregate": "synthesize"},
+    )
+    tern = resp.to_dict()["tern"]
+    assert tern["aggregate"] == "synthesize" and tern["chosen"] is None
+    assert tern["forced_answer"] is True
+    text = resp.choices[0].message.content
+    assert "\n\nThe final answer is" in text
+    # Candidates, the synthesis and the forced sentence are all billed.
+    assert resp.usage.completion_tokens == tern["tokens_spent"]
+    assert tern["tokens_spent"] > sum(c["tokens"] for c in tern["candidates"]) + 1
+
+
 def test_best_of_rejects_bad_aggregate(client, model_id):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
