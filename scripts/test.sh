@@ -31,7 +31,7 @@ fi
 command -v cargo >/dev/null 2>&1 || { echo "error: cargo not found: install Rust with rustup" >&2; exit 1; }
 
 # 2. Build once in release (tests on the real model need optimised code).
-say "building (release, -C target-cpu=native)"
+say "building (release, -C target-cpu=x86-64-v3: AVX2 kernels, see .cargo/config.toml)"
 cargo build --release --locked
 
 # 3. The real model, verified by sha256 (idempotent).
