@@ -548,3 +548,53 @@ fn a_prompt_progresses_when_decoding_fills_every_step() {
         assert_eq!(collect(s)[0].0, expected[i], "request {i}");
     }
 }
+
+/// The text of a one-completion request, as streamed.
+fn streamed_text(engine: &EngineHandle, req: SubmitRequest) -> String {
+    let mut s = engine.submit(req).expect("submitted");
+    let mut text = String::new();
+    while let Some(ev) = s.blocking_recv() {
+        match ev {
+            Event::Token { text: t, .. } => text.push_str(&t),
+            Event::Error(e) => panic!("engine error: {e}"),
+            _ => {}
+        }
+    }
+    text
+}
+
+#[test]
+fn stops_after_content_pass_the_opening_and_cut_the_rest() {
+    let (_d, model) = load_tiny();
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    let req = || {
+        let mut r = SubmitRequest::new(prompt(3, 12), SamplingParams::greedy(), 32);
+        r.ignore_eos = true;
+        r
+    };
+    let full = streamed_text(&engine, req());
+    // The first character of content as the stop string: a plain stop cuts
+    // there, before any content; armed after content, it passes that first
+    // piece and cuts at a later occurrence (or never).
+    let stop: String = full
+        .trim_start()
+        .chars()
+        .next()
+        .expect("the greedy text has content")
+        .to_string();
+    let mut plain = req();
+    plain.stop = vec![stop.clone()];
+    let plain = streamed_text(&engine, plain);
+    let mut deferred = req();
+    deferred.stop_after_content = vec![stop.clone()];
+    let deferred = streamed_text(&engine, deferred);
+    assert!(plain.trim().is_empty(), "plain stop {stop:?}: {plain:?}");
+    assert!(!deferred.trim().is_empty(), "{deferred:?} of {full:?}");
+    assert!(full.starts_with(&deferred), "{deferred:?} of {full:?}");
+    // (The tiny model's greedy text repeats its first character, so the
+    // armed stop does cut it.)
+    assert!(
+        deferred.len() < full.len() && full[deferred.len()..].starts_with(&stop),
+        "cut at {stop:?}: {deferred:?} of {full:?}"
+    );
+}

@@ -113,6 +113,10 @@ pub struct SubmitRequest {
     pub max_tokens: usize,
     /// Strings that end a completion; the text is cut before them.
     pub stop: Vec<String>,
+    /// Stop strings armed only once the completion has written some
+    /// non-whitespace text, so an answer that opens with a line break is not
+    /// cut to nothing (a forced answer's sentence end).
+    pub stop_after_content: Vec<String>,
     /// Keep going past end-of-sequence tokens (benchmarks).
     pub ignore_eos: bool,
     /// KV compression for this request's sequences.
@@ -140,6 +144,7 @@ impl SubmitRequest {
             sampling,
             max_tokens,
             stop: Vec::new(),
+            stop_after_content: Vec::new(),
             ignore_eos: false,
             kv_policy: KvPolicy::Full,
             n: 1,

@@ -563,28 +563,34 @@ fn start_completions(
     };
     // Until the children exist, the prompt's sequence is the request's only
     // one: keep it reachable so a failure below still frees it.
-    r.completions.push(Completion::new(
-        0,
-        seq,
-        seeded(&r.req, 0),
-        &r.req.prompt,
-        r.req.stop.clone(),
-        r.req.constraint,
-    ));
+    r.completions.push(
+        Completion::new(
+            0,
+            seq,
+            seeded(&r.req, 0),
+            &r.req.prompt,
+            r.req.stop.clone(),
+            r.req.constraint,
+        )
+        .with_deferred_stops(r.req.stop_after_content.clone()),
+    );
     backend.finish_prefill(seq)?;
     let _ = r.events.send(Event::Prefilled {
         prompt_tokens: r.req.prompt.len(),
     });
     for i in 1..r.req.n.max(1) {
         let child = backend.fork(seq)?;
-        r.completions.push(Completion::new(
-            i,
-            child,
-            seeded(&r.req, i),
-            &r.req.prompt,
-            r.req.stop.clone(),
-            r.req.constraint,
-        ));
+        r.completions.push(
+            Completion::new(
+                i,
+                child,
+                seeded(&r.req, i),
+                &r.req.prompt,
+                r.req.stop.clone(),
+                r.req.constraint,
+            )
+            .with_deferred_stops(r.req.stop_after_content.clone()),
+        );
     }
     if r.req.think.is_some() {
         for c in &mut r.completions {

@@ -100,6 +100,13 @@ impl Completion {
         &self.history[self.cached..]
     }
 
+    /// Arms `stops` once the completion has some content (see
+    /// `SubmitRequest::stop_after_content`).
+    pub fn with_deferred_stops(mut self, stops: Vec<String>) -> Self {
+        self.deferred_stops = stops;
+        self
+    }
+
     /// Appends `tokens` as if they had been generated, without counting them:
     /// their text goes out with the next sampled token, and they reach the
     /// cache with the next forward. Used to force the answer suffix; `then_stop`

@@ -307,15 +307,17 @@ fn aggregate(
             tokens += c.tokens;
             match c.answer {
                 Some(answer) => (Some(answer), c.text, None),
-                None => {
-                    // A small synthesizer often re-writes candidates and stops
-                    // without the asked-for answer line: force one, as adaptive
-                    // length forces the answer at its cap.
-                    let (text, spent) = force_answer(synthesizer, &synth, &c.text)?;
-                    tokens += spent;
-                    forced_answer = true;
-                    (verify::extract_answer(&text), text, None)
-                }
+                // A small synthesizer often re-writes candidates and stops
+                // without the asked-for answer line: force one, as adaptive
+                // length forces the answer at its cap (if the context has room).
+                None => match force_answer(synthesizer, &synth, &c.text)? {
+                    Some((text, spent)) => {
+                        tokens += spent;
+                        forced_answer = true;
+                        (verify::extract_answer(&text), text, None)
+                    }
+                    None => (None, c.text, None),
+                },
             }
         }
         Aggregate::Reward => {
@@ -355,49 +357,31 @@ fn aggregate(
     })
 }
 
-/// Where a forced answer's sentence ends in `tail`, once it has some content:
-/// the byte offset of its first [`length::ANSWER_STOP`] after that content.
-fn sentence_end(tail: &str) -> Option<usize> {
-    let start = tail.len() - tail.trim_start().len();
-    length::ANSWER_STOP
-        .iter()
-        .filter_map(|stop| tail[start..].find(stop))
-        .min()
-        .map(|at| start + at)
-}
-
 /// `text` (a completion of `prompt`) followed by [`ANSWER_SUFFIX`] and the
 /// one greedy sentence the model writes after it, with the tokens that
-/// sentence cost.
-fn force_answer(engine: &EngineHandle, prompt: &[u32], text: &str) -> Result<(String, usize)> {
+/// sentence cost; `None` when the context has no room left for it.
+fn force_answer(
+    engine: &EngineHandle,
+    prompt: &[u32],
+    text: &str,
+) -> Result<Option<(String, usize)>> {
     let model = engine.model();
     let head = format!("{}{ANSWER_SUFFIX}", text.trim_end());
     let mut tokens = prompt.to_vec();
     tokens.extend(model.tokenizer.encode(&head, false, false)?);
     let room = model.config().context_length.saturating_sub(tokens.len());
     if room == 0 {
-        return Ok((text.to_string(), 0));
+        return Ok(None);
     }
-    let sampling = SamplingParams {
-        temperature: 0.0,
-        ..SamplingParams::default()
-    };
-    let sub = SubmitRequest::new(tokens, sampling, ANSWER_TOKENS.min(room));
+    let mut sub = SubmitRequest::new(tokens, SamplingParams::greedy(), ANSWER_TOKENS.min(room));
+    // The answer ends with its sentence once it has begun, as a forced
+    // answer at a thinking budget does.
+    sub.stop_after_content = length::ANSWER_STOP.iter().map(|s| s.to_string()).collect();
     let mut stream = engine.submit(sub)?;
     let (mut tail, mut spent) = (String::new(), 0);
     while let Some(ev) = stream.blocking_recv() {
         match ev {
-            Event::Token { text, .. } => {
-                spent += 1;
-                tail.push_str(&text);
-                // The answer ends with its sentence once it has begun (a stop
-                // string would also cut the line break that often opens it);
-                // dropping the stream cancels the rest.
-                if let Some(end) = sentence_end(&tail) {
-                    tail.truncate(end);
-                    break;
-                }
-            }
+            Event::Token { text, .. } => tail.push_str(&text),
             Event::Done {
                 completion_tokens, ..
             } => spent = completion_tokens,
@@ -405,7 +389,7 @@ fn force_answer(engine: &EngineHandle, prompt: &[u32], text: &str) -> Result<(St
             _ => {}
         }
     }
-    Ok((format!("{head}{tail}"), spent))
+    Ok(Some((format!("{head}{tail}"), spent)))
 }
 
 /// The model's chat template over `messages`, tokenized, ready to generate.
@@ -475,22 +459,4 @@ fn generate(
             length: length.then(|| tally.finish(tokens)),
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::sentence_end;
-
-    #[test]
-    fn a_forced_answer_ends_with_its_first_sentence_after_content() {
-        assert_eq!(
-            sentence_end("\n"),
-            None,
-            "a leading line break is not the end"
-        );
-        assert_eq!(sentence_end("\n\n 12"), None);
-        assert_eq!(sentence_end(" 12.\n"), Some(4));
-        assert_eq!(sentence_end(" 3.5 apples. Then"), Some(11));
-        assert_eq!(sentence_end("\n42\nmore"), Some(3));
-    }
 }
