@@ -9,7 +9,7 @@ say() { printf '\n== %s\n' "$*"; }
 # 1. System packages: a C toolchain for -sys crates, cmake and libclang for
 #    llama.cpp (the `llama-cpp` backend, built by default), Python with pip for
 #    `tern pull` and the API suite, Chromium for the chat-page test, a font for
-#    `tern plot`.
+#    `tern plot`, bubblewrap for the code judge's sandbox.
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
@@ -18,6 +18,8 @@ command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 # without it, matches a looser glob but does not do.)
 ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang.so* >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# The code judge runs every candidate program inside bubblewrap (docs/SECURITY.md).
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # `tern plot` draws its labels with DejaVu Sans.
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)

@@ -13,5 +13,6 @@ mod kv;
 mod plot;
 mod reasoning;
 mod reference;
+mod security;
 mod tokenizer;
 mod train;

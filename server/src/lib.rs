@@ -63,6 +63,9 @@ pub struct ServerConfig {
     pub cors: Cors,
     /// Largest request body in bytes (413 above it).
     pub max_body: usize,
+    /// Run client-written `tests` (best-of-N `aggregate: reward`) in the
+    /// code judge's sandbox; when false they are a 403 (the default).
+    pub allow_code_execution: bool,
 }
 
 /// Cross-origin access for browsers.

@@ -26,6 +26,7 @@ struct Inner {
     api_key: Option<String>,
     max_body: usize,
     cors: Cors,
+    allow_code_execution: bool,
     engine: OnceLock<EngineHandle>,
     synthesizer: OnceLock<(String, EngineHandle)>,
 }
@@ -40,9 +41,15 @@ impl AppState {
             api_key: config.api_key.clone(),
             max_body: config.max_body,
             cors: config.cors.clone(),
+            allow_code_execution: config.allow_code_execution,
             engine: OnceLock::new(),
             synthesizer: OnceLock::new(),
         }))
+    }
+
+    /// Whether client-written code may run (`--allow-code-execution`).
+    pub fn allow_code_execution(&self) -> bool {
+        self.0.allow_code_execution
     }
 
     /// Marks the model loaded; requests are served from now on. A second

@@ -261,6 +261,10 @@ pub struct BonArgs {
     /// Seed of candidate 1; candidate i uses seed + i - 1.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Add BIAS to token ID's logit before sampling, as llama.cpp's
+    /// --logit-bias (repeatable): `--logit-bias 15043=+1.5`, `-100` bans it.
+    #[arg(long = "logit-bias", value_name = "ID=BIAS", value_parser = parse_logit_bias)]
+    pub logit_bias: Vec<(u32, f32)>,
     /// Most tokens per candidate and for the synthesis (reasoning plus answer
     /// with --reasoning-effort / --thinking-budget).
     #[arg(long, default_value_t = 384)]
@@ -499,6 +503,15 @@ pub struct ServeArgs {
     /// Largest request body (413 above it): 4MiB, 64KiB or bytes.
     #[arg(long, default_value = "4MiB", value_parser = tern_server::size::parse_size)]
     pub max_body: usize,
+    /// Run client-written Python: best-of-N requests with `aggregate:
+    /// "reward"` send `tests` that the server executes against each
+    /// candidate. Off by default (such requests get 403). With it, any client
+    /// that can reach the API (and holds the key, if one is set) can run
+    /// programs of its choosing on this machine, each inside the bubblewrap
+    /// sandbox (no network, no files but the Python runtime, 2 s, 256 MiB;
+    /// docs/SECURITY.md). Needs `bwrap`: the server refuses to start without it.
+    #[arg(long)]
+    pub allow_code_execution: bool,
     /// Sequences decoded together at most.
     #[arg(long, default_value_t = 64)]
     pub max_running: usize,
@@ -552,4 +565,27 @@ pub struct PlotArgs {
     /// TrueType/OpenType font for the labels.
     #[arg(long, default_value = super::plot::DEFAULT_FONT)]
     pub font: PathBuf,
+}
+
+/// Parses `ID=BIAS` (also `ID+BIAS` / `ID-BIAS`, llama.cpp's forms).
+fn parse_logit_bias(spec: &str) -> Result<(u32, f32), String> {
+    let at = spec
+        .find(['=', '+', '-'])
+        .ok_or_else(|| format!("`{spec}` is not ID=BIAS (e.g. 15043=1.5)"))?;
+    let id = spec[..at]
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| format!("`{}` in `{spec}` is not a token id", &spec[..at]))?;
+    let value = if &spec[at..at + 1] == "=" {
+        &spec[at + 1..]
+    } else {
+        &spec[at..]
+    };
+    let bias = value
+        .trim()
+        .parse::<f32>()
+        .ok()
+        .filter(|b| b.is_finite())
+        .ok_or_else(|| format!("`{value}` in `{spec}` is not a finite number"))?;
+    Ok((id, bias))
 }

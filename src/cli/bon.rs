@@ -38,6 +38,10 @@ pub fn run(a: &BonArgs) -> Result<()> {
     }
     let length = LengthPolicy::new(a.reasoning_effort, a.thinking_budget, a.probe_every)?;
     let model = resolve::load(&a.model.model)?;
+    let vocab = model.config().vocab_size;
+    if let Some((id, _)) = a.logit_bias.iter().find(|(id, _)| *id as usize >= vocab) {
+        bail!("--logit-bias names token {id}, but the model's vocabulary has {vocab} tokens");
+    }
     let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
     let synthesizer = resolve::synthesizer(a.synthesizer_model.as_deref())?;
     let req = BonRequest {
@@ -52,6 +56,7 @@ pub fn run(a: &BonArgs) -> Result<()> {
             temperature: a.temperature,
             top_p: a.top_p,
             seed: a.seed,
+            logit_bias: a.logit_bias.clone(),
             ..SamplingParams::default()
         },
         max_tokens: a.max_tokens,
@@ -62,6 +67,7 @@ pub fn run(a: &BonArgs) -> Result<()> {
         tests,
         prelude: String::new(),
         length,
+        cancel: Default::default(),
     };
     let t = std::time::Instant::now();
     let res = best_of_n_with(&engine, synthesizer.as_ref().unwrap_or(&engine), &req)?;

@@ -425,6 +425,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                     tests: task.tests.clone(),
                     prelude: task.prelude.clone(),
                     length: lead.length.clone(),
+                    cancel: Default::default(),
                 };
                 let t = Instant::now();
                 let results = if group.len() > 1 {

@@ -112,6 +112,10 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         Some(spec) => Cors::parse(spec)?,
         None => Cors::Off,
     };
+    if a.allow_code_execution {
+        // Refuse now rather than on the first request: never run code unsandboxed.
+        tern_runtime::verify::check().context("--allow-code-execution")?;
+    }
     let engine = EngineConfig {
         // llama.cpp allocates its whole cache up front: default it to 1 GiB
         // there instead of half the machine.
@@ -134,6 +138,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         api_key,
         cors,
         max_body: a.max_body,
+        allow_code_execution: a.allow_code_execution,
     })
 }
 

@@ -79,6 +79,9 @@ pub struct BonRequest {
     /// Adaptive length for every candidate: a reasoning cap and, with
     /// `auto`, answer probes (`max_tokens` bounds reasoning plus answer).
     pub length: Option<LengthPolicy>,
+    /// Stops `reward`'s judge early (the server sets it when the client
+    /// disconnects); a default switch is never set.
+    pub cancel: verify::Cancel,
 }
 
 /// One sampled candidate.
@@ -329,7 +332,10 @@ fn aggregate(
                 &programs,
                 &req.tests,
                 verify::SCREEN_TESTS,
-                &Limits::default(),
+                &Limits {
+                    cancel: req.cancel.clone(),
+                    ..Limits::default()
+                },
             )
             .map_err(|e| ReasoningError::Verify(e.to_string()))?;
             for (c, r) in candidates.iter_mut().zip(&judged.reports) {

@@ -1,28 +1,22 @@
 //! Online-judge execution of candidate Python programs against test snippets.
 //!
 //! Schedules the tests (each run by [`super::sandbox`]: a fresh `python3 -I -S`
-//! in a fresh temporary directory, resource limits, sockets disabled, a
-//! wall-clock timeout enforced from here, capped output) over the cores, and
-//! owns the per-candidate [`JudgeReport`] and the choice of a best candidate by tests
-//! ([`best_by_tests`]). Programs come from model generations ([`extract_code`])
-//! and tests from a dataset or from the model; best-of-N's `reward` mode and the
-//! trainer's code rewards consume the reports. Answers in prose are compared in
-//! [`super::answer`], not here.
+//! inside a bubblewrap sandbox with its own namespaces, a read-only view of
+//! the Python runtime only, no network, no new processes, resource limits and
+//! a wall clock enforced from here, capped output) over the cores, and owns
+//! the per-candidate [`JudgeReport`] and the choice of a best candidate by
+//! tests ([`best_by_tests`]). Programs come from model generations
+//! ([`extract_code`]) and tests from a dataset, the model or an API client;
+//! best-of-N's `reward` mode and the trainer's code rewards consume the
+//! reports. Answers in prose are compared in [`super::answer`], not here.
 //!
-//! This is a guard against accidents and the common reward hacks, not a
-//! security boundary: the candidate runs as this user, can read what this user
-//! can read, and could defeat the Python-level guards (socket patching, the
-//! pass token) by deliberate introspection. Under the limits:
-//! - memory: `RLIMIT_AS`; CPU: `RLIMIT_CPU` (a backstop behind the wall clock);
-//!   file writes: `RLIMIT_FSIZE` 16 MiB; no core dumps; no new processes
-//!   (`RLIMIT_NPROC` 0, which root ignores, so the whole process group is also
-//!   killed after every test);
-//! - an empty environment but `PATH`, no `site` (so no site-packages), stdin
-//!   at end of file, the candidate's stdout discarded, stderr kept to its last
-//!   64 KiB;
-//! - a test passes only if the process exits 0 after printing a per-run random
-//!   token that the harness prints once the test has finished, so
-//!   `sys.exit(0)` or `os._exit(0)` in the program cannot pass a test.
+//! The sandbox is the security boundary (docs/SECURITY.md says what it
+//! guarantees and how it is attacked in CI); the pass token is not: a test
+//! passes only if the process exits 0 after printing a per-run random token
+//! that the harness prints once the test has finished, so `sys.exit(0)` or
+//! `os._exit(0)` in the program cannot pass a test, but a program that
+//! inspects the harness's frames could. That is a reward hack inside the
+//! sandbox, never an escape from it.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,8 +24,8 @@ use std::thread;
 
 use serde::Serialize;
 
-use super::sandbox::{find_python, run_test};
-pub use super::sandbox::{JudgeError, Limits, Verdict, STDERR_CAP};
+use super::sandbox::sandbox;
+pub use super::sandbox::{check, Cancel, CancelOnDrop, JudgeError, Limits, Verdict, STDERR_CAP};
 
 /// One program's verdicts on every test, in test order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -111,7 +105,10 @@ fn judge_all(
             .map(|_| JudgeReport::new(Vec::new()))
             .collect());
     }
-    let python = find_python()?;
+    if limits.cancel.is_cancelled() {
+        return Err(JudgeError::Cancelled);
+    }
+    let sandbox = sandbox()?;
     let workers = thread::available_parallelism()
         .map_or(1, NonZeroUsize::get)
         .min(jobs);
@@ -123,8 +120,7 @@ fn judge_all(
             if job >= jobs {
                 return done;
             }
-            let outcome = run_test(
-                &python,
+            let outcome = sandbox.run(
                 programs[job / tests.len()],
                 &tests[job % tests.len()],
                 limits,
@@ -250,14 +246,11 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    /// Whether the judge can run here; prints why not otherwise.
-    fn have_python() -> bool {
-        match find_python() {
-            Ok(_) => true,
-            Err(e) => {
-                eprintln!("note: skipping a judge test: {e}");
-                false
-            }
+    /// The judge must run wherever the tests run: a machine without the
+    /// sandbox fails these tests loudly rather than skipping them.
+    fn require_sandbox() {
+        if let Err(e) = check() {
+            panic!("{e}");
         }
     }
 
@@ -269,9 +262,7 @@ mod tests {
 
     #[test]
     fn a_correct_program_passes_every_test() {
-        if !have_python() {
-            return;
-        }
+        require_sandbox();
         let cases = tests(&[
             "assert add(1, 2) == 3",
             "assert candidate(2, 2) == 4",
@@ -287,9 +278,7 @@ mod tests {
 
     #[test]
     fn a_wrong_program_fails_with_the_failing_line() {
-        if !have_python() {
-            return;
-        }
+        require_sandbox();
         let program = "def add(a, b):\n    return a - b\n";
         let cases = tests(&[
             "assert add(0, 0) == 0",
@@ -314,9 +303,7 @@ mod tests {
 
     #[test]
     fn errors_crash_and_exiting_early_fails() {
-        if !have_python() {
-            return;
-        }
+        require_sandbox();
         let limits = Limits::default();
         let cases = tests(&["assert f() == 1"]);
         let syntax = judge_python("def f(:\n", &cases, &limits).expect("judge runs");
@@ -339,9 +326,7 @@ mod tests {
 
     #[test]
     fn an_infinite_loop_times_out() {
-        if !have_python() {
-            return;
-        }
+        require_sandbox();
         let limits = Limits {
             time: Duration::from_secs(1),
             ..Limits::default()
@@ -359,9 +344,7 @@ mod tests {
 
     #[test]
     fn a_memory_hog_is_stopped_by_its_limit() {
-        if !have_python() {
-            return;
-        }
+        require_sandbox();
         let program = "data = bytearray(1 << 30)\ndef f():\n    return len(data)\n";
         let report = judge_python(
             program,
@@ -376,30 +359,61 @@ mod tests {
     }
 
     #[test]
-    fn sockets_are_disabled_and_the_environment_is_empty() {
-        if !have_python() {
-            return;
-        }
+    fn sockets_are_denied_and_the_environment_is_empty() {
+        require_sandbox();
         let cases = tests(&[
             "import socket\nsocket.create_connection(('127.0.0.1', 9))",
             "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_STREAM)",
             "import os\nassert 'HOME' not in os.environ and os.listdir('.') == []",
+            "import threading\nout = []\nt = threading.Thread(target=lambda: out.append(1))\nt.start(); t.join()\nassert out == [1]",
         ]);
         let report = judge_python("x = 1\n", &cases, &Limits::default()).expect("judge runs");
         for verdict in &report.verdicts[..2] {
             assert!(
-                matches!(verdict, Verdict::Crash { stderr } if stderr.contains("network disabled")),
+                matches!(verdict, Verdict::Crash { stderr } if stderr.contains("PermissionError")),
                 "{verdict:?}"
             );
         }
-        assert_eq!(report.verdicts[2], Verdict::Pass);
+        assert_eq!(
+            report.verdicts[2],
+            Verdict::Pass,
+            "an empty environment and /tmp"
+        );
+        assert_eq!(report.verdicts[3], Verdict::Pass, "threads still work");
+    }
+
+    #[test]
+    fn a_cancelled_run_stops_its_tests() {
+        require_sandbox();
+        let limits = Limits {
+            time: Duration::from_secs(30),
+            ..Limits::default()
+        };
+        let cancel = limits.cancel.clone();
+        let started = Instant::now();
+        let stopper = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            cancel.cancel();
+        });
+        let sleepy = tests(&["import time\ntime.sleep(60)"; 6]);
+        let outcome = judge_python("x = 1\n", &sleepy, &limits);
+        stopper.join().unwrap();
+        assert!(matches!(outcome, Err(JudgeError::Cancelled)), "{outcome:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
+        );
+        // A cancelled switch refuses new work at once.
+        assert!(matches!(
+            judge_python("x = 1\n", &tests(&["pass"]), &limits),
+            Err(JudgeError::Cancelled)
+        ));
     }
 
     #[test]
     fn output_is_capped() {
-        if !have_python() {
-            return;
-        }
+        require_sandbox();
         let loud = "import sys\nprint('y' * (1 << 20))\nsys.stderr.write('x' * (1 << 20))\ndef f():\n    return 1\n";
         let cases = tests(&["assert f() == 1", "raise ValueError('boom')"]);
         let report = judge_python(loud, &cases, &Limits::default()).expect("judge runs");
@@ -418,9 +432,7 @@ mod tests {
 
     #[test]
     fn judge_many_reports_each_program_in_order() {
-        if !have_python() {
-            return;
-        }
+        require_sandbox();
         let programs = vec![
             "def f(x):\n    return x\n".to_string(),
             "def f(x):\n    return 2 * x\n".to_string(),

@@ -11,7 +11,9 @@
 //! - [`vote`]: majority voting and the Beta-posterior stopping rule. Pure.
 //! - [`judge`]: online-judge execution of Python programs against test
 //!   snippets, with per-test verdicts and per-program reports.
-//! - [`sandbox`]: one test in a fresh, limited `python3` subprocess.
+//! - [`sandbox`]: one test in a fresh `python3` inside a bubblewrap sandbox
+//!   (namespaces, a read-only view, resource limits).
+//! - [`seccomp`]: the system-call filter the sandbox loads.
 //! - [`scaled`]: judging with a test count scaled to the question's
 //!   difficulty (more tests where candidates disagree).
 
@@ -19,12 +21,14 @@ pub mod answer;
 pub mod judge;
 pub mod sandbox;
 pub mod scaled;
+#[cfg(target_os = "linux")]
+mod seccomp;
 pub mod vote;
 
 pub use answer::{answers_match, extract_answer, normalize_number};
 pub use judge::{
-    best_by_tests, extract_code, judge_many, judge_python, tests_for_difficulty, with_prelude,
-    JudgeError, JudgeReport, Limits, Verdict,
+    best_by_tests, check, extract_code, judge_many, judge_python, tests_for_difficulty,
+    with_prelude, Cancel, CancelOnDrop, JudgeError, JudgeReport, Limits, Verdict,
 };
 pub use scaled::{judge_scaled, pattern_disagreement, ScaledJudgement, SCREEN_TESTS};
 pub use vote::{majority_confident, majority_posterior, vote, Vote};

@@ -1,19 +1,32 @@
-//! One test of one candidate program in a fresh, limited `python3`: the
-//! subprocess half of the online judge ([`super::judge`] schedules the tests
-//! and keeps the reports).
+//! One test of one candidate program, run by `python3 -I -S` inside a
+//! bubblewrap (`bwrap`) sandbox: the subprocess half of the online judge
+//! ([`super::judge`] schedules the tests and keeps the reports).
 //!
-//! Each test gets a fresh temporary directory and a `python3 -I -S` started by
-//! a small harness that reads the job, sets the limits, disables sockets and
-//! hides the real stdout; the wall clock is enforced from here and the whole
-//! process group is killed afterwards. What this does and does not guard
-//! against is written down in [`super::judge`].
+//! Each test gets fresh namespaces (user, mount, PID, IPC, UTS, network,
+//! cgroup): no network at all, no other process visible or signalable, and a
+//! read-only view of the host holding only the system libraries, the Python
+//! runtime and `/etc/ld.so.cache`, plus an empty 16 MiB `/tmp` as the working
+//! directory. Inside, the process is `nobody`, has no capabilities, cannot
+//! gain privileges (`no_new_privs`) or create user namespaces, and runs under
+//! the system-call filter of [`super::seccomp`] (no new processes, no
+//! sockets). Address space, CPU time, file size and open files are capped by
+//! resource limits set before bubblewrap starts, which hold for root too
+//! (nothing inside has `CAP_SYS_RESOURCE` to raise them); the wall clock is
+//! enforced from here, and killing bubblewrap takes the whole PID namespace
+//! with it. The program, test and pass token arrive on stdin, so nothing of
+//! the job is ever a file the candidate could read back.
+//!
+//! Where the sandbox cannot be built (no `bwrap`, user namespaces disabled),
+//! the judge refuses with [`JudgeError::Sandbox`]; it never runs code without it.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{self, Read};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -22,59 +35,47 @@ use serde::Serialize;
 
 /// How much of a candidate's stderr a [`Verdict::Crash`] keeps (its tail).
 pub const STDERR_CAP: usize = 64 * 1024;
-/// Largest file a candidate may write.
+/// Largest file a candidate may write, and the size of its `/tmp`.
 const FILE_SIZE_CAP: u64 = 16 * 1024 * 1024;
+/// Most open files inside the sandbox.
+const OPEN_FILES_CAP: u64 = 64;
 /// The harness's own stdout carries only the pass token.
 const TOKEN_CAP: usize = 4 * 1024;
-/// `PATH` inside the sandbox.
-const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Exit status the harness uses for a failed assertion.
 const FAIL_EXIT: i32 = 3;
 /// Prefix of the harness's failure line on stderr.
 const FAIL_MARKER: &str = "[tern-judge] fail: ";
 /// Linux's SIGXCPU: the CPU-time limit was reached.
 const SIGXCPU: i32 = 24;
+/// bubblewrap exits with 128 + the signal when its command was killed by one.
+const SIGNAL_EXIT_BASE: i32 = 128;
 /// Longest sleep between polls of a running test.
 const POLL_MAX: Duration = Duration::from_millis(10);
 /// How long to wait for pipes to close once the process is gone.
 const PIPE_GRACE: Duration = Duration::from_millis(500);
+/// The user and group the candidate runs as inside its namespace.
+const NOBODY: &str = "65534";
+/// The file descriptors bubblewrap reads the seccomp programs from.
+const FILTER_FDS: [RawFd; 2] = [3, 4];
 
-/// The harness run as `python3 -I -S -c HARNESS memory cpu fsize` in the test's
-/// directory. It reads and deletes the job files, sets limits, disables
-/// sockets, hides the real stdout from the candidate, runs the program then the
-/// test in one namespace, and reports through the exit status, a failure line
-/// on stderr and the pass token on the saved stdout.
+/// The harness run as `python3 -I -S -c HARNESS` in the sandbox. It reads the
+/// job (program, test, pass token) from stdin, hides the real stdout from the
+/// candidate, runs the program then the test in one namespace, and reports
+/// through the exit status, a failure line on stderr and the pass token on
+/// the saved stdout.
 const HARNESS: &str = r#"
 import os, sys
 def _tern_judge():
-    import resource, socket, _socket, traceback
-    def read(name):
-        with open(name, encoding="utf-8") as f:
-            text = f.read()
-        os.remove(name)
-        return text
-    program, test, token = read("program.py"), read("test.py"), read("token")
-    memory, cpu, fsize = (int(arg) for arg in sys.argv[1:4])
-    for which, soft, hard in ((resource.RLIMIT_AS, memory, memory), (resource.RLIMIT_CPU, cpu, cpu + 1),
-                              (resource.RLIMIT_FSIZE, fsize, fsize), (resource.RLIMIT_CORE, 0, 0),
-                              (resource.RLIMIT_NPROC, 0, 0)):
-        try:
-            resource.setrlimit(which, (soft, hard))
-        except (ValueError, OSError):
-            pass
-    class NoSocket:
-        def __init__(self, *args, **kwargs):
-            raise OSError("network disabled")
-    def no_network(*args, **kwargs):
-        raise OSError("network disabled")
-    for module in (socket, _socket):
-        for name in ("socket", "SocketType"):
-            setattr(module, name, NoSocket)
-        for name in ("socketpair", "fromfd", "create_connection", "create_server", "getaddrinfo"):
-            if hasattr(module, name):
-                setattr(module, name, no_network)
+    import json, traceback
+    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    program, test, token = job["program"], job["test"], job["token"]
+    del job
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
     verdict = os.dup(1)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.dup2(null, 1)
+    os.closerange(3, verdict)
+    os.closerange(verdict + 1, 1024)
     ns = {"__name__": "candidate"}
     try:
         exec(compile(program, "candidate", "exec", dont_inherit=True), ns)
@@ -113,15 +114,59 @@ pub struct Limits {
     pub time: Duration,
     /// Address-space limit (`RLIMIT_AS`) for the test's process.
     pub memory_bytes: u64,
+    /// Stops the run early (a client that went away): running tests are
+    /// killed and no more start.
+    pub cancel: Cancel,
 }
 
 impl Default for Limits {
-    /// 2 s and 256 MiB.
+    /// 2 s and 256 MiB, never cancelled.
     fn default() -> Self {
         Limits {
             time: Duration::from_secs(2),
             memory_bytes: 256 * 1024 * 1024,
+            cancel: Cancel::default(),
         }
+    }
+}
+
+/// A shared switch that cancels judge work: set it (or drop the guard from
+/// [`Cancel::on_drop`]) and every test of the run stops.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// Asks the work to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Cancel::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// A guard that cancels when dropped: held by a request handler, it
+    /// stops the judge when the handler is dropped because its client left.
+    pub fn on_drop(&self) -> CancelOnDrop {
+        CancelOnDrop(self.clone())
+    }
+}
+
+impl PartialEq for Cancel {
+    /// The same switch.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// Cancels its [`Cancel`] when dropped.
+#[derive(Debug)]
+pub struct CancelOnDrop(Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 
@@ -135,7 +180,8 @@ pub enum Verdict {
     Fail { reason: String },
     /// The wall-clock or CPU limit was reached.
     Timeout,
-    /// Any other error: a syntax error, an exception, the memory limit, a signal.
+    /// Any other error: a syntax error, an exception, the memory limit, a
+    /// signal, a call the sandbox denies.
     Crash { stderr: String },
 }
 
@@ -152,7 +198,13 @@ pub enum JudgeError {
     /// No working `python3` on `PATH`.
     #[error("python3 was not found on PATH; the code judge needs it to run candidates")]
     PythonNotFound,
-    /// The operating system refused a step (temporary files, processes, threads).
+    /// The isolation boundary cannot be built here, so no code runs.
+    #[error("code execution is unavailable: {0}")]
+    Sandbox(String),
+    /// The run was cancelled through [`Limits::cancel`].
+    #[error("the code judge was cancelled")]
+    Cancelled,
+    /// The operating system refused a step (pipes, processes, threads).
     #[error("the code judge could not {action}: {source}")]
     Io {
         /// What the judge was doing.
@@ -168,22 +220,27 @@ fn io_error(action: &'static str) -> impl FnOnce(io::Error) -> JudgeError {
 }
 
 /// The real interpreter behind `python3` (which may be a shim, like pyenv's,
-/// that needs the environment the sandbox clears).
-///
-/// Found once per process and remembered: resolving a shim costs a few hundred
-/// milliseconds, which best-of-N would otherwise pay per question. Failures are
-/// not remembered, so installing Python later is noticed.
-pub(super) fn find_python() -> Result<PathBuf, JudgeError> {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    if let Some(path) = PYTHON.get() {
-        return Ok(path.clone());
-    }
+/// that needs the environment the sandbox clears) and the directories it
+/// loads its standard library and shared libraries from.
+#[derive(Clone, Debug)]
+struct Python {
+    executable: PathBuf,
+    dirs: Vec<PathBuf>,
+}
+
+/// Asks `python3` where it lives.
+fn find_python() -> Result<Python, JudgeError> {
+    const WHERE: &str = "import os, sys, sysconfig\n\
+        print(os.path.realpath(sys.executable))\n\
+        print(os.path.dirname(os.path.realpath(os.__file__)))\n\
+        print(sysconfig.get_config_var('LIBDIR') or '')\n\
+        print(sysconfig.get_config_var('DESTSHARED') or '')";
     let output = Command::new("python3")
-        .args(["-I", "-S", "-c", "import sys; print(sys.executable)"])
+        .args(["-I", "-S", "-c", WHERE])
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output();
-    let path = match output {
+    let out = match output {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(JudgeError::PythonNotFound),
         Err(e) => {
             return Err(JudgeError::Io {
@@ -191,64 +248,333 @@ pub(super) fn find_python() -> Result<PathBuf, JudgeError> {
                 source: e,
             })
         }
-        Ok(out) if out.status.success() => {
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
+        Ok(out) if out.status.success() => out,
         Ok(_) => return Err(JudgeError::PythonNotFound),
     };
-    if path.as_os_str().is_empty() {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines().map(str::trim);
+    let executable = PathBuf::from(lines.next().unwrap_or(""));
+    if !executable.is_absolute() {
         return Err(JudgeError::PythonNotFound);
     }
-    Ok(PYTHON.get_or_init(|| path).clone())
+    let dirs = lines
+        .filter(|l| l.starts_with('/'))
+        .map(PathBuf::from)
+        .filter(|d| d.is_dir())
+        .collect();
+    Ok(Python { executable, dirs })
 }
 
-/// Runs one test against one program and classifies the outcome.
-pub(super) fn run_test(
-    python: &Path,
-    program: &str,
-    test: &str,
-    limits: &Limits,
-) -> Result<Verdict, JudgeError> {
-    let dir = ScratchDir::create()?;
-    let token = format!("tern-pass-{:016x}{:016x}", random_u64(), random_u64());
-    for (name, text) in [
-        ("program.py", program),
-        ("test.py", test),
-        ("token", token.as_str()),
-    ] {
-        std::fs::write(dir.path.join(name), text).map_err(io_error("write a test file"))?;
-    }
-    let cpu_seconds = limits.time.as_secs_f64().ceil() as u64 + 1;
-    let mut child = Command::new(python)
-        .args(["-I", "-S", "-c", HARNESS])
-        .args([limits.memory_bytes, cpu_seconds, FILE_SIZE_CAP].map(|n| n.to_string()))
-        .env_clear()
-        .env("PATH", SANDBOX_PATH)
-        .current_dir(&dir.path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(io_error("start python3"))?;
-    let stdout = Capture::start(child.stdout.take(), TOKEN_CAP);
-    let stderr = Capture::start(child.stderr.take(), STDERR_CAP);
-    let waited = wait_until(&mut child, limits.time);
-    // Kill the group before reaping on timeout (the leader still holds the
-    // group id). After a normal exit the id cannot be reused while any group
-    // member lives, so killing it only reaches stragglers.
-    kill_group(child.id());
-    if !matches!(waited, Ok(Some(_))) {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let status = waited.map_err(io_error("wait for python3"))?;
-    let (stdout, stderr) = (stdout?.finish(), stderr?.finish());
-    Ok(classify(status, &stdout, stderr, &token))
+/// One piece of the sandbox's filesystem view.
+#[derive(Clone, Debug)]
+enum Mount {
+    /// A host path bound read-only at the same place.
+    ReadOnly(PathBuf),
+    /// A symbolic link `at` -> `target`, as on the host (merged `/usr`).
+    Symlink { target: PathBuf, at: PathBuf },
 }
 
-/// The exit status, or `None` if `limit` passed first (the child then still runs).
-fn wait_until(child: &mut Child, limit: Duration) -> io::Result<Option<ExitStatus>> {
+/// Everything needed to start a sandboxed test: found and probed once.
+#[derive(Debug)]
+pub(super) struct Sandbox {
+    bwrap: PathBuf,
+    python: PathBuf,
+    view: Vec<Mount>,
+    filters: Vec<Vec<u8>>,
+}
+
+/// The sandbox, built and probed once per process (a passing trivial test
+/// proves namespaces, mounts and the filter work here). Failures are not
+/// remembered, so installing bubblewrap later is noticed.
+pub(super) fn sandbox() -> Result<&'static Sandbox, JudgeError> {
+    static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
+    static PROBE: Mutex<()> = Mutex::new(());
+    if let Some(sandbox) = SANDBOX.get() {
+        return Ok(sandbox);
+    }
+    let _one_probe = PROBE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(sandbox) = SANDBOX.get() {
+        return Ok(sandbox);
+    }
+    let sandbox = Sandbox::build()?;
+    sandbox.probe()?;
+    Ok(SANDBOX.get_or_init(|| sandbox))
+}
+
+/// Checks that code execution works on this machine (bubblewrap present,
+/// user namespaces allowed, Python found), so a server or trainer that will
+/// run code can refuse at start rather than on its first request.
+pub fn check() -> Result<(), JudgeError> {
+    sandbox().map(|_| ())
+}
+
+/// `bwrap` on `PATH`, or a clear error saying how to get it.
+fn find_bwrap() -> Result<PathBuf, JudgeError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin".into(), "/bin".into()])
+        .map(|dir| dir.join("bwrap"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            JudgeError::Sandbox(
+                "bubblewrap (`bwrap`) was not found on PATH; install it (Debian/Ubuntu: \
+                 apt-get install bubblewrap) to run candidate code in a sandbox"
+                    .into(),
+            )
+        })
+}
+
+impl Sandbox {
+    fn build() -> Result<Sandbox, JudgeError> {
+        #[cfg(not(target_os = "linux"))]
+        return Err(JudgeError::Sandbox(
+            "the sandbox needs Linux namespaces and seccomp".into(),
+        ));
+        #[cfg(target_os = "linux")]
+        let filters = super::seccomp::programs()
+            .map_err(|e| JudgeError::Sandbox(format!("the seccomp filter cannot be built: {e}")))?;
+        let bwrap = find_bwrap()?;
+        let python = find_python()?;
+        let mut view = Vec::new();
+        for dir in ["/usr/lib", "/usr/lib64", "/usr/lib32"] {
+            if Path::new(dir).is_dir() {
+                view.push(Mount::ReadOnly(dir.into()));
+            }
+        }
+        for top in ["/lib", "/lib64", "/lib32", "/libx32"] {
+            let at = PathBuf::from(top);
+            match std::fs::read_link(&at) {
+                Ok(target) => view.push(Mount::Symlink { target, at }),
+                Err(_) if at.is_dir() => view.push(Mount::ReadOnly(at)),
+                Err(_) => {}
+            }
+        }
+        if Path::new("/etc/ld.so.cache").is_file() {
+            view.push(Mount::ReadOnly("/etc/ld.so.cache".into()));
+        }
+        view.extend(python.dirs.iter().cloned().map(Mount::ReadOnly));
+        view.push(Mount::ReadOnly(python.executable.clone()));
+        Ok(Sandbox {
+            bwrap,
+            python: python.executable,
+            view,
+            filters,
+        })
+    }
+
+    /// Runs a trivial passing test; anything else means the sandbox does not
+    /// work here, with bubblewrap's own words as the reason.
+    fn probe(&self) -> Result<(), JudgeError> {
+        match self.run("x = 1\n", "assert x == 1\n", &Limits::default())? {
+            Verdict::Pass => Ok(()),
+            other => {
+                let detail = match other {
+                    Verdict::Crash { stderr } => stderr,
+                    other => format!("{other:?}"),
+                };
+                let detail = detail.trim();
+                let hint =
+                    if detail.contains("namespace") || detail.contains("Operation not permitted") {
+                        " (are unprivileged user namespaces disabled? see \
+                     kernel.unprivileged_userns_clone and user.max_user_namespaces)"
+                    } else {
+                        ""
+                    };
+                Err(JudgeError::Sandbox(format!(
+                    "the bubblewrap sandbox does not start here: {}{hint}",
+                    detail.lines().last().unwrap_or("no output")
+                )))
+            }
+        }
+    }
+
+    /// bubblewrap's arguments up to the command.
+    fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--unshare-user",
+            "--unshare-all",
+            "--uid",
+            NOBODY,
+            "--gid",
+            NOBODY,
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "tern-judge",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/bin:/bin",
+        ]
+        .map(String::from)
+        .into();
+        for mount in &self.view {
+            match mount {
+                Mount::ReadOnly(path) => {
+                    let p = path.display().to_string();
+                    args.extend(["--ro-bind".into(), p.clone(), p]);
+                }
+                Mount::Symlink { target, at } => args.extend([
+                    "--symlink".into(),
+                    target.display().to_string(),
+                    at.display().to_string(),
+                ]),
+            }
+        }
+        args.extend(
+            [
+                "--dev",
+                "/dev",
+                "--size",
+                &FILE_SIZE_CAP.to_string(),
+                "--tmpfs",
+                "/tmp",
+                "--remount-ro",
+                "/",
+                "--remount-ro",
+                "/dev",
+                "--chdir",
+                "/tmp",
+            ]
+            .map(String::from),
+        );
+        for fd in FILTER_FDS.iter().take(self.filters.len()) {
+            args.extend(["--add-seccomp-fd".into(), fd.to_string()]);
+        }
+        args
+    }
+
+    /// Runs one test against one program and classifies the outcome.
+    pub(super) fn run(
+        &self,
+        program: &str,
+        test: &str,
+        limits: &Limits,
+    ) -> Result<Verdict, JudgeError> {
+        if limits.cancel.is_cancelled() {
+            return Err(JudgeError::Cancelled);
+        }
+        let token = format!("tern-pass-{:016x}{:016x}", random_u64(), random_u64());
+        let job = serde_json::json!({"program": program, "test": test, "token": token}).to_string();
+        let filters = self
+            .filters
+            .iter()
+            .map(|bytes| filled_pipe(bytes))
+            .collect::<Result<Vec<OwnedFd>, JudgeError>>()?;
+        let sources: Vec<RawFd> = filters.iter().map(AsRawFd::as_raw_fd).collect();
+        let cpu_seconds = limits.time.as_secs_f64().ceil() as u64 + 1;
+        let rlimits = [
+            (libc::RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
+            (libc::RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
+            (libc::RLIMIT_FSIZE, FILE_SIZE_CAP, FILE_SIZE_CAP),
+            (libc::RLIMIT_CORE, 0, 0),
+            (libc::RLIMIT_NOFILE, OPEN_FILES_CAP, OPEN_FILES_CAP),
+        ];
+        let mut command = Command::new(&self.bwrap);
+        command
+            .args(self.args())
+            .arg("--")
+            .arg(&self.python)
+            .args(["-I", "-S", "-c", HARNESS])
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        // SAFETY: between fork and exec the closure only calls
+        // async-signal-safe functions (fcntl, dup2, setrlimit) on values
+        // computed before the fork; it allocates nothing.
+        unsafe {
+            command.pre_exec(move || child_setup(&sources, &rlimits));
+        }
+        let mut child = command.spawn().map_err(io_error("start bubblewrap"))?;
+        drop(filters);
+        let stdout = Capture::start(child.stdout.take(), TOKEN_CAP);
+        let stderr = Capture::start(child.stderr.take(), STDERR_CAP);
+        if let Some(mut stdin) = child.stdin.take() {
+            // A child that dies before reading leaves a broken pipe: its
+            // verdict says why, so the write error is not the judge's.
+            thread::Builder::new()
+                .name("judge-stdin".into())
+                .spawn(move || {
+                    let _ = stdin.write_all(job.as_bytes());
+                })
+                .map_err(io_error("start a stdin writer"))?;
+        }
+        let waited = wait_until(&mut child, limits.time, &limits.cancel);
+        if !matches!(waited, Ok(Some(_))) {
+            // Killing bubblewrap kills its PID namespace: every process in it.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let status = waited.map_err(io_error("wait for bubblewrap"))?;
+        let (stdout, stderr) = (stdout?.finish(), stderr?.finish());
+        if status.is_none() && limits.cancel.is_cancelled() {
+            return Err(JudgeError::Cancelled);
+        }
+        Ok(classify(status, &stdout, stderr, &token))
+    }
+}
+
+/// The C library's type for `setrlimit`'s resource argument.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+type Resource = libc::__rlimit_resource_t;
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+type Resource = libc::c_int;
+
+/// In the forked child: moves the filter pipes to [`FILTER_FDS`] (through
+/// high descriptors first, so no source is overwritten by an earlier move)
+/// and sets the resource limits.
+fn child_setup(sources: &[RawFd], rlimits: &[(Resource, u64, u64)]) -> io::Result<()> {
+    let mut moved = [0 as RawFd; FILTER_FDS.len()];
+    for (slot, &fd) in moved.iter_mut().zip(sources) {
+        // SAFETY: fcntl on a descriptor this process owns.
+        let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 64) };
+        if high < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        *slot = high;
+    }
+    for (&high, &target) in moved.iter().zip(&FILTER_FDS).take(sources.len()) {
+        // SAFETY: dup2 onto a fixed low descriptor; it clears close-on-exec.
+        if unsafe { libc::dup2(high, target) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    for &(resource, soft, hard) in rlimits {
+        let limit = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: hard,
+        };
+        // SAFETY: setrlimit with a valid pointer to a local struct.
+        if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// A pipe's read end holding `bytes` (a seccomp program: far below the pipe's
+/// buffer), its write end already closed.
+fn filled_pipe(bytes: &[u8]) -> Result<OwnedFd, JudgeError> {
+    let (reader, mut writer) = io::pipe().map_err(io_error("create a pipe"))?;
+    writer
+        .write_all(bytes)
+        .map_err(io_error("write the seccomp filter"))?;
+    drop(writer);
+    Ok(reader.into())
+}
+
+/// The exit status, or `None` if `limit` passed (or the run was cancelled)
+/// first; the child then still runs.
+fn wait_until(
+    child: &mut Child,
+    limit: Duration,
+    cancel: &Cancel,
+) -> io::Result<Option<ExitStatus>> {
     let deadline = Instant::now() + limit;
     let mut pause = Duration::from_millis(1);
     loop {
@@ -256,7 +582,7 @@ fn wait_until(child: &mut Child, limit: Duration) -> io::Result<Option<ExitStatu
             return Ok(Some(status));
         }
         let now = Instant::now();
-        if now >= deadline {
+        if now >= deadline || cancel.is_cancelled() {
             return Ok(None);
         }
         thread::sleep(pause.min(deadline - now));
@@ -264,22 +590,19 @@ fn wait_until(child: &mut Child, limit: Duration) -> io::Result<Option<ExitStatu
     }
 }
 
-/// SIGKILL to the process group `pgid`, best effort (`kill` may be missing;
-/// the leader is killed directly anyway).
-fn kill_group(pgid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
 fn classify(status: Option<ExitStatus>, stdout: &str, stderr: String, token: &str) -> Verdict {
+    use std::os::unix::process::ExitStatusExt;
     let Some(status) = status else {
         return Verdict::Timeout;
     };
-    if status.signal() == Some(SIGXCPU) {
+    // bubblewrap reports its command's death by signal N as exit 128 + N.
+    let signal = status.signal().or_else(|| {
+        status
+            .code()
+            .filter(|&c| c > SIGNAL_EXIT_BASE && c < SIGNAL_EXIT_BASE + 65)
+            .map(|c| c - SIGNAL_EXIT_BASE)
+    });
+    if signal == Some(SIGXCPU) {
         return Verdict::Timeout;
     }
     if status.success() {
@@ -298,39 +621,11 @@ fn classify(status: Option<ExitStatus>, stdout: &str, stderr: String, token: &st
             };
         }
     }
-    match status.signal() {
+    match signal {
         Some(signal) => Verdict::Crash {
             stderr: format!("{stderr}\n[killed by signal {signal}]"),
         },
         None => Verdict::Crash { stderr },
-    }
-}
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct ScratchDir {
-    path: PathBuf,
-}
-
-impl ScratchDir {
-    fn create() -> Result<Self, JudgeError> {
-        let mut last_error = io::Error::other("no attempt made");
-        for _ in 0..8 {
-            let path = std::env::temp_dir().join(format!("tern-judge-{:016x}", random_u64()));
-            match std::fs::create_dir(&path) {
-                Ok(()) => return Ok(ScratchDir { path }),
-                Err(e) => last_error = e,
-            }
-        }
-        Err(JudgeError::Io {
-            action: "create a temporary directory",
-            source: last_error,
-        })
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 

@@ -16,14 +16,22 @@ use crate::openai::error::ApiError;
 use crate::openai::ResponseMeta;
 use crate::params::Plan;
 
+/// Most `tests` one request may send: each runs once per candidate, in its
+/// own sandbox.
+pub const MAX_TESTS: usize = 32;
+/// Longest one test may be, in bytes.
+pub const MAX_TEST_BYTES: usize = 16 * 1024;
+
 /// Validates the extension fields and builds the best-of-N request from the
-/// already-validated generation plan.
+/// already-validated generation plan. `allow_code` is the server's
+/// `--allow-code-execution`: without it, client-written tests are a 403.
 pub fn request(
     best_of: i64,
     aggregate: Option<String>,
     tests: Option<Vec<String>>,
     messages: Vec<ChatMessage>,
     plan: &Plan,
+    allow_code: bool,
 ) -> Result<BonRequest, ApiError> {
     if !(1..=MAX_N as i64).contains(&best_of) {
         return Err(ApiError::invalid_param(
@@ -47,10 +55,28 @@ pub fn request(
             .map_err(|e: String| ApiError::invalid_param("aggregate", e))?,
     };
     let tests = tests.unwrap_or_default();
+    if aggregate == Aggregate::Reward && !allow_code {
+        return Err(ApiError::code_execution_disabled("tests"));
+    }
     if aggregate == Aggregate::Reward && tests.is_empty() {
         return Err(ApiError::invalid_param(
             "tests",
             "aggregate `reward` needs `tests`: a list of Python assertions",
+        ));
+    }
+    if tests.len() > MAX_TESTS {
+        return Err(ApiError::invalid_param(
+            "tests",
+            format!("at most {MAX_TESTS} tests per request, got {}", tests.len()),
+        ));
+    }
+    if let Some(i) = tests.iter().position(|t| t.len() > MAX_TEST_BYTES) {
+        return Err(ApiError::invalid_param(
+            format!("tests[{i}]"),
+            format!(
+                "a test may be at most {MAX_TEST_BYTES} bytes, got {}",
+                tests[i].len()
+            ),
         ));
     }
     Ok(BonRequest {
@@ -65,6 +91,7 @@ pub fn request(
         tests,
         prelude: String::new(),
         length: None,
+        cancel: Default::default(),
     })
 }
 
@@ -78,6 +105,9 @@ pub async fn respond(
     prompt_tokens: usize,
 ) -> Result<Response, ApiError> {
     let policy = req.kv_policy.to_string();
+    // Dropped with this future when the client disconnects: the judge then
+    // kills its running tests and starts no more.
+    let _cancel_on_disconnect = req.cancel.on_drop();
     let res = tokio::task::spawn_blocking(move || best_of_n_with(&engine, &synthesizer, &req))
         .await
         .map_err(|e| ApiError::internal(format!("best_of failed: {e}")))?

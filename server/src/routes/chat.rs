@@ -74,7 +74,14 @@ pub async fn chat_completions(
     };
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {
         let synthesizer = state.synthesizer(own.synthesizer_model.as_deref())?;
-        let mut req = best_of::request(best_of, own.aggregate, own.tests, messages, &plan)?;
+        let mut req = best_of::request(
+            best_of,
+            own.aggregate,
+            own.tests,
+            messages,
+            &plan,
+            state.allow_code_execution(),
+        )?;
         // Every candidate reasons under the request's effort or budget.
         req.length = length;
         let prompt_tokens = plan.submit.prompt.len();

@@ -35,6 +35,7 @@ pub fn config() -> ServerConfig {
         api_key: None,
         cors: Cors::Off,
         max_body: DEFAULT_MAX_BODY,
+        allow_code_execution: false,
     }
 }
 

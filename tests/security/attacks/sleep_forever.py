@@ -1,0 +1,4 @@
+# attack: sleep forever
+# expect: refused
+import time
+time.sleep(10 ** 9)

@@ -1,0 +1,4 @@
+# attack: burn CPU forever
+# expect: refused
+while True:
+    pass

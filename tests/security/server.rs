@@ -1,0 +1,205 @@
+//! The suite through `tern serve`: the issue's RCE request (best-of-N with
+//! `aggregate: reward` and client-written `tests`) is refused by a default
+//! server, and with `--allow-code-execution` every attack runs inside the
+//! sandbox, leaks nothing, and the next request is answered normally.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::fixture::{attacks, Expect, Host, SECRET};
+use crate::support::tiny::{write_tiny_model, TinySpec};
+
+/// The tiny model's end-of-sequence id: biased up, candidates are empty
+/// programs, so the tests run.
+const EOS: u32 = 2;
+
+/// A `tern serve` child, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(model: &Path, key_file: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["serve", "-m", &model.display().to_string(), "--port", "0"])
+            .args(["--api-key-file", &key_file.display().to_string()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tern serve");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut port = None;
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let addr = rest.split_whitespace().next().unwrap();
+                port = addr.rsplit(':').next().and_then(|p| p.parse().ok());
+            }
+            if line.contains("ready in") {
+                break;
+            }
+        }
+        // Keep draining stdout so the server never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        Server {
+            child,
+            port: port.expect("tern serve printed its address"),
+        }
+    }
+
+    /// One HTTP/1.1 request; the status and the body as JSON (or a string).
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let body = body.map(Value::to_string).unwrap_or_default();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {SECRET}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.port,
+            body.len()
+        )
+        .unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        let text = String::from_utf8_lossy(&raw);
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let payload = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+        let value = serde_json::from_str(payload).unwrap_or_else(|_| Value::String(payload.into()));
+        (status, value)
+    }
+}
+
+/// The most tests any candidate passed, from the response's `tern` object.
+fn most_passed(body: &Value) -> Option<u64> {
+    body["tern"]["candidates"]
+        .as_array()?
+        .iter()
+        .map(|c| c["passed"].as_u64())
+        .collect::<Option<Vec<u64>>>()?
+        .into_iter()
+        .max()
+}
+
+fn reward_request(tests: Vec<String>) -> Value {
+    json!({
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Write a Python function."}],
+        "max_tokens": 4,
+        "best_of": 2,
+        "aggregate": "reward",
+        "tests": tests,
+        "logit_bias": {EOS.to_string(): 100},
+    })
+}
+
+#[test]
+fn a_default_server_refuses_code_execution() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_tiny_model(&model, &TinySpec::default());
+    let host = Host::new(&model);
+    let server = Server::start(&model, &host.key_file, &[]);
+    let leak = format!(
+        "assert open('{}').read().startswith('t')",
+        host.key_file.display()
+    );
+    let (status, body) = server.request(
+        "POST",
+        "/v1/chat/completions",
+        Some(&reward_request(vec![leak])),
+    );
+    assert_eq!(status, 403, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--allow-code-execution"), "{body}");
+    // Best-of-N without code still works.
+    let (status, body) = server.request(
+        "POST",
+        "/v1/chat/completions",
+        Some(
+            &json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                     "max_tokens": 2, "best_of": 2}),
+        ),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn every_attack_fails_through_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_tiny_model(&model, &TinySpec::default());
+    let mut host = Host::new(&model);
+    let server = Server::start(&model, &host.key_file, &["--allow-code-execution"]);
+    // Attacks aim at the server itself: its port and its pid.
+    host.port = server.port;
+    host.pid = server.child.id();
+    let mut broken = Vec::new();
+    for attack in attacks() {
+        let started = Instant::now();
+        let (status, body) = server.request(
+            "POST",
+            "/v1/chat/completions",
+            Some(&reward_request(vec![host.render(&attack)])),
+        );
+        let text = body.to_string();
+        if text.contains(SECRET) {
+            broken.push(format!("{}: the key reached the response", attack.name));
+        }
+        let passed = most_passed(&body);
+        match (status, attack.expect, passed) {
+            (200, Expect::Refused, Some(0)) | (200, Expect::Bounded, Some(_)) => {}
+            (200, Expect::Refused, Some(_)) => {
+                broken.push(format!("{}: the attack succeeded", attack.name))
+            }
+            _ => broken.push(format!("{}: answered {status}: {text}", attack.name)),
+        }
+        eprintln!(
+            "{:<24} {status} passed={passed:?} in {:.1?}",
+            attack.name,
+            started.elapsed()
+        );
+        // The next request is served normally.
+        let (status, body) = server.request("GET", "/v1/models", None);
+        if status != 200 {
+            broken.push(format!(
+                "after {}: /v1/models answered {status}: {body}",
+                attack.name
+            ));
+        }
+    }
+    broken.extend(host.breaches());
+    assert!(
+        broken.is_empty(),
+        "through tern serve:\n{}",
+        broken.join("\n")
+    );
+    // The server is still the same process and still judges real tests.
+    let (status, body) = server.request(
+        "POST",
+        "/v1/chat/completions",
+        Some(&reward_request(vec!["assert 1 + 1 == 2".into()])),
+    );
+    assert_eq!((status, most_passed(&body)), (200, Some(1)), "{body}");
+}
