@@ -98,9 +98,12 @@ fn verdict(headers: &HeaderMap, hosts: &HostPolicy, cors: &Cors) -> Result<(), A
     let Some(origin) = text(ORIGIN) else {
         return Ok(());
     };
+    // `https://` too: behind a TLS-terminating proxy the page's origin is
+    // https while the Host it forwards is still ours.
     let same_origin = host.is_some_and(|h| {
         origin
             .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
             .is_some_and(|authority| authority.eq_ignore_ascii_case(h))
     });
     let listed = match cors {
