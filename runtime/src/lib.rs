@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod chat;
+pub mod chat_prompt;
 pub mod constraint;
 pub mod engine;
 pub mod error;

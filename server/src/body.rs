@@ -5,32 +5,57 @@
 //! A body is read once into a JSON object ([`JsonBody`]); each endpoint then
 //! reads typed views of it with [`fields`] (the shared fields and its own),
 //! which names the offending field on a type error.
+//!
+//! Only `Content-Type: application/json` bodies are read: a browser sends
+//! `text/plain` or form bodies cross-site without a CORS preflight, so
+//! accepting them would let any web page drive the API (415 instead).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::openai::error::ApiError;
+use crate::state::AppState;
 
 /// A request body that is a JSON object.
 #[derive(Debug)]
 pub struct JsonBody(pub Value);
 
-impl<S: Send + Sync> FromRequest<S> for JsonBody {
+impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::payload_too_large()
-            } else {
-                ApiError::bad_request("Could not read the request body")
-            }
-        })?;
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        if !is_json(req.headers()) {
+            return Err(ApiError::unsupported_media_type());
+        }
+        // One deadline for the whole body: a client trickling a byte at a
+        // time must not hold the connection for minutes.
+        let read = Bytes::from_request(req, state);
+        let bytes = tokio::time::timeout(state.body_timeout(), read)
+            .await
+            .map_err(|_| ApiError::body_timeout())?
+            .map_err(|e| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::payload_too_large()
+                } else {
+                    ApiError::bad_request("Could not read the request body")
+                }
+            })?;
         parse_object(&bytes).map(JsonBody)
     }
+}
+
+/// Whether the request declares a JSON body: `application/json`, any case,
+/// parameters such as `; charset=utf-8` allowed.
+pub fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// Parses `bytes` as one JSON object.
@@ -82,6 +107,21 @@ mod tests {
         assert!(parse_object(b"").is_err());
         assert!(parse_object(&[b'{', 0xff, b'}']).is_err());
         assert!(parse_object(b"{\"a\": 1}").is_ok());
+    }
+
+    #[test]
+    fn only_application_json_is_json() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(CONTENT_TYPE, v.parse().unwrap());
+            is_json(&h)
+        };
+        assert!(with("application/json"));
+        assert!(with("Application/JSON; charset=utf-8"));
+        assert!(!with("text/plain"));
+        assert!(!with("application/x-www-form-urlencoded"));
+        assert!(!with("application/jsonp"));
+        assert!(!is_json(&HeaderMap::new()));
     }
 
     #[test]

@@ -8,16 +8,21 @@
 //! ([`collect`], [`stream`]); every failure is one [`openai::error::ApiError`].
 //!
 //! [`serve`] binds first and loads the model in the background, answering 503
-//! until the engine is up, then serves until Ctrl-C or SIGTERM, letting
-//! in-flight requests finish. [`router`] is the seam tests drive in process.
+//! until the engine is up, then serves ([`listener`]) until Ctrl-C or SIGTERM,
+//! letting in-flight requests finish within a grace period. [`router`] is the
+//! seam tests drive in process. Every request passes the [`origin`] check
+//! (Host and Origin) so web pages cannot drive a local server.
 
 pub mod auth;
 pub mod body;
 pub mod collect;
+pub mod duration;
 pub mod events;
 pub mod ids;
+pub mod listener;
 pub mod logprobs;
 pub mod openai;
+pub mod origin;
 pub mod params;
 pub mod prometheus;
 pub mod prompt;
@@ -34,11 +39,13 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, Method};
 use axum::routing::{get, post};
 use axum::Router;
+use tern_runtime::chat_prompt::ContentTokens;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::LoadedModel;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
+pub use listener::ConnectionLimits;
 pub use state::AppState;
 
 /// Default largest request body: 4 MiB.
@@ -63,9 +70,40 @@ pub struct ServerConfig {
     pub cors: Cors,
     /// Largest request body in bytes (413 above it).
     pub max_body: usize,
-    /// Run client-written `tests` (best-of-N `aggregate: reward`) in the
-    /// code judge's sandbox; when false they are a 403 (the default).
+    /// `--allowed-hosts`: `Host` names accepted beside the bound address's
+    /// own (see [`origin::HostPolicy`]); `*` accepts any.
+    pub allowed_hosts: Vec<String>,
+    /// Serve `/metrics` without the API key (`--metrics-public`).
+    pub metrics_public: bool,
+    /// How control-token text in chat message content is encoded.
+    pub content_tokens: ContentTokens,
+    /// Whether clients may have the server run their programs and tests in
+    /// the sandbox (`--allow-code-execution`); off by default.
     pub allow_code_execution: bool,
+    /// Connection cap and timeouts.
+    pub connections: ConnectionLimits,
+}
+
+impl ServerConfig {
+    /// Settings for serving `model_id` on `host:port` with every other value
+    /// at its default (loopback-safe: no CORS, no code execution).
+    pub fn new(host: impl Into<String>, port: u16, model_id: impl Into<String>) -> Self {
+        Self {
+            host: host.into(),
+            port,
+            model_id: model_id.into(),
+            kv_policy: KvPolicy::Full,
+            engine: EngineConfig::default(),
+            api_key: None,
+            cors: Cors::Off,
+            max_body: DEFAULT_MAX_BODY,
+            allowed_hosts: Vec::new(),
+            metrics_public: false,
+            content_tokens: ContentTokens::Text,
+            allow_code_execution: false,
+            connections: ConnectionLimits::default(),
+        }
+    }
 }
 
 /// Cross-origin access for browsers.
@@ -176,26 +214,35 @@ pub struct Loaded {
 /// The error a model loader returns.
 pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The HTTP routes over `state`, with body limit, auth and CORS layers.
+/// The HTTP routes over `state`, with body limit, auth, Host/Origin and CORS
+/// layers (CORS outermost, so preflights are answered first).
 pub fn router(state: AppState) -> Router {
     use routes::{chat, completions, health, metrics, models, ui};
+    let require_key = || axum::middleware::from_fn_with_state(state.clone(), auth::require_api_key);
     let v1 = Router::new()
         .route("/v1/models", get(models::list))
         .route("/v1/models/{id}", get(models::retrieve))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_api_key,
-        ));
+        .route_layer(require_key());
+    let metrics = Router::new().route("/metrics", get(metrics::metrics));
+    let metrics = if state.metrics_public() {
+        metrics
+    } else {
+        metrics.route_layer(require_key())
+    };
     let app = Router::new()
         .route("/", get(ui::index))
         .route("/health", get(health::health))
-        .route("/metrics", get(metrics::metrics))
+        .merge(metrics)
         .merge(v1)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(DefaultBodyLimit::max(state.max_body()));
+        .layer(DefaultBodyLimit::max(state.max_body()))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            origin::check_origin,
+        ));
     let app = match state.cors().layer() {
         Some(cors) => app.layer(cors),
         None => app,
@@ -205,7 +252,8 @@ pub fn router(state: AppState) -> Router {
 
 /// Binds, then loads the model with `load` on a blocking thread while already
 /// answering (503 until ready), then serves until Ctrl-C or SIGTERM and lets
-/// in-flight requests finish. A second signal exits at once. Returns an error
+/// in-flight requests finish within `--shutdown-grace`. A second signal exits
+/// at once. Returns an error
 /// if binding or loading fails.
 pub async fn serve<L>(
     config: ServerConfig,
@@ -222,11 +270,14 @@ where
             addr: addr.clone(),
             source,
         })?;
-    let state = AppState::new(&config);
-    let on_event = Arc::new(on_event);
-    on_event(ServeEvent::Listening {
-        addr: listener.local_addr()?,
+    let bound = listener.local_addr()?;
+    // The Host check needs the real port when 0 was asked for.
+    let state = AppState::new(&ServerConfig {
+        port: bound.port(),
+        ..config.clone()
     });
+    let on_event = Arc::new(on_event);
+    on_event(ServeEvent::Listening { addr: bound });
 
     let failure: Arc<Mutex<Option<LoadError>>> = Arc::new(Mutex::new(None));
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
@@ -280,9 +331,13 @@ where
             }
         }
     };
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    listener::run(
+        listener,
+        router(state),
+        config.connections.clone(),
+        shutdown,
+    )
+    .await;
     let failed = failure.lock().ok().and_then(|mut slot| slot.take());
     match failed {
         Some(e) => Err(ServeError::Load(e)),

@@ -2,12 +2,18 @@
 //!
 //! Chat messages are checked (roles, content shapes), rendered with the
 //! GGUF's own chat template with the assistant header appended, and encoded
-//! with control-token text parsed into tokens; BOS is added only when the
-//! tokenizer asks for it and the template did not already write it, as
-//! `tern generate --chat` and `tern chat` do.
+//! with the template's control-token text parsed into tokens but the
+//! messages' own kept as text unless the server allows it
+//! ([`ContentTokens`]); BOS is added only when the tokenizer asks for it and
+//! the template did not already write it, as `tern generate --chat` and
+//! `tern chat` do.
+//!
+//! These run on a blocking thread (see the handlers): a multi-megabyte prompt
+//! takes seconds to render and tokenize.
 
 use serde_json::Value;
 use tern_runtime::chat::ChatMessage;
+use tern_runtime::chat_prompt::{encode_chat, ContentTokens};
 use tern_runtime::LoadedModel;
 
 use crate::openai::chat::WireMessage;
@@ -101,15 +107,28 @@ fn part_text<'a>(part: &'a Value, at: &str) -> Result<&'a str, ApiError> {
     }
 }
 
-/// Renders `messages` with the model's chat template and tokenizes them.
-pub fn chat_prompt(model: &LoadedModel, messages: &[ChatMessage]) -> Result<Vec<u32>, ApiError> {
+/// Renders `messages` with the model's chat template and tokenizes them,
+/// control-token text in message content encoded as `content` says.
+pub fn chat_prompt(
+    model: &LoadedModel,
+    messages: &[ChatMessage],
+    content: ContentTokens,
+) -> Result<Vec<u32>, ApiError> {
     let template = model
         .chat_template()
         .map_err(|e| ApiError::from_runtime(e, "messages"))?;
-    let text = template
-        .render(messages, true)
-        .map_err(|e| ApiError::from_runtime(e, "messages"))?;
-    encode(model, &text, "messages")
+    encode_chat(template, &model.tokenizer, messages, true, content)
+        .map_err(|e| ApiError::from_runtime(e, "messages"))
+}
+
+/// Runs `work` (templating, tokenizing) on tokio's blocking pool, so a huge
+/// prompt never holds an async worker that `/health` and streams need.
+pub async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|_| Err(ApiError::internal("preparing the prompt failed")))
 }
 
 /// A completions `prompt`: a string, a list of one string, or a list of

@@ -5,13 +5,17 @@
 //! loading) before the weights are read, then fills it exactly once.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tern_runtime::engine::EngineHandle;
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::LoadedModel;
 
+use tern_runtime::chat_prompt::ContentTokens;
+
 use crate::ids::unix_now;
 use crate::openai::error::ApiError;
+use crate::origin::HostPolicy;
 use crate::params::ModelLimits;
 use crate::{Cors, ServerConfig};
 
@@ -26,7 +30,11 @@ struct Inner {
     api_key: Option<String>,
     max_body: usize,
     cors: Cors,
+    hosts: HostPolicy,
+    metrics_public: bool,
+    content_tokens: ContentTokens,
     allow_code_execution: bool,
+    body_timeout: Duration,
     engine: OnceLock<EngineHandle>,
     synthesizer: OnceLock<(String, EngineHandle)>,
 }
@@ -41,15 +49,14 @@ impl AppState {
             api_key: config.api_key.clone(),
             max_body: config.max_body,
             cors: config.cors.clone(),
+            hosts: HostPolicy::new(&config.host, config.port, &config.allowed_hosts),
+            metrics_public: config.metrics_public,
+            content_tokens: config.content_tokens,
             allow_code_execution: config.allow_code_execution,
+            body_timeout: config.connections.body_timeout,
             engine: OnceLock::new(),
             synthesizer: OnceLock::new(),
         }))
-    }
-
-    /// Whether client-written code may run (`--allow-code-execution`).
-    pub fn allow_code_execution(&self) -> bool {
-        self.0.allow_code_execution
     }
 
     /// Marks the model loaded; requests are served from now on. A second
@@ -128,6 +135,32 @@ impl AppState {
     /// Which browser origins may call the API.
     pub fn cors(&self) -> &Cors {
         &self.0.cors
+    }
+
+    /// The `Host` values requests may carry.
+    pub fn host_policy(&self) -> &HostPolicy {
+        &self.0.hosts
+    }
+
+    /// Whether `/metrics` is served without the API key.
+    pub fn metrics_public(&self) -> bool {
+        self.0.metrics_public
+    }
+
+    /// How control-token text in chat message content is encoded.
+    pub fn content_tokens(&self) -> ContentTokens {
+        self.0.content_tokens
+    }
+
+    /// Whether clients may have programs and tests run in the sandbox
+    /// (`--allow-code-execution`); endpoints that execute code refuse without it.
+    pub fn allow_code_execution(&self) -> bool {
+        self.0.allow_code_execution
+    }
+
+    /// Longest a request body may take to arrive.
+    pub fn body_timeout(&self) -> Duration {
+        self.0.body_timeout
     }
 
     /// `model` must be given and name the served model.

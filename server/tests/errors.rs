@@ -4,7 +4,20 @@
 use axum::http::Method;
 use serde_json::{json, Value};
 
-use crate::support::{config, get, post, ready, send, MODEL};
+use axum::body::Body;
+use axum::http::Request;
+use tern_runtime::engine::{SubmitError, SubmitRequest};
+use tern_runtime::sampler::SamplingParams;
+use tower::ServiceExt;
+
+use crate::support::{config, get, post, ready, ready_with, send, tiny, MODEL};
+
+fn json_post(path: &str, body: &Value) -> Request<Body> {
+    Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
 
 fn chat(extra: Value) -> Value {
     let mut body =
@@ -206,10 +219,25 @@ async fn context_overflow_states_both_numbers() {
 async fn admission_errors() {
     let mut c = config();
     c.engine.max_queue = 0;
-    let s = ready(c);
+    c.engine.max_running = 1;
+    let long = tiny::TinySpec {
+        context_length: 4096,
+        ..tiny::TinySpec::default()
+    };
+    let s = ready_with(c, long);
+    // The one decode row is taken; with no queue the next request is refused.
+    let busy = json!({"model": MODEL, "prompt": "hello", "max_tokens": 4000, "ignore_eos": true, "stream": true});
+    let running = s
+        .app
+        .clone()
+        .oneshot(json_post("/v1/completions", &busy))
+        .await
+        .unwrap();
+    assert_eq!(running.status(), 200);
     let r = post(&s.app, "/v1/chat/completions", &chat(json!({}))).await;
     r.assert_error(429, None);
     assert!(r.headers.contains_key("retry-after"));
+    drop(running);
 
     let mut c = config();
     c.engine.kv_memory = 1024;
@@ -218,6 +246,39 @@ async fn admission_errors() {
         .await
         .assert_error(400, None);
     assert!(e["message"].as_str().unwrap().contains("kv-memory"), "{e}");
+}
+
+#[tokio::test]
+async fn a_burst_into_free_slots_is_not_refused() {
+    let mut c = config();
+    c.engine.max_queue = 1;
+    c.engine.max_running = 4;
+    let long = tiny::TinySpec {
+        context_length: 4096,
+        ..tiny::TinySpec::default()
+    };
+    let s = ready_with(c, long);
+    let model = s.engine.model();
+    let prompt = model.tokenizer.encode("hello", false, false).unwrap();
+    let mut req = SubmitRequest::new(prompt, SamplingParams::default(), 4000);
+    req.ignore_eos = true;
+    // Submitted faster than the engine takes them in: four find free rows,
+    // the fifth waits in the queue of one, the sixth is refused.
+    let accepted: Vec<_> = (0..5)
+        .map(|i| {
+            s.engine
+                .submit(req.clone())
+                .unwrap_or_else(|e| panic!("request {i} refused: {e}"))
+        })
+        .collect();
+    match s.engine.submit(req.clone()) {
+        Err(SubmitError::QueueFull {
+            waiting: 1,
+            limit: 1,
+        }) => {}
+        other => panic!("expected QueueFull, got {:?}", other.map(|s| s.id)),
+    }
+    drop(accepted);
 }
 
 #[tokio::test]

@@ -46,7 +46,7 @@ async fn health_and_models_once_ready() {
 }
 
 #[tokio::test]
-async fn api_key_guards_v1_only() {
+async fn api_key_guards_v1_and_metrics() {
     let mut c = config();
     c.api_key = Some("sekret".into());
     let s = ready(c);
@@ -72,8 +72,9 @@ async fn api_key_guards_v1_only() {
     .await;
     assert_eq!(right.status, 200);
     assert_eq!(get(&s.app, "/health").await.status, 200);
-    assert_eq!(get(&s.app, "/metrics").await.status, 200);
     assert_eq!(get(&s.app, "/").await.status, 200);
+    // /metrics shows traffic: behind the key too (see security.rs).
+    get(&s.app, "/metrics").await.assert_error(401, None);
 }
 
 #[tokio::test]

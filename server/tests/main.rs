@@ -2,7 +2,9 @@
 //! generated model: endpoints, streaming, errors, auth and metrics.
 
 mod api;
+mod connections;
 mod errors;
 mod lifecycle;
+mod security;
 mod streaming;
 mod support;

@@ -206,6 +206,10 @@ pub struct GenerateArgs {
     /// System prompt for --chat (default: the template's own).
     #[arg(long)]
     pub system: Option<String>,
+    /// Let control-token text such as `<|im_start|>` in the prompt become
+    /// control tokens inside the chat template (default: it stays text).
+    #[arg(long)]
+    pub allow_special_tokens_in_content: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Keep generating past end-of-sequence up to --max-tokens (for benchmarks).
@@ -356,6 +360,10 @@ pub struct ChatArgs {
     /// System prompt (default: the template's own).
     #[arg(long)]
     pub system: Option<String>,
+    /// Let control-token text such as `<|im_start|>` in your messages become
+    /// control tokens inside the chat template (default: it stays text).
+    #[arg(long)]
+    pub allow_special_tokens_in_content: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
@@ -533,6 +541,37 @@ pub struct ServeArgs {
     /// A model that fails to load stops the server at startup.
     #[arg(long)]
     pub synthesizer_model: Option<String>,
+    /// Host names (HOST or HOST:PORT, comma-separated, `*` for any) accepted
+    /// in the Host header beside the bound address's own. Bound to loopback,
+    /// only localhost, 127.0.0.1 and [::1] at the bound port are accepted by
+    /// default (this stops DNS-rebinding pages); bound to any other address,
+    /// any Host is, unless this flag lists them.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// Serve /metrics without the API key (it needs the key by default when
+    /// one is set).
+    #[arg(long)]
+    pub metrics_public: bool,
+    /// Let control-token text such as `<|im_start|>` written inside chat
+    /// messages become control tokens. Off by default, so a user cannot
+    /// forge a system turn; only the chat template's own tokens are special.
+    #[arg(long)]
+    pub allow_special_tokens_in_content: bool,
+    /// Connections served at once; further ones wait to be accepted.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    /// Time a request's headers may take to arrive, counted from when the
+    /// connection is ready for a request, so also the longest a keep-alive
+    /// connection may sit idle: 10s, 500ms, 2m.
+    #[arg(long, default_value = "10s", value_parser = tern_server::duration::parse_duration)]
+    pub header_timeout: std::time::Duration,
+    /// Time a request's whole body may take to arrive (408 after).
+    #[arg(long, default_value = "30s", value_parser = tern_server::duration::parse_duration)]
+    pub body_timeout: std::time::Duration,
+    /// After Ctrl-C or SIGTERM, how long in-flight requests may take to
+    /// finish before the server exits anyway.
+    #[arg(long, default_value = "30s", value_parser = tern_server::duration::parse_duration)]
+    pub shutdown_grace: std::time::Duration,
 }
 
 /// `tern plot`.

@@ -4,11 +4,12 @@ use std::io::{BufRead, Write};
 
 use anyhow::Result;
 use tern_runtime::chat::ChatMessage;
+use tern_runtime::chat_prompt::encode_chat;
 use tern_runtime::engine::SubmitRequest;
 use tern_runtime::generate::DEFAULT_PREFILL_CHUNK;
 
 use super::args::ChatArgs;
-use super::generate::{cli_engine, fit_max_tokens, run_request, sampling_params};
+use super::generate::{cli_engine, content_tokens, fit_max_tokens, run_request, sampling_params};
 use super::resolve;
 
 /// Runs the subcommand with its parsed arguments.
@@ -18,6 +19,7 @@ pub fn run(a: &ChatArgs) -> Result<()> {
     let engine = cli_engine(model, DEFAULT_PREFILL_CHUNK);
     let model = engine.model();
     let template = model.chat_template()?;
+    let content = content_tokens(a.allow_special_tokens_in_content);
     let mut history: Vec<ChatMessage> = Vec::new();
     let reset = |h: &mut Vec<ChatMessage>| {
         h.clear();
@@ -48,11 +50,10 @@ pub fn run(a: &ChatArgs) -> Result<()> {
             continue;
         }
         history.push(ChatMessage::new("user", line));
-        let text = template.render(&history, true)?;
         let mut sampling = sampling_params(&a.sampling, 0);
         sampling.seed = sampling.seed.wrapping_add(turn);
         turn += 1;
-        let prompt = model.tokenizer.encode(&text, true, true)?;
+        let prompt = encode_chat(template, &model.tokenizer, &history, true, content)?;
         let max_tokens = fit_max_tokens(model, prompt.len(), a.sampling.max_tokens);
         let mut req = SubmitRequest::new(prompt, sampling, max_tokens);
         req.stop = a.sampling.stop.clone();

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde_json::json;
 use tern_runtime::chat::ChatMessage;
+use tern_runtime::chat_prompt::{encode_chat, ContentTokens};
 use tern_runtime::engine::{EngineConfig, EngineHandle, Event, KvUsage, SubmitRequest};
 use tern_runtime::generate::{FinishReason, TokenLogprob};
 use tern_runtime::sampler::SamplingParams;
@@ -43,8 +44,24 @@ pub fn prompt_ids(model: &LoadedModel, a: &GenerateArgs, prompt: &str) -> Result
         messages.push(ChatMessage::new("system", sys.as_str()));
     }
     messages.push(ChatMessage::new("user", prompt));
-    let text = model.chat_template()?.render(&messages, true)?;
-    Ok(model.tokenizer.encode(&text, true, true)?)
+    let template = model.chat_template()?;
+    let content = content_tokens(a.allow_special_tokens_in_content);
+    Ok(encode_chat(
+        template,
+        &model.tokenizer,
+        &messages,
+        true,
+        content,
+    )?)
+}
+
+/// `--allow-special-tokens-in-content` as the runtime's policy value.
+pub fn content_tokens(allow: bool) -> ContentTokens {
+    if allow {
+        ContentTokens::Special
+    } else {
+        ContentTokens::Text
+    }
 }
 
 /// What one engine request produced, with its timings.

@@ -14,7 +14,7 @@ use tern_models::registry;
 use tern_runtime::engine::{default_kv_memory, EngineConfig};
 use tern_runtime::LoadedModel;
 use tern_server::size::format_size;
-use tern_server::{Cors, LoadError, Loaded, ServeEvent, ServerConfig};
+use tern_server::{ConnectionLimits, Cors, LoadError, Loaded, ServeEvent, ServerConfig};
 
 use super::args::ServeArgs;
 use super::backend::{self, BackendKind, Sizing};
@@ -23,6 +23,9 @@ use super::resolve;
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &ServeArgs) -> Result<()> {
     let config = server_config(a)?;
+    if let Some(warning) = exposure_warning(&config) {
+        eprintln!("{warning}");
+    }
     let synth_spec = a
         .synthesizer_model
         .as_ref()
@@ -98,6 +101,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         ("--max-queue", a.max_queue),
         ("--max-running", a.max_running),
         ("--prefill-chunk", a.prefill_chunk),
+        ("--max-connections", a.max_connections),
     ] {
         if value == 0 {
             bail!("{flag} must be at least 1");
@@ -138,8 +142,35 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         api_key,
         cors,
         max_body: a.max_body,
+        allowed_hosts: a.allowed_hosts.clone(),
+        metrics_public: a.metrics_public,
+        content_tokens: super::generate::content_tokens(a.allow_special_tokens_in_content),
         allow_code_execution: a.allow_code_execution,
+        connections: ConnectionLimits {
+            max_connections: a.max_connections,
+            header_timeout: a.header_timeout,
+            body_timeout: a.body_timeout,
+            shutdown_grace: a.shutdown_grace,
+        },
     })
+}
+
+/// The warning to print when the server is reachable beyond this machine
+/// with no API key: anyone on the network may then use it.
+fn exposure_warning(config: &ServerConfig) -> Option<String> {
+    if config.api_key.is_some() || tern_server::origin::is_loopback(&config.host) {
+        return None;
+    }
+    let mut w = format!(
+        "tern serve: WARNING: listening on {} without an API key: anyone who can reach \
+         this port can use the model",
+        config.host
+    );
+    if config.allow_code_execution {
+        w.push_str(" and run programs in its sandbox (--allow-code-execution)");
+    }
+    w.push_str("; set --api-key-file, or bind to 127.0.0.1");
+    Some(w)
 }
 
 /// The id clients send as `model`: the registry name, or the file's stem.
@@ -172,6 +203,25 @@ fn non_empty_key(key: String, source: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_binds_without_a_key_warn() {
+        let open = ServerConfig::new("0.0.0.0", 8080, "m");
+        assert!(exposure_warning(&open).is_some_and(|w| w.contains("without an API key")));
+        let keyed = ServerConfig {
+            api_key: Some("k".into()),
+            ..open.clone()
+        };
+        assert_eq!(exposure_warning(&keyed), None);
+        assert_eq!(
+            exposure_warning(&ServerConfig::new("127.0.0.1", 8080, "m")),
+            None
+        );
+        assert_eq!(
+            exposure_warning(&ServerConfig::new("localhost", 8080, "m")),
+            None
+        );
+    }
 
     #[test]
     fn model_ids() {

@@ -10,12 +10,13 @@
 //! its cache freed. The server, the CLI, best-of-N and the trainer all come in
 //! through [`EngineHandle::submit`].
 
+mod admission;
 mod metrics;
 mod scheduler;
 mod sequence;
 mod think;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
@@ -40,8 +41,10 @@ pub const MAX_N: usize = 16;
 pub struct EngineConfig {
     /// Bytes of KV cache all running sequences together may reserve.
     pub kv_memory: usize,
-    /// Requests that may wait for admission before `submit` answers
-    /// [`SubmitError::QueueFull`].
+    /// Requests that may wait for room (KV memory, decode rows) before
+    /// `submit` answers [`SubmitError::QueueFull`]; requests that room is
+    /// free for are about to run and do not count, even before the engine
+    /// has taken them in.
     pub max_queue: usize,
     /// Sequences decoded together at most (rows of one decode batch).
     pub max_running: usize,
@@ -315,7 +318,7 @@ struct Shared {
     policies: Option<&'static [&'static str]>,
     config: EngineConfig,
     metrics: EngineMetrics,
-    waiting: AtomicUsize,
+    admission: admission::Admission,
     next_id: AtomicU64,
     stopped: AtomicBool,
     /// Version of the weights every step since the last switch used.
@@ -351,7 +354,7 @@ impl EngineHandle {
             model,
             config,
             metrics,
-            waiting: AtomicUsize::new(0),
+            admission: admission::Admission::default(),
             next_id: AtomicU64::new(1),
             stopped: AtomicBool::new(false),
             weights_version: AtomicU64::new(0),
@@ -414,9 +417,9 @@ impl EngineHandle {
         &self.shared.metrics
     }
 
-    /// Requests waiting for admission now.
+    /// Requests submitted and not admitted yet.
     pub fn waiting(&self) -> usize {
-        self.shared.waiting.load(Ordering::Relaxed)
+        self.shared.admission.pending()
     }
 
     /// Bytes of KV memory `req` would reserve: its `n` sequences' worst case
@@ -442,8 +445,9 @@ impl EngineHandle {
     /// Validates `req` and queues it; events arrive on the returned stream.
     pub fn submit(&self, req: SubmitRequest) -> Result<RequestStream, SubmitError> {
         let (pending, stream) = self.prepare(req)?;
+        let room = (pending.req.n.max(1), pending.reserve);
         if self.tx.send(Command::Submit(Box::new(pending))).is_err() {
-            self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            self.shared.admission.leave(room.0, room.1);
             return Err(SubmitError::Stopped);
         }
         Ok(stream)
@@ -464,19 +468,29 @@ impl EngineHandle {
                     streams.push(s);
                 }
                 Err(e) => {
-                    self.shared
-                        .waiting
-                        .fetch_sub(pendings.len(), Ordering::AcqRel);
+                    self.leave_all(&pendings);
                     return Err(e);
                 }
             }
         }
-        let n = pendings.len();
+        let rooms: Vec<(usize, usize)> = pendings
+            .iter()
+            .map(|p| (p.req.n.max(1), p.reserve))
+            .collect();
         if self.tx.send(Command::SubmitAll(pendings)).is_err() {
-            self.shared.waiting.fetch_sub(n, Ordering::AcqRel);
+            for (rows, bytes) in rooms {
+                self.shared.admission.leave(rows, bytes);
+            }
             return Err(SubmitError::Stopped);
         }
         Ok(streams)
+    }
+
+    /// Gives back the queue places of requests that will not be sent.
+    fn leave_all(&self, pendings: &[Pending]) {
+        for p in pendings {
+            self.shared.admission.leave(p.req.n.max(1), p.reserve);
+        }
     }
 
     /// Checks a request and takes a queue slot for it.
@@ -506,13 +520,14 @@ impl EngineHandle {
                 kv_memory,
             });
         }
-        let limit = self.shared.config.max_queue;
+        let config = &self.shared.config;
         self.shared
-            .waiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                (w < limit).then_some(w + 1)
-            })
-            .map_err(|waiting| SubmitError::QueueFull { waiting, limit })?;
+            .admission
+            .enter(req.n.max(1), reserve, config)
+            .map_err(|full| SubmitError::QueueFull {
+                waiting: full.queued,
+                limit: config.max_queue,
+            })?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
         let pending = Pending {

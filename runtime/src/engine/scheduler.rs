@@ -169,17 +169,20 @@ impl Engine {
             self.backend.free(seq);
         }
         self.reserved -= r.reserve;
+        self.shared.admission.retired(r.req.n.max(1), r.reserve);
     }
 
     fn drop_cancelled(&mut self) {
         let metrics = &self.shared.metrics;
-        let before = self.waiting.len();
-        self.waiting.retain(|p| !p.events.is_closed());
-        let gone = before - self.waiting.len();
-        if gone > 0 {
-            self.shared.waiting.fetch_sub(gone, Ordering::AcqRel);
-            (0..gone).for_each(|_| metrics.cancelled());
-        }
+        let admission = &self.shared.admission;
+        self.waiting.retain(|p| {
+            let open = !p.events.is_closed();
+            if !open {
+                admission.leave(p.req.n.max(1), p.reserve);
+                metrics.cancelled();
+            }
+            open
+        });
         let (closed, open): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.running)
             .into_iter()
             .partition(|r| r.events.is_closed());
@@ -208,7 +211,7 @@ impl Engine {
                 break;
             }
             let p = self.waiting.pop_front().expect("front exists");
-            self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            self.shared.admission.admitted(n, p.reserve);
             let expected = p.req.prompt.len() + p.req.max_tokens;
             let (created, cached) = match self.reuse_prefix(&p.req, expected) {
                 Some((seq, len)) => (Ok(seq), len),
@@ -229,6 +232,7 @@ impl Engine {
                 Err(e) => {
                     let _ = p.events.send(Event::Error(e.to_string()));
                     self.shared.metrics.failed(1);
+                    self.shared.admission.retired(n, p.reserve);
                     continue;
                 }
             };
@@ -541,7 +545,7 @@ impl Engine {
         // Waiting counts requests still in the channel too: what submit counted.
         m.set_load(
             self.running.len(),
-            self.shared.waiting.load(Ordering::Relaxed),
+            self.shared.admission.pending(),
             sequences,
             self.reserved,
         );

@@ -148,6 +148,32 @@ impl ApiError {
         .with_code("request_too_large")
     }
 
+    /// A 415 for a body not sent as `Content-Type: application/json`.
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            INVALID_REQUEST,
+            "The request body must be JSON sent with `Content-Type: application/json`",
+        )
+        .with_code("unsupported_media_type")
+    }
+
+    /// A 408 for a body that did not arrive within `--body-timeout`.
+    pub fn body_timeout() -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            INVALID_REQUEST,
+            "The request body did not arrive in time (--body-timeout)",
+        )
+        .with_code("request_timeout")
+    }
+
+    /// A 403 for a request whose `Host` or `Origin` this server does not
+    /// accept (`--allowed-hosts`, `--cors`).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, INVALID_REQUEST, message).with_code("forbidden")
+    }
+
     /// A 503 while the model is still loading.
     pub fn loading() -> Self {
         let mut e = Self::new(
@@ -266,7 +292,10 @@ impl IntoResponse for ApiError {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+        if matches!(
+            self.status,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+        ) {
             // The unread rest of the body is still on the socket: tell the
             // client this connection ends here rather than let it reuse it.
             res.headers_mut()

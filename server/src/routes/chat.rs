@@ -47,8 +47,14 @@ pub async fn chat_completions(
     let logprobs = params::chat_logprobs(own.logprobs, own.top_logprobs)?;
     let model = Arc::clone(engine.model());
     let max_tokens = params::merge_max_tokens(shared.max_tokens, own.max_completion_tokens);
+    let content = state.content_tokens();
+    let (ids, messages) = {
+        let model = Arc::clone(&model);
+        prompt::off_thread(move || Ok((prompt::chat_prompt(&model, &messages, content)?, messages)))
+            .await?
+    };
     let input = EndpointInput {
-        prompt: prompt::chat_prompt(&model, &messages)?,
+        prompt: ids,
         prompt_param: "messages",
         max_tokens,
         logprobs,

@@ -32,7 +32,7 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?.clone();
     let shared: GenerationFields = fields(&body)?;
-    let own: CompletionFields = fields(&body)?;
+    let mut own: CompletionFields = fields(&body)?;
     state.check_model(shared.model.as_deref())?;
     if own.echo == Some(true) {
         return Err(ApiError::unsupported("echo", "echo"));
@@ -45,8 +45,13 @@ pub async fn completions(
     }
     let logprobs = params::completion_logprobs(own.logprobs)?;
     let model = Arc::clone(engine.model());
+    let text = std::mem::take(&mut own.prompt);
+    let ids = {
+        let model = Arc::clone(&model);
+        prompt::off_thread(move || prompt::completion_prompt(&model, &text)).await?
+    };
     let input = EndpointInput {
-        prompt: prompt::completion_prompt(&model, &own.prompt)?,
+        prompt: ids,
         prompt_param: "prompt",
         max_tokens: (shared.max_tokens, "max_tokens"),
         logprobs,

@@ -13,9 +13,8 @@ use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use serde_json::Value;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
-use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::LoadedModel;
-use tern_server::{router, AppState, Cors, ServerConfig, DEFAULT_MAX_BODY};
+use tern_server::{router, AppState, ServerConfig};
 use tower::ServiceExt;
 
 /// The model id the test server serves.
@@ -24,18 +23,11 @@ pub const MODEL: &str = "tiny";
 /// Settings of a test server over the tiny model.
 pub fn config() -> ServerConfig {
     ServerConfig {
-        host: "127.0.0.1".into(),
-        port: 0,
-        model_id: MODEL.into(),
-        kv_policy: KvPolicy::Full,
         engine: EngineConfig {
             kv_memory: 256 << 20,
             ..EngineConfig::default()
         },
-        api_key: None,
-        cors: Cors::Off,
-        max_body: DEFAULT_MAX_BODY,
-        allow_code_execution: false,
+        ..ServerConfig::new("127.0.0.1", 0, MODEL)
     }
 }
 
@@ -155,4 +147,61 @@ pub async fn post(app: &Router, path: &str, body: &Value) -> Reply {
         &[("content-type", "application/json")],
     )
     .await
+}
+
+/// A ready server on a real loopback socket, run by the server's own accept
+/// loop until `stop` is sent; `done` resolves once the loop has returned.
+pub struct Listening {
+    /// The bound address.
+    pub addr: std::net::SocketAddr,
+    /// Sending (or dropping) starts the graceful shutdown.
+    pub stop: tokio::sync::oneshot::Sender<()>,
+    /// The accept loop's task.
+    pub done: tokio::task::JoinHandle<()>,
+    /// Keeps the model file alive.
+    pub _server: TestServer,
+}
+
+/// Binds 127.0.0.1, then serves the tiny model there under `limits`.
+pub async fn listen(mut config: ServerConfig, limits: tern_server::ConnectionLimits) -> Listening {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    config.port = addr.port();
+    config.connections = limits.clone();
+    let server = ready(config);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let app = server.app.clone();
+    let done = tokio::spawn(tern_server::listener::run(listener, app, limits, async {
+        let _ = stopped.await;
+    }));
+    Listening {
+        addr,
+        stop,
+        done,
+        _server: server,
+    }
+}
+
+/// Sends `head` (request line and headers, without the blank line) plus
+/// `body` on a fresh connection with `Connection: close`, and returns the
+/// status and the whole response text.
+pub async fn http(addr: std::net::SocketAddr, head: &str, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "{head}\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.expect("read");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    (status, text)
 }
