@@ -203,3 +203,111 @@ fn every_attack_fails_through_the_server() {
     );
     assert_eq!((status, most_passed(&body)), (200, Some(1)), "{body}");
 }
+
+/// How many sandboxes (`bwrap` children) process `pid` has running now.
+fn sandboxes_of(pid: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            // pid (comm) state ppid ...
+            let Some((head, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let ppid = rest
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u32>().ok());
+            head.ends_with("(bwrap") && ppid == Some(pid)
+        })
+        .count()
+}
+
+#[test]
+fn a_client_that_disconnects_stops_its_judge() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_tiny_model(&model, &TinySpec::default());
+    let host = Host::new(&model);
+    let server = Server::start(&model, &host.key_file, &["--allow-code-execution"]);
+    let pid = server.child.id();
+    // 8 candidates x 2 screening tests of ~1.9 s each: ~15 s of judging on
+    // two cores if nobody stops it.
+    let mut request = reward_request(vec![
+        "import time\ntime.sleep(1.9)".into(),
+        "import time\ntime.sleep(1.9)".into(),
+    ]);
+    request["best_of"] = json!(8);
+    let body = request.to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {SECRET}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        server.port,
+        body.len()
+    )
+    .unwrap();
+    let started = Instant::now();
+    while sandboxes_of(pid) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the judge never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stream);
+    let dropped = Instant::now();
+    // Give the server a moment to notice, then no sandbox may run or start.
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut seen = 0;
+    while dropped.elapsed() < Duration::from_secs(5) {
+        seen = seen.max(sandboxes_of(pid));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        seen, 0,
+        "sandboxes still ran more than 1 s after the client left"
+    );
+    let (status, _) = server.request("GET", "/v1/models", None);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn sigterm_exits_with_idle_and_slow_connections_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_tiny_model(&model, &TinySpec::default());
+    let host = Host::new(&model);
+    let mut server = Server::start(&model, &host.key_file, &["--shutdown-grace", "2s"]);
+    let idle: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(("127.0.0.1", server.port)).unwrap())
+        .collect();
+    // A client sending its headers a byte at a time.
+    let mut slow = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    slow.write_all(b"GET /v1/mod").unwrap();
+    // Others are still served meanwhile.
+    let (status, _) = server.request("GET", "/v1/models", None);
+    assert_eq!(status, 200);
+    let term = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let sent = Instant::now();
+    let exited = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(20),
+            "tern serve still runs 20 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exited.success(), "{exited:?}");
+    drop((idle, slow));
+}
