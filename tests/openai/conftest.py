@@ -144,10 +144,11 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 @pytest.fixture(scope="session")
 def metrics(server_url):
-    """A function returning the server's current `/metrics` as a dict."""
+    """A function returning the server's current `/metrics` as a dict (the
+    server has a key, so `/metrics` needs it too)."""
 
     def read() -> dict[str, float]:
-        r = httpx.get(f"{server_url}/metrics", timeout=10.0)
+        r = httpx.get(f"{server_url}/metrics", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=10.0)
         assert r.status_code == 200, r.text
         return parse_metrics(r.text)
 

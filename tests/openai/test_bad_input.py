@@ -104,6 +104,26 @@ def test_oversized_body(http, model_id):
     assert_alive(http, model_id)
 
 
+def test_code_execution_is_off_by_default(http, model_id):
+    """The remote-code-execution request (best-of-N judged by client-written
+    tests) is a 403 naming the flag on a server started without
+    --allow-code-execution; nothing runs, and the server answers on."""
+    leak = "assert open('/etc/hostname').read()"
+    r = http.post(CHAT, json=chat(model_id, best_of=2, aggregate="reward", tests=[leak]))
+    err = assert_error(r, 403, param="tests", code="code_execution_disabled")
+    assert "--allow-code-execution" in err["message"], err
+    assert_alive(http, model_id)
+
+
+def test_cross_site_simple_requests_are_refused(http, model_id):
+    """A web page's no-preflight POST (text/plain) and a foreign Origin."""
+    body = json.dumps(chat(model_id)).encode()
+    assert_error(http.post(CHAT, content=body, headers={"Content-Type": "text/plain"}), 415)
+    r = http.post(CHAT, content=body, headers={"Content-Type": "application/json", "Origin": "https://evil.example"})
+    assert_error(r, 403)
+    assert_alive(http, model_id)
+
+
 @pytest.mark.parametrize("auth", [None, "Bearer wrong-key", "Basic dGVzdC1rZXk6", API_KEY])
 def test_bad_api_key(server_url, http, model_id, auth):
     headers = {} if auth is None else {"Authorization": auth}

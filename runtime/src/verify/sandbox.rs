@@ -697,3 +697,62 @@ impl Capture {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_sandbox_that_cannot_start_refuses_with_the_reason() {
+        let mut sandbox = Sandbox::build().expect("the sandbox builds here");
+        // A bubblewrap that fails as it does on a kernel without
+        // unprivileged user namespaces.
+        let dir = std::env::temp_dir().join(format!("tern-fake-bwrap-{:016x}", random_u64()));
+        std::fs::create_dir(&dir).unwrap();
+        let fake = dir.join("bwrap");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        sandbox.bwrap = fake;
+        let err = sandbox.probe().expect_err("a failing sandbox must refuse");
+        let _ = std::fs::remove_dir_all(&dir);
+        let message = err.to_string();
+        assert!(matches!(err, JudgeError::Sandbox(_)), "{err:?}");
+        assert!(
+            message.starts_with("code execution is unavailable")
+                && message.contains("No permissions to create a new namespace")
+                && message.contains("user namespaces"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_candidate_is_nobody_without_capabilities_under_the_filter() {
+        let sandbox = sandbox().expect("the sandbox works here");
+        let status = "fields = dict(l.split(':', 1) for l in open('/proc/self/status'))";
+        // No procfs is mounted: the candidate cannot read its own status either.
+        let verdict = sandbox
+            .run("", &format!("{status}\n"), &Limits::default())
+            .unwrap();
+        assert!(
+            matches!(&verdict, Verdict::Crash { stderr } if stderr.contains("FileNotFoundError")),
+            "{verdict:?}"
+        );
+        let checks = "import ctypes, os\n\
+            libc = ctypes.CDLL(None)\n\
+            assert os.getuid() == 65534 and os.getgid() == 65534, (os.getuid(), os.getgid())\n\
+            assert os.getcwd() == '/tmp' and os.listdir('/tmp') == []\n\
+            assert 'home' not in os.listdir('/') and not os.path.exists('/etc/passwd')\n\
+            assert libc.prctl(39, 0, 0, 0, 0) == 1, 'no_new_privs'\n\
+            assert libc.prctl(21, 0, 0, 0, 0) == 2, 'seccomp filter mode'\n\
+            assert all(libc.prctl(23, cap, 0, 0, 0) != 1 for cap in range(64)), 'bounding set'\n";
+        assert_eq!(
+            sandbox.run("", checks, &Limits::default()).unwrap(),
+            Verdict::Pass
+        );
+    }
+}
