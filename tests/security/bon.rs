@@ -4,8 +4,7 @@
 
 use std::path::Path;
 
-use super::fixture::{attacks, Attack, Expect, Host, SECRET};
-use crate::support::tiny::{write_tiny_model, TinySpec};
+use super::fixture::{attacks, tiny_model, Attack, Expect, Host, SECRET};
 use crate::support::{last_json, tern};
 
 /// The tiny model's end-of-sequence id (tests/support/tiny.rs).
@@ -39,8 +38,7 @@ fn run_bon(model: &Path, tests: &Path) -> std::process::Output {
 #[test]
 fn every_attack_fails_through_tern_bon() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny.gguf");
-    write_tiny_model(&model, &TinySpec::default());
+    let model = tiny_model(&dir);
     let host = Host::new(&model);
     let attacks = attacks();
     let outcome = |attack: &Attack| -> Option<String> {

@@ -66,6 +66,13 @@ pub fn attacks() -> Vec<Attack> {
     attacks
 }
 
+/// The tiny generated model, written into `dir` (the file attacks try to read).
+pub fn tiny_model(dir: &tempfile::TempDir) -> PathBuf {
+    let path = dir.path().join("tiny.gguf");
+    crate::support::tiny::write_tiny_model(&path, &crate::support::tiny::TinySpec::default());
+    path
+}
+
 /// The secret every key-reading attack is after.
 pub const SECRET: &str = "tern-secret-key-3f9c1e77";
 

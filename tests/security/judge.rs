@@ -7,14 +7,7 @@ use tern_runtime::tasks::Task;
 use tern_runtime::verify::{judge_many, Limits, Verdict};
 use tern_trainer::rollout::{score, Rollout};
 
-use super::fixture::{attacks, judge_outcome, summary, Expect, Host};
-use crate::support::tiny::{write_tiny_model, TinySpec};
-
-fn tiny_model(dir: &tempfile::TempDir) -> std::path::PathBuf {
-    let path = dir.path().join("tiny.gguf");
-    write_tiny_model(&path, &TinySpec::default());
-    path
-}
+use super::fixture::{attacks, judge_outcome, summary, tiny_model, Expect, Host};
 
 #[test]
 fn every_attack_fails_as_a_test_and_as_a_program() {

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::fixture::{attacks, Expect, Host, SECRET};
-use crate::support::tiny::{write_tiny_model, TinySpec};
+use super::fixture::{attacks, tiny_model, Expect, Host, SECRET};
 
 /// The tiny model's end-of-sequence id: biased up, candidates are empty
 /// programs, so the tests run.
@@ -117,8 +116,7 @@ fn reward_request(tests: Vec<String>) -> Value {
 #[test]
 fn a_default_server_refuses_code_execution() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny.gguf");
-    write_tiny_model(&model, &TinySpec::default());
+    let model = tiny_model(&dir);
     let host = Host::new(&model);
     let server = Server::start(&model, &host.key_file, &[]);
     let leak = format!(
@@ -148,8 +146,7 @@ fn a_default_server_refuses_code_execution() {
 #[test]
 fn every_attack_fails_through_the_server() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny.gguf");
-    write_tiny_model(&model, &TinySpec::default());
+    let model = tiny_model(&dir);
     let mut host = Host::new(&model);
     let server = Server::start(&model, &host.key_file, &["--allow-code-execution"]);
     // Attacks aim at the server itself: its port and its pid.
@@ -229,8 +226,7 @@ fn sandboxes_of(pid: u32) -> usize {
 #[test]
 fn a_client_that_disconnects_stops_its_judge() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny.gguf");
-    write_tiny_model(&model, &TinySpec::default());
+    let model = tiny_model(&dir);
     let host = Host::new(&model);
     let server = Server::start(&model, &host.key_file, &["--allow-code-execution"]);
     let pid = server.child.id();
@@ -279,8 +275,7 @@ fn a_client_that_disconnects_stops_its_judge() {
 #[test]
 fn sigterm_exits_with_idle_and_slow_connections_open() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny.gguf");
-    write_tiny_model(&model, &TinySpec::default());
+    let model = tiny_model(&dir);
     let host = Host::new(&model);
     let mut server = Server::start(&model, &host.key_file, &["--shutdown-grace", "2s"]);
     let idle: Vec<TcpStream> = (0..100)
