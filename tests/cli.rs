@@ -54,7 +54,25 @@ fn unsupported_architecture() {
         ..TinySpec::default()
     });
     let out = tern(&["generate", "-m", &m, "-p", "hi"], None);
-    assert_clean_error(&out, "unsupported architecture `mamba`");
+    assert_clean_error(&out, "unsupported architecture `mamba` (supported: llama)");
+    // `tern info` still says what the file holds.
+    let out = tern(&["info", "-m", &m], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("runnable        no: unsupported architecture `mamba`")
+            && text.contains("general.architecture = \"mamba\"")
+            && text.contains("mamba.block_count = 2")
+            && text.contains("tokenizer.ggml.tokens = ["),
+        "{text}"
+    );
+    let j = last_json(&tern(&["info", "-m", &m, "--json"], None));
+    assert_eq!(j["runnable"], false);
+    assert_eq!(j["metadata"]["general.architecture"], "\"mamba\"");
 }
 
 #[test]

@@ -29,13 +29,7 @@ fn alone(model: &LoadedModel, cache: &mut SeqCache, tokens: &[u32], start: usize
         cache,
         logits: LogitsWanted::All,
     }];
-    model
-        .llama
-        .forward(&mut b)
-        .unwrap()
-        .pop()
-        .flatten()
-        .unwrap()
+    model.arch.forward(&mut b).unwrap().pop().flatten().unwrap()
 }
 
 #[test]
@@ -62,7 +56,7 @@ fn ragged_batch_equals_sequential() {
             logits: LogitsWanted::All,
         })
         .collect();
-    let prefill = model.llama.forward(&mut batch).unwrap();
+    let prefill = model.arch.forward(&mut batch).unwrap();
     let decode_tok = [11u32];
     let mut batch: Vec<SeqBatch> = seqs
         .iter()
@@ -74,7 +68,7 @@ fn ragged_batch_equals_sequential() {
             logits: LogitsWanted::Last,
         })
         .collect();
-    let decode = model.llama.forward(&mut batch).unwrap();
+    let decode = model.arch.forward(&mut batch).unwrap();
     for i in 0..seqs.len() {
         let p = prefill[i].as_ref().unwrap();
         let d = decode[i].as_ref().unwrap();
@@ -133,13 +127,7 @@ fn logits_select_rows() {
         cache: &mut c2,
         logits: LogitsWanted::Last,
     }];
-    let last = model
-        .llama
-        .forward(&mut b)
-        .unwrap()
-        .pop()
-        .flatten()
-        .unwrap();
+    let last = model.arch.forward(&mut b).unwrap().pop().flatten().unwrap();
     assert_eq!(all.dims(), &[4, model.config().vocab_size]);
     assert_eq!(last.dims(), &[1, model.config().vocab_size]);
     assert!(max_abs_diff(&all.narrow(0, 3, 1).unwrap(), &last) < 1e-5);
@@ -155,7 +143,7 @@ fn out_of_range_tokens_and_positions_are_errors() {
         cache: &mut c,
         logits: LogitsWanted::Last,
     }];
-    let err = model.llama.forward(&mut b).err().unwrap().to_string();
+    let err = model.arch.forward(&mut b).err().unwrap().to_string();
     assert!(err.contains("outside the vocabulary"), "{err}");
     let mut b = [SeqBatch {
         tokens: &[1, 2],
@@ -163,6 +151,6 @@ fn out_of_range_tokens_and_positions_are_errors() {
         cache: &mut c,
         logits: LogitsWanted::Last,
     }];
-    let err = model.llama.forward(&mut b).err().unwrap().to_string();
+    let err = model.arch.forward(&mut b).err().unwrap().to_string();
     assert!(err.contains("context length"), "{err}");
 }

@@ -91,7 +91,7 @@ fn streaming_keeps_sinks_and_recent_positions() {
             cache: &mut cache,
             logits: LogitsWanted::Last,
         }];
-        model.llama.forward(&mut b).unwrap();
+        model.arch.forward(&mut b).unwrap();
     }
     let kept: Vec<u32> = cache.positions(0, 0).to_vec();
     let want: Vec<u32> = [0, 1].into_iter().chain(26..40).collect();
@@ -114,7 +114,7 @@ fn multi_token_steps_after_eviction_use_per_head_positions() {
             cache: &mut cache,
             logits: LogitsWanted::Last,
         }];
-        model.llama.forward(&mut b).unwrap();
+        model.arch.forward(&mut b).unwrap();
     }
     assert!(cache.len() <= 13);
     let chunk = [5u32, 6, 7, 8, 9];
@@ -124,13 +124,7 @@ fn multi_token_steps_after_eviction_use_per_head_positions() {
         cache: &mut cache,
         logits: LogitsWanted::All,
     }];
-    let logits = model
-        .llama
-        .forward(&mut b)
-        .unwrap()
-        .pop()
-        .flatten()
-        .unwrap();
+    let logits = model.arch.forward(&mut b).unwrap().pop().flatten().unwrap();
     let v: Vec<Vec<f32>> = logits.to_vec2().unwrap();
     assert_eq!(v.len(), 5);
     assert!(v.iter().flatten().all(|x| x.is_finite()));
@@ -329,13 +323,7 @@ fn a_replayed_eviction_record_reproduces_sparse_decoding_in_one_pass() {
                 cache,
                 logits: LogitsWanted::Last,
             }];
-            let l = model
-                .llama
-                .forward(&mut b)
-                .unwrap()
-                .pop()
-                .flatten()
-                .unwrap();
+            let l = model.arch.forward(&mut b).unwrap().pop().flatten().unwrap();
             l.flatten_all().unwrap().to_vec1().unwrap()
         };
         let mut decoded = vec![step(&mut cache, &tokens[..prompt], 0)];
@@ -360,13 +348,7 @@ fn a_replayed_eviction_record_reproduces_sparse_decoding_in_one_pass() {
                 cache: &mut store,
                 logits: LogitsWanted::All,
             }];
-            let l = model
-                .llama
-                .forward(&mut b)
-                .unwrap()
-                .pop()
-                .flatten()
-                .unwrap();
+            let l = model.arch.forward(&mut b).unwrap().pop().flatten().unwrap();
             let rows: Vec<Vec<f32>> = l.to_vec2().unwrap();
             rows[prompt - 1..].to_vec()
         };

@@ -225,13 +225,7 @@ fn llama_cpp_greedy_tokens_are_our_top_choice_up_to_near_ties() {
             cache: &mut cache,
             logits: LogitsWanted::All,
         }];
-        let logits = model
-            .llama
-            .forward(&mut b)
-            .unwrap()
-            .pop()
-            .flatten()
-            .unwrap();
+        let logits = model.arch.forward(&mut b).unwrap().pop().flatten().unwrap();
         let rows: Vec<Vec<f32>> = logits.to_vec2().unwrap();
         for (i, &tok) in forced.iter().enumerate() {
             let row = &rows[prompt.len() - 1 + i];

@@ -35,15 +35,12 @@ pub struct ModelConfig {
     pub rms_eps: f32,
 }
 
-/// Architectures whose forward pass Tern implements.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
-
 impl ModelConfig {
     /// Reads and checks the hyper-parameters of `file`.
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let arch = file.str("general.architecture")?.to_string();
-        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
-            return Err(ModelError::UnsupportedArchitecture(arch));
+        if !crate::arch::SUPPORTED.contains(&arch.as_str()) {
+            return Err(crate::arch::unsupported(&arch));
         }
         let key = |k: &str| format!("{arch}.{k}");
         let n_embd = file.u32(&key("embedding_length"))? as usize;

@@ -21,8 +21,13 @@ pub enum ModelError {
     #[error("GGUF tensor `{name}`: {reason}")]
     BadTensor { name: String, reason: String },
     /// The GGUF declares an architecture Tern does not implement.
-    #[error("unsupported architecture `{0}` (supported: llama)")]
-    UnsupportedArchitecture(String),
+    #[error("unsupported architecture `{name}` (supported: {supported})")]
+    UnsupportedArchitecture {
+        /// What `general.architecture` says.
+        name: String,
+        /// The architectures Tern runs, comma-separated.
+        supported: String,
+    },
     /// A name that is neither a registry entry nor an existing file.
     #[error("unknown model `{name}`: not a file and not in the registry (known: {known})")]
     UnknownModel { name: String, known: String },

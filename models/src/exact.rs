@@ -84,6 +84,12 @@ pub fn expf_poly(x: f32) -> f32 {
     }
 }
 
+/// Rounds an f32 tensor to the nearest f16 value, kept as f32.
+pub(crate) fn round_f16(t: &candle_core::Tensor) -> crate::error::Result<candle_core::Tensor> {
+    use candle_core::DType;
+    Ok(t.to_dtype(DType::F16)?.to_dtype(DType::F32)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

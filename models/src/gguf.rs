@@ -298,3 +298,30 @@ fn missing(key: &str) -> ModelError {
 pub(crate) fn first_line(e: &dyn std::fmt::Display) -> String {
     e.to_string().lines().next().unwrap_or_default().to_string()
 }
+
+/// One metadata value on one line (arrays by their length, long strings
+/// cut): how `tern info` lists a file it cannot run.
+pub fn value_summary(v: &Value) -> String {
+    match v {
+        Value::String(s) if s.chars().count() > 80 => {
+            format!(
+                "{:?}... ({} chars)",
+                s.chars().take(80).collect::<String>(),
+                s.chars().count()
+            )
+        }
+        Value::String(s) => format!("{s:?}"),
+        Value::Array(items) => format!("[{} items]", items.len()),
+        Value::U8(x) => x.to_string(),
+        Value::I8(x) => x.to_string(),
+        Value::U16(x) => x.to_string(),
+        Value::I16(x) => x.to_string(),
+        Value::U32(x) => x.to_string(),
+        Value::I32(x) => x.to_string(),
+        Value::U64(x) => x.to_string(),
+        Value::I64(x) => x.to_string(),
+        Value::F32(x) => x.to_string(),
+        Value::F64(x) => x.to_string(),
+        Value::Bool(x) => x.to_string(),
+    }
+}

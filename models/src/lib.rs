@@ -1,12 +1,14 @@
 //! `tern-models`: model architectures and their weights.
 //!
 //! Owns GGUF loading (memmap2 + candle quantized tensors), the model
-//! configuration read from GGUF metadata, the llama forward pass over a ragged
-//! batch, the KV seam trait the runtime implements, the export of trained weights
+//! configuration read from GGUF metadata, each architecture's forward pass over a
+//! ragged batch behind one seam ([`arch`]), the KV seam trait the runtime implements, the export of trained weights
 //! back to GGUF, and the registry of models Tern knows how to fetch. It knows
 //! nothing of tokenizers, sampling or serving.
 
+pub mod arch;
 pub mod attention;
+pub mod batch;
 pub mod config;
 pub mod error;
 pub mod exact;
@@ -15,17 +17,21 @@ pub mod flash;
 mod frozen;
 pub mod gguf;
 pub mod kv;
-pub mod llama;
 pub mod lora;
+mod mask;
 pub mod quant;
 pub mod registry;
+mod rope;
 pub mod visibility;
+pub mod weight;
 
+pub use arch::{Llama, Model};
+pub use batch::{LogitsWanted, SeqBatch};
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use export::{export_gguf, ExportQuant, ExportReport};
 pub use gguf::GgufFile;
 pub use kv::KvStore;
-pub use llama::{Llama, LogitsWanted, Precision, SeqBatch};
 pub use lora::{LoraAdapter, LoraSet, LoraTarget};
 pub use visibility::{EvictionLog, Visibility};
+pub use weight::Precision;

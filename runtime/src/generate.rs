@@ -124,7 +124,7 @@ pub fn prefill(
                 LogitsWanted::None
             },
         }];
-        last = model.llama.forward(&mut batch)?.pop().flatten();
+        last = model.arch.forward(&mut batch)?.pop().flatten();
     }
     cache.finish_prefill()?;
     last.ok_or(RuntimeError::EmptyPrompt)
@@ -203,7 +203,7 @@ pub fn generate(
             logits: LogitsWanted::Last,
         }];
         logits = model
-            .llama
+            .arch
             .forward(&mut batch)?
             .pop()
             .flatten()

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tern_models::{GgufFile, Llama, ModelConfig, Precision};
+use tern_models::{GgufFile, Model, ModelConfig, Precision};
 
 use crate::chat::ChatTemplate;
 use crate::error::{Result, RuntimeError};
@@ -13,8 +13,9 @@ use crate::tokenizer::Tokenizer;
 pub struct LoadedModel {
     /// Where the weights came from.
     pub path: PathBuf,
-    /// The forward pass and its weights.
-    pub llama: Llama,
+    /// The forward pass and its weights, behind the architecture seam
+    /// (whichever architecture the GGUF declares).
+    pub arch: Model,
     /// Text <-> ids.
     pub tokenizer: Tokenizer,
     /// The GGUF's chat template, if it has one.
@@ -32,12 +33,12 @@ impl LoadedModel {
     pub fn load_as(path: &Path, precision: Precision) -> Result<Self> {
         let file = GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
-        let llama = Llama::load_as(&file, precision)?;
-        if tokenizer.vocab_size() != llama.config().vocab_size {
+        let model = Model::load_as(&file, precision)?;
+        if tokenizer.vocab_size() != model.config().vocab_size {
             return Err(RuntimeError::Tokenizer(format!(
                 "vocabulary has {} tokens but the embedding has {} rows",
                 tokenizer.vocab_size(),
-                llama.config().vocab_size
+                model.config().vocab_size
             )));
         }
         let template = match file.str("tokenizer.chat_template") {
@@ -56,7 +57,7 @@ impl LoadedModel {
         };
         Ok(Self {
             path: path.to_path_buf(),
-            llama,
+            arch: model,
             tokenizer,
             template,
         })
@@ -64,7 +65,7 @@ impl LoadedModel {
 
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
-        self.llama.config()
+        self.arch.config()
     }
 
     /// The chat template, or a clear error for models without one.

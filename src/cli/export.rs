@@ -63,7 +63,7 @@ pub fn run(a: &ExportArgs) -> Result<()> {
     let served = LoadedModel::load_as(&base, Precision::DenseF32)?;
     if let Some(scale) = ck.state.lora_scale {
         let set = tern_models::LoraSet::from_named(ck.params.clone(), scale)?;
-        served.llama.set_adapters(Some(Arc::new(set)));
+        served.arch.set_adapters(Some(Arc::new(set)));
     }
     let exported = LoadedModel::load_as(&a.out, Precision::DenseF32)?;
     let text = "<|im_start|>user\nWhat is 7 + 5?<|im_end|>\n<|im_start|>assistant\n7 + 5 = 12";
@@ -76,7 +76,7 @@ pub fn run(a: &ExportArgs) -> Result<()> {
             cache: &mut cache as &mut dyn KvStore,
             logits: LogitsWanted::All,
         }];
-        let out = m.llama.forward(&mut batch)?;
+        let out = m.arch.forward(&mut batch)?;
         Ok(out[0]
             .as_ref()
             .context("no logits")?

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use serde_json::json;
-use tern_models::{GgufFile, ModelConfig};
+use tern_models::{GgufFile, ModelConfig, ModelError};
 use tern_runtime::tokenizer::Tokenizer;
 
 use super::args::ModelArgs;
@@ -12,7 +12,14 @@ use super::resolve;
 pub fn run(a: &ModelArgs) -> Result<()> {
     let path = resolve::model_path(&a.model)?;
     let file = GgufFile::open(&path)?;
-    let config = ModelConfig::from_gguf(&file)?;
+    let config = match ModelConfig::from_gguf(&file) {
+        Ok(config) => config,
+        // Tern cannot run it, but it can still say what the file holds.
+        Err(e @ ModelError::UnsupportedArchitecture { .. }) => {
+            return raw(&path, &file, &e.to_string(), a.json)
+        }
+        Err(e) => return Err(e.into()),
+    };
     let tokenizer = Tokenizer::from_gguf(&file)?;
     let summary = file.tensor_summary();
     let has_template = file.str("tokenizer.chat_template").is_ok();
@@ -87,5 +94,47 @@ pub fn run(a: &ModelArgs) -> Result<()> {
         "kv per token    {} bytes (f32 cache, all layers)",
         config.kv_bytes_per_position()
     );
+    Ok(())
+}
+
+/// What `tern info` prints for a GGUF Tern cannot run: why, the tensors, and
+/// every metadata entry (arrays by their length, long strings cut).
+fn raw(path: &std::path::Path, file: &GgufFile, why: &str, json_out: bool) -> Result<()> {
+    let summary = file.tensor_summary();
+    let metadata: Vec<(&str, String)> = file
+        .metadata()
+        .into_iter()
+        .map(|(k, v)| (k, tern_models::gguf::value_summary(v)))
+        .collect();
+    if json_out {
+        let info = json!({
+            "path": path,
+            "runnable": false,
+            "reason": why,
+            "tensors": summary.tensors,
+            "params": summary.params,
+            "weight_bytes": summary.bytes,
+            "file_bytes": file.file_bytes(),
+            "metadata": metadata.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        });
+        println!("{info}");
+        return Ok(());
+    }
+    println!(
+        "file            {} ({:.1} MB)",
+        path.display(),
+        file.file_bytes() as f64 / 1e6
+    );
+    println!("runnable        no: {why}");
+    println!(
+        "parameters      {:.1} M in {} tensors, {:.1} MB of weights",
+        summary.params as f64 / 1e6,
+        summary.tensors,
+        summary.bytes as f64 / 1e6
+    );
+    println!("metadata        {} entries:", metadata.len());
+    for (k, v) in metadata {
+        println!("  {k} = {v}");
+    }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The learner: the serving model's own forward (`tern_models::Llama`) over
+//! The learner: the serving model's own forward (`tern_models::Model`) over
 //! dequantized f32 weights, teacher-forced over prompt + response with a full
 //! cache, with gradients into LoRA adapters (or every projection under full
 //! fine-tuning).
@@ -155,14 +155,14 @@ impl Learner {
         let mut model = LoadedModel::load_as(path, Precision::DenseF32)?;
         let mut full = Vec::new();
         let lora = if targets.is_empty() {
-            full = model.llama.make_trainable()?;
+            full = model.arch.make_trainable()?;
             None
         } else {
             let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x10_5a);
             let mut vars = Vec::new();
-            for layer in 0..model.llama.config().n_layer {
+            for layer in 0..model.arch.config().n_layer {
                 for &t in targets {
-                    let (out, inp) = model.llama.projection_shape(t);
+                    let (out, inp) = model.arch.projection_shape(t);
                     // Kaiming-uniform-like bound for A, as LoRA initialises it.
                     let bound = (1.0 / inp as f64).sqrt() as f32;
                     let a: Vec<f32> = (0..rank * inp)
@@ -274,7 +274,7 @@ impl Learner {
         samples: &[&Sample],
         adapters: Option<&LoraSet>,
     ) -> Result<(Tensor, Vec<u32>)> {
-        let n_layer = self.model.llama.config().n_layer;
+        let n_layer = self.model.arch.config().n_layer;
         // Batch entries: per run of samples sharing a prompt, the prompt, then
         // each response but its last token (nothing predicts past it).
         let mut inputs: Vec<(&[u32], usize)> = Vec::new();
@@ -335,7 +335,7 @@ impl Learner {
                 logits: tern_models::LogitsWanted::None,
             })
             .collect();
-        let h = self.model.llama.hidden_with(&mut batch, adapters)?; // [T, D]
+        let h = self.model.arch.hidden_with(&mut batch, adapters)?; // [T, D]
         drop(batch);
         let mut rows = Vec::new();
         let mut targets = Vec::new();
@@ -364,7 +364,7 @@ impl Learner {
 
     fn output(&self) -> Result<&Tensor> {
         self.model
-            .llama
+            .arch
             .dense_output()
             .ok_or_else(|| TrainError::Config("the learner needs dense weights".into()))
     }

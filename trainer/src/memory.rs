@@ -36,8 +36,7 @@ impl Estimate {
             (cfg.n_kv_head * cfg.head_dim) as u64,
             cfg.n_layer as u64,
         );
-        let per_layer = 2 * d * d + 2 * kvd * d + 3 * d * f;
-        let params = l * per_layer + cfg.vocab_size as u64 * d + (2 * l + 1) * d;
+        let params = tern_models::arch::parameter_count(cfg);
         Estimate {
             learner_weights: params * 4,
             rollout_weights: gguf_bytes,

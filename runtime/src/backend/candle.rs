@@ -56,7 +56,7 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for CandleBackend<M> {
         &mut self,
         adapters: Option<std::sync::Arc<tern_models::LoraSet>>,
     ) -> Result<()> {
-        self.model.llama.set_adapters(adapters);
+        self.model.arch.set_adapters(adapters);
         Ok(())
     }
 
@@ -94,7 +94,7 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for CandleBackend<M> {
                     logits: r.logits,
                 })
                 .collect();
-            self.model.llama.forward(&mut batch)
+            self.model.arch.forward(&mut batch)
         };
         for (r, c) in rows.iter().zip(caches) {
             self.seqs.insert(r.seq, c);

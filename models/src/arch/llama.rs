@@ -2,11 +2,10 @@
 //! grouped-query attention, rotary position embeddings, RMSNorm and a SwiGLU MLP,
 //! over GGUF weights held as candle quantized tensors.
 //!
-//! The forward pass takes a *ragged batch*: the new tokens of several sequences
-//! concatenated, each with its own start position and its own KV cache. Dense
-//! projections run once over all tokens; attention runs per sequence against that
-//! sequence's cache. The cache is reached only through [`KvStore`], so the runtime
-//! can evict, fork and account for it without the model knowing.
+//! The forward pass takes a ragged batch ([`crate::batch`]): dense projections
+//! run once over all tokens; attention runs per sequence against that
+//! sequence's cache. The cache is reached only through [`KvStore`], so the
+//! runtime can evict, fork and account for it without the model knowing.
 //!
 //! Shapes below: `T` = tokens in the batch, `D` = hidden size, `H` = query heads,
 //! `KV` = key/value heads, `G = H / KV`, `hd` = head dim, `C` = cached positions.
@@ -17,73 +16,18 @@ use std::sync::{Arc, Mutex, RwLock};
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor, Var, D};
 
+use crate::batch::{plan, BatchLayout, LogitsWanted, SeqBatch, SeqSlot};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
+use crate::exact::round_f16;
 use crate::gguf::GgufFile;
 use crate::kv::KvStore;
 use crate::lora::{LoraSet, LoraTarget};
+use crate::mask::causal_mask;
 use crate::quant::pool::Pool;
 use crate::quant::QLinear;
-
-/// Which logits a sequence in a batch needs back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogitsWanted {
-    /// None (a prefill chunk that is not the prompt's last).
-    None,
-    /// Only the last new token's (generation).
-    Last,
-    /// Every new token's (perplexity, teacher forcing).
-    All,
-}
-
-/// One sequence's slice of a ragged batch.
-pub struct SeqBatch<'a> {
-    /// New token ids of this sequence.
-    pub tokens: &'a [u32],
-    /// Position of `tokens[0]` in the sequence (the count of tokens before it).
-    pub start_pos: usize,
-    /// This sequence's cache.
-    pub cache: &'a mut dyn KvStore,
-    /// Which logits to return for it.
-    pub logits: LogitsWanted,
-}
-
-/// One sequence of a batched step while the pool computes its attention: the
-/// sequence, its first row in the batch, and the result once computed.
-type SeqSlot<'s, 'a> = (&'s mut SeqBatch<'a>, usize, Option<Result<Tensor>>);
-
-/// A projection's frozen base weight.
-enum Weight {
-    /// Serving: Tern's quantized kernels on the GGUF blocks.
-    Quant(QLinear),
-    /// Learning: the GGUF weight dequantized once to f32 `[out, in]`, so every op
-    /// after it is differentiable.
-    Dense(Tensor),
-}
-
-impl Weight {
-    /// `x W^T` for `x` `[T, in]`.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(match self {
-            Weight::Quant(q) => q.forward(x)?,
-            // A trained weight needs candle's matmul (and its weight gradient);
-            // a frozen one only passes gradients through to `x`.
-            Weight::Dense(w) if w.is_variable() => x.matmul(&w.t()?)?,
-            Weight::Dense(w) => x.apply_op1(crate::frozen::FrozenMatmul { w: w.clone() })?,
-        })
-    }
-
-    /// Rows `ids` of the matrix (the embedding lookup), f32 `[T, cols]`.
-    fn rows(&self, ids: &[u32]) -> Result<Tensor> {
-        Ok(match self {
-            Weight::Quant(q) => q.rows(ids)?,
-            Weight::Dense(w) => {
-                let idx = Tensor::from_slice(ids, ids.len(), &Device::Cpu)?;
-                w.index_select(&idx, 0)?
-            }
-        })
-    }
-}
+use crate::rope::rope_tables;
+use crate::weight::{Precision, Weight};
 
 struct Block {
     attn_norm: Tensor,
@@ -109,16 +53,6 @@ impl Block {
             LoraTarget::Down => &self.w_down,
         }
     }
-}
-
-/// How [`Llama::load_as`] holds the projection weights.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Precision {
-    /// GGUF blocks on Tern's quantized kernels: serving and rollouts.
-    Quantized,
-    /// Dequantized f32 with differentiable ops: the learner. Same forward code,
-    /// same shapes; only the matmuls and a few fused ops differ.
-    DenseF32,
 }
 
 /// A loaded llama model: weights plus RoPE tables. Immutable and shareable.
@@ -307,7 +241,7 @@ impl Llama {
         batch: &mut [SeqBatch<'_>],
         adapters: Option<&LoraSet>,
     ) -> Result<Vec<Option<Tensor>>> {
-        let layout = self.plan(batch)?;
+        let layout = plan(&self.config, batch)?;
         let x = self.trunk(batch, &layout, adapters)?;
         self.logits(&x, batch, &layout)
     }
@@ -320,7 +254,7 @@ impl Llama {
         batch: &mut [SeqBatch<'_>],
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
-        let layout = self.plan(batch)?;
+        let layout = plan(&self.config, batch)?;
         let x = self.trunk(batch, &layout, adapters)?;
         self.norm(&x, &self.output_norm)
     }
@@ -394,40 +328,6 @@ impl Llama {
             )?;
         }
         Ok(x)
-    }
-
-    /// Checks the batch and works out each sequence's rows and token positions.
-    fn plan(&self, batch: &[SeqBatch<'_>]) -> Result<BatchLayout> {
-        let mut offsets = Vec::with_capacity(batch.len());
-        let mut positions = Vec::new();
-        for seq in batch {
-            let end = seq.start_pos + seq.tokens.len();
-            if end > self.config.context_length {
-                return Err(ModelError::BadTensor {
-                    name: "positions".into(),
-                    reason: format!(
-                        "position {end} exceeds the model's context length {}",
-                        self.config.context_length
-                    ),
-                });
-            }
-            if let Some(&bad) = seq
-                .tokens
-                .iter()
-                .find(|&&t| t as usize >= self.config.vocab_size)
-            {
-                return Err(ModelError::BadTensor {
-                    name: "tokens".into(),
-                    reason: format!(
-                        "token id {bad} is outside the vocabulary ({})",
-                        self.config.vocab_size
-                    ),
-                });
-            }
-            offsets.push(positions.len());
-            positions.extend((seq.start_pos..end).map(|p| p as u32));
-        }
-        Ok(BatchLayout { offsets, positions })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -696,78 +596,21 @@ impl Llama {
     }
 }
 
-struct BatchLayout {
-    /// First row of each sequence in the concatenated batch.
-    offsets: Vec<usize>,
-    /// Position of every token in the batch.
-    positions: Vec<u32>,
-}
-
 /// Cached positions from which one new token's attention takes the
 /// vectorized decode rather than llama.cpp's exact per-key kernel (llama.cpp
 /// itself splits the cache across its threads from here).
 const FAST_DECODE_MIN: usize = 512;
 
-/// `[KV, 1, n, C]` f32: 0 where a cached entry's position <= the query's
-/// position (and, under a replayed eviction record, the entry was still cached
-/// for that query), -inf elsewhere; per KV head, since heads may keep different
-/// entries.
-fn causal_mask(
-    q_pos: &[u32],
-    cache: &dyn KvStore,
-    layer: usize,
-    n_kv_head: usize,
-) -> Result<Tensor> {
-    let n_cached = cache.positions(layer, 0).len();
-    let mut m = Vec::with_capacity(n_kv_head * q_pos.len() * n_cached);
-    let replay = cache.visibility();
-    for h in 0..n_kv_head {
-        let k_pos = cache.positions(layer, h);
-        for &qp in q_pos {
-            m.extend(k_pos.iter().map(|&kp| {
-                let seen = match replay {
-                    Some(v) => v.visible(layer, h, qp, kp),
-                    None => kp <= qp,
-                };
-                if seen {
-                    0.0f32
-                } else {
-                    f32::NEG_INFINITY
-                }
-            }));
-        }
-    }
-    Ok(Tensor::from_vec(
-        m,
-        (n_kv_head, 1, q_pos.len(), n_cached),
-        &Device::Cpu,
-    )?)
-}
-
-/// RoPE cos/sin tables for every position up to the context length.
-fn rope_tables(c: &ModelConfig) -> Result<(Tensor, Tensor)> {
-    let half = c.head_dim / 2;
-    // ggml's recurrence: theta_i = p * scale^i by repeated f32 multiplication,
-    // scale = base^(-2/d); kept so angles match llama.cpp's bit for bit.
-    let theta_scale = c.rope_base.powf(-2.0 / c.head_dim as f32);
-    let mut cos = Vec::with_capacity(c.context_length * half);
-    let mut sin = Vec::with_capacity(c.context_length * half);
-    for p in 0..c.context_length {
-        let mut theta = p as f32;
-        for _ in 0..half {
-            cos.push(theta.cos());
-            sin.push(theta.sin());
-            theta *= theta_scale;
-        }
-    }
-    let shape = (c.context_length, half);
-    Ok((
-        Tensor::from_vec(cos, shape, &Device::Cpu)?,
-        Tensor::from_vec(sin, shape, &Device::Cpu)?,
-    ))
-}
-
-/// Rounds an f32 tensor to the nearest f16 value, kept as f32.
-fn round_f16(t: &Tensor) -> Result<Tensor> {
-    Ok(t.to_dtype(DType::F16)?.to_dtype(DType::F32)?)
+/// Parameters of a llama model of `cfg`'s shape: per block the four attention
+/// projections, the three MLP projections and two norms; the embedding (tied
+/// output) and the output norm.
+pub fn parameter_count(cfg: &ModelConfig) -> u64 {
+    let (d, f, kvd, l) = (
+        cfg.n_embd as u64,
+        cfg.n_ff as u64,
+        (cfg.n_kv_head * cfg.head_dim) as u64,
+        cfg.n_layer as u64,
+    );
+    let per_layer = 2 * d * d + 2 * kvd * d + 3 * d * f;
+    l * per_layer + cfg.vocab_size as u64 * d + (2 * l + 1) * d
 }

@@ -1,0 +1,43 @@
+//! The attention mask of the tensor path: causal, per KV head (heads may keep
+//! different entries after eviction), and honouring a replayed eviction record.
+
+use candle_core::{Device, Tensor};
+
+use crate::error::Result;
+use crate::kv::KvStore;
+
+/// `[KV, 1, n, C]` f32: 0 where a cached entry's position <= the query's
+/// position (and, under a replayed eviction record, the entry was still cached
+/// for that query), -inf elsewhere; per KV head, since heads may keep different
+/// entries.
+pub(crate) fn causal_mask(
+    q_pos: &[u32],
+    cache: &dyn KvStore,
+    layer: usize,
+    n_kv_head: usize,
+) -> Result<Tensor> {
+    let n_cached = cache.positions(layer, 0).len();
+    let mut m = Vec::with_capacity(n_kv_head * q_pos.len() * n_cached);
+    let replay = cache.visibility();
+    for h in 0..n_kv_head {
+        let k_pos = cache.positions(layer, h);
+        for &qp in q_pos {
+            m.extend(k_pos.iter().map(|&kp| {
+                let seen = match replay {
+                    Some(v) => v.visible(layer, h, qp, kp),
+                    None => kp <= qp,
+                };
+                if seen {
+                    0.0f32
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }));
+        }
+    }
+    Ok(Tensor::from_vec(
+        m,
+        (n_kv_head, 1, q_pos.len(), n_cached),
+        &Device::Cpu,
+    )?)
+}

@@ -1,0 +1,50 @@
+//! A projection's frozen base weight, held the way the caller needs it:
+//! Tern's quantized kernels for serving, or dense f32 for the learner.
+
+use candle_core::{Device, Tensor};
+
+use crate::error::Result;
+use crate::quant::QLinear;
+
+/// How a model's projection weights are held ([`crate::Model::load_as`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// GGUF blocks on Tern's quantized kernels: serving and rollouts.
+    Quantized,
+    /// Dequantized f32 with differentiable ops: the learner. Same forward code,
+    /// same shapes; only the matmuls and a few fused ops differ.
+    DenseF32,
+}
+
+/// A projection's frozen base weight.
+pub(crate) enum Weight {
+    /// Serving: Tern's quantized kernels on the GGUF blocks.
+    Quant(QLinear),
+    /// Learning: the GGUF weight dequantized once to f32 `[out, in]`, so every op
+    /// after it is differentiable.
+    Dense(Tensor),
+}
+
+impl Weight {
+    /// `x W^T` for `x` `[T, in]`.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Weight::Quant(q) => q.forward(x)?,
+            // A trained weight needs candle's matmul (and its weight gradient);
+            // a frozen one only passes gradients through to `x`.
+            Weight::Dense(w) if w.is_variable() => x.matmul(&w.t()?)?,
+            Weight::Dense(w) => x.apply_op1(crate::frozen::FrozenMatmul { w: w.clone() })?,
+        })
+    }
+
+    /// Rows `ids` of the matrix (the embedding lookup), f32 `[T, cols]`.
+    pub(crate) fn rows(&self, ids: &[u32]) -> Result<Tensor> {
+        Ok(match self {
+            Weight::Quant(q) => q.rows(ids)?,
+            Weight::Dense(w) => {
+                let idx = Tensor::from_slice(ids, ids.len(), &Device::Cpu)?;
+                w.index_select(&idx, 0)?
+            }
+        })
+    }
+}
