@@ -337,3 +337,57 @@ fn teacher_forced_logits_agree_across_backends() {
     assert!(agreement >= 0.98, "top-1 agreement {agreement:.4}");
     assert!(mean_kl <= 0.02, "mean KL {mean_kl:.6}");
 }
+
+/// Teacher-forced logits of a tiny generated model of `spec` through Tern and
+/// through the in-process llama.cpp: `(identical positions, top-1 agreements,
+/// max |diff|, positions)`.
+fn tiny_agreement(spec: &crate::support::tiny::TinySpec) -> (usize, usize, f32, usize) {
+    use std::sync::Arc;
+    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    crate::support::tiny::write_tiny_model(&path, spec);
+    let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
+    let vocab = model.config().vocab_size;
+    // Every position of the context, ids spread over the vocabulary.
+    let n = spec.context_length;
+    let tokens: Vec<u32> = (0..n).map(|i| ((i * 37 + 11) % vocab) as u32).collect();
+    let mut tern = CandleBackend::new(Arc::clone(&model));
+    let ours = forced_logits(&mut tern, &tokens, vocab);
+    let opts = LlamaCppOptions {
+        n_ctx: n as u32,
+        n_seq_max: 1,
+        n_threads: 2,
+    };
+    let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
+    let theirs = forced_logits(&mut llama, &tokens, vocab);
+    let identical = ours.iter().zip(&theirs).filter(|(a, b)| a == b).count();
+    let top1 = ours
+        .iter()
+        .zip(&theirs)
+        .filter(|(a, b)| argmax(a) == argmax(b))
+        .count();
+    let max_diff = ours
+        .iter()
+        .zip(&theirs)
+        .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
+        .fold(0f32, f32::max);
+    (identical, top1, max_diff, n)
+}
+
+#[test]
+fn tiny_models_of_each_architecture_match_llama_cpp_bit_for_bit() {
+    use crate::support::tiny::TinySpec;
+    for arch in tern_models::arch::SUPPORTED {
+        let spec = TinySpec {
+            architecture: arch,
+            ..TinySpec::default()
+        };
+        let (identical, top1, max_diff, n) = tiny_agreement(&spec);
+        eprintln!("{arch}: {identical}/{n} positions bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}");
+        assert_eq!(
+            identical, n,
+            "{arch}: max |diff| {max_diff:e}, top-1 {top1}/{n}"
+        );
+    }
+}

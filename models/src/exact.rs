@@ -46,6 +46,28 @@ pub fn rope_pairs(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
     }
 }
 
+/// NeoX-style RoPE (Qwen2, Gemma, Phi-3): each head's first half is rotated
+/// against its second half, element `i` with `i + head_dim / 2`, at the
+/// same angles and with the same fused multiply-adds as [`rope_pairs`].
+pub fn rope_neox(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
+    let half = head_dim / 2;
+    let row_len = x.len() / (cos.len() / half).max(1);
+    for (r, row) in x.chunks_exact_mut(row_len).enumerate() {
+        let (c, s) = (
+            &cos[r * half..(r + 1) * half],
+            &sin[r * half..(r + 1) * half],
+        );
+        for head in row.chunks_exact_mut(head_dim) {
+            let (lo, hi) = head.split_at_mut(half);
+            for i in 0..half {
+                let (x0, x1) = (lo[i], hi[i]);
+                lo[i] = x0.mul_add(c[i], -(x1 * s[i]));
+                hi[i] = x0.mul_add(s[i], x1 * c[i]);
+            }
+        }
+    }
+}
+
 /// SwiGLU: `silu(gate) * up` with SiLU as `x / (1 + e^-x)` over the
 /// polynomial `exp`.
 pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {

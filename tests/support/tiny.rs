@@ -102,6 +102,15 @@ pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
         named.push((p("attn_q"), tensor(&[d, d], 0.5, GgmlDType::Q8_0)));
         named.push((p("attn_k"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
         named.push((p("attn_v"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
+        if spec.architecture == "qwen2" {
+            // Qwen2's projection biases, f32 as its GGUFs hold them.
+            for (stem, n) in [("attn_q", d), ("attn_k", kvd), ("attn_v", kvd)] {
+                named.push((
+                    format!("blk.{i}.{stem}.bias"),
+                    tensor(&[n], 0.5, GgmlDType::F32),
+                ));
+            }
+        }
         named.push((p("attn_output"), tensor(&[d, d], 0.5, GgmlDType::Q8_0)));
         named.push((p("ffn_norm"), ones(d)));
         named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));

@@ -29,8 +29,35 @@ use crate::quant::QLinear;
 use crate::rope::rope_tables;
 use crate::weight::{Precision, Weight};
 
+/// How the decoders of the llama family differ, as each architecture's file
+/// declares it (llama, qwen2, ...): everything else is shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// Biases on the Q, K and V projections (`blk.N.attn_{q,k,v}.bias`).
+    pub qkv_bias: bool,
+    /// Which elements RoPE rotates together.
+    pub rope: RopeStyle,
+}
+
+/// The pairing RoPE rotates, which llama.cpp calls the rope type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)`: GGUF llama weights are laid out for it.
+    Interleaved,
+    /// Halves `(i, i + hd/2)`: NeoX's layout (Qwen2, Gemma, Phi-3).
+    Neox,
+}
+
+/// What a llama model is: no projection biases, interleaved RoPE.
+pub const LLAMA: Features = Features {
+    qkv_bias: false,
+    rope: RopeStyle::Interleaved,
+};
+
 struct Block {
     attn_norm: Tensor,
+    /// Q, K, V biases `[out]` f32, when the architecture has them.
+    qkv_bias: Option<[Tensor; 3]>,
     wq: Weight,
     wk: Weight,
     wv: Weight,
@@ -71,6 +98,8 @@ pub struct Llama {
     rope_cos: Tensor,
     /// `[context_length, hd/2]` f32.
     rope_sin: Tensor,
+    /// What this member of the family has (biases, RoPE style).
+    features: Features,
 }
 
 impl Llama {
@@ -81,6 +110,12 @@ impl Llama {
 
     /// Loads the weights of `file` held as `precision`.
     pub fn load_as(file: &GgufFile, precision: Precision) -> Result<Self> {
+        Self::load_with(file, precision, LLAMA)
+    }
+
+    /// Loads a member of the llama family with `features` (its
+    /// architecture's file says which).
+    pub fn load_with(file: &GgufFile, precision: Precision, features: Features) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
         let (d, kvd) = (config.n_embd, config.n_kv_head * config.head_dim);
         let qt = |name: &str, dims: &[usize]| -> Result<QTensor> {
@@ -112,8 +147,21 @@ impl Llama {
         let mut blocks = Vec::with_capacity(config.n_layer);
         for i in 0..config.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}.weight");
+            let bias = |s: &str, n: usize| -> Result<Tensor> {
+                Ok(qt(&format!("blk.{i}.{s}.bias"), &[n])?.dequantize(&Device::Cpu)?)
+            };
+            let qkv_bias = if features.qkv_bias {
+                Some([
+                    bias("attn_q", d)?,
+                    bias("attn_k", kvd)?,
+                    bias("attn_v", kvd)?,
+                ])
+            } else {
+                None
+            };
             blocks.push(Block {
                 attn_norm: vec(&p("attn_norm"))?,
+                qkv_bias,
                 wq: mm(&p("attn_q"), &[d, d])?,
                 wk: mm(&p("attn_k"), &[kvd, d])?,
                 wv: mm(&p("attn_v"), &[kvd, d])?,
@@ -135,6 +183,7 @@ impl Llama {
             rope_sin,
             precision,
             adapters: RwLock::new(None),
+            features,
         })
     }
 
@@ -348,21 +397,28 @@ impl Llama {
         let proj = |t: LoraTarget, x: &Tensor| self.project(b, layer, t, x, adapters);
         // 1. Attention projections over the whole batch.
         let h = self.norm(x, &b.attn_norm)?; // [T, D]
-        let q = proj(LoraTarget::Q, &h)?; // [T, H*hd]
-        let k = proj(LoraTarget::K, &h)?; // [T, KV*hd]
-        let v = proj(LoraTarget::V, &h)?; // [T, KV*hd]
-                                          // 2. RoPE at each token's own position (GGUF llama weights are laid out for
-                                          //    the interleaved-pairs rotation).
+        let mut q = proj(LoraTarget::Q, &h)?; // [T, H*hd]
+        let mut k = proj(LoraTarget::K, &h)?; // [T, KV*hd]
+        let mut v = proj(LoraTarget::V, &h)?; // [T, KV*hd]
+        if let Some([bq, bk, bv]) = &b.qkv_bias {
+            // After the projection and its adapter, as llama.cpp adds them.
+            q = q.broadcast_add(bq)?;
+            k = k.broadcast_add(bk)?;
+            v = v.broadcast_add(bv)?;
+        }
+        // 2. RoPE at each token's own position, in the architecture's pairing.
+        let neox = self.features.rope == RopeStyle::Neox;
         let to_heads = |t: Tensor, heads: usize| -> Result<Tensor> {
             Ok(t.reshape((1, n_tokens, heads, c.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()?)
         };
+        // The learner's differentiable rotation (serving takes `exact`'s).
         let rope = |t: &Tensor| -> Result<Tensor> {
-            Ok(if dense {
-                candle_nn::rotary_emb::rope_i_slow(t, cos, sin)?
+            Ok(if neox {
+                candle_nn::rotary_emb::rope_slow(t, cos, sin)?
             } else {
-                candle_nn::rotary_emb::rope_i(t, cos, sin)?
+                candle_nn::rotary_emb::rope_i_slow(t, cos, sin)?
             })
         };
         let (q, k) = match angles {
@@ -374,7 +430,11 @@ impl Llama {
             Some((cos, sin)) => {
                 let turn = |t: Tensor, heads: usize| -> Result<Tensor> {
                     let mut xs: Vec<f32> = t.flatten_all()?.to_vec1()?;
-                    crate::exact::rope_pairs(&mut xs, c.head_dim, cos, sin);
+                    if neox {
+                        crate::exact::rope_neox(&mut xs, c.head_dim, cos, sin);
+                    } else {
+                        crate::exact::rope_pairs(&mut xs, c.head_dim, cos, sin);
+                    }
                     to_heads(Tensor::from_vec(xs, t.shape(), t.device())?, heads)
                 };
                 (turn(q, c.n_head)?, turn(k, c.n_kv_head)?)
@@ -601,9 +661,10 @@ impl Llama {
 /// itself splits the cache across its threads from here).
 const FAST_DECODE_MIN: usize = 512;
 
-/// Parameters of a llama model of `cfg`'s shape: per block the four attention
-/// projections, the three MLP projections and two norms; the embedding (tied
-/// output) and the output norm.
+/// Parameters of a llama-family model of `cfg`'s shape: per block the four
+/// attention projections, the three MLP projections and two norms (and the
+/// QKV biases where the architecture has them); the embedding (tied output)
+/// and the output norm.
 pub fn parameter_count(cfg: &ModelConfig) -> u64 {
     let (d, f, kvd, l) = (
         cfg.n_embd as u64,
@@ -611,6 +672,11 @@ pub fn parameter_count(cfg: &ModelConfig) -> u64 {
         (cfg.n_kv_head * cfg.head_dim) as u64,
         cfg.n_layer as u64,
     );
-    let per_layer = 2 * d * d + 2 * kvd * d + 3 * d * f;
+    let biases = if cfg.architecture == "qwen2" {
+        d + 2 * kvd
+    } else {
+        0
+    };
+    let per_layer = 2 * d * d + 2 * kvd * d + 3 * d * f + biases;
     l * per_layer + cfg.vocab_size as u64 * d + (2 * l + 1) * d
 }

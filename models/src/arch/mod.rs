@@ -11,6 +11,7 @@
 //! here, a variant of [`Model`] and a name in [`SUPPORTED`].
 
 pub mod llama;
+pub mod qwen2;
 
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ use crate::weight::Precision;
 pub use llama::Llama;
 
 /// `general.architecture` values Tern runs, in the order `tern info` lists them.
-pub const SUPPORTED: &[&str] = &["llama"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen2"];
 
 /// The error for a GGUF whose architecture Tern does not implement.
 pub fn unsupported(name: &str) -> ModelError {
@@ -41,6 +42,8 @@ pub fn unsupported(name: &str) -> ModelError {
 pub enum Model {
     /// `llama` (Llama 1-3, SmolLM2, Mistral-style decoders).
     Llama(Llama),
+    /// `qwen2` (Qwen2, Qwen2.5): llama's decoder with QKV biases and NeoX RoPE.
+    Qwen2(Llama),
 }
 
 impl Model {
@@ -55,6 +58,7 @@ impl Model {
         let arch = file.str("general.architecture")?;
         match arch {
             "llama" => Ok(Model::Llama(Llama::load_as(file, precision)?)),
+            "qwen2" => Ok(Model::Qwen2(qwen2::load_as(file, precision)?)),
             other => Err(unsupported(other)),
         }
     }
@@ -62,35 +66,35 @@ impl Model {
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
         match self {
-            Model::Llama(m) => m.config(),
+            Model::Llama(m) | Model::Qwen2(m) => m.config(),
         }
     }
 
     /// How the projection weights are held.
     pub fn precision(&self) -> Precision {
         match self {
-            Model::Llama(m) => m.precision(),
+            Model::Llama(m) | Model::Qwen2(m) => m.precision(),
         }
     }
 
     /// Installs (or with `None` removes) the adapters [`Model::forward`] applies.
     pub fn set_adapters(&self, adapters: Option<Arc<LoraSet>>) {
         match self {
-            Model::Llama(m) => m.set_adapters(adapters),
+            Model::Llama(m) | Model::Qwen2(m) => m.set_adapters(adapters),
         }
     }
 
     /// The adapters [`Model::forward`] applies now.
     pub fn adapters(&self) -> Option<Arc<LoraSet>> {
         match self {
-            Model::Llama(m) => m.adapters(),
+            Model::Llama(m) | Model::Qwen2(m) => m.adapters(),
         }
     }
 
     /// `(out, in)` of a block projection: the shape an adapter on it must fit.
     pub fn projection_shape(&self, target: LoraTarget) -> (usize, usize) {
         match self {
-            Model::Llama(m) => m.projection_shape(target),
+            Model::Llama(m) | Model::Qwen2(m) => m.projection_shape(target),
         }
     }
 
@@ -98,7 +102,7 @@ impl Model {
     /// only): what LoRA merging adds to.
     pub fn dense_projection(&self, layer: usize, target: LoraTarget) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) => m.dense_projection(layer, target),
+            Model::Llama(m) | Model::Qwen2(m) => m.dense_projection(layer, target),
         }
     }
 
@@ -106,14 +110,14 @@ impl Model {
     /// returns them by GGUF tensor name.
     pub fn make_trainable(&mut self) -> Result<Vec<(String, Var)>> {
         match self {
-            Model::Llama(m) => m.make_trainable(),
+            Model::Llama(m) | Model::Qwen2(m) => m.make_trainable(),
         }
     }
 
     /// The f32 output projection `[vocab, D]` ([`Precision::DenseF32`] only).
     pub fn dense_output(&self) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) => m.dense_output(),
+            Model::Llama(m) | Model::Qwen2(m) => m.dense_output(),
         }
     }
 
@@ -127,7 +131,7 @@ impl Model {
     /// for: `[rows, vocab]` f32 with rows = 0, 1 or its token count.
     pub fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) => m.forward(batch),
+            Model::Llama(m) | Model::Qwen2(m) => m.forward(batch),
         }
     }
 
@@ -138,7 +142,7 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) => m.forward_with(batch, adapters),
+            Model::Llama(m) | Model::Qwen2(m) => m.forward_with(batch, adapters),
         }
     }
 
@@ -150,7 +154,7 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
         match self {
-            Model::Llama(m) => m.hidden_with(batch, adapters),
+            Model::Llama(m) | Model::Qwen2(m) => m.hidden_with(batch, adapters),
         }
     }
 }
