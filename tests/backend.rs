@@ -381,6 +381,8 @@ fn tiny_models_of_each_architecture_match_llama_cpp_bit_for_bit() {
     for arch in tern_models::arch::SUPPORTED {
         let spec = TinySpec {
             architecture: arch,
+            // Qwen3 declares its head dimension apart from n_embd / n_head.
+            head_dim: (*arch == "qwen3").then_some(32),
             ..TinySpec::default()
         };
         let (identical, top1, max_diff, n) = tiny_agreement(&spec);

@@ -154,3 +154,55 @@ fn out_of_range_tokens_and_positions_are_errors() {
     let err = model.arch.forward(&mut b).err().unwrap().to_string();
     assert!(err.contains("context length"), "{err}");
 }
+
+/// The learner's dense f32 forward (differentiable ops, candle's RoPE) and the
+/// serving forward (quantized kernels, llama.cpp's rounding) of one tiny
+/// model of every architecture: the same function up to rounding, so a LoRA
+/// trained on one serves on the other.
+#[test]
+fn the_learner_forward_matches_serving_on_every_architecture() {
+    use crate::support::tiny::{write_tiny_model, TinySpec};
+    use tern_models::Precision;
+    for arch in tern_models::arch::SUPPORTED {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        let spec = TinySpec {
+            architecture: arch,
+            head_dim: (*arch == "qwen3").then_some(32),
+            ..TinySpec::default()
+        };
+        write_tiny_model(&path, &spec);
+        let serving = LoadedModel::load(&path).unwrap();
+        let learner = LoadedModel::load_as(&path, Precision::DenseF32).unwrap();
+        let tokens: Vec<u32> = (0..48).map(|i| (i * 29 + 3) % 200).collect();
+        let a = alone(&serving, &mut SeqCache::new(serving.config()), &tokens, 0);
+        let b = alone(&learner, &mut SeqCache::new(learner.config()), &tokens, 0);
+        let diff = max_abs_diff(&a, &b);
+        let scale = a
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        // Q8_0 activations and f16 attention against f32 throughout: llama
+        // itself differs by ~2.3% of the logits' range here (0.23 of 9.7).
+        assert!(
+            diff <= 0.04 * scale,
+            "{arch}: serving and learner differ by {diff} (logits up to {scale})"
+        );
+        let (ta, tb) = (a.argmax(1).unwrap(), b.argmax(1).unwrap());
+        let same: u32 = ta
+            .eq(&tb)
+            .unwrap()
+            .to_dtype(candle_core::DType::U32)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        assert!(same >= 45, "{arch}: top-1 agrees at {same}/48 positions");
+    }
+}

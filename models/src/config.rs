@@ -21,7 +21,8 @@ pub struct ModelConfig {
     pub n_head: usize,
     /// Number of key/value heads (GQA when smaller than `n_head`).
     pub n_kv_head: usize,
-    /// Per-head dimension.
+    /// Per-head dimension: `attention.key_length` where the GGUF declares it
+    /// (Qwen3, Gemma 3 set it apart from `n_embd / n_head`), else `n_embd / n_head`.
     pub head_dim: usize,
     /// Hidden size of the SwiGLU MLP.
     pub n_ff: usize,
@@ -58,13 +59,26 @@ impl ModelConfig {
                     key: key("vocab_size"),
                 })?,
         };
+        let head_dim = match file.u32(&key("attention.key_length")) {
+            Ok(k) => {
+                let v = file.u32(&key("attention.value_length")).unwrap_or(k);
+                if v != k {
+                    return Err(ModelError::BadTensor {
+                        name: key("attention.value_length"),
+                        reason: format!("value length {v} differs from key length {k}, which Tern does not support"),
+                    });
+                }
+                k as usize
+            }
+            Err(_) => n_embd.checked_div(n_head).unwrap_or(0),
+        };
         let cfg = Self {
             name: file.str("general.name").ok().map(str::to_string),
             n_layer: file.u32(&key("block_count"))? as usize,
             n_embd,
             n_head,
             n_kv_head,
-            head_dim: n_embd.checked_div(n_head).unwrap_or(0),
+            head_dim,
             n_ff: file.u32(&key("feed_forward_length"))? as usize,
             vocab_size,
             context_length: file.u32(&key("context_length"))? as usize,
@@ -83,10 +97,7 @@ impl ModelConfig {
         if self.n_layer == 0 {
             return Err(bad("block_count"));
         }
-        if self.n_head == 0
-            || !self.n_embd.is_multiple_of(self.n_head)
-            || !self.head_dim.is_multiple_of(2)
-        {
+        if self.n_head == 0 || self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return Err(bad("attention.head_count"));
         }
         if self.n_kv_head == 0 || !self.n_head.is_multiple_of(self.n_kv_head) {
@@ -96,6 +107,12 @@ impl ModelConfig {
             return Err(bad("context_length"));
         }
         Ok(())
+    }
+
+    /// Width of all query heads together (`n_head * head_dim`): the Q
+    /// projection's output and the attention output projection's input.
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
     }
 
     /// Query heads sharing one key/value head.

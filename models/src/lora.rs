@@ -60,9 +60,10 @@ impl LoraTarget {
     /// `(out, in)` of this projection in a model of shape `c`: what an adapter
     /// on it must fit.
     pub fn shape(self, c: &crate::ModelConfig) -> (usize, usize) {
-        let (d, kvd) = (c.n_embd, c.n_kv_head * c.head_dim);
+        let (d, qd, kvd) = (c.n_embd, c.q_dim(), c.n_kv_head * c.head_dim);
         match self {
-            LoraTarget::Q | LoraTarget::O => (d, d),
+            LoraTarget::Q => (qd, d),
+            LoraTarget::O => (d, qd),
             LoraTarget::K | LoraTarget::V => (kvd, d),
             LoraTarget::Gate | LoraTarget::Up => (c.n_ff, d),
             LoraTarget::Down => (d, c.n_ff),

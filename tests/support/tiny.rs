@@ -18,6 +18,9 @@ pub struct TinySpec {
     pub n_ff: usize,
     pub context_length: usize,
     pub seed: u64,
+    /// A declared head dimension (`attention.key_length`), as Qwen3 has;
+    /// `None` is `n_embd / n_head`.
+    pub head_dim: Option<usize>,
 }
 
 impl Default for TinySpec {
@@ -31,6 +34,7 @@ impl Default for TinySpec {
             n_ff: 128,
             context_length: 256,
             seed: 7,
+            head_dim: None,
         }
     }
 }
@@ -84,9 +88,11 @@ pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
         let t = Tensor::ones(n, candle_core::DType::F32, &Device::Cpu).expect("ones");
         QTensor::quantize(&t, GgmlDType::F32).expect("f32")
     };
-    let (d, kvd, ff) = (
+    let hd = spec.head_dim.unwrap_or(spec.n_embd / spec.n_head);
+    let (d, qd, kvd, ff) = (
         spec.n_embd,
-        spec.n_embd / spec.n_head * spec.n_kv_head,
+        hd * spec.n_head,
+        hd * spec.n_kv_head,
         spec.n_ff,
     );
     let mut named: Vec<(String, QTensor)> = vec![
@@ -99,19 +105,29 @@ pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
     for i in 0..spec.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
         named.push((p("attn_norm"), ones(d)));
-        named.push((p("attn_q"), tensor(&[d, d], 0.5, GgmlDType::Q8_0)));
+        named.push((p("attn_q"), tensor(&[qd, d], 0.5, GgmlDType::Q8_0)));
         named.push((p("attn_k"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
         named.push((p("attn_v"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
         if spec.architecture == "qwen2" {
             // Qwen2's projection biases, f32 as its GGUFs hold them.
-            for (stem, n) in [("attn_q", d), ("attn_k", kvd), ("attn_v", kvd)] {
+            for (stem, n) in [("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd)] {
                 named.push((
                     format!("blk.{i}.{stem}.bias"),
                     tensor(&[n], 0.5, GgmlDType::F32),
                 ));
             }
         }
-        named.push((p("attn_output"), tensor(&[d, d], 0.5, GgmlDType::Q8_0)));
+        named.push((p("attn_output"), tensor(&[d, qd], 0.5, GgmlDType::Q8_0)));
+        if spec.architecture == "qwen3" {
+            // Qwen3's per-head Q and K norms, near one.
+            for stem in ["attn_q_norm", "attn_k_norm"] {
+                let noise = tensor(&[hd], 0.5, GgmlDType::F32)
+                    .dequantize(&Device::Cpu)
+                    .expect("noise");
+                let t = (noise + 1.0).expect("near one");
+                named.push((p(stem), QTensor::quantize(&t, GgmlDType::F32).expect("f32")));
+            }
+        }
         named.push((p("ffn_norm"), ones(d)));
         named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
         named.push((p("ffn_up"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
@@ -136,6 +152,8 @@ pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
             Value::F32(1e-5),
         ),
         (format!("{arch}.vocab_size"), u(vocab)),
+        (format!("{arch}.attention.key_length"), u(hd)),
+        (format!("{arch}.attention.value_length"), u(hd)),
         ("tokenizer.ggml.model".into(), s("gpt2")),
         ("tokenizer.ggml.pre".into(), s("smollm")),
         (

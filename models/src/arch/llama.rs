@@ -35,6 +35,9 @@ use crate::weight::{Precision, Weight};
 pub struct Features {
     /// Biases on the Q, K and V projections (`blk.N.attn_{q,k,v}.bias`).
     pub qkv_bias: bool,
+    /// RMSNorm of each query and key head before RoPE
+    /// (`blk.N.attn_{q,k}_norm.weight`, `[head_dim]`).
+    pub qk_norm: bool,
     /// Which elements RoPE rotates together.
     pub rope: RopeStyle,
 }
@@ -51,6 +54,7 @@ pub enum RopeStyle {
 /// What a llama model is: no projection biases, interleaved RoPE.
 pub const LLAMA: Features = Features {
     qkv_bias: false,
+    qk_norm: false,
     rope: RopeStyle::Interleaved,
 };
 
@@ -58,6 +62,8 @@ struct Block {
     attn_norm: Tensor,
     /// Q, K, V biases `[out]` f32, when the architecture has them.
     qkv_bias: Option<[Tensor; 3]>,
+    /// Per-head Q and K norm weights `[head_dim]`, when it has them.
+    qk_norm: Option<[Tensor; 2]>,
     wq: Weight,
     wk: Weight,
     wv: Weight,
@@ -117,7 +123,11 @@ impl Llama {
     /// architecture's file says which).
     pub fn load_with(file: &GgufFile, precision: Precision, features: Features) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
-        let (d, kvd) = (config.n_embd, config.n_kv_head * config.head_dim);
+        let (d, qd, kvd) = (
+            config.n_embd,
+            config.q_dim(),
+            config.n_kv_head * config.head_dim,
+        );
         let qt = |name: &str, dims: &[usize]| -> Result<QTensor> {
             let t = file.tensor(name)?;
             if t.shape().dims() != dims {
@@ -152,20 +162,29 @@ impl Llama {
             };
             let qkv_bias = if features.qkv_bias {
                 Some([
-                    bias("attn_q", d)?,
+                    bias("attn_q", qd)?,
                     bias("attn_k", kvd)?,
                     bias("attn_v", kvd)?,
                 ])
             } else {
                 None
             };
+            let head_norm = |s: &str| -> Result<Tensor> {
+                Ok(qt(&p(s), &[config.head_dim])?.dequantize(&Device::Cpu)?)
+            };
+            let qk_norm = if features.qk_norm {
+                Some([head_norm("attn_q_norm")?, head_norm("attn_k_norm")?])
+            } else {
+                None
+            };
             blocks.push(Block {
                 attn_norm: vec(&p("attn_norm"))?,
                 qkv_bias,
-                wq: mm(&p("attn_q"), &[d, d])?,
+                qk_norm,
+                wq: mm(&p("attn_q"), &[qd, d])?,
                 wk: mm(&p("attn_k"), &[kvd, d])?,
                 wv: mm(&p("attn_v"), &[kvd, d])?,
-                wo: mm(&p("attn_output"), &[d, d])?,
+                wo: mm(&p("attn_output"), &[d, qd])?,
                 ffn_norm: vec(&p("ffn_norm"))?,
                 w_gate: mm(&p("ffn_gate"), &[config.n_ff, d])?,
                 w_up: mm(&p("ffn_up"), &[config.n_ff, d])?,
@@ -405,6 +424,15 @@ impl Llama {
             q = q.broadcast_add(bq)?;
             k = k.broadcast_add(bk)?;
             v = v.broadcast_add(bv)?;
+        }
+        if let Some([nq, nk]) = &b.qk_norm {
+            // Each head's vector normed on its own, before RoPE.
+            let per_head = |t: &Tensor, heads: usize, w: &Tensor| -> Result<Tensor> {
+                let normed = self.norm(&t.reshape((n_tokens, heads, c.head_dim))?, w)?;
+                Ok(normed.reshape((n_tokens, heads * c.head_dim))?)
+            };
+            q = per_head(&q, c.n_head, nq)?;
+            k = per_head(&k, c.n_kv_head, nk)?;
         }
         // 2. RoPE at each token's own position, in the architecture's pairing.
         let neox = self.features.rope == RopeStyle::Neox;
@@ -672,11 +700,12 @@ pub fn parameter_count(cfg: &ModelConfig) -> u64 {
         (cfg.n_kv_head * cfg.head_dim) as u64,
         cfg.n_layer as u64,
     );
-    let biases = if cfg.architecture == "qwen2" {
-        d + 2 * kvd
-    } else {
-        0
+    let qd = cfg.q_dim() as u64;
+    let extra = match cfg.architecture.as_str() {
+        "qwen2" => qd + 2 * kvd,            // QKV biases
+        "qwen3" => 2 * cfg.head_dim as u64, // per-head Q and K norms
+        _ => 0,
     };
-    let per_layer = 2 * d * d + 2 * kvd * d + 3 * d * f + biases;
+    let per_layer = 2 * qd * d + 2 * kvd * d + 3 * d * f + extra;
     l * per_layer + cfg.vocab_size as u64 * d + (2 * l + 1) * d
 }

@@ -12,6 +12,7 @@
 
 pub mod llama;
 pub mod qwen2;
+pub mod qwen3;
 
 use std::sync::Arc;
 
@@ -27,7 +28,7 @@ use crate::weight::Precision;
 pub use llama::Llama;
 
 /// `general.architecture` values Tern runs, in the order `tern info` lists them.
-pub const SUPPORTED: &[&str] = &["llama", "qwen2"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3"];
 
 /// The error for a GGUF whose architecture Tern does not implement.
 pub fn unsupported(name: &str) -> ModelError {
@@ -44,6 +45,8 @@ pub enum Model {
     Llama(Llama),
     /// `qwen2` (Qwen2, Qwen2.5): llama's decoder with QKV biases and NeoX RoPE.
     Qwen2(Llama),
+    /// `qwen3` (Qwen3): llama's decoder with per-head QK norms and NeoX RoPE.
+    Qwen3(Llama),
 }
 
 impl Model {
@@ -59,6 +62,7 @@ impl Model {
         match arch {
             "llama" => Ok(Model::Llama(Llama::load_as(file, precision)?)),
             "qwen2" => Ok(Model::Qwen2(qwen2::load_as(file, precision)?)),
+            "qwen3" => Ok(Model::Qwen3(qwen3::load_as(file, precision)?)),
             other => Err(unsupported(other)),
         }
     }
@@ -66,35 +70,35 @@ impl Model {
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.config(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.config(),
         }
     }
 
     /// How the projection weights are held.
     pub fn precision(&self) -> Precision {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.precision(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.precision(),
         }
     }
 
     /// Installs (or with `None` removes) the adapters [`Model::forward`] applies.
     pub fn set_adapters(&self, adapters: Option<Arc<LoraSet>>) {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.set_adapters(adapters),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.set_adapters(adapters),
         }
     }
 
     /// The adapters [`Model::forward`] applies now.
     pub fn adapters(&self) -> Option<Arc<LoraSet>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.adapters(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.adapters(),
         }
     }
 
     /// `(out, in)` of a block projection: the shape an adapter on it must fit.
     pub fn projection_shape(&self, target: LoraTarget) -> (usize, usize) {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.projection_shape(target),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.projection_shape(target),
         }
     }
 
@@ -102,7 +106,9 @@ impl Model {
     /// only): what LoRA merging adds to.
     pub fn dense_projection(&self, layer: usize, target: LoraTarget) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.dense_projection(layer, target),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => {
+                m.dense_projection(layer, target)
+            }
         }
     }
 
@@ -110,14 +116,14 @@ impl Model {
     /// returns them by GGUF tensor name.
     pub fn make_trainable(&mut self) -> Result<Vec<(String, Var)>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.make_trainable(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.make_trainable(),
         }
     }
 
     /// The f32 output projection `[vocab, D]` ([`Precision::DenseF32`] only).
     pub fn dense_output(&self) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.dense_output(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.dense_output(),
         }
     }
 
@@ -131,7 +137,7 @@ impl Model {
     /// for: `[rows, vocab]` f32 with rows = 0, 1 or its token count.
     pub fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.forward(batch),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.forward(batch),
         }
     }
 
@@ -142,7 +148,7 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.forward_with(batch, adapters),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.forward_with(batch, adapters),
         }
     }
 
@@ -154,7 +160,7 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) => m.hidden_with(batch, adapters),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.hidden_with(batch, adapters),
         }
     }
 }

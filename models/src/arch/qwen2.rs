@@ -19,6 +19,7 @@ use crate::weight::Precision;
 /// What qwen2 changes in the llama decoder.
 pub const FEATURES: Features = Features {
     qkv_bias: true,
+    qk_norm: false,
     rope: RopeStyle::Neox,
 };
 

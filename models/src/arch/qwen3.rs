@@ -1,0 +1,24 @@
+//! The qwen3 architecture (Qwen3, Alibaba 2025): llama's decoder with NeoX
+//! RoPE like qwen2, but no projection biases and instead an RMSNorm of every
+//! query and key head before RoPE (`blk.N.attn_{q,k}_norm.weight`, one
+//! `[head_dim]` weight shared by the heads). Its head dimension is declared
+//! (`qwen3.attention.key_length`, 128 on the small models) rather than
+//! `n_embd / n_head`, so the Q projection is `[n_head * head_dim, n_embd]`.
+//! The forward itself is [`super::llama`]'s, run with [`FEATURES`].
+
+use super::llama::{Features, Llama, RopeStyle};
+use crate::error::Result;
+use crate::gguf::GgufFile;
+use crate::weight::Precision;
+
+/// What qwen3 changes in the llama decoder.
+pub const FEATURES: Features = Features {
+    qkv_bias: false,
+    qk_norm: true,
+    rope: RopeStyle::Neox,
+};
+
+/// Loads a qwen3 GGUF held as `precision`.
+pub fn load_as(file: &GgufFile, precision: Precision) -> Result<Llama> {
+    Llama::load_with(file, precision, FEATURES)
+}
