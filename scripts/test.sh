@@ -37,8 +37,10 @@ say "building (release, -C target-cpu=x86-64-v3: AVX2 kernels, see .cargo/config
 cargo build --release --locked
 
 # 3. The real model, verified by sha256 (idempotent).
-say "fetching the model"
+say "fetching the model and the test vocabularies"
 ./target/release/tern pull
+# Real Qwen and Llama 3 vocabularies for the tokenizer checks (tests/vocab.rs).
+python3 scripts/fetch_vocab.py
 
 # 4. Style gates, then the suite.
 say "cargo fmt --check / clippy"

@@ -16,3 +16,4 @@ mod reference;
 mod security;
 mod tokenizer;
 mod train;
+mod vocab;

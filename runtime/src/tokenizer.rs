@@ -17,7 +17,8 @@ use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::{AddedToken, PreTokenizerWrapper};
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use crate::error::{Result, RuntimeError};
 
@@ -75,7 +76,10 @@ impl Tokenizer {
             .enumerate()
             .map(|(i, t)| (t.to_string(), i as u32))
             .collect();
+        let pre = file.str("tokenizer.ggml.pre").unwrap_or("default");
         let bpe = BPE::builder()
+            // Llama 3 takes a word that is itself a token whole, before any merge.
+            .ignore_merges(ignores_merges(pre))
             .vocab_and_merges(
                 vocab
                     .iter()
@@ -86,7 +90,6 @@ impl Tokenizer {
             .build()
             .map_err(|e| err(e.to_string()))?;
         let mut inner = tokenizers::Tokenizer::new(bpe);
-        let pre = file.str("tokenizer.ggml.pre").unwrap_or("default");
         inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
         inner.with_decoder(Some(ByteLevelDecoder::default()));
         let special: Vec<AddedToken> = tokens
@@ -204,19 +207,51 @@ impl Tokenizer {
     }
 }
 
+/// Llama 3's split: contractions, letters with one leading non-letter,
+/// digits in runs of up to three, punctuation runs, newlines, spaces
+/// (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_LLAMA3`).
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen2's split: Llama 3's with every digit on its own (`..._QWEN2`).
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Pre-tokenizer names Tern builds, as `tern info` and errors list them.
+pub const SUPPORTED_PRE_TOKENIZERS: &str = "smollm, starcoder, refact, gpt2, llama-bpe, qwen2";
+
+/// Whether the `tokenizer.ggml.pre` family looks a whole word up before
+/// merging (llama.cpp sets `ignore_merges` for Llama 3).
+fn ignores_merges(name: &str) -> bool {
+    matches!(name, "llama-bpe" | "llama3")
+}
+
 /// The pre-tokenizer llama.cpp applies for a GGUF `tokenizer.ggml.pre` name.
 fn pre_tokenizer(name: &str) -> Result<PreTokenizerWrapper> {
     let byte_level = ByteLevel::new(false, false, true);
+    // A regex split, then byte-level mapping without its own GPT-2 regex.
+    let split_then_bytes = |pattern: &str| -> Result<PreTokenizerWrapper> {
+        let split = Split::new(
+            SplitPattern::Regex(pattern.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| RuntimeError::Tokenizer(format!("pre-tokenizer `{name}`: {e}")))?;
+        Ok(Sequence::new(vec![
+            split.into(),
+            ByteLevel::new(false, false, false).into(),
+        ])
+        .into())
+    };
     Ok(match name {
         // Digits one by one, then the GPT-2 pattern.
         "smollm" | "starcoder" | "refact" => {
             Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
         }
         "gpt2" | "gpt-2" | "default" => byte_level.into(),
+        "llama-bpe" | "llama3" => split_then_bytes(LLAMA3_SPLIT)?,
+        "qwen2" => split_then_bytes(QWEN2_SPLIT)?,
         other => {
             return Err(RuntimeError::Tokenizer(format!(
-            "pre-tokenizer `{other}` is not supported (supported: smollm, starcoder, refact, gpt2)"
-        )))
+                "pre-tokenizer `{other}` is not supported (supported: {SUPPORTED_PRE_TOKENIZERS})"
+            )))
         }
     })
 }

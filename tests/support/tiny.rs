@@ -52,7 +52,29 @@ fn byte_char(b: u8) -> char {
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 /// Writes the tiny model to `path`.
+/// A vocabulary for a generated model: a real one (Qwen's, Llama 3's, read
+/// from their `tokenizer.json`) in place of the tiny byte-level default.
+pub struct TinyVocab {
+    /// Token text by id, byte-level encoded.
+    pub tokens: Vec<String>,
+    /// GGUF token types by id (1 normal, 3 control, 4 user-defined).
+    pub types: Vec<i32>,
+    /// BPE merges, `"a b"`.
+    pub merges: Vec<String>,
+    /// `tokenizer.ggml.pre`.
+    pub pre: &'static str,
+    /// BOS and EOS ids, and whether BOS is added to prompts.
+    pub bos: u32,
+    pub eos: u32,
+    pub add_bos: bool,
+}
+
 pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
+    write_tiny_model_with(path, spec, None)
+}
+
+/// [`write_tiny_model`] with `vocab` instead of the byte-level default.
+pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVocab>) {
     let mut tokens: Vec<String> = vec![
         "<|endoftext|>".into(),
         "<|im_start|>".into(),
@@ -63,10 +85,15 @@ pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
         tokens.push(byte_char(b).to_string());
         types.push(1);
     }
-    let merges = ["h e", "l l", "Ġ t", "he ll"];
-    for m in merges {
+    let mut merges: Vec<String> = ["h e", "l l", "Ġ t", "he ll"].map(String::from).into();
+    for m in &merges {
         tokens.push(m.replace(' ', ""));
         types.push(1);
+    }
+    let (mut pre, mut bos, mut eos, mut add_bos) = ("smollm", 1, 2, false);
+    if let Some(v) = vocab {
+        (tokens, types, merges) = (v.tokens.clone(), v.types.clone(), v.merges.clone());
+        (pre, bos, eos, add_bos) = (v.pre, v.bos as usize, v.eos as usize, v.add_bos);
     }
     let vocab = tokens.len();
 
@@ -155,7 +182,7 @@ pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
         (format!("{arch}.attention.key_length"), u(hd)),
         (format!("{arch}.attention.value_length"), u(hd)),
         ("tokenizer.ggml.model".into(), s("gpt2")),
-        ("tokenizer.ggml.pre".into(), s("smollm")),
+        ("tokenizer.ggml.pre".into(), s(pre)),
         (
             "tokenizer.ggml.tokens".into(),
             Value::Array(tokens.iter().map(|t| s(t)).collect()),
@@ -168,9 +195,9 @@ pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
             "tokenizer.ggml.merges".into(),
             Value::Array(merges.iter().map(|m| s(m)).collect()),
         ),
-        ("tokenizer.ggml.bos_token_id".into(), u(1)),
-        ("tokenizer.ggml.eos_token_id".into(), u(2)),
-        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
+        ("tokenizer.ggml.bos_token_id".into(), u(bos)),
+        ("tokenizer.ggml.eos_token_id".into(), u(eos)),
+        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(add_bos)),
         ("tokenizer.chat_template".into(), s(CHATML)),
     ];
     let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();

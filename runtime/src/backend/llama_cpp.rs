@@ -90,6 +90,19 @@ pub struct LlamaCppBackend {
 unsafe impl Send for LlamaCppBackend {}
 
 impl LlamaCppBackend {
+    /// llama.cpp's own tokenization of `text` (its vocabulary code, not
+    /// Tern's): the reference Tern's tokenizer is checked against.
+    /// `add_special` adds BOS/EOS as the GGUF asks; `parse_special` turns
+    /// control-token text into control tokens.
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        self.model
+            .vocab()
+            .tokenize(text.as_bytes(), add_special, parse_special)
+            .into_iter()
+            .map(|t| t.0 as u32)
+            .collect()
+    }
+
     /// Loads `path` into llama.cpp with a context sized by `opts`; `config` is
     /// Tern's reading of the same file (for KV byte accounting).
     pub fn load(path: &Path, config: &ModelConfig, opts: &LlamaCppOptions) -> Result<Self> {
