@@ -36,6 +36,7 @@ fn config() -> ModelConfig {
         vocab_size: 49152,
         context_length: 8192,
         rope_base: 100_000.0,
+        rope_freq_scale: 1.0,
         rms_eps: 1e-5,
     }
 }

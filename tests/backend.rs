@@ -393,3 +393,36 @@ fn tiny_models_of_each_architecture_match_llama_cpp_bit_for_bit() {
         );
     }
 }
+
+#[test]
+fn llama3_rope_factors_and_linear_scaling_match_llama_cpp_bit_for_bit() {
+    use crate::support::tiny::TinySpec;
+    // Llama 3's shape of factors: 1 for the fast pairs, up to 8 for the slow
+    // ones, smooth between (head dim 16: 8 pairs).
+    let factors = vec![1.0, 1.0, 1.0, 1.3, 2.1, 4.7, 8.0, 8.0];
+    for (what, spec) in [
+        (
+            "rope_freqs",
+            TinySpec {
+                rope_freqs: Some(factors),
+                ..TinySpec::default()
+            },
+        ),
+        (
+            "linear x4",
+            TinySpec {
+                rope_linear: Some(4.0),
+                ..TinySpec::default()
+            },
+        ),
+    ] {
+        let (identical, top1, max_diff, n) = tiny_agreement(&spec);
+        eprintln!(
+            "{what}: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}"
+        );
+        assert_eq!(
+            identical, n,
+            "{what}: max |diff| {max_diff:e}, top-1 {top1}/{n}"
+        );
+    }
+}

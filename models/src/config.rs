@@ -32,6 +32,9 @@ pub struct ModelConfig {
     pub context_length: usize,
     /// RoPE frequency base.
     pub rope_base: f32,
+    /// RoPE's position scale: 1, or `1 / rope.scaling.factor` under linear
+    /// scaling (llama.cpp's `freq_scale`).
+    pub rope_freq_scale: f32,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
 }
@@ -83,6 +86,7 @@ impl ModelConfig {
             vocab_size,
             context_length: file.u32(&key("context_length"))? as usize,
             rope_base: file.f32(&key("rope.freq_base")).unwrap_or(10_000.0),
+            rope_freq_scale: rope_freq_scale(file, &arch)?,
             rms_eps: file.f32(&key("attention.layer_norm_rms_epsilon"))?,
             architecture: arch,
         };
@@ -91,6 +95,11 @@ impl ModelConfig {
     }
 
     fn validate(&self) -> Result<()> {
+        if !(self.rope_freq_scale.is_finite() && self.rope_freq_scale > 0.0) {
+            return Err(ModelError::MissingMetadata {
+                key: format!("{}.rope.scaling.factor", self.architecture),
+            });
+        }
         let bad = |key: &str| ModelError::MissingMetadata {
             key: format!("{}.{key}", self.architecture),
         };
@@ -123,5 +132,28 @@ impl ModelConfig {
     /// Bytes one cached position costs across all layers with an f32 cache (K and V).
     pub fn kv_bytes_per_position(&self) -> usize {
         self.n_layer * 2 * self.n_kv_head * self.head_dim * std::mem::size_of::<f32>()
+    }
+}
+
+/// llama.cpp's `freq_scale` from `<arch>.rope.scaling.*`: 1 without scaling,
+/// `1 / factor` under linear scaling. YaRN and other schemes change the
+/// angles in ways Tern does not reproduce yet, so they are refused by name.
+/// (Llama 3's scaling needs no key: its `rope_freqs.weight` factors are read
+/// with the weights.)
+fn rope_freq_scale(file: &GgufFile, arch: &str) -> Result<f32> {
+    let key = format!("{arch}.rope.scaling.type");
+    match file.str(&key) {
+        Err(_) | Ok("none") => Ok(1.0),
+        Ok("linear") => {
+            let factor = file
+                .f32(&format!("{arch}.rope.scaling.factor"))
+                .unwrap_or(1.0);
+            Ok(if factor == 0.0 { 1.0 } else { 1.0 / factor })
+        }
+        Ok(other) => Err(ModelError::UnsupportedFeature {
+            key,
+            value: other.to_string(),
+            supported: "none, linear, and Llama 3's rope_freqs factors".into(),
+        }),
     }
 }

@@ -28,6 +28,17 @@ pub enum ModelError {
         /// The architectures Tern runs, comma-separated.
         supported: String,
     },
+    /// The GGUF asks for a feature of its architecture Tern does not
+    /// implement (a RoPE scaling type, ...): refused rather than run wrong.
+    #[error("GGUF metadata `{key}` = `{value}` is not supported ({supported})")]
+    UnsupportedFeature {
+        /// The metadata key.
+        key: String,
+        /// Its value.
+        value: String,
+        /// What Tern does support there.
+        supported: String,
+    },
     /// A name that is neither a registry entry nor an existing file.
     #[error("unknown model `{name}`: not a file and not in the registry (known: {known})")]
     UnknownModel { name: String, known: String },

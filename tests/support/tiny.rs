@@ -21,6 +21,10 @@ pub struct TinySpec {
     /// A declared head dimension (`attention.key_length`), as Qwen3 has;
     /// `None` is `n_embd / n_head`.
     pub head_dim: Option<usize>,
+    /// Llama 3's RoPE frequency factors (`rope_freqs.weight`), one per pair.
+    pub rope_freqs: Option<Vec<f32>>,
+    /// Linear RoPE scaling (`rope.scaling.type = linear`) by this factor.
+    pub rope_linear: Option<f32>,
 }
 
 impl Default for TinySpec {
@@ -35,6 +39,8 @@ impl Default for TinySpec {
             context_length: 256,
             seed: 7,
             head_dim: None,
+            rope_freqs: None,
+            rope_linear: None,
         }
     }
 }
@@ -161,6 +167,14 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         named.push((p("ffn_down"), tensor(&[d, ff], 0.5, GgmlDType::Q8_0)));
     }
 
+    if let Some(f) = &spec.rope_freqs {
+        assert_eq!(f.len(), hd / 2, "one factor per rotated pair");
+        let t = Tensor::from_vec(f.clone(), f.len(), &Device::Cpu).expect("freqs");
+        named.push((
+            "rope_freqs.weight".into(),
+            QTensor::quantize(&t, GgmlDType::F32).expect("f32"),
+        ));
+    }
     let arch = spec.architecture;
     let s = |v: &str| Value::String(v.to_string());
     let u = |v: usize| Value::U32(v as u32);
@@ -200,6 +214,11 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(add_bos)),
         ("tokenizer.chat_template".into(), s(CHATML)),
     ];
+    let mut meta = meta;
+    if let Some(factor) = spec.rope_linear {
+        meta.push((format!("{arch}.rope.scaling.type"), s("linear")));
+        meta.push((format!("{arch}.rope.scaling.factor"), Value::F32(factor)));
+    }
     let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> = named.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut file = std::fs::File::create(path).expect("create tiny model");

@@ -208,6 +208,7 @@ mod tests {
             vocab_size: 49152,
             context_length: 8192,
             rope_base: 100000.0,
+            rope_freq_scale: 1.0,
             rms_eps: 1e-5,
         }
     }

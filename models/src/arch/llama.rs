@@ -191,7 +191,14 @@ impl Llama {
                 w_down: mm(&p("ffn_down"), &[d, config.n_ff])?,
             });
         }
-        let (rope_cos, rope_sin) = rope_tables(&config)?;
+        // Llama 3's long-context RoPE: per-pair frequency factors.
+        let freq_factors: Option<Vec<f32>> = if file.has_tensor("rope_freqs.weight") {
+            let t = qt("rope_freqs.weight", &[config.head_dim / 2])?;
+            Some(t.dequantize(&Device::Cpu)?.to_vec1()?)
+        } else {
+            None
+        };
+        let (rope_cos, rope_sin) = rope_tables(&config, freq_factors.as_deref())?;
         Ok(Self {
             output_norm: vec("output_norm.weight")?,
             config,
