@@ -259,3 +259,47 @@ fn info_and_tokenize_on_the_real_model() {
         serde_json::json!([1, 19556, 905, 17, 216, 33, 34, 35])
     );
 }
+
+#[test]
+fn every_architecture_generates_under_every_kind_of_policy() {
+    for arch in tern_models::arch::SUPPORTED {
+        let (_d, m) = tiny_model(TinySpec {
+            architecture: arch,
+            head_dim: (*arch == "qwen3").then_some(32),
+            ..TinySpec::default()
+        });
+        let info = last_json(&tern(&["info", "-m", &m, "--json"], None));
+        assert_eq!(info["config"]["architecture"], *arch);
+        for policy in [
+            "full",
+            "streaming:budget=32,sink=4",
+            "snapkv:budget=32,window=8",
+        ] {
+            let out = tern(
+                &[
+                    "generate",
+                    "-m",
+                    &m,
+                    "-p",
+                    "hello there",
+                    "-n",
+                    "48",
+                    "--ignore-eos",
+                    "--temperature",
+                    "0",
+                    "--kv-policy",
+                    policy,
+                    "--json",
+                ],
+                None,
+            );
+            assert!(
+                out.status.success(),
+                "{arch} {policy}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let j = last_json(&out);
+            assert_eq!(j["completion_tokens"], 48, "{arch} {policy}: {j}");
+        }
+    }
+}

@@ -174,3 +174,25 @@ fn llama3_vocabulary_tokenizes_as_llama_cpp_does() {
         "<|start_header_id|>user<|end_header_id|>\n\nHi 12345!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
     );
 }
+
+#[test]
+fn every_end_of_generation_token_stops() {
+    // Llama 3: the declared EOS (<|eot_id|> here) and the family's others.
+    let vocab = vocab_from(
+        &real_vocab("llama3"),
+        "llama-bpe",
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        true,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-llama3.gguf");
+    write_tiny_model_with(&path, &TinySpec::default(), Some(&vocab));
+    let model = LoadedModel::load(&path).unwrap();
+    let stops = model.stop_tokens();
+    for t in ["<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"] {
+        let id = model.tokenizer.token_id(t).unwrap();
+        assert!(stops.contains(&id), "{t} ({id}) does not stop: {stops:?}");
+    }
+    assert!(!stops.contains(&model.tokenizer.token_id("<|begin_of_text|>").unwrap()));
+}

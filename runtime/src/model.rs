@@ -20,7 +20,22 @@ pub struct LoadedModel {
     pub tokenizer: Tokenizer,
     /// The GGUF's chat template, if it has one.
     pub template: Option<ChatTemplate>,
+    /// Ids that end generation ([`LoadedModel::stop_tokens`]).
+    stop: Vec<u32>,
 }
+
+/// End-of-turn and end-of-text tokens of the common families, matched by
+/// text as llama.cpp's end-of-generation set also is: ChatML, Llama 3,
+/// Phi-3, Gemma, and the GPT-2 family's.
+const END_OF_GENERATION: &[&str] = &[
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<end_of_turn>",
+];
 
 impl LoadedModel {
     /// Opens, validates and loads `path` for serving (quantized weights).
@@ -55,11 +70,26 @@ impl LoadedModel {
             }
             Err(_) => None,
         };
+        // The declared EOS, end-of-turn and end-of-message ids, then the
+        // family tokens by text.
+        let mut stop: Vec<u32> = tokenizer.eos().into_iter().collect();
+        let declared = ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"]
+            .iter()
+            .filter_map(|k| file.u32(k).ok());
+        let named = END_OF_GENERATION
+            .iter()
+            .filter_map(|t| tokenizer.token_id(t));
+        for id in declared.chain(named) {
+            if (id as usize) < tokenizer.vocab_size() && !stop.contains(&id) {
+                stop.push(id);
+            }
+        }
         Ok(Self {
             path: path.to_path_buf(),
             arch: model,
             tokenizer,
             template,
+            stop,
         })
     }
 
@@ -75,17 +105,11 @@ impl LoadedModel {
             .ok_or_else(|| RuntimeError::Template("this model has no chat template".into()))
     }
 
-    /// Token ids that end generation: the declared EOS plus `<|im_end|>` /
-    /// `<|endoftext|>` / `<|eot_id|>` where the vocabulary has them.
+    /// Token ids that end generation: the declared EOS, the GGUF's
+    /// end-of-turn (`tokenizer.ggml.eot_token_id`) and end-of-message ids,
+    /// and the families' end tokens (`<|im_end|>`, `<|eot_id|>`,
+    /// `<end_of_turn>`, `<|end|>` ...) where the vocabulary has them.
     pub fn stop_tokens(&self) -> Vec<u32> {
-        let mut ids: Vec<u32> = self.tokenizer.eos().into_iter().collect();
-        for t in ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>"] {
-            if let Some(id) = self.tokenizer.token_id(t) {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-        }
-        ids
+        self.stop.clone()
     }
 }
