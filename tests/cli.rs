@@ -303,3 +303,22 @@ fn every_architecture_generates_under_every_kind_of_policy() {
         }
     }
 }
+
+#[test]
+fn a_base_model_refuses_chat_with_a_way_out() {
+    let (_d, m) = tiny_model(TinySpec {
+        chat_template: false,
+        ..TinySpec::default()
+    });
+    let out = tern(
+        &["generate", "-m", &m, "--chat", "-p", "hi", "-n", "2"],
+        None,
+    );
+    assert_clean_error(&out, "no chat template (a base model)");
+    let out = tern(&["generate", "-m", &m, "-p", "hi", "-n", "2"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

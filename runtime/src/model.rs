@@ -100,9 +100,13 @@ impl LoadedModel {
 
     /// The chat template, or a clear error for models without one.
     pub fn chat_template(&self) -> Result<&ChatTemplate> {
-        self.template
-            .as_ref()
-            .ok_or_else(|| RuntimeError::Template("this model has no chat template".into()))
+        self.template.as_ref().ok_or_else(|| {
+            RuntimeError::Template(
+                "this model has no chat template (a base model): send a raw prompt to \
+                     /v1/completions, or use `tern generate` without --chat"
+                    .into(),
+            )
+        })
     }
 
     /// Token ids that end generation: the declared EOS, the GGUF's

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{config, post, ready, MODEL};
+use crate::support::{config, post, ready, ready_with, tiny, MODEL};
 
 #[tokio::test]
 async fn chat_completion_shape() {
@@ -352,4 +352,25 @@ async fn every_choice_of_n_reasons_and_reports_alone() {
     let payloads = streamed.sse();
     let last: serde_json::Value = serde_json::from_str(&payloads[payloads.len() - 2]).unwrap();
     assert_eq!(&last["tern"]["reasoning"], t);
+}
+
+#[tokio::test]
+async fn a_base_model_without_a_template_refuses_chat_but_completes() {
+    let spec = tiny::TinySpec {
+        chat_template: false,
+        ..tiny::TinySpec::default()
+    };
+    let s = ready_with(config(), spec);
+    let chat =
+        json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let r = post(&s.app, "/v1/chat/completions", &chat).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("no chat template") && message.contains("/v1/completions"),
+        "{message}"
+    );
+    let completion = json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 3});
+    let r = post(&s.app, "/v1/completions", &completion).await;
+    assert_eq!(r.status, 200, "{}", r.text);
 }

@@ -25,6 +25,8 @@ pub struct TinySpec {
     pub rope_freqs: Option<Vec<f32>>,
     /// Linear RoPE scaling (`rope.scaling.type = linear`) by this factor.
     pub rope_linear: Option<f32>,
+    /// Write a chat template (a base model has none).
+    pub chat_template: bool,
 }
 
 impl Default for TinySpec {
@@ -41,6 +43,7 @@ impl Default for TinySpec {
             head_dim: None,
             rope_freqs: None,
             rope_linear: None,
+            chat_template: true,
         }
     }
 }
@@ -215,6 +218,9 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         ("tokenizer.chat_template".into(), s(CHATML)),
     ];
     let mut meta = meta;
+    if !spec.chat_template {
+        meta.retain(|(k, _)| k != "tokenizer.chat_template");
+    }
     if let Some(factor) = spec.rope_linear {
         meta.push((format!("{arch}.rope.scaling.type"), s("linear")));
         meta.push((format!("{arch}.rope.scaling.factor"), Value::F32(factor)));
