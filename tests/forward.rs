@@ -9,9 +9,11 @@ use tern_runtime::LoadedModel;
 use crate::support::tiny::load_tiny as tiny;
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
+    max_abs(&(a - b).unwrap())
+}
+
+fn max_abs(t: &Tensor) -> f32 {
+    t.abs()
         .unwrap()
         .flatten_all()
         .unwrap()
@@ -178,15 +180,7 @@ fn the_learner_forward_matches_serving_on_every_architecture() {
         let a = alone(&serving, &mut SeqCache::new(serving.config()), &tokens, 0);
         let b = alone(&learner, &mut SeqCache::new(learner.config()), &tokens, 0);
         let diff = max_abs_diff(&a, &b);
-        let scale = a
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let scale = max_abs(&a);
         // Q8_0 activations and f16 attention against f32 throughout: llama
         // itself differs by ~2.3% of the logits' range here (0.23 of 9.7).
         assert!(

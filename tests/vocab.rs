@@ -69,6 +69,17 @@ fn vocab_from(path: &Path, pre: &'static str, bos: &str, eos: &str, add_bos: boo
     }
 }
 
+/// Llama 3.2's vocabulary as its GGUFs declare it.
+fn llama3_vocab() -> TinyVocab {
+    vocab_from(
+        &real_vocab("llama3"),
+        "llama-bpe",
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        true,
+    )
+}
+
 /// Texts both tokenizers must split alike: the reference token file's, and
 /// multilingual, code and emoji text.
 fn texts() -> Vec<String> {
@@ -160,13 +171,7 @@ fn qwen_vocabulary_tokenizes_as_llama_cpp_does() {
 
 #[test]
 fn llama3_vocabulary_tokenizes_as_llama_cpp_does() {
-    let vocab = vocab_from(
-        &real_vocab("llama3"),
-        "llama-bpe",
-        "<|begin_of_text|>",
-        "<|eot_id|>",
-        true,
-    );
+    let vocab = llama3_vocab();
     assert!(vocab.tokens.len() >= 128_256, "{}", vocab.tokens.len());
     check(
         "llama",
@@ -178,13 +183,7 @@ fn llama3_vocabulary_tokenizes_as_llama_cpp_does() {
 #[test]
 fn every_end_of_generation_token_stops() {
     // Llama 3: the declared EOS (<|eot_id|> here) and the family's others.
-    let vocab = vocab_from(
-        &real_vocab("llama3"),
-        "llama-bpe",
-        "<|begin_of_text|>",
-        "<|eot_id|>",
-        true,
-    );
+    let vocab = llama3_vocab();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny-llama3.gguf");
     write_tiny_model_with(&path, &TinySpec::default(), Some(&vocab));

@@ -29,21 +29,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 /// `heads * head_dim`; row `r` rotates by the angles in `cos[r]`, `sin[r]`
 /// (`head_dim / 2` each).
 pub fn rope_pairs(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
-    let half = head_dim / 2;
-    let row_len = x.len() / (cos.len() / half).max(1);
-    for (r, row) in x.chunks_exact_mut(row_len).enumerate() {
-        let (c, s) = (
-            &cos[r * half..(r + 1) * half],
-            &sin[r * half..(r + 1) * half],
-        );
-        for head in row.chunks_exact_mut(head_dim) {
-            for (i, pair) in head.chunks_exact_mut(2).enumerate() {
-                let (x0, x1) = (pair[0], pair[1]);
-                pair[0] = x0.mul_add(c[i], -(x1 * s[i]));
-                pair[1] = x0.mul_add(s[i], x1 * c[i]);
-            }
-        }
-    }
+    rope_heads(x, head_dim, cos, sin, |i| (2 * i, 2 * i + 1));
 }
 
 /// NeoX-style RoPE (Qwen2, Gemma, Phi-3): each head's first half is rotated
@@ -51,6 +37,20 @@ pub fn rope_pairs(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
 /// same angles and with the same fused multiply-adds as [`rope_pairs`].
 pub fn rope_neox(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
     let half = head_dim / 2;
+    rope_heads(x, head_dim, cos, sin, |i| (i, i + half));
+}
+
+/// Rotates pair `i` of every head, the elements `pair(i)`, by angle `i` of
+/// its row, as ggml's rope kernels round: `x0 cos - x1 sin` and
+/// `x0 sin + x1 cos`, each with one fused multiply-add.
+fn rope_heads(
+    x: &mut [f32],
+    head_dim: usize,
+    cos: &[f32],
+    sin: &[f32],
+    pair: impl Fn(usize) -> (usize, usize),
+) {
+    let half = head_dim / 2;
     let row_len = x.len() / (cos.len() / half).max(1);
     for (r, row) in x.chunks_exact_mut(row_len).enumerate() {
         let (c, s) = (
@@ -58,11 +58,11 @@ pub fn rope_neox(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
             &sin[r * half..(r + 1) * half],
         );
         for head in row.chunks_exact_mut(head_dim) {
-            let (lo, hi) = head.split_at_mut(half);
             for i in 0..half {
-                let (x0, x1) = (lo[i], hi[i]);
-                lo[i] = x0.mul_add(c[i], -(x1 * s[i]));
-                hi[i] = x0.mul_add(s[i], x1 * c[i]);
+                let (a, b) = pair(i);
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0.mul_add(c[i], -(x1 * s[i]));
+                head[b] = x0.mul_add(s[i], x1 * c[i]);
             }
         }
     }
