@@ -54,7 +54,11 @@ fn unsupported_architecture() {
         ..TinySpec::default()
     });
     let out = tern(&["generate", "-m", &m, "-p", "hi"], None);
-    assert_clean_error(&out, "unsupported architecture `mamba` (supported: llama)");
+    let supported = tern_models::arch::SUPPORTED.join(", ");
+    assert_clean_error(
+        &out,
+        &format!("unsupported architecture `mamba` (supported: {supported})"),
+    );
     // `tern info` still says what the file holds.
     let out = tern(&["info", "-m", &m], None);
     let text = String::from_utf8_lossy(&out.stdout);
