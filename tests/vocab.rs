@@ -195,3 +195,36 @@ fn every_end_of_generation_token_stops() {
     }
     assert!(!stops.contains(&model.tokenizer.token_id("<|begin_of_text|>").unwrap()));
 }
+
+#[test]
+fn qwen3s_own_chat_template_renders_system_and_turns() {
+    use tern_runtime::chat::{ChatMessage, ChatTemplate};
+    let config = real_vocab("qwen").with_file_name("tokenizer_config.json");
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(config).unwrap()).unwrap();
+    let source = config["chat_template"].as_str().unwrap();
+    let template = ChatTemplate::new(source, "", "<|im_end|>").unwrap();
+    let m = |role: &str, content: &str| ChatMessage::new(role, content);
+    // An earlier assistant turn's thinking is dropped from the history, as
+    // Qwen3's template says; the last turn asks for the answer.
+    let messages = [
+        m("system", "You are terse."),
+        m("user", "What is 2+2?"),
+        m("assistant", "<think>\nadd them\n</think>\n\n4"),
+        m("user", "And 3+3?"),
+    ];
+    let got = template.render(&messages, true).unwrap();
+    assert_eq!(
+        got,
+        "<|im_start|>system\nYou are terse.<|im_end|>\n\
+         <|im_start|>user\nWhat is 2+2?<|im_end|>\n\
+         <|im_start|>assistant\n4<|im_end|>\n\
+         <|im_start|>user\nAnd 3+3?<|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+    // No system message: none is invented.
+    let got = template.render(&[m("user", "Hi")], true).unwrap();
+    assert_eq!(
+        got,
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+}
