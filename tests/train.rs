@@ -613,3 +613,68 @@ fn grpo_on_a_code_task_rewards_the_tests_passed() {
         assert!(v == 0.0 || v == 1.0, "{eval}");
     }
 }
+
+/// LoRA SFT on each architecture's tiny model, merged and exported at f16,
+/// then run by the in-process llama.cpp: the exported file is one llama.cpp
+/// loads, and its greedy text equals Tern's on the same file.
+#[test]
+fn lora_trains_and_exports_on_every_architecture() {
+    for arch in tern_models::arch::SUPPORTED {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("tiny.gguf");
+        let spec = TinySpec {
+            architecture: arch,
+            ..TinySpec::default()
+        };
+        write_tiny_model(&model, &spec);
+        let out = dir.path().join("run");
+        let task = "arithmetic:count=10,seed=1";
+        let o = train(&sft_args(
+            model.to_str().unwrap(),
+            task,
+            out.to_str().unwrap(),
+            "2",
+        ));
+        assert!(
+            o.status.success(),
+            "{arch}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let gguf = dir.path().join("merged.gguf");
+        let o = export_f16(&out, &gguf);
+        assert!(
+            o.status.success(),
+            "{arch}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let text = |backend: &str| {
+            let g = tern(
+                &[
+                    "generate",
+                    "--model",
+                    gguf.to_str().unwrap(),
+                    "-p",
+                    "1+2=",
+                    "-n",
+                    "8",
+                    "--temperature",
+                    "0",
+                    "--backend",
+                    backend,
+                ],
+                None,
+            );
+            assert!(
+                g.status.success(),
+                "{arch} on {backend}: {}",
+                String::from_utf8_lossy(&g.stderr)
+            );
+            String::from_utf8_lossy(&g.stdout).into_owned()
+        };
+        assert_eq!(
+            text("candle"),
+            text("llama-cpp"),
+            "{arch}: the backends disagree on the export"
+        );
+    }
+}

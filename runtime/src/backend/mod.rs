@@ -9,10 +9,14 @@
 mod candle;
 #[cfg(feature = "llama-cpp")]
 mod llama_cpp;
+#[cfg(feature = "llama-cpp")]
+mod llama_jinja;
 
 pub use self::candle::CandleBackend;
 #[cfg(feature = "llama-cpp")]
 pub use self::llama_cpp::{LlamaCppBackend, LlamaCppOptions};
+#[cfg(feature = "llama-cpp")]
+pub use self::llama_jinja::{render_chat_llama_cpp, JinjaRequest};
 pub use tern_models::LogitsWanted;
 
 use std::sync::Arc;
