@@ -342,23 +342,33 @@ fn teacher_forced_logits_agree_across_backends() {
 /// through the in-process llama.cpp: `(identical positions, top-1 agreements,
 /// max |diff|, positions)`.
 fn tiny_agreement(spec: &crate::support::tiny::TinySpec) -> (usize, usize, f32, usize) {
-    tiny_agreement_with(spec, None)
+    tiny_agreement_with(spec, None, None)
 }
 
 /// [`tiny_agreement`] with Tern's side loaded as a llama-family decoder with
-/// `features` instead of its architecture's own (a feature switched off).
+/// `features` instead of its architecture's own, and from a copy of the file
+/// that `rewrite(src, dst)` writes: a feature switched off.
 fn tiny_agreement_with(
     spec: &crate::support::tiny::TinySpec,
     features: Option<tern_models::arch::llama::Features>,
+    rewrite: Option<fn(&std::path::Path, &std::path::Path)>,
 ) -> (usize, usize, f32, usize) {
     use std::sync::Arc;
     use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     crate::support::tiny::write_tiny_model(&path, spec);
-    let mut model = tern_runtime::LoadedModel::load(&path).unwrap();
+    let tern_path = match rewrite {
+        Some(rewrite) => {
+            let copy = dir.path().join("rewritten.gguf");
+            rewrite(&path, &copy);
+            copy
+        }
+        None => path.clone(),
+    };
+    let mut model = tern_runtime::LoadedModel::load(&tern_path).unwrap();
     if let Some(f) = features {
-        let file = tern_models::GgufFile::open(&path).unwrap();
+        let file = tern_models::GgufFile::open(&tern_path).unwrap();
         let llama =
             tern_models::Llama::load_with(&file, tern_models::Precision::Quantized, f).unwrap();
         model.arch = tern_models::Model::Llama(llama);
@@ -501,7 +511,8 @@ fn phi3_head_dim_long_rope_and_separate_qkv_match_llama_cpp_bit_for_bit() {
 
 /// The phi3 check fails when one of its features is switched off in Tern:
 /// the scores scaled instead of the rotated query, the LongRoPE factors
-/// ignored, or RoPE rotating adjacent pairs instead of halves.
+/// ignored, RoPE rotating adjacent pairs instead of halves, or the halves of
+/// the fused `ffn_up` taken the other way round.
 #[test]
 fn phi3_check_fails_with_a_feature_switched_off() {
     use crate::support::tiny::{TinyLongRope, TinySpec};
@@ -518,7 +529,7 @@ fn phi3_check_fails_with_a_feature_switched_off() {
         }),
         ..TinySpec::default()
     };
-    let (identical, _, _, n) = tiny_agreement_with(&spec, Some(FEATURES));
+    let (identical, _, _, n) = tiny_agreement_with(&spec, Some(FEATURES), None);
     assert_eq!(identical, n, "phi3's own features must match");
     for (what, features) in [
         (
@@ -543,10 +554,47 @@ fn phi3_check_fails_with_a_feature_switched_off() {
             },
         ),
     ] {
-        let (identical, top1, max_diff, n) = tiny_agreement_with(&spec, Some(features));
+        let (identical, top1, max_diff, n) = tiny_agreement_with(&spec, Some(features), None);
         eprintln!("phi3 with {what}: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}");
         // The scale's place changes only some roundings (223/256 positions
         // stayed identical when measured); any difference fails the check.
         assert!(identical < n, "{what}: still {identical}/{n} identical");
     }
+    // Tern reading [up; gate] where llama.cpp reads [gate; up].
+    let (identical, top1, max_diff, n) = tiny_agreement_with(&spec, None, Some(swap_gate_up));
+    eprintln!("phi3 with gate/up swapped: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}");
+    assert!(
+        identical < n,
+        "gate/up swapped: still {identical}/{n} identical"
+    );
+}
+
+/// Copies the GGUF `src` to `dst` with the two halves (rows) of every fused
+/// `ffn_up` exchanged, byte for byte.
+fn swap_gate_up(src: &std::path::Path, dst: &std::path::Path) {
+    use candle_core::quantized::{ggml_file::qtensor_from_ggml, gguf_file};
+    use candle_core::Device;
+    let mut f = std::fs::File::open(src).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    let mut tensors = Vec::new();
+    for name in content.tensor_infos.keys() {
+        let mut t = content.tensor(&mut f, name, &Device::Cpu).unwrap();
+        if name.ends_with(".ffn_up.weight") {
+            let data = t.data().unwrap().into_owned();
+            let half = data.len() / 2;
+            let swapped = [&data[half..], &data[..half]].concat();
+            let dims = t.shape().dims().to_vec();
+            t = qtensor_from_ggml(t.dtype(), &swapped, dims, &Device::Cpu).unwrap();
+        }
+        tensors.push((name.clone(), t));
+    }
+    let meta: Vec<(&str, &gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let refs: Vec<(&str, &candle_core::quantized::QTensor)> =
+        tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut out = std::fs::File::create(dst).unwrap();
+    gguf_file::write(&mut out, &meta, &refs).unwrap();
 }
