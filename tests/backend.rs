@@ -560,7 +560,12 @@ fn phi3_check_fails_with_a_feature_switched_off() {
         // stayed identical when measured); any difference fails the check.
         assert!(identical < n, "{what}: still {identical}/{n} identical");
     }
-    // Tern reading [up; gate] where llama.cpp reads [gate; up].
+    // Tern reading a rewritten copy: unchanged, it still matches; with
+    // [up; gate] where llama.cpp reads [gate; up], it does not.
+    let unchanged: fn(&std::path::Path, &std::path::Path) =
+        |src, dst| crate::support::rewrite_gguf(src, dst, |_| {});
+    let (identical, _, _, n) = tiny_agreement_with(&spec, None, Some(unchanged));
+    assert_eq!(identical, n, "an unchanged rewrite must match");
     let (identical, top1, max_diff, n) = tiny_agreement_with(&spec, None, Some(swap_gate_up));
     eprintln!("phi3 with gate/up swapped: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}");
     assert!(
@@ -572,29 +577,17 @@ fn phi3_check_fails_with_a_feature_switched_off() {
 /// Copies the GGUF `src` to `dst` with the two halves (rows) of every fused
 /// `ffn_up` exchanged, byte for byte.
 fn swap_gate_up(src: &std::path::Path, dst: &std::path::Path) {
-    use candle_core::quantized::{ggml_file::qtensor_from_ggml, gguf_file};
-    use candle_core::Device;
-    let mut f = std::fs::File::open(src).unwrap();
-    let content = gguf_file::Content::read(&mut f).unwrap();
-    let mut tensors = Vec::new();
-    for name in content.tensor_infos.keys() {
-        let mut t = content.tensor(&mut f, name, &Device::Cpu).unwrap();
-        if name.ends_with(".ffn_up.weight") {
-            let data = t.data().unwrap().into_owned();
-            let half = data.len() / 2;
-            let swapped = [&data[half..], &data[..half]].concat();
-            let dims = t.shape().dims().to_vec();
-            t = qtensor_from_ggml(t.dtype(), &swapped, dims, &Device::Cpu).unwrap();
+    use candle_core::quantized::ggml_file::qtensor_from_ggml;
+    crate::support::rewrite_gguf(src, dst, |tensors| {
+        for (name, t) in tensors.iter_mut() {
+            if name.ends_with(".ffn_up.weight") {
+                let data = t.data().unwrap().into_owned();
+                let half = data.len() / 2;
+                let swapped = [&data[half..], &data[..half]].concat();
+                let dims = t.shape().dims().to_vec();
+                let dev = candle_core::Device::Cpu;
+                *t = qtensor_from_ggml(t.dtype(), &swapped, dims, &dev).unwrap();
+            }
         }
-        tensors.push((name.clone(), t));
-    }
-    let meta: Vec<(&str, &gguf_file::Value)> = content
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.as_str(), v))
-        .collect();
-    let refs: Vec<(&str, &candle_core::quantized::QTensor)> =
-        tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let mut out = std::fs::File::create(dst).unwrap();
-    gguf_file::write(&mut out, &meta, &refs).unwrap();
+    });
 }
