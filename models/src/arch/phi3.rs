@@ -132,11 +132,11 @@ pub(crate) fn split_rows(
     Ok(out)
 }
 
-/// The RoPE frequency factors (one per rotated pair) and the factor every cos
-/// and sin is multiplied by, chosen as llama.cpp chooses them for a context of
-/// `c.context_length`: the long factors when it exceeds
-/// `rope.scaling.original_context_length` (default: the context length
-/// itself), else the short ones; either may be absent (no factors).
+/// The LongRoPE frequency factors (one per rotated pair), chosen as llama.cpp
+/// chooses them for a context of `c.context_length`: the long factors when
+/// it exceeds `rope.scaling.original_context_length` (default: the context
+/// length itself), else the short ones; either may be absent (no factors).
+/// (`rope.scaling.attn_factor` is applied to the tables by the loader.)
 pub(crate) fn rope_factors(file: &GgufFile, c: &ModelConfig) -> Result<Option<Vec<f32>>> {
     let arch = &c.architecture;
     let original = file
