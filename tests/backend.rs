@@ -342,12 +342,38 @@ fn teacher_forced_logits_agree_across_backends() {
 /// through the in-process llama.cpp: `(identical positions, top-1 agreements,
 /// max |diff|, positions)`.
 fn tiny_agreement(spec: &crate::support::tiny::TinySpec) -> (usize, usize, f32, usize) {
+    tiny_agreement_with(spec, None, None)
+}
+
+/// [`tiny_agreement`] with Tern's side loaded as a llama-family decoder with
+/// `features` instead of its architecture's own, and from a copy of the file
+/// that `rewrite(src, dst)` writes: a feature switched off.
+fn tiny_agreement_with(
+    spec: &crate::support::tiny::TinySpec,
+    features: Option<tern_models::arch::llama::Features>,
+    rewrite: Option<fn(&std::path::Path, &std::path::Path)>,
+) -> (usize, usize, f32, usize) {
     use std::sync::Arc;
     use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     crate::support::tiny::write_tiny_model(&path, spec);
-    let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
+    let tern_path = match rewrite {
+        Some(rewrite) => {
+            let copy = dir.path().join("rewritten.gguf");
+            rewrite(&path, &copy);
+            copy
+        }
+        None => path.clone(),
+    };
+    let mut model = tern_runtime::LoadedModel::load(&tern_path).unwrap();
+    if let Some(f) = features {
+        let file = tern_models::GgufFile::open(&tern_path).unwrap();
+        let llama =
+            tern_models::Llama::load_with(&file, tern_models::Precision::Quantized, f).unwrap();
+        model.arch = tern_models::Model::Llama(llama);
+    }
+    let model = Arc::new(model);
     let vocab = model.config().vocab_size;
     // Every position of the context, ids spread over the vocabulary.
     let n = spec.context_length;
@@ -425,4 +451,143 @@ fn llama3_rope_factors_and_linear_scaling_match_llama_cpp_bit_for_bit() {
             "{what}: max |diff| {max_diff:e}, top-1 {top1}/{n}"
         );
     }
+}
+
+#[test]
+fn phi3_head_dim_long_rope_and_separate_qkv_match_llama_cpp_bit_for_bit() {
+    use crate::support::tiny::{TinyLongRope, TinySpec};
+    // Head dim 24: 1/sqrt(24) is inexact, so where the query is scaled
+    // (Phi-3: the rotated query, not the scores) changes the rounding.
+    let phi3 = || TinySpec {
+        architecture: "phi3",
+        n_embd: 96,
+        ..TinySpec::default()
+    };
+    // 12 pairs; the short and long factors differ, so choosing the wrong
+    // set shows. The context (256) exceeds an original context of 128 (long
+    // factors), not one of 256 (short ones).
+    let short: Vec<f32> = (0..12).map(|i| 1.0 + 0.05 * i as f32).collect();
+    let long: Vec<f32> = (0..12).map(|i| 1.0 + 1.7 * i as f32).collect();
+    let long_rope = |original_context| TinyLongRope {
+        short: short.clone(),
+        long: long.clone(),
+        original_context,
+        attn_factor: 1.1902381,
+    };
+    for (what, spec) in [
+        ("head dim 24", phi3()),
+        (
+            "separate q/k/v",
+            TinySpec {
+                separate_qkv: true,
+                ..phi3()
+            },
+        ),
+        (
+            "LongRoPE short factors",
+            TinySpec {
+                long_rope: Some(long_rope(256)),
+                ..phi3()
+            },
+        ),
+        (
+            "LongRoPE long factors",
+            TinySpec {
+                long_rope: Some(long_rope(128)),
+                ..phi3()
+            },
+        ),
+    ] {
+        let (identical, top1, max_diff, n) = tiny_agreement(&spec);
+        eprintln!(
+            "phi3 {what}: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}"
+        );
+        assert_eq!(
+            identical, n,
+            "phi3 {what}: max |diff| {max_diff:e}, top-1 {top1}/{n}"
+        );
+    }
+}
+
+/// The phi3 check fails when one of its features is switched off in Tern:
+/// the scores scaled instead of the rotated query, the LongRoPE factors
+/// ignored, RoPE rotating adjacent pairs instead of halves, or the halves of
+/// the fused `ffn_up` taken the other way round.
+#[test]
+fn phi3_check_fails_with_a_feature_switched_off() {
+    use crate::support::tiny::{TinyLongRope, TinySpec};
+    use tern_models::arch::llama::{Features, RopeFactors, RopeStyle};
+    use tern_models::arch::phi3::FEATURES;
+    let spec = TinySpec {
+        architecture: "phi3",
+        n_embd: 96,
+        long_rope: Some(TinyLongRope {
+            short: vec![1.0; 12],
+            long: (0..12).map(|i| 1.0 + 1.7 * i as f32).collect(),
+            original_context: 128,
+            attn_factor: 1.0,
+        }),
+        ..TinySpec::default()
+    };
+    let (identical, _, _, n) = tiny_agreement_with(&spec, Some(FEATURES), None);
+    assert_eq!(identical, n, "phi3's own features must match");
+    for (what, features) in [
+        (
+            "scores scaled, not the query",
+            Features {
+                scale_query: false,
+                ..FEATURES
+            },
+        ),
+        (
+            "LongRoPE factors ignored",
+            Features {
+                rope_factors: RopeFactors::Llama3,
+                ..FEATURES
+            },
+        ),
+        (
+            "interleaved RoPE",
+            Features {
+                rope: RopeStyle::Interleaved,
+                ..FEATURES
+            },
+        ),
+    ] {
+        let (identical, top1, max_diff, n) = tiny_agreement_with(&spec, Some(features), None);
+        eprintln!("phi3 with {what}: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}");
+        // The scale's place changes only some roundings (223/256 positions
+        // stayed identical when measured); any difference fails the check.
+        assert!(identical < n, "{what}: still {identical}/{n} identical");
+    }
+    // Tern reading a rewritten copy: unchanged, it still matches; with
+    // [up; gate] where llama.cpp reads [gate; up], it does not.
+    let unchanged: fn(&std::path::Path, &std::path::Path) =
+        |src, dst| crate::support::rewrite_gguf(src, dst, |_| {});
+    let (identical, _, _, n) = tiny_agreement_with(&spec, None, Some(unchanged));
+    assert_eq!(identical, n, "an unchanged rewrite must match");
+    let (identical, top1, max_diff, n) = tiny_agreement_with(&spec, None, Some(swap_gate_up));
+    eprintln!("phi3 with gate/up swapped: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}");
+    assert!(
+        identical < n,
+        "gate/up swapped: still {identical}/{n} identical"
+    );
+}
+
+/// Copies the GGUF `src` to `dst` with the two halves (rows) of every fused
+/// `ffn_up` exchanged, byte for byte.
+fn swap_gate_up(src: &std::path::Path, dst: &std::path::Path) {
+    use candle_core::quantized::ggml_file::qtensor_from_ggml;
+    crate::support::rewrite_gguf(src, dst, |tensors| {
+        for (name, t) in tensors.iter_mut() {
+            if name.ends_with(".ffn_up.weight") {
+                let data = t.data().unwrap().into_owned();
+                let half = data.len() / 2;
+                let swapped = [&data[half..], &data[..half]].concat();
+                let dims = t.shape().dims().to_vec();
+                let dev = candle_core::Device::Cpu;
+                *t = qtensor_from_ggml(t.dtype(), &swapped, dims, &dev).unwrap();
+            }
+        }
+    });
 }

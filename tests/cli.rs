@@ -326,3 +326,46 @@ fn a_base_model_refuses_chat_with_a_way_out() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A phi3 file missing a tensor, or carrying one llama.cpp's phi3 would use
+/// and Tern does not run, is refused in one line that names the tensor.
+#[test]
+fn phi3_missing_and_unsupported_tensors_are_named() {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    let (d, m) = tiny_model(TinySpec {
+        architecture: "phi3",
+        ..TinySpec::default()
+    });
+    let src = std::path::Path::new(&m);
+    let broken = d.path().join("broken.gguf");
+    let b = broken.to_str().unwrap();
+    let generate = ["generate", "-m", b, "-p", "hi", "-n", "2"];
+    crate::support::rewrite_gguf(src, &broken, |t| {
+        t.retain(|(n, _)| n != "blk.1.ffn_up.weight")
+    });
+    assert_clean_error(&tern(&generate, None), "`blk.1.ffn_up.weight`: missing");
+    crate::support::rewrite_gguf(src, &broken, |t| {
+        let bias =
+            candle_core::Tensor::zeros(128, candle_core::DType::F32, &candle_core::Device::Cpu);
+        let bias = QTensor::quantize(&bias.unwrap(), GgmlDType::F32).unwrap();
+        t.push(("blk.0.attn_qkv.bias".into(), bias));
+    });
+    assert_clean_error(&tern(&generate, None), "`blk.0.attn_qkv.bias`");
+    // Gate and up must be one tensor of 2 n_ff rows.
+    crate::support::rewrite_gguf(src, &broken, |t| {
+        for (n, w) in t.iter_mut() {
+            if n == "blk.0.ffn_up.weight" {
+                let half = w
+                    .dequantize(&candle_core::Device::Cpu)
+                    .unwrap()
+                    .narrow(0, 0, 128)
+                    .unwrap();
+                *w = QTensor::quantize(&half, GgmlDType::Q8_0).unwrap();
+            }
+        }
+    });
+    assert_clean_error(
+        &tern(&generate, None),
+        "`blk.0.ffn_up.weight`: expected shape [256, 64]",
+    );
+}

@@ -108,3 +108,35 @@ pub fn assert_clean_error(out: &Output, needle: &str) {
         "error line lacks `{needle}`: {last}"
     );
 }
+
+/// Copies the GGUF `src` to `dst` with its tensors passed through `edit`
+/// (which may change, drop or add tensors by name): how a test makes a file
+/// llama.cpp and Tern would read differently, or a broken one.
+pub fn rewrite_gguf(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    edit: impl Fn(&mut Vec<(String, candle_core::quantized::QTensor)>),
+) {
+    use candle_core::quantized::gguf_file;
+    let mut f = std::fs::File::open(src).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let mut tensors: Vec<(String, candle_core::quantized::QTensor)> = names
+        .into_iter()
+        .map(|n| {
+            let t = content.tensor(&mut f, n, &candle_core::Device::Cpu);
+            (n.clone(), t.unwrap())
+        })
+        .collect();
+    edit(&mut tensors);
+    let meta: Vec<(&str, &gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let refs: Vec<(&str, &candle_core::quantized::QTensor)> =
+        tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut out = std::fs::File::create(dst).unwrap();
+    gguf_file::write(&mut out, &meta, &refs).unwrap();
+}

@@ -27,6 +27,23 @@ pub struct TinySpec {
     pub rope_linear: Option<f32>,
     /// Write a chat template (a base model has none).
     pub chat_template: bool,
+    /// phi3: LongRoPE factors and their metadata.
+    pub long_rope: Option<TinyLongRope>,
+    /// phi3: separate `attn_{q,k,v}` instead of the fused `attn_qkv`.
+    pub separate_qkv: bool,
+}
+
+/// Phi-3's LongRoPE as a GGUF holds it.
+pub struct TinyLongRope {
+    /// `rope_factors_short.weight`, one per rotated pair.
+    pub short: Vec<f32>,
+    /// `rope_factors_long.weight`.
+    pub long: Vec<f32>,
+    /// `rope.scaling.original_context_length`: the long factors apply when
+    /// the context exceeds it.
+    pub original_context: usize,
+    /// `rope.scaling.attn_factor`.
+    pub attn_factor: f32,
 }
 
 impl Default for TinySpec {
@@ -44,6 +61,8 @@ impl Default for TinySpec {
             rope_freqs: None,
             rope_linear: None,
             chat_template: true,
+            long_rope: None,
+            separate_qkv: false,
         }
     }
 }
@@ -141,9 +160,16 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
     for i in 0..spec.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
         named.push((p("attn_norm"), ones(d)));
-        named.push((p("attn_q"), tensor(&[qd, d], 0.5, GgmlDType::Q8_0)));
-        named.push((p("attn_k"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
-        named.push((p("attn_v"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
+        let phi3 = spec.architecture == "phi3";
+        if phi3 && !spec.separate_qkv {
+            // Phi-3's fused [Q; K; V].
+            let t = tensor(&[qd + 2 * kvd, d], 0.5, GgmlDType::Q8_0);
+            named.push((p("attn_qkv"), t));
+        } else {
+            named.push((p("attn_q"), tensor(&[qd, d], 0.5, GgmlDType::Q8_0)));
+            named.push((p("attn_k"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
+            named.push((p("attn_v"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
+        }
         if spec.architecture == "qwen2" {
             // Qwen2's projection biases, f32 as its GGUFs hold them.
             for (stem, n) in [("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd)] {
@@ -165,8 +191,13 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
             }
         }
         named.push((p("ffn_norm"), ones(d)));
-        named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
-        named.push((p("ffn_up"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
+        if phi3 {
+            // Phi-3's fused [gate; up].
+            named.push((p("ffn_up"), tensor(&[2 * ff, d], 0.5, GgmlDType::Q8_0)));
+        } else {
+            named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
+            named.push((p("ffn_up"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
+        }
         named.push((p("ffn_down"), tensor(&[d, ff], 0.5, GgmlDType::Q8_0)));
     }
 
@@ -177,6 +208,24 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
             "rope_freqs.weight".into(),
             QTensor::quantize(&t, GgmlDType::F32).expect("f32"),
         ));
+    }
+    if spec.architecture == "phi3" {
+        // Phi-3 has its own output projection.
+        let t = tensor(&[vocab, d], 1.0, GgmlDType::Q8_0);
+        named.push(("output.weight".into(), t));
+    }
+    if let Some(lr) = &spec.long_rope {
+        for (name, f) in [
+            ("rope_factors_short.weight", &lr.short),
+            ("rope_factors_long.weight", &lr.long),
+        ] {
+            assert_eq!(f.len(), hd / 2, "one factor per rotated pair");
+            let t = Tensor::from_vec(f.clone(), f.len(), &Device::Cpu).expect("factors");
+            named.push((
+                name.into(),
+                QTensor::quantize(&t, GgmlDType::F32).expect("f32"),
+            ));
+        }
     }
     let arch = spec.architecture;
     let s = |v: &str| Value::String(v.to_string());
@@ -220,6 +269,12 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
     let mut meta = meta;
     if !spec.chat_template {
         meta.retain(|(k, _)| k != "tokenizer.chat_template");
+    }
+    if let Some(lr) = &spec.long_rope {
+        let key = format!("{arch}.rope.scaling.original_context_length");
+        meta.push((key, u(lr.original_context)));
+        let key = format!("{arch}.rope.scaling.attn_factor");
+        meta.push((key, Value::F32(lr.attn_factor)));
     }
     if let Some(factor) = spec.rope_linear {
         meta.push((format!("{arch}.rope.scaling.type"), s("linear")));

@@ -6,31 +6,32 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
-use tern_models::{GgufFile, LoraSet};
+use candle_core::Tensor;
+use tern_models::arch::phi3::{fuse_replacements, projection_weight};
+use tern_models::{GgufFile, LoraSet, ModelConfig};
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Result, TrainError};
 
 /// The f32 tensors (by GGUF name) that replace the base model's to make the
-/// checkpoint's model.
+/// checkpoint's model. Projections a GGUF stores fused (Phi-3's `attn_qkv`
+/// and `ffn_up`) are written back into the fused tensor.
 pub fn merged_tensors(ckpt: &Checkpoint, base: &Path) -> Result<HashMap<String, Tensor>> {
+    let file = GgufFile::open(base)?;
     let Some(scale) = ckpt.state.lora_scale else {
         // Full fine-tuning: the checkpoint holds the weights themselves.
-        return Ok(ckpt.params.clone());
+        return Ok(fuse_replacements(&file, ckpt.params.clone())?);
     };
     let set = LoraSet::from_named(
         ckpt.params.iter().map(|(k, v)| (k.clone(), v.clone())),
         scale,
     )?;
-    let file = GgufFile::open(base)?;
+    let config = ModelConfig::from_gguf(&file)?;
     let mut out = HashMap::new();
     for (&(layer, target), ad) in &set.adapters {
         let name = format!("blk.{layer}.{}.weight", target.gguf_stem());
-        let w = file
-            .tensor(&name)?
-            .dequantize(&Device::Cpu)?
-            .to_dtype(DType::F32)?;
+        // The projection as the model computes with it (its rows of a fused tensor).
+        let w = projection_weight(&file, &config, layer, target)?;
         let delta = ad.merged_delta()?;
         if w.dims() != delta.dims() {
             return Err(TrainError::Checkpoint {
@@ -44,5 +45,5 @@ pub fn merged_tensors(ckpt: &Checkpoint, base: &Path) -> Result<HashMap<String, 
         }
         out.insert(name, (w + delta)?);
     }
-    Ok(out)
+    Ok(fuse_replacements(&file, out)?)
 }

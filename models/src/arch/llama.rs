@@ -40,6 +40,24 @@ pub struct Features {
     pub qk_norm: bool,
     /// Which elements RoPE rotates together.
     pub rope: RopeStyle,
+    /// Phi-3's storage: Q/K/V may be one `attn_qkv` and gate/up are one
+    /// `ffn_up` (`[gate; up]`), split by rows at load (see [`super::phi3`]).
+    pub fused_projections: bool,
+    /// The query multiplied by `1/sqrt(hd)` after RoPE and the scores left
+    /// unscaled (Phi-3), rather than the scores scaled (llama).
+    pub scale_query: bool,
+    /// Which per-pair RoPE frequency factors the file may carry.
+    pub rope_factors: RopeFactors,
+}
+
+/// Where a model's per-pair RoPE frequency factors come from, if anywhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeFactors {
+    /// Llama 3's `rope_freqs.weight`, when present.
+    Llama3,
+    /// Phi-3's LongRoPE: `rope_factors_long.weight` or
+    /// `rope_factors_short.weight`, chosen by context length.
+    LongRope,
 }
 
 /// The pairing RoPE rotates, which llama.cpp calls the rope type.
@@ -56,6 +74,9 @@ pub const LLAMA: Features = Features {
     qkv_bias: false,
     qk_norm: false,
     rope: RopeStyle::Interleaved,
+    fused_projections: false,
+    scale_query: false,
+    rope_factors: RopeFactors::Llama3,
 };
 
 struct Block {
@@ -138,8 +159,7 @@ impl Llama {
             }
             Ok(t)
         };
-        let mm = |name: &str, dims: &[usize]| -> Result<Weight> {
-            let t = qt(name, dims)?;
+        let weight = |t: QTensor| -> Result<Weight> {
             Ok(match precision {
                 Precision::Quantized => Weight::Quant(QLinear::from_qtensor(t)?),
                 Precision::DenseF32 => {
@@ -147,6 +167,7 @@ impl Llama {
                 }
             })
         };
+        let mm = |name: &str, dims: &[usize]| -> Result<Weight> { weight(qt(name, dims)?) };
         let vec = |name: &str| -> Result<Tensor> { Ok(qt(name, &[d])?.dequantize(&Device::Cpu)?) };
         let embedding = mm("token_embd.weight", &[config.vocab_size, d])?;
         let output = if file.has_tensor("output.weight") {
@@ -177,28 +198,77 @@ impl Llama {
             } else {
                 None
             };
+            let fused = features.fused_projections;
+            let [wq, wk, wv] = if fused && file.has_tensor(&p("attn_qkv")) {
+                let [q, k, v]: [QTensor; 3] =
+                    super::phi3::split_rows(file, &p("attn_qkv"), &[qd, kvd, kvd], d)?
+                        .try_into()
+                        .map_err(|_| ModelError::BadTensor {
+                            name: p("attn_qkv"),
+                            reason: "not three parts".into(),
+                        })?;
+                [weight(q)?, weight(k)?, weight(v)?]
+            } else {
+                [
+                    mm(&p("attn_q"), &[qd, d])?,
+                    mm(&p("attn_k"), &[kvd, d])?,
+                    mm(&p("attn_v"), &[kvd, d])?,
+                ]
+            };
+            let [w_gate, w_up] = if fused {
+                let [g, u]: [QTensor; 2] =
+                    super::phi3::split_rows(file, &p("ffn_up"), &[config.n_ff, config.n_ff], d)?
+                        .try_into()
+                        .map_err(|_| ModelError::BadTensor {
+                            name: p("ffn_up"),
+                            reason: "not two parts".into(),
+                        })?;
+                [weight(g)?, weight(u)?]
+            } else {
+                [
+                    mm(&p("ffn_gate"), &[config.n_ff, d])?,
+                    mm(&p("ffn_up"), &[config.n_ff, d])?,
+                ]
+            };
             blocks.push(Block {
                 attn_norm: vec(&p("attn_norm"))?,
                 qkv_bias,
                 qk_norm,
-                wq: mm(&p("attn_q"), &[qd, d])?,
-                wk: mm(&p("attn_k"), &[kvd, d])?,
-                wv: mm(&p("attn_v"), &[kvd, d])?,
+                wq,
+                wk,
+                wv,
                 wo: mm(&p("attn_output"), &[d, qd])?,
                 ffn_norm: vec(&p("ffn_norm"))?,
-                w_gate: mm(&p("ffn_gate"), &[config.n_ff, d])?,
-                w_up: mm(&p("ffn_up"), &[config.n_ff, d])?,
+                w_gate,
+                w_up,
                 w_down: mm(&p("ffn_down"), &[d, config.n_ff])?,
             });
         }
-        // Llama 3's long-context RoPE: per-pair frequency factors.
-        let freq_factors: Option<Vec<f32>> = if file.has_tensor("rope_freqs.weight") {
-            let t = qt("rope_freqs.weight", &[config.head_dim / 2])?;
-            Some(t.dequantize(&Device::Cpu)?.to_vec1()?)
-        } else {
-            None
+        // Long-context RoPE: per-pair frequency factors.
+        let freq_factors: Option<Vec<f32>> = match features.rope_factors {
+            RopeFactors::Llama3 if file.has_tensor("rope_freqs.weight") => {
+                let t = qt("rope_freqs.weight", &[config.head_dim / 2])?;
+                Some(t.dequantize(&Device::Cpu)?.to_vec1()?)
+            }
+            RopeFactors::Llama3 => None,
+            RopeFactors::LongRope => super::phi3::rope_factors(file, &config)?,
         };
-        let (rope_cos, rope_sin) = rope_tables(&config, freq_factors.as_deref())?;
+        let (mut rope_cos, mut rope_sin) = rope_tables(&config, freq_factors.as_deref())?;
+        // llama.cpp multiplies every cos and sin by `rope.scaling.attn_factor`
+        // (LongRoPE's magnitude correction), in f32.
+        let attn_factor_key = format!("{}.rope.scaling.attn_factor", config.architecture);
+        if file.get(&attn_factor_key).is_some() {
+            let m = file.f32(&attn_factor_key)?;
+            if !(m.is_finite() && m > 0.0) {
+                return Err(ModelError::MissingMetadata {
+                    key: attn_factor_key,
+                });
+            }
+            if m != 1.0 {
+                rope_cos = (rope_cos * m as f64)?;
+                rope_sin = (rope_sin * m as f64)?;
+            }
+        }
         Ok(Self {
             output_norm: vec("output_norm.weight")?,
             config,
@@ -456,23 +526,32 @@ impl Llama {
                 candle_nn::rotary_emb::rope_i_slow(t, cos, sin)?
             })
         };
+        // Phi-3 scales the rotated query rather than the scores (f32 products).
+        let q_scale = self.features.scale_query.then(|| query_scale(c.head_dim));
         let (q, k) = match angles {
-            None => (
-                rope(&to_heads(q, c.n_head)?)?,    // [1, H, T, hd]
-                rope(&to_heads(k, c.n_kv_head)?)?, // [1, KV, T, hd]
-            ),
+            None => {
+                let q = rope(&to_heads(q, c.n_head)?)?; // [1, H, T, hd]
+                let q = match q_scale {
+                    Some(s) => (q * s as f64)?,
+                    None => q,
+                };
+                (q, rope(&to_heads(k, c.n_kv_head)?)?) // k: [1, KV, T, hd]
+            }
             // Serving: llama.cpp's rounding (see `exact`).
             Some((cos, sin)) => {
-                let turn = |t: Tensor, heads: usize| -> Result<Tensor> {
+                let turn = |t: Tensor, heads: usize, scale: Option<f32>| -> Result<Tensor> {
                     let mut xs: Vec<f32> = t.flatten_all()?.to_vec1()?;
                     if neox {
                         crate::exact::rope_neox(&mut xs, c.head_dim, cos, sin);
                     } else {
                         crate::exact::rope_pairs(&mut xs, c.head_dim, cos, sin);
                     }
+                    if let Some(s) = scale {
+                        xs.iter_mut().for_each(|x| *x *= s);
+                    }
                     to_heads(Tensor::from_vec(xs, t.shape(), t.device())?, heads)
                 };
-                (turn(q, c.n_head)?, turn(k, c.n_kv_head)?)
+                (turn(q, c.n_head, q_scale)?, turn(k, c.n_kv_head, None)?)
             }
         };
         let v = to_heads(v, c.n_kv_head)?; // [1, KV, T, hd]
@@ -564,7 +643,12 @@ impl Llama {
         // (autograd).
         let serving = self.precision == Precision::Quantized;
         let replayed = cache.visibility().is_some();
-        let scale = (1.0 / (c.head_dim as f64).sqrt()) as f32;
+        // A pre-scaled query (Phi-3) leaves the scores unscaled.
+        let scale = if self.features.scale_query {
+            1.0
+        } else {
+            (1.0 / (c.head_dim as f64).sqrt()) as f32
+        };
         // llama.cpp's numerics (see `flash`), except one new token over a long
         // cache, where llama.cpp's own result depends on its thread count and
         // speed matters most: there the vectorized decode below.
@@ -689,6 +773,11 @@ impl Llama {
             })
             .collect()
     }
+}
+
+/// `1/sqrt(hd)` as llama.cpp's phi3 graph computes it, in f32.
+fn query_scale(head_dim: usize) -> f32 {
+    1.0 / (head_dim as f32).sqrt()
 }
 
 /// Cached positions from which one new token's attention takes the

@@ -11,6 +11,7 @@
 //! here, a variant of [`Model`] and a name in [`SUPPORTED`].
 
 pub mod llama;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 
@@ -28,7 +29,7 @@ use crate::weight::Precision;
 pub use llama::Llama;
 
 /// `general.architecture` values Tern runs, in the order `tern info` lists them.
-pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "phi3"];
 
 /// The error for a GGUF whose architecture Tern does not implement.
 pub fn unsupported(name: &str) -> ModelError {
@@ -47,6 +48,9 @@ pub enum Model {
     Qwen2(Llama),
     /// `qwen3` (Qwen3): llama's decoder with per-head QK norms and NeoX RoPE.
     Qwen3(Llama),
+    /// `phi3` (Phi-3, Phi-3.5): llama's decoder with fused projections, NeoX
+    /// RoPE, a pre-scaled query and LongRoPE factors.
+    Phi3(Llama),
 }
 
 impl Model {
@@ -63,6 +67,7 @@ impl Model {
             "llama" => Ok(Model::Llama(Llama::load_as(file, precision)?)),
             "qwen2" => Ok(Model::Qwen2(qwen2::load_as(file, precision)?)),
             "qwen3" => Ok(Model::Qwen3(qwen3::load_as(file, precision)?)),
+            "phi3" => Ok(Model::Phi3(phi3::load_as(file, precision)?)),
             other => Err(unsupported(other)),
         }
     }
@@ -70,35 +75,39 @@ impl Model {
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.config(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => m.config(),
         }
     }
 
     /// How the projection weights are held.
     pub fn precision(&self) -> Precision {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.precision(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => m.precision(),
         }
     }
 
     /// Installs (or with `None` removes) the adapters [`Model::forward`] applies.
     pub fn set_adapters(&self, adapters: Option<Arc<LoraSet>>) {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.set_adapters(adapters),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+                m.set_adapters(adapters)
+            }
         }
     }
 
     /// The adapters [`Model::forward`] applies now.
     pub fn adapters(&self) -> Option<Arc<LoraSet>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.adapters(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => m.adapters(),
         }
     }
 
     /// `(out, in)` of a block projection: the shape an adapter on it must fit.
     pub fn projection_shape(&self, target: LoraTarget) -> (usize, usize) {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.projection_shape(target),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+                m.projection_shape(target)
+            }
         }
     }
 
@@ -106,7 +115,7 @@ impl Model {
     /// only): what LoRA merging adds to.
     pub fn dense_projection(&self, layer: usize, target: LoraTarget) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => {
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
                 m.dense_projection(layer, target)
             }
         }
@@ -116,14 +125,18 @@ impl Model {
     /// returns them by GGUF tensor name.
     pub fn make_trainable(&mut self) -> Result<Vec<(String, Var)>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.make_trainable(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+                m.make_trainable()
+            }
         }
     }
 
     /// The f32 output projection `[vocab, D]` ([`Precision::DenseF32`] only).
     pub fn dense_output(&self) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.dense_output(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+                m.dense_output()
+            }
         }
     }
 
@@ -137,7 +150,9 @@ impl Model {
     /// for: `[rows, vocab]` f32 with rows = 0, 1 or its token count.
     pub fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.forward(batch),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+                m.forward(batch)
+            }
         }
     }
 
@@ -148,7 +163,9 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.forward_with(batch, adapters),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+                m.forward_with(batch, adapters)
+            }
         }
     }
 
@@ -160,7 +177,9 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) => m.hidden_with(batch, adapters),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+                m.hidden_with(batch, adapters)
+            }
         }
     }
 }
@@ -168,6 +187,11 @@ impl Model {
 /// Parameters of a model of `cfg`'s shape, by its architecture's layout
 /// (the planner estimates before loading, from the configuration alone).
 pub fn parameter_count(cfg: &ModelConfig) -> u64 {
-    // Every supported architecture has llama's layout so far.
-    llama::parameter_count(cfg)
+    // Every supported architecture has llama's layout so far (phi3's fused
+    // tensors hold the same parameters); Phi-3 ships its own output head.
+    let own_output = match cfg.architecture.as_str() {
+        "phi3" => (cfg.vocab_size * cfg.n_embd) as u64,
+        _ => 0,
+    };
+    llama::parameter_count(cfg) + own_output
 }
