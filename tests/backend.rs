@@ -342,15 +342,20 @@ fn teacher_forced_logits_agree_across_backends() {
 /// through the in-process llama.cpp: `(identical positions, top-1 agreements,
 /// max |diff|, positions)`.
 fn tiny_agreement(spec: &crate::support::tiny::TinySpec) -> (usize, usize, f32, usize) {
-    use std::sync::Arc;
-    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     crate::support::tiny::write_tiny_model(&path, spec);
-    let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
+    file_agreement(&path, spec.context_length)
+}
+
+/// As [`tiny_agreement`] for the model file at `path`, over its first `n`
+/// positions (its context length).
+pub(crate) fn file_agreement(path: &std::path::Path, n: usize) -> (usize, usize, f32, usize) {
+    use std::sync::Arc;
+    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
+    let model = Arc::new(tern_runtime::LoadedModel::load(path).unwrap());
     let vocab = model.config().vocab_size;
     // Every position of the context, ids spread over the vocabulary.
-    let n = spec.context_length;
     let tokens: Vec<u32> = (0..n).map(|i| ((i * 37 + 11) % vocab) as u32).collect();
     let mut tern = CandleBackend::new(Arc::clone(&model));
     let ours = forced_logits(&mut tern, &tokens, vocab);
@@ -359,7 +364,7 @@ fn tiny_agreement(spec: &crate::support::tiny::TinySpec) -> (usize, usize, f32, 
         n_seq_max: 1,
         n_threads: 2,
     };
-    let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
+    let mut llama = LlamaCppBackend::load(path, model.config(), &opts).unwrap();
     let theirs = forced_logits(&mut llama, &tokens, vocab);
     let identical = ours.iter().zip(&theirs).filter(|(a, b)| a == b).count();
     let top1 = ours

@@ -27,6 +27,10 @@ pub struct TinySpec {
     pub rope_linear: Option<f32>,
     /// Write a chat template (a base model has none).
     pub chat_template: bool,
+    /// The type of the 2-D weights (embedding and projections): Q8_0 by
+    /// default; F32 gives llama.cpp's quantizer full-precision input
+    /// (`support::quantize`).
+    pub weight_dtype: GgmlDType,
 }
 
 impl Default for TinySpec {
@@ -44,6 +48,7 @@ impl Default for TinySpec {
             rope_freqs: None,
             rope_linear: None,
             chat_template: true,
+            weight_dtype: GgmlDType::Q8_0,
         }
     }
 }
@@ -124,6 +129,7 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         let t = Tensor::ones(n, candle_core::DType::F32, &Device::Cpu).expect("ones");
         QTensor::quantize(&t, GgmlDType::F32).expect("f32")
     };
+    let wt = spec.weight_dtype;
     let hd = spec.head_dim.unwrap_or(spec.n_embd / spec.n_head);
     let (d, qd, kvd, ff) = (
         spec.n_embd,
@@ -132,18 +138,15 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         spec.n_ff,
     );
     let mut named: Vec<(String, QTensor)> = vec![
-        (
-            "token_embd.weight".into(),
-            tensor(&[vocab, d], 1.0, GgmlDType::Q8_0),
-        ),
+        ("token_embd.weight".into(), tensor(&[vocab, d], 1.0, wt)),
         ("output_norm.weight".into(), ones(d)),
     ];
     for i in 0..spec.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
         named.push((p("attn_norm"), ones(d)));
-        named.push((p("attn_q"), tensor(&[qd, d], 0.5, GgmlDType::Q8_0)));
-        named.push((p("attn_k"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
-        named.push((p("attn_v"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
+        named.push((p("attn_q"), tensor(&[qd, d], 0.5, wt)));
+        named.push((p("attn_k"), tensor(&[kvd, d], 0.5, wt)));
+        named.push((p("attn_v"), tensor(&[kvd, d], 0.5, wt)));
         if spec.architecture == "qwen2" {
             // Qwen2's projection biases, f32 as its GGUFs hold them.
             for (stem, n) in [("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd)] {
@@ -153,7 +156,7 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
                 ));
             }
         }
-        named.push((p("attn_output"), tensor(&[d, qd], 0.5, GgmlDType::Q8_0)));
+        named.push((p("attn_output"), tensor(&[d, qd], 0.5, wt)));
         if spec.architecture == "qwen3" {
             // Qwen3's per-head Q and K norms, near one.
             for stem in ["attn_q_norm", "attn_k_norm"] {
@@ -165,9 +168,9 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
             }
         }
         named.push((p("ffn_norm"), ones(d)));
-        named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
-        named.push((p("ffn_up"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
-        named.push((p("ffn_down"), tensor(&[d, ff], 0.5, GgmlDType::Q8_0)));
+        named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, wt)));
+        named.push((p("ffn_up"), tensor(&[ff, d], 0.5, wt)));
+        named.push((p("ffn_down"), tensor(&[d, ff], 0.5, wt)));
     }
 
     if let Some(f) = &spec.rope_freqs {
