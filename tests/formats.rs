@@ -167,3 +167,15 @@ fn tiny_bf16_matches_llama_cpp_bit_for_bit() {
         PROJECTIONS,
     );
 }
+
+/// Q8_0 as llama.cpp's quantizer writes it (the hand-written tiny models are
+/// candle-quantized): a check of the harness on a format matched before.
+#[test]
+fn tiny_q8_0_matches_llama_cpp_bit_for_bit() {
+    assert_quantized_tiny_matches(
+        &TinySpec::default(),
+        quantize::LLAMA_FTYPE_MOSTLY_Q8_0,
+        GgmlDType::Q8_0,
+        PROJECTIONS,
+    );
+}

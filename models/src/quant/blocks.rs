@@ -134,12 +134,14 @@ impl AlignedBytes {
 /// A weight matrix `[rows, cols]` repacked from ggml blocks. Rows are padded with
 /// zero rows to whole groups of [`GROUP`]; group `g`'s block `b` is *group block*
 /// `gb = g * blocks_per_row + b`, whose four rows' data sit together:
-/// - quants: `GROUP * quant_bytes` bytes at `gb * GROUP * quant_bytes`. Q8_0: row
-///   `k`'s 32 quants at `32 k`. Q4: rows `2p` and `2p + 1` share the 32 bytes at
+/// - quants: `GROUP * quant_bytes` bytes at `gb * GROUP * quant_bytes`. Q8_0, Q5_0
+///   and Q5_1 (one byte per value, see [`WeightFormat`]): row `k`'s 32 quants at
+///   `32 k`. Q4: rows `2p` and `2p + 1` share the 32 bytes at
 ///   `32 p`, byte `j` holding value `j` of the first in its low nibble and of the
 ///   second in its high one, so one load, a shift and two masks unpack two rows.
 /// - scales: `GROUP * scale_words` f16 words at `gb * GROUP * scale_words`, row `k`'s
-///   at `k * scale_words` (`d`, then `m` for Q4_1), so one load converts all of them.
+///   at `k * scale_words` (`d`, then `m` for Q4_1 and Q5_1), so one load converts
+///   all of them.
 pub struct PackedWeights {
     /// The block format.
     pub format: WeightFormat,
@@ -303,6 +305,8 @@ impl PackedWeights {
     /// packed bits, as ggml's `dequantize_row_*` computes it: `q * d`, and for the
     /// offset formats `q * d + m` as one fused multiply-add (ggml-base is built
     /// for x86-64-v3 and GCC contracts the expression; its object code shows it).
+    /// With at most 5-bit `q` the product is exact, so the fusion cannot change
+    /// a bit; it is kept to read as ggml's code does.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         let offset = self.format.needs_act_sums();
         for b in 0..self.blocks_per_row() {

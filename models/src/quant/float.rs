@@ -273,8 +273,8 @@ pub fn dot_ref(format: HalfFormat, order: Order, w: &[u16], x: &[u16]) -> f32 {
                 HalfFormat::BF16 => hsum8(&s),
             };
             let mut sum = r as f64;
-            for k in np..n {
-                sum += (f(w[k]) * f(x[k])) as f64;
+            for (&a, &b) in w[np..].iter().zip(&x[np..]) {
+                sum += (f(a) * f(b)) as f64;
             }
             sum as f32
         }
@@ -350,8 +350,8 @@ mod avx2 {
                     HalfFormat::BF16 => hsum8(c),
                 };
                 let mut sum = r as f64;
-                for k in np..n {
-                    sum += (format.to_f32(w[k]) * format.to_f32(x[k])) as f64;
+                for (&a, &b) in w[np..].iter().zip(&x[np..]) {
+                    sum += (format.to_f32(a) * format.to_f32(b)) as f64;
                 }
                 sum as f32
             }
