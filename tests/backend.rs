@@ -353,8 +353,6 @@ fn tiny_agreement_with(
     features: Option<tern_models::arch::llama::Features>,
     rewrite: Option<fn(&std::path::Path, &std::path::Path)>,
 ) -> (usize, usize, f32, usize) {
-    use std::sync::Arc;
-    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     crate::support::tiny::write_tiny_model(&path, spec);
@@ -373,10 +371,26 @@ fn tiny_agreement_with(
             tern_models::Llama::load_with(&file, tern_models::Precision::Quantized, f).unwrap();
         model.arch = tern_models::Model::Llama(llama);
     }
+    model_agreement(model, &path, spec.context_length)
+}
+
+/// As [`tiny_agreement`] for the model file at `path`, over its first `n`
+/// positions (its context length).
+pub(crate) fn file_agreement(path: &std::path::Path, n: usize) -> (usize, usize, f32, usize) {
+    model_agreement(tern_runtime::LoadedModel::load(path).unwrap(), path, n)
+}
+
+/// Tern running `model` against llama.cpp running the file at `path`.
+fn model_agreement(
+    model: tern_runtime::LoadedModel,
+    path: &std::path::Path,
+    n: usize,
+) -> (usize, usize, f32, usize) {
+    use std::sync::Arc;
+    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
     let model = Arc::new(model);
     let vocab = model.config().vocab_size;
     // Every position of the context, ids spread over the vocabulary.
-    let n = spec.context_length;
     let tokens: Vec<u32> = (0..n).map(|i| ((i * 37 + 11) % vocab) as u32).collect();
     let mut tern = CandleBackend::new(Arc::clone(&model));
     let ours = forced_logits(&mut tern, &tokens, vocab);
@@ -385,7 +399,7 @@ fn tiny_agreement_with(
         n_seq_max: 1,
         n_threads: 2,
     };
-    let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
+    let mut llama = LlamaCppBackend::load(path, model.config(), &opts).unwrap();
     let theirs = forced_logits(&mut llama, &tokens, vocab);
     let identical = ours.iter().zip(&theirs).filter(|(a, b)| a == b).count();
     let top1 = ours

@@ -1,6 +1,8 @@
 //! Shared test support: the tiny generated model, the real model's path, the
 //! reference files in ../shared, and a runner for the `tern` binary.
 
+#[cfg(feature = "llama-cpp")]
+pub mod quantize;
 pub mod tiny;
 
 use std::path::PathBuf;

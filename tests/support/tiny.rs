@@ -31,6 +31,10 @@ pub struct TinySpec {
     pub long_rope: Option<TinyLongRope>,
     /// phi3: separate `attn_{q,k,v}` instead of the fused `attn_qkv`.
     pub separate_qkv: bool,
+    /// The type of the 2-D weights (embedding and projections): Q8_0 by
+    /// default; F32 gives llama.cpp's quantizer full-precision input
+    /// (`support::quantize`).
+    pub weight_dtype: GgmlDType,
 }
 
 /// Phi-3's LongRoPE as a GGUF holds it.
@@ -63,6 +67,7 @@ impl Default for TinySpec {
             chat_template: true,
             long_rope: None,
             separate_qkv: false,
+            weight_dtype: GgmlDType::Q8_0,
         }
     }
 }
@@ -143,6 +148,7 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         let t = Tensor::ones(n, candle_core::DType::F32, &Device::Cpu).expect("ones");
         QTensor::quantize(&t, GgmlDType::F32).expect("f32")
     };
+    let wt = spec.weight_dtype;
     let hd = spec.head_dim.unwrap_or(spec.n_embd / spec.n_head);
     let (d, qd, kvd, ff) = (
         spec.n_embd,
@@ -151,10 +157,7 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         spec.n_ff,
     );
     let mut named: Vec<(String, QTensor)> = vec![
-        (
-            "token_embd.weight".into(),
-            tensor(&[vocab, d], 1.0, GgmlDType::Q8_0),
-        ),
+        ("token_embd.weight".into(), tensor(&[vocab, d], 1.0, wt)),
         ("output_norm.weight".into(), ones(d)),
     ];
     for i in 0..spec.n_layer {
@@ -163,12 +166,12 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         let phi3 = spec.architecture == "phi3";
         if phi3 && !spec.separate_qkv {
             // Phi-3's fused [Q; K; V].
-            let t = tensor(&[qd + 2 * kvd, d], 0.5, GgmlDType::Q8_0);
+            let t = tensor(&[qd + 2 * kvd, d], 0.5, wt);
             named.push((p("attn_qkv"), t));
         } else {
-            named.push((p("attn_q"), tensor(&[qd, d], 0.5, GgmlDType::Q8_0)));
-            named.push((p("attn_k"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
-            named.push((p("attn_v"), tensor(&[kvd, d], 0.5, GgmlDType::Q8_0)));
+            named.push((p("attn_q"), tensor(&[qd, d], 0.5, wt)));
+            named.push((p("attn_k"), tensor(&[kvd, d], 0.5, wt)));
+            named.push((p("attn_v"), tensor(&[kvd, d], 0.5, wt)));
         }
         if spec.architecture == "qwen2" {
             // Qwen2's projection biases, f32 as its GGUFs hold them.
@@ -179,7 +182,7 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
                 ));
             }
         }
-        named.push((p("attn_output"), tensor(&[d, qd], 0.5, GgmlDType::Q8_0)));
+        named.push((p("attn_output"), tensor(&[d, qd], 0.5, wt)));
         if spec.architecture == "qwen3" {
             // Qwen3's per-head Q and K norms, near one.
             for stem in ["attn_q_norm", "attn_k_norm"] {
@@ -193,12 +196,12 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         named.push((p("ffn_norm"), ones(d)));
         if phi3 {
             // Phi-3's fused [gate; up].
-            named.push((p("ffn_up"), tensor(&[2 * ff, d], 0.5, GgmlDType::Q8_0)));
+            named.push((p("ffn_up"), tensor(&[2 * ff, d], 0.5, wt)));
         } else {
-            named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
-            named.push((p("ffn_up"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
+            named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, wt)));
+            named.push((p("ffn_up"), tensor(&[ff, d], 0.5, wt)));
         }
-        named.push((p("ffn_down"), tensor(&[d, ff], 0.5, GgmlDType::Q8_0)));
+        named.push((p("ffn_down"), tensor(&[d, ff], 0.5, wt)));
     }
 
     if let Some(f) = &spec.rope_freqs {

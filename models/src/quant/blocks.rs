@@ -33,6 +33,15 @@ pub enum WeightFormat {
     Q4_1,
     /// `d * q`, 8-bit signed `q`; dotted against Q8_0 activations.
     Q8_0,
+    /// `d * (q - 16)`, 5-bit `q` (4 low bits in nibbles, the fifth in a 32-bit
+    /// mask); dotted against Q8_0 activations. Packed as Q8_0 is, one signed
+    /// byte `q - 16` per value: ggml's kernels (`ggml_vec_dot_q5_0_q8_0` and
+    /// llamafile's `tinyBLAS_Q0_AVX`) expand to exactly those bytes and then
+    /// run Q8_0's arithmetic.
+    Q5_0,
+    /// `d * q + m`, 5-bit `q`; dotted against Q8_1 activations. Packed one
+    /// unsigned byte per value, computed as Q4_1 is (`ggml_vec_dot_q5_1_q8_1`).
+    Q5_1,
 }
 
 impl WeightFormat {
@@ -42,6 +51,8 @@ impl WeightFormat {
             GgmlDType::Q4_0 => Some(Self::Q4_0),
             GgmlDType::Q4_1 => Some(Self::Q4_1),
             GgmlDType::Q8_0 => Some(Self::Q8_0),
+            GgmlDType::Q5_0 => Some(Self::Q5_0),
+            GgmlDType::Q5_1 => Some(Self::Q5_1),
             _ => None,
         }
     }
@@ -52,6 +63,8 @@ impl WeightFormat {
             Self::Q4_0 => 18,
             Self::Q4_1 => 20,
             Self::Q8_0 => 34,
+            Self::Q5_0 => 22,
+            Self::Q5_1 => 24,
         }
     }
 
@@ -59,21 +72,27 @@ impl WeightFormat {
     pub const fn quant_bytes(self) -> usize {
         match self {
             Self::Q4_0 | Self::Q4_1 => 16,
-            Self::Q8_0 => 32,
+            Self::Q8_0 | Self::Q5_0 | Self::Q5_1 => 32,
         }
     }
 
     /// f16 scale words per block in the packed layout (`d`, plus `m` for Q4_1).
     pub const fn scale_words(self) -> usize {
         match self {
-            Self::Q4_1 => 2,
-            Self::Q4_0 | Self::Q8_0 => 1,
+            Self::Q4_1 | Self::Q5_1 => 2,
+            Self::Q4_0 | Self::Q8_0 | Self::Q5_0 => 1,
         }
     }
 
     /// Whether activations carry the Q8_1 block sum `s` (needed for the offset `m`).
     pub const fn needs_act_sums(self) -> bool {
-        matches!(self, Self::Q4_1)
+        matches!(self, Self::Q4_1 | Self::Q5_1)
+    }
+
+    /// Whether the packed quants are one byte per value (else two 4-bit rows
+    /// share a byte).
+    pub const fn byte_quants(self) -> bool {
+        self.quant_bytes() == QK
     }
 }
 
@@ -115,12 +134,14 @@ impl AlignedBytes {
 /// A weight matrix `[rows, cols]` repacked from ggml blocks. Rows are padded with
 /// zero rows to whole groups of [`GROUP`]; group `g`'s block `b` is *group block*
 /// `gb = g * blocks_per_row + b`, whose four rows' data sit together:
-/// - quants: `GROUP * quant_bytes` bytes at `gb * GROUP * quant_bytes`. Q8_0: row
-///   `k`'s 32 quants at `32 k`. Q4: rows `2p` and `2p + 1` share the 32 bytes at
+/// - quants: `GROUP * quant_bytes` bytes at `gb * GROUP * quant_bytes`. Q8_0, Q5_0
+///   and Q5_1 (one byte per value, see [`WeightFormat`]): row `k`'s 32 quants at
+///   `32 k`. Q4: rows `2p` and `2p + 1` share the 32 bytes at
 ///   `32 p`, byte `j` holding value `j` of the first in its low nibble and of the
 ///   second in its high one, so one load, a shift and two masks unpack two rows.
 /// - scales: `GROUP * scale_words` f16 words at `gb * GROUP * scale_words`, row `k`'s
-///   at `k * scale_words` (`d`, then `m` for Q4_1), so one load converts all of them.
+///   at `k * scale_words` (`d`, then `m` for Q4_1 and Q5_1), so one load converts
+///   all of them.
 pub struct PackedWeights {
     /// The block format.
     pub format: WeightFormat,
@@ -168,7 +189,8 @@ impl PackedWeights {
         for (i, block) in data.chunks_exact(bb).enumerate() {
             let (r, b) = (i / nb, i % nb);
             let (gb, k) = ((r / GROUP) * nb + b, r % GROUP);
-            // Every format starts with `d`; Q4_1 follows it with `m`; the quants close it.
+            // Every format starts with `d`; Q4_1 and Q5_1 follow it with `m`; Q5's
+            // high-bit mask comes next; the quants close it.
             for w in 0..sw {
                 scales[(gb * GROUP + k) * sw + w] =
                     u16::from_le_bytes([block[2 * w], block[2 * w + 1]]);
@@ -177,6 +199,23 @@ impl PackedWeights {
             let dst = &mut qdst[gb * GROUP * qb..(gb + 1) * GROUP * qb];
             match format {
                 WeightFormat::Q8_0 => dst[k * QK..(k + 1) * QK].copy_from_slice(qs),
+                WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
+                    let qh = u32::from_le_bytes([qs[0], qs[1], qs[2], qs[3]]);
+                    let nib = &qs[4..];
+                    for j in 0..QK {
+                        let lo = if j < 16 {
+                            nib[j] & 0x0F
+                        } else {
+                            nib[j - 16] >> 4
+                        };
+                        let v = lo | ((((qh >> j) & 1) as u8) << 4);
+                        dst[k * QK + j] = if format == WeightFormat::Q5_0 {
+                            (v as i8 - 16) as u8
+                        } else {
+                            v
+                        };
+                    }
+                }
                 WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
                     let (pair, shift) = (k / 2, 4 * (k % 2));
                     for j in 0..QK {
@@ -205,7 +244,8 @@ impl PackedWeights {
     }
 
     /// Quant `j` of block `b` of row `r`, as the integer the block's `d` scales:
-    /// `q - 8` for Q4_0, `q` for Q4_1 (offset by `m`) and Q8_0.
+    /// `q - 8` for Q4_0, `q - 16` for Q5_0, `q` for Q4_1 and Q5_1 (offset by `m`)
+    /// and Q8_0.
     #[inline(always)]
     pub fn quant(&self, r: usize, b: usize, j: usize) -> i32 {
         let qb = self.format.quant_bytes();
@@ -213,7 +253,8 @@ impl PackedWeights {
         let base = &self.quants.as_slice()[gb * GROUP * qb..];
         let k = r % GROUP;
         match self.format {
-            WeightFormat::Q8_0 => base[k * QK + j] as i8 as i32,
+            WeightFormat::Q8_0 | WeightFormat::Q5_0 => base[k * QK + j] as i8 as i32,
+            WeightFormat::Q5_1 => base[k * QK + j] as i32,
             WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
                 let v = ((base[(k / 2) * QK + j] >> (4 * (k % 2))) & 0x0F) as i32;
                 if self.format == WeightFormat::Q4_0 {
@@ -225,7 +266,7 @@ impl PackedWeights {
         }
     }
 
-    /// `(d, m)` of block `b` of row `r` (`m` = 0 unless Q4_1).
+    /// `(d, m)` of block `b` of row `r` (`m` = 0 unless Q4_1 or Q5_1).
     #[inline(always)]
     pub fn scale(&self, r: usize, b: usize) -> (f32, f32) {
         let sw = self.format.scale_words();
@@ -261,12 +302,18 @@ impl PackedWeights {
     }
 
     /// Dequantizes row `r` into `out` (`cols` values): the reference meaning of the
-    /// packed bits, as ggml's `dequantize_row_*`.
+    /// packed bits, as ggml's `dequantize_row_*` computes it: `q * d`, and for the
+    /// offset formats `q * d + m` as one fused multiply-add (ggml-base is built
+    /// for x86-64-v3 and GCC contracts the expression; its object code shows it).
+    /// With at most 5-bit `q` the product is exact, so the fusion cannot change
+    /// a bit; it is kept to read as ggml's code does.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let offset = self.format.needs_act_sums();
         for b in 0..self.blocks_per_row() {
             let (d, m) = self.scale(r, b);
             for j in 0..QK {
-                out[b * QK + j] = self.quant(r, b, j) as f32 * d + m;
+                let q = self.quant(r, b, j) as f32;
+                out[b * QK + j] = if offset { q.mul_add(d, m) } else { q * d };
             }
         }
     }

@@ -24,7 +24,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::blocks::{PackedWeights, QuantizedActs, WeightFormat, GROUP, QK};
+use super::blocks::{PackedWeights, QuantizedActs, GROUP, QK};
 
 /// Which implementation computes. Asking for `Avx2` on a CPU without it gets the
 /// scalar kernel.
@@ -166,7 +166,7 @@ unsafe fn scalar_gemm_range(
                             .sum();
                         *acc = dd.mul_add(isum as f32, *acc);
                     }
-                    if w.format == WeightFormat::Q4_1 {
+                    if w.format.needs_act_sums() {
                         summs[k] = blk.m[k].mul_add(acts.s[a], summs[k]);
                     }
                 }
@@ -192,7 +192,10 @@ mod avx2 {
 
     const F_Q4_0: u8 = 0;
     const F_Q4_1: u8 = 1;
+    /// Q8_0, and Q5_0 (packed as the same signed bytes).
     const F_Q8_0: u8 = 2;
+    /// Q5_1: unsigned bytes with Q4_1's offset arithmetic.
+    const F_Q5_1: u8 = 3;
     /// Groups per slab in the several-activation-rows path (16 weight rows: a few
     /// KiB that stay in L1 while every activation row passes them).
     const SLAB_GROUPS: usize = 4;
@@ -204,15 +207,20 @@ mod avx2 {
     const PREFETCH_BYTES: usize = 4096;
 
     const fn quant_bytes(f: u8) -> usize {
-        if f == F_Q8_0 {
+        if f == F_Q8_0 || f == F_Q5_1 {
             32
         } else {
             16
         }
     }
 
+    /// Whether the format has the offset `m` (and the activations' sums `s`).
+    const fn has_m(f: u8) -> bool {
+        f == F_Q4_1 || f == F_Q5_1
+    }
+
     const fn scale_words(f: u8) -> usize {
-        if f == F_Q4_1 {
+        if has_m(f) {
             2
         } else {
             1
@@ -236,12 +244,19 @@ mod avx2 {
         a[i]
     }
 
-    /// The four rows of one group block, ready for [`pair`]: Q4_1 and Q4_0 the
-    /// unsigned 4-bit values; Q8_0 `(|q|, q)` so that `maddubs(|q|, sign(y, q))`
+    /// The four rows of one group block, ready for [`pair`]: Q4_1, Q4_0 and Q5_1
+    /// the unsigned values; Q8_0 `(|q|, q)` so that `maddubs(|q|, sign(y, q))`
     /// is `q * y` pairwise (ggml's `mul_sum_i8_pairs_float`).
     #[inline(always)]
     unsafe fn unpack<const F: u8>(q: *const u8) -> [(__m256i, __m256i); GROUP] {
-        if F == F_Q8_0 {
+        if F == F_Q5_1 {
+            let mut out = [(_mm256_setzero_si256(), _mm256_setzero_si256()); GROUP];
+            for (k, o) in out.iter_mut().enumerate() {
+                let x = _mm256_load_si256(q.add(k * QK).cast());
+                *o = (x, x);
+            }
+            out
+        } else if F == F_Q8_0 {
             let mut out = [(_mm256_setzero_si256(), _mm256_setzero_si256()); GROUP];
             for (k, o) in out.iter_mut().enumerate() {
                 let x = _mm256_load_si256(q.add(k * QK).cast());
@@ -279,7 +294,7 @@ mod avx2 {
     unsafe fn pair<const F: u8>(w: (__m256i, __m256i), y: (__m256i, __m256i)) -> __m256 {
         let ones = _mm256_set1_epi16(1);
         let lanes = match F {
-            F_Q4_1 => _mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, y.0)),
+            F_Q4_1 | F_Q5_1 => _mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, y.0)),
             // (q - 8) . y = q . y - 8 * sum(y), lane by lane, exactly.
             F_Q4_0 => {
                 _mm256_sub_epi32(_mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, y.0)), y.1)
@@ -289,11 +304,11 @@ mod avx2 {
         _mm256_cvtepi32_ps(lanes)
     }
 
-    /// The f16 scales of one group block as f32: Q4_1 `[d0 m0 d1 m1 d2 m2 d3 m3]`,
-    /// others `[d0 d1 d2 d3 0 0 0 0]`.
+    /// The f16 scales of one group block as f32: Q4_1 and Q5_1
+    /// `[d0 m0 d1 m1 d2 m2 d3 m3]`, others `[d0 d1 d2 d3 0 0 0 0]`.
     #[inline(always)]
     unsafe fn scales<const F: u8>(s: *const u16) -> __m256 {
-        if F == F_Q4_1 {
+        if has_m(F) {
             _mm256_cvtph_ps(_mm_loadu_si128(s.cast()))
         } else {
             _mm256_cvtph_ps(_mm_loadl_epi64(s.cast()))
@@ -318,13 +333,13 @@ mod avx2 {
         let ws = w.scales.as_ptr().add(g * nb * sstep);
         let aq = acts.qs.as_ptr().add(r0 * nb).cast::<u8>();
         let ad = acts.d.as_ptr().add(r0 * nb);
-        let asum = if F == F_Q4_1 {
+        let asum = if has_m(F) {
             acts.s.as_ptr().add(r0 * nb)
         } else {
             ad
         };
         // Row k's scale `d` is lane `k` (Q4_1: `2k`; its `m` is lane `2k + 1`).
-        let d_lane = |k: usize| if F == F_Q4_1 { 2 * k as i32 } else { k as i32 };
+        let d_lane = |k: usize| if has_m(F) { 2 * k as i32 } else { k as i32 };
         let mut acc = [[_mm256_setzero_ps(); GROUP]; R];
         let mut summs = [_mm256_setzero_ps(); R];
         for b in 0..nb {
@@ -354,7 +369,7 @@ mod avx2 {
                     let dd = _mm256_permutevar8x32_ps(dv, _mm256_set1_epi32(d_lane(k)));
                     acc[ri][k] = _mm256_fmadd_ps(dd, pair::<F>(wv[k], y), acc[ri][k]);
                 }
-                if F == F_Q4_1 {
+                if has_m(F) {
                     // Lane 2k + 1: fma(m_k, s_x, summs_k), ggml's scalar `summs`.
                     summs[ri] = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(&*asum.add(a)), summs[ri]);
                 }
@@ -363,7 +378,7 @@ mod avx2 {
         let mut out = [[0f32; GROUP]; R];
         for ri in 0..R {
             for k in 0..GROUP {
-                let m = if F == F_Q4_1 {
+                let m = if has_m(F) {
                     lane(summs[ri], 2 * k + 1)
                 } else {
                     0.0
@@ -396,6 +411,9 @@ mod avx2 {
         if F == F_Q8_0 {
             let x = _mm256_load_si256(q.add(k * QK).cast());
             (_mm256_sign_epi8(x, x), x)
+        } else if F == F_Q5_1 {
+            let x = _mm256_load_si256(q.add(k * QK).cast());
+            (x, x)
         } else {
             let p = _mm256_load_si256(q.add((k / 2) * QK).cast());
             let p = if k % 2 == 1 {
@@ -432,13 +450,13 @@ mod avx2 {
         unsafe fn new<const F: u8>(acts: &QuantizedActs, r0: usize, rows: usize) -> Self {
             let nb = acts.blocks;
             let mut d = vec![0f32; nb * 8];
-            let mut s = vec![0f32; if F == F_Q4_1 { nb * 8 } else { 0 }];
+            let mut s = vec![0f32; if has_m(F) { nb * 8 } else { 0 }];
             let mut offsets = Vec::new();
             for r in 0..rows {
                 for b in 0..nb {
                     let a = (r0 + r) * nb + b;
                     d[b * 8 + r] = acts.d[a];
-                    if F == F_Q4_1 {
+                    if has_m(F) {
                         s[b * 8 + r] = acts.s[a];
                     }
                     if F == F_Q4_0 {
@@ -478,7 +496,7 @@ mod avx2 {
             let dw = _mm256_set1_ps(f16_bits(*ws.add(b * sstep)));
             let dv = _mm256_mul_ps(dw, _mm256_loadu_ps(chunk.d.as_ptr().add(b * 8)));
             _mm256_storeu_ps(dd.as_mut_ptr().add(b * 8), dv);
-            if F == F_Q4_1 {
+            if has_m(F) {
                 let m = _mm256_set1_ps(f16_bits(*ws.add(b * sstep + 1)));
                 let s = _mm256_loadu_ps(chunk.s.as_ptr().add(b * 8));
                 summs = _mm256_fmadd_ps(m, s, summs);
@@ -518,7 +536,7 @@ mod avx2 {
         _mm256_storeu_ps(m.as_mut_ptr(), summs);
         let mut out = [0f32; R];
         for r in 0..R {
-            out[r] = hsum8(acc[r]) + if F == F_Q4_1 { m[r] } else { 0.0 };
+            out[r] = hsum8(acc[r]) + if has_m(F) { m[r] } else { 0.0 };
         }
         out
     }
@@ -642,7 +660,8 @@ mod avx2 {
         match w.format {
             WeightFormat::Q4_0 => gemm_fmt::<F_Q4_0>(w, acts, cols, out),
             WeightFormat::Q4_1 => gemm_fmt::<F_Q4_1>(w, acts, cols, out),
-            WeightFormat::Q8_0 => gemm_fmt::<F_Q8_0>(w, acts, cols, out),
+            WeightFormat::Q8_0 | WeightFormat::Q5_0 => gemm_fmt::<F_Q8_0>(w, acts, cols, out),
+            WeightFormat::Q5_1 => gemm_fmt::<F_Q5_1>(w, acts, cols, out),
         }
     }
 

@@ -15,6 +15,7 @@ use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Module, Result, Sh
 
 use super::blocks::{PackedWeights, QuantizedActs, WeightFormat, GROUP, QK};
 use super::dot::{self, Kernel, OutPtr};
+use super::float::{HalfFormat, HalfWeights};
 use super::pool::Pool;
 
 /// Below this many (output, block, row) products a call runs on the caller alone:
@@ -34,6 +35,7 @@ pub struct QLinear {
 
 enum Imp {
     Native(PackedWeights),
+    Half(HalfWeights),
     Candle(QMatMul),
 }
 
@@ -65,15 +67,23 @@ impl QLinear {
         let dtype = weight.dtype();
         let native = WeightFormat::from_ggml(dtype)
             .filter(|_| weight.device().is_cpu() && in_dim.is_multiple_of(QK));
-        let imp = match native {
-            Some(format) => {
+        let half = HalfFormat::from_ggml(dtype).filter(|_| weight.device().is_cpu());
+        let imp = match (native, half) {
+            (Some(format), _) => {
                 let data = weight.data()?;
                 Imp::Native(
                     PackedWeights::from_ggml(format, out_dim, in_dim, &data)
                         .map_err(candle_core::Error::msg)?,
                 )
             }
-            None => Imp::Candle(QMatMul::from_arc(weight)?),
+            (None, Some(format)) => {
+                let data = weight.data()?;
+                Imp::Half(
+                    HalfWeights::from_ggml(format, out_dim, in_dim, &data)
+                        .map_err(candle_core::Error::msg)?,
+                )
+            }
+            (None, None) => Imp::Candle(QMatMul::from_arc(weight)?),
         };
         Ok(Self {
             out_dim,
@@ -100,20 +110,24 @@ impl QLinear {
 
     /// Whether Tern's kernels run this layer (false: candle's `QMatMul` does).
     pub fn is_native(&self) -> bool {
-        matches!(self.imp, Imp::Native(_))
+        matches!(self.imp, Imp::Native(_) | Imp::Half(_))
     }
 
     /// Rows `ids` of the weight, dequantized to `[ids.len(), in]` f32: the token
     /// embedding lookup, so a tied embedding/output matrix is held once.
     pub fn rows(&self, ids: &[u32]) -> Result<Tensor> {
         match &self.imp {
-            Imp::Native(w) => {
+            Imp::Native(_) | Imp::Half(_) => {
                 let mut out = vec![0f32; ids.len() * self.in_dim];
                 for (row, &id) in out.chunks_exact_mut(self.in_dim).zip(ids) {
                     if id as usize >= self.out_dim {
                         bail!("row {id} is outside the matrix ({} rows)", self.out_dim);
                     }
-                    w.dequantize_row(id as usize, row);
+                    match &self.imp {
+                        Imp::Native(w) => w.dequantize_row(id as usize, row),
+                        Imp::Half(w) => w.dequantize_row(id as usize, row),
+                        Imp::Candle(_) => unreachable!("matched above"),
+                    }
                 }
                 Tensor::from_vec(out, (ids.len(), self.in_dim), &candle_core::Device::Cpu)
             }
@@ -147,6 +161,10 @@ impl QLinear {
                 let x = x.to_dtype(DType::F32)?.contiguous()?;
                 x.apply_op1_no_bwd(&NativeOp { w, kernel })
             }
+            Imp::Half(w) => {
+                let x = x.to_dtype(DType::F32)?.contiguous()?;
+                x.apply_op1_no_bwd(&HalfOp { w, kernel })
+            }
         }
     }
 }
@@ -178,6 +196,33 @@ impl CustomOp1 for NativeOp<'_> {
         let dims = layout.shape().dims();
         let rows = (end - start) / self.w.cols;
         let out = matmul(self.w, &data[start..end], rows, self.kernel);
+        let mut out_dims = dims[..dims.len() - 1].to_vec();
+        out_dims.push(self.w.rows);
+        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+    }
+}
+
+/// The F16/BF16 product as a candle custom op.
+struct HalfOp<'a> {
+    w: &'a HalfWeights,
+    kernel: Kernel,
+}
+
+impl CustomOp1 for HalfOp<'_> {
+    fn name(&self) -> &'static str {
+        "tern-half-linear"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let CpuStorage::F32(data) = storage else {
+            bail!("tern-half-linear expects f32 input");
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            bail!("tern-half-linear expects a contiguous input");
+        };
+        let dims = layout.shape().dims();
+        let rows = (end - start) / self.w.cols;
+        let out = self.w.matmul(&data[start..end], rows, self.kernel);
         let mut out_dims = dims[..dims.len() - 1].to_vec();
         out_dims.push(self.w.rows);
         Ok((CpuStorage::F32(out), Shape::from(out_dims)))

@@ -2,17 +2,19 @@
 //!
 //! candle 0.11's `QMatMul` has no SIMD Q4_1 kernel and its thread pool spends much
 //! of a decode step spinning, so Tern runs the GGUF block formats its models ship
-//! in (Q4_0, Q4_1, Q8_0) on its own kernels, numerically equivalent to llama.cpp's
-//! CPU path, our correctness reference.
+//! in (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16, BF16) on its own kernels, numerically
+//! equivalent to llama.cpp's CPU path, our correctness reference.
 //!
 //! - [`blocks`]: the block formats, Tern's packed layout, and the reference
 //!   (scalar) activation quantization and weight dequantization.
 //! - [`dot`]: AVX2+FMA and portable dot kernels, chosen once at run time.
+//! - [`float`]: F16 and BF16 weights, in llama.cpp's two summation orders.
 //! - [`pool`]: the persistent worker pool the products run on.
 //! - [`linear`]: the layer itself.
 
 pub mod blocks;
 pub mod dot;
+pub mod float;
 pub mod linear;
 pub mod pool;
 

@@ -15,7 +15,13 @@ use super::blocks::{QuantizedActs, QK};
 use super::dot::{self, Kernel};
 use super::QLinear;
 
-const DTYPES: [GgmlDType; 3] = [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0];
+const DTYPES: [GgmlDType; 5] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+];
 const ROWS: [usize; 5] = [1, 3, 4, 8, 17];
 const IN_DIMS: [usize; 3] = [64, 576, 1536];
 /// 67: odd, exercises every tile remainder; 300: enough work for the pool at 1 row.
@@ -65,6 +71,8 @@ fn reference(
     let bb = match dtype {
         GgmlDType::Q4_0 => 18,
         GgmlDType::Q4_1 => 20,
+        GgmlDType::Q5_0 => 22,
+        GgmlDType::Q5_1 => 24,
         _ => 34,
     };
     let h = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32() as f64;
@@ -74,6 +82,24 @@ fn reference(
         let dw = h(blk, 0);
         let qw: Vec<i32> = match dtype {
             GgmlDType::Q8_0 => blk[2..].iter().map(|&v| v as i8 as i32).collect(),
+            // ggml's block_q5: d, (m,) the fifth bits as a little-endian u32, then
+            // the low nibbles as Q4's.
+            GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
+                let at = if dtype == GgmlDType::Q5_1 { 4 } else { 2 };
+                let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+                let qs = &blk[at + 4..];
+                let off = if dtype == GgmlDType::Q5_0 { 16 } else { 0 };
+                (0..QK)
+                    .map(|j| {
+                        let lo = if j < 16 {
+                            qs[j] & 0x0F
+                        } else {
+                            qs[j - 16] >> 4
+                        } as u32;
+                        (lo | ((qh >> j) & 1) << 4) as i32 - off
+                    })
+                    .collect()
+            }
             _ => {
                 let qs = if dtype == GgmlDType::Q4_1 {
                     &blk[4..]
@@ -90,7 +116,7 @@ fn reference(
         let t = dw * dx * sumi as f64;
         val += t;
         mag += t.abs();
-        if dtype == GgmlDType::Q4_1 {
+        if matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_1) {
             let t = h(blk, 2) * sx;
             val += t;
             mag += t.abs();
@@ -298,4 +324,97 @@ fn quant_concurrent_callers_agree() {
             });
         }
     });
+}
+
+/// F16 and BF16: the AVX2 dot equals the scalar one bit for bit in both of
+/// llama.cpp's orders, at lengths with and without short last groups, and both
+/// stay within f32 rounding of an f64 sum of the same products.
+#[test]
+fn quant_half_dot_avx2_matches_scalar_bitwise() {
+    use super::float::{dot, dot_ref, HalfFormat, Order};
+    let mut rng = StdRng::seed_from_u64(17);
+    for format in [HalfFormat::F16, HalfFormat::BF16] {
+        for n in [1, 7, 8, 31, 32, 33, 64, 100, 576] {
+            let w: Vec<u16> = random(&mut rng, n, -1.0, 1.0)
+                .into_iter()
+                .map(|v| format.round(v))
+                .collect();
+            let x: Vec<u16> = random(&mut rng, n, -2.0, 2.0)
+                .into_iter()
+                .map(|v| format.round(v))
+                .collect();
+            let (mut exact, mut mag) = (0f64, 0f64);
+            for (&a, &b) in w.iter().zip(&x) {
+                let t = format.to_f32(a) as f64 * format.to_f32(b) as f64;
+                exact += t;
+                mag += t.abs();
+            }
+            for order in [Order::TinyBlas, Order::VecDot] {
+                let s = dot_ref(format, order, &w, &x);
+                assert!(
+                    (s as f64 - exact).abs() <= 1e-6 * mag + 1e-7,
+                    "{format:?} {order:?} n={n}: {s} vs {exact}"
+                );
+                if dot::best_kernel() == Kernel::Avx2 {
+                    let a = dot(Kernel::Avx2, format, order, &w, &x);
+                    assert_eq!(
+                        a.to_bits(),
+                        s.to_bits(),
+                        "{format:?} {order:?} n={n}: avx2 {a} vs scalar {s}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// F16 and BF16 layers: native, AVX2 equal to scalar bit for bit at every tile
+/// shape (1, 3, 4, 8, 17 rows; 67 weight rows take the vec_dot order, 300 take
+/// tinyBLAS's from two rows on), close to candle's f32 product, and the
+/// embedding rows exact.
+#[test]
+fn quant_half_layers_match_scalar_and_candle() {
+    let mut rng = StdRng::seed_from_u64(19);
+    for dtype in [GgmlDType::F16, GgmlDType::BF16] {
+        for &inp in &[64, 100, 576] {
+            for &out in &OUT_DIMS {
+                let wv = random(&mut rng, out * inp, -1.0, 1.0);
+                let w = Tensor::from_vec(wv, (out, inp), &Device::Cpu).expect("w");
+                let qw = QTensor::quantize(&w, dtype).expect("quantize");
+                let wd = qw.dequantize(&Device::Cpu).expect("deq");
+                let lin = QLinear::from_qtensor(qw).expect("qlinear");
+                assert!(lin.is_native(), "{dtype:?}");
+                let ids = [0u32, (out - 1) as u32, 5];
+                let rows = lin.rows(&ids).expect("rows");
+                for (i, &id) in ids.iter().enumerate() {
+                    let got = rows.get(i).expect("r").to_vec1::<f32>().expect("v");
+                    let want = wd.get(id as usize).expect("r").to_vec1::<f32>().expect("v");
+                    assert_eq!(got, want, "{dtype:?} row {id}");
+                }
+                for &r in &ROWS {
+                    let xv = random(&mut rng, r * inp, -2.0, 2.0);
+                    let x = Tensor::from_vec(xv, (r, inp), &Device::Cpu).expect("x");
+                    let flat = |t: Tensor| {
+                        t.flatten_all()
+                            .expect("flat")
+                            .to_vec1::<f32>()
+                            .expect("vec")
+                    };
+                    let scalar = flat(lin.forward_with(&x, Kernel::Scalar).expect("fwd"));
+                    if dot::best_kernel() == Kernel::Avx2 {
+                        let avx = flat(lin.forward_with(&x, Kernel::Avx2).expect("fwd"));
+                        assert_eq!(avx, scalar, "{dtype:?} rows={r} in={inp} out={out}");
+                    }
+                    let want = flat(x.matmul(&wd.t().expect("t")).expect("mm"));
+                    let diff = scalar
+                        .iter()
+                        .zip(&want)
+                        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                    // The activations are rounded to the weight's type first.
+                    let tol = if dtype == GgmlDType::F16 { 2e-3 } else { 2e-2 };
+                    assert!(diff <= tol * max_abs(&want), "{dtype:?} rows={r}: {diff}");
+                }
+            }
+        }
+    }
 }
