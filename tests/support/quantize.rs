@@ -71,6 +71,7 @@ pub fn quantized_tiny(
     let spec = TinySpec {
         weight_dtype: GgmlDType::F32,
         rope_freqs: spec.rope_freqs.clone(),
+        long_rope: spec.long_rope.clone(),
         ..*spec
     };
     write_tiny_model(&f32_path, &spec);

@@ -38,6 +38,7 @@ pub struct TinySpec {
 }
 
 /// Phi-3's LongRoPE as a GGUF holds it.
+#[derive(Clone)]
 pub struct TinyLongRope {
     /// `rope_factors_short.weight`, one per rotated pair.
     pub short: Vec<f32>,
