@@ -379,12 +379,7 @@ fn tiny_agreement(spec: &crate::support::tiny::TinySpec) -> (usize, usize, f32, 
 fn tiny_models_of_each_architecture_match_llama_cpp_bit_for_bit() {
     use crate::support::tiny::TinySpec;
     for arch in tern_models::arch::SUPPORTED {
-        let spec = TinySpec {
-            architecture: arch,
-            // Qwen3 declares its head dimension apart from n_embd / n_head.
-            head_dim: (*arch == "qwen3").then_some(32),
-            ..TinySpec::default()
-        };
+        let spec = TinySpec::for_architecture(arch);
         let (identical, top1, max_diff, n) = tiny_agreement(&spec);
         eprintln!("{arch}: {identical}/{n} positions bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}");
         assert_eq!(
@@ -425,4 +420,21 @@ fn llama3_rope_factors_and_linear_scaling_match_llama_cpp_bit_for_bit() {
             "{what}: max |diff| {max_diff:e}, top-1 {top1}/{n}"
         );
     }
+}
+
+/// Gemma 3's sliding layers over a context twice llama.cpp's micro-batch:
+/// the second 512-token chunk attends over a cache whose sliding layers kept
+/// only their window of the first, and must still agree bit for bit.
+#[test]
+fn gemma3_sliding_layers_past_the_first_chunk_match_llama_cpp_bit_for_bit() {
+    use crate::support::tiny::TinySpec;
+    let spec = TinySpec {
+        context_length: 1024,
+        ..TinySpec::gemma3()
+    };
+    let (identical, top1, max_diff, n) = tiny_agreement(&spec);
+    eprintln!(
+        "gemma3 1024: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}"
+    );
+    assert_eq!(identical, n, "max |diff| {max_diff:e}, top-1 {top1}/{n}");
 }

@@ -27,6 +27,48 @@ pub struct TinySpec {
     pub rope_linear: Option<f32>,
     /// Write a chat template (a base model has none).
     pub chat_template: bool,
+    /// `rope.freq_base` (10000 when `None`).
+    pub rope_base: Option<f32>,
+    /// Sliding-window attention (`attention.sliding_window`), as Gemma 3 has.
+    pub sliding_window: Option<usize>,
+    /// The sliding layers' RoPE base (`rope.freq_base_swa`).
+    pub rope_base_swa: Option<f32>,
+}
+
+impl TinySpec {
+    /// The tiny model the per-architecture checks use for `arch`: the
+    /// default shape, plus what the architecture needs to show its features
+    /// (Qwen3's declared head dimension, Gemma 3's sliding layers).
+    pub fn for_architecture(arch: &'static str) -> Self {
+        match arch {
+            "gemma3" => Self::gemma3(),
+            _ => Self {
+                architecture: arch,
+                // Qwen3 declares its head dimension apart from n_embd / n_head.
+                head_dim: (arch == "qwen3").then_some(32),
+                ..Self::default()
+            },
+        }
+    }
+
+    /// A tiny Gemma 3: six layers so that llama.cpp's default pattern makes
+    /// five slide and the last attend globally, a window of 16 (far shorter
+    /// than the 256-token context), a declared head dimension (32, not
+    /// 64 / 4), one KV head as the real 270M has, different RoPE bases for
+    /// global and sliding layers, and no chat template (a base model).
+    pub fn gemma3() -> Self {
+        Self {
+            architecture: "gemma3",
+            n_layer: 6,
+            n_kv_head: 1,
+            head_dim: Some(32),
+            chat_template: false,
+            rope_base: Some(1_000_000.0),
+            sliding_window: Some(16),
+            rope_base_swa: Some(10_000.0),
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for TinySpec {
@@ -44,6 +86,9 @@ impl Default for TinySpec {
             rope_freqs: None,
             rope_linear: None,
             chat_template: true,
+            rope_base: None,
+            sliding_window: None,
+            rope_base_swa: None,
         }
     }
 }
@@ -154,8 +199,8 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
             }
         }
         named.push((p("attn_output"), tensor(&[d, qd], 0.5, GgmlDType::Q8_0)));
-        if spec.architecture == "qwen3" {
-            // Qwen3's per-head Q and K norms, near one.
+        if spec.architecture == "qwen3" || spec.architecture == "gemma3" {
+            // Qwen3's and Gemma 3's per-head Q and K norms, near one.
             for stem in ["attn_q_norm", "attn_k_norm"] {
                 let noise = tensor(&[hd], 0.5, GgmlDType::F32)
                     .dequantize(&Device::Cpu)
@@ -168,6 +213,16 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         named.push((p("ffn_gate"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
         named.push((p("ffn_up"), tensor(&[ff, d], 0.5, GgmlDType::Q8_0)));
         named.push((p("ffn_down"), tensor(&[d, ff], 0.5, GgmlDType::Q8_0)));
+        if spec.architecture == "gemma3" {
+            // Gemma's post-attention and post-MLP norms, near one.
+            for stem in ["post_attention_norm", "post_ffw_norm"] {
+                let noise = tensor(&[d], 0.5, GgmlDType::F32)
+                    .dequantize(&Device::Cpu)
+                    .expect("noise");
+                let t = (noise + 1.0).expect("near one");
+                named.push((p(stem), QTensor::quantize(&t, GgmlDType::F32).expect("f32")));
+            }
+        }
     }
 
     if let Some(f) = &spec.rope_freqs {
@@ -190,7 +245,10 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         (format!("{arch}.attention.head_count"), u(spec.n_head)),
         (format!("{arch}.attention.head_count_kv"), u(spec.n_kv_head)),
         (format!("{arch}.context_length"), u(spec.context_length)),
-        (format!("{arch}.rope.freq_base"), Value::F32(10_000.0)),
+        (
+            format!("{arch}.rope.freq_base"),
+            Value::F32(spec.rope_base.unwrap_or(10_000.0)),
+        ),
         (
             format!("{arch}.attention.layer_norm_rms_epsilon"),
             Value::F32(1e-5),
@@ -220,6 +278,12 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
     let mut meta = meta;
     if !spec.chat_template {
         meta.retain(|(k, _)| k != "tokenizer.chat_template");
+    }
+    if let Some(w) = spec.sliding_window {
+        meta.push((format!("{arch}.attention.sliding_window"), u(w)));
+    }
+    if let Some(base) = spec.rope_base_swa {
+        meta.push((format!("{arch}.rope.freq_base_swa"), Value::F32(base)));
     }
     if let Some(factor) = spec.rope_linear {
         meta.push((format!("{arch}.rope.scaling.type"), s("linear")));

@@ -11,7 +11,7 @@
 //! `output.weight` (Qwen2.5 0.5B/1.5B tie it, larger ones do not). The
 //! forward itself is [`super::llama`]'s, run with [`FEATURES`].
 
-use super::llama::{Features, Llama, RopeStyle};
+use super::llama::{Features, Llama, Mlp, RopeStyle};
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::weight::Precision;
@@ -21,6 +21,9 @@ pub const FEATURES: Features = Features {
     qkv_bias: true,
     qk_norm: false,
     rope: RopeStyle::Neox,
+    post_norms: false,
+    mlp: Mlp::Silu,
+    embed_scale: false,
 };
 
 /// Loads a qwen2 GGUF held as `precision`.

@@ -6,7 +6,7 @@
 //! `n_embd / n_head`, so the Q projection is `[n_head * head_dim, n_embd]`.
 //! The forward itself is [`super::llama`]'s, run with [`FEATURES`].
 
-use super::llama::{Features, Llama, RopeStyle};
+use super::llama::{Features, Llama, Mlp, RopeStyle};
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::weight::Precision;
@@ -16,6 +16,9 @@ pub const FEATURES: Features = Features {
     qkv_bias: false,
     qk_norm: true,
     rope: RopeStyle::Neox,
+    post_norms: false,
+    mlp: Mlp::Silu,
+    embed_scale: false,
 };
 
 /// Loads a qwen3 GGUF held as `precision`.
