@@ -438,3 +438,20 @@ fn gemma3_sliding_layers_past_the_first_chunk_match_llama_cpp_bit_for_bit() {
     );
     assert_eq!(identical, n, "max |diff| {max_diff:e}, top-1 {top1}/{n}");
 }
+
+/// Gemma 3 with final logit soft-capping declared: `cap * tanh(x / cap)` as
+/// llama.cpp rounds it (a cap of 3 bends the tiny model's logits of up to
+/// ~15 hard).
+#[test]
+fn gemma3_logit_softcap_matches_llama_cpp_bit_for_bit() {
+    use crate::support::tiny::TinySpec;
+    let spec = TinySpec {
+        logit_softcap: Some(3.0),
+        ..TinySpec::gemma3()
+    };
+    let (identical, top1, max_diff, n) = tiny_agreement(&spec);
+    eprintln!(
+        "gemma3 softcap: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}"
+    );
+    assert_eq!(identical, n, "max |diff| {max_diff:e}, top-1 {top1}/{n}");
+}

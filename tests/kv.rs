@@ -375,8 +375,11 @@ fn a_replayed_eviction_record_reproduces_sparse_decoding_in_one_pass() {
 /// layer's trimmed cache must agree with.
 #[derive(Default)]
 struct KeepAll {
-    layers: Vec<(Option<(candle_core::Tensor, candle_core::Tensor)>, Vec<u32>)>,
+    /// Per layer: keys and values so far, and their positions.
+    layers: Vec<(Option<KeysValues>, Vec<u32>)>,
 }
+
+type KeysValues = (candle_core::Tensor, candle_core::Tensor);
 
 impl KvStore for KeepAll {
     fn append(

@@ -33,6 +33,9 @@ pub struct TinySpec {
     pub sliding_window: Option<usize>,
     /// The sliding layers' RoPE base (`rope.freq_base_swa`).
     pub rope_base_swa: Option<f32>,
+    /// Final logit soft-capping (`final_logit_softcapping`), as Gemma 2 and
+    /// some Gemma 3 conversions declare.
+    pub logit_softcap: Option<f32>,
 }
 
 impl TinySpec {
@@ -89,6 +92,7 @@ impl Default for TinySpec {
             rope_base: None,
             sliding_window: None,
             rope_base_swa: None,
+            logit_softcap: None,
         }
     }
 }
@@ -281,6 +285,9 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
     }
     if let Some(w) = spec.sliding_window {
         meta.push((format!("{arch}.attention.sliding_window"), u(w)));
+    }
+    if let Some(cap) = spec.logit_softcap {
+        meta.push((format!("{arch}.final_logit_softcapping"), Value::F32(cap)));
     }
     if let Some(base) = spec.rope_base_swa {
         meta.push((format!("{arch}.rope.freq_base_swa"), Value::F32(base)));

@@ -401,6 +401,14 @@ impl Llama {
         batch: &mut [SeqBatch<'_>],
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
+        if let Some(cap) = self.logit_softcap {
+            // The learner projects these itself and would skip the cap.
+            return Err(ModelError::UnsupportedFeature {
+                key: format!("{}.final_logit_softcapping", self.config.architecture),
+                value: cap.to_string(),
+                supported: "no soft-capping when training".into(),
+            });
+        }
         let layout = plan(&self.config, batch)?;
         let x = self.trunk(batch, &layout, adapters)?;
         self.norm(&x, &self.output_norm)
