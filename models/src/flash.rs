@@ -305,24 +305,8 @@ impl Heads<'_, '_> {
         let mut kt = vec![0f32; hd * KV_TILE];
         let last_pos = rows.clone().map(|i| self.qs.pos[i]).max().unwrap_or(0);
         let mut p = [0f32; KV_TILE];
-        // Tiles start at cache cells llama.cpp counts in multiples of 64; a
-        // sliding layer's cache has dropped its first cells, so its entry 0
-        // sits `first_cell` cells in and the first tile is short.
-        let lead = match self.qs.window {
-            Some(_) => {
-                (KV_TILE - self.k_pos.first().map_or(0, |&p| p as usize) % KV_TILE) % KV_TILE
-            }
-            None => 0,
-        };
-        let starts = std::iter::once(0)
-            .filter(move |_| lead > 0)
-            .chain((lead..len).step_by(KV_TILE));
-        for start in starts {
-            let tile = if start < lead {
-                lead.min(len)
-            } else {
-                KV_TILE.min(len - start)
-            };
+        for start in (0..len).step_by(KV_TILE) {
+            let tile = KV_TILE.min(len - start);
             let keys = &self.k_pos[start..start + tile];
             // No row of the block sees any key of this tile.
             if keys.iter().all(|&kp| kp > last_pos) {
