@@ -38,6 +38,7 @@ fn config() -> ModelConfig {
         rope_base: 100_000.0,
         rope_freq_scale: 1.0,
         rms_eps: 1e-5,
+        sliding: None,
     }
 }
 

@@ -419,12 +419,7 @@ fn model_agreement(
 fn tiny_models_of_each_architecture_match_llama_cpp_bit_for_bit() {
     use crate::support::tiny::TinySpec;
     for arch in tern_models::arch::SUPPORTED {
-        let spec = TinySpec {
-            architecture: arch,
-            // Qwen3 declares its head dimension apart from n_embd / n_head.
-            head_dim: (*arch == "qwen3").then_some(32),
-            ..TinySpec::default()
-        };
+        let spec = TinySpec::for_architecture(arch);
         let (identical, top1, max_diff, n) = tiny_agreement(&spec);
         eprintln!("{arch}: {identical}/{n} positions bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}");
         assert_eq!(
@@ -604,4 +599,38 @@ fn swap_gate_up(src: &std::path::Path, dst: &std::path::Path) {
             }
         }
     });
+}
+
+/// Gemma 3's sliding layers over a context twice llama.cpp's micro-batch:
+/// the second 512-token chunk attends over a cache whose sliding layers kept
+/// only their window of the first, and must still agree bit for bit.
+#[test]
+fn gemma3_sliding_layers_past_the_first_chunk_match_llama_cpp_bit_for_bit() {
+    use crate::support::tiny::TinySpec;
+    let spec = TinySpec {
+        context_length: 1024,
+        ..TinySpec::gemma3()
+    };
+    let (identical, top1, max_diff, n) = tiny_agreement(&spec);
+    eprintln!(
+        "gemma3 1024: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}"
+    );
+    assert_eq!(identical, n, "max |diff| {max_diff:e}, top-1 {top1}/{n}");
+}
+
+/// Gemma 3 with final logit soft-capping declared: `cap * tanh(x / cap)` as
+/// llama.cpp rounds it (a cap of 3 bends the tiny model's logits of up to
+/// ~15 hard).
+#[test]
+fn gemma3_logit_softcap_matches_llama_cpp_bit_for_bit() {
+    use crate::support::tiny::TinySpec;
+    let spec = TinySpec {
+        logit_softcap: Some(3.0),
+        ..TinySpec::gemma3()
+    };
+    let (identical, top1, max_diff, n) = tiny_agreement(&spec);
+    eprintln!(
+        "gemma3 softcap: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}"
+    );
+    assert_eq!(identical, n, "max |diff| {max_diff:e}, top-1 {top1}/{n}");
 }

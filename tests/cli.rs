@@ -267,11 +267,7 @@ fn info_and_tokenize_on_the_real_model() {
 #[test]
 fn every_architecture_generates_under_every_kind_of_policy() {
     for arch in tern_models::arch::SUPPORTED {
-        let (_d, m) = tiny_model(TinySpec {
-            architecture: arch,
-            head_dim: (*arch == "qwen3").then_some(32),
-            ..TinySpec::default()
-        });
+        let (_d, m) = tiny_model(TinySpec::for_architecture(arch));
         let info = last_json(&tern(&["info", "-m", &m, "--json"], None));
         assert_eq!(info["config"]["architecture"], *arch);
         for policy in [

@@ -168,11 +168,7 @@ fn the_learner_forward_matches_serving_on_every_architecture() {
     for arch in tern_models::arch::SUPPORTED {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tiny.gguf");
-        let spec = TinySpec {
-            architecture: arch,
-            head_dim: (*arch == "qwen3").then_some(32),
-            ..TinySpec::default()
-        };
+        let spec = TinySpec::for_architecture(arch);
         write_tiny_model(&path, &spec);
         let serving = LoadedModel::load(&path).unwrap();
         let learner = LoadedModel::load_as(&path, Precision::DenseF32).unwrap();
@@ -198,5 +194,34 @@ fn the_learner_forward_matches_serving_on_every_architecture() {
             .to_scalar()
             .unwrap();
         assert!(same >= 45, "{arch}: top-1 agrees at {same}/48 positions");
+    }
+}
+
+/// What the trainer sizes and shapes through the architecture seam, for a
+/// tiny model of every architecture: the planner's parameter count is every
+/// element the GGUF holds, and each LoRA target's `(out, in)` is its
+/// projection's shape in the file.
+#[test]
+fn parameter_count_and_lora_shapes_match_the_file_on_every_architecture() {
+    use crate::support::tiny::{write_tiny_model, TinySpec};
+    use tern_models::{GgufFile, LoraTarget};
+    for arch in tern_models::arch::SUPPORTED {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        write_tiny_model(&path, &TinySpec::for_architecture(arch));
+        let model = LoadedModel::load(&path).unwrap();
+        let file = GgufFile::open(&path).unwrap();
+        assert_eq!(
+            tern_models::arch::parameter_count(model.config()),
+            file.tensor_summary().params,
+            "{arch}"
+        );
+        for t in LoraTarget::ALL {
+            let (out, inp) = model.arch.projection_shape(t);
+            let dims = file
+                .tensor_dims(&format!("blk.0.{}.weight", t.gguf_stem()))
+                .unwrap();
+            assert_eq!(dims, vec![out, inp], "{arch} {t:?}");
+        }
     }
 }

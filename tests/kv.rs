@@ -370,3 +370,115 @@ fn a_replayed_eviction_record_reproduces_sparse_decoding_in_one_pass() {
         );
     }
 }
+
+/// A cache that keeps every entry of every layer: the reference a sliding
+/// layer's trimmed cache must agree with.
+#[derive(Default)]
+struct KeepAll {
+    /// Per layer: keys and values so far, and their positions.
+    layers: Vec<(Option<KeysValues>, Vec<u32>)>,
+}
+
+type KeysValues = (candle_core::Tensor, candle_core::Tensor);
+
+impl KvStore for KeepAll {
+    fn append(
+        &mut self,
+        layer: usize,
+        k: &candle_core::Tensor,
+        v: &candle_core::Tensor,
+        positions: &[u32],
+    ) -> tern_models::Result<(candle_core::Tensor, candle_core::Tensor)> {
+        if self.layers.len() <= layer {
+            self.layers.resize_with(layer + 1, Default::default);
+        }
+        let (kv, pos) = &mut self.layers[layer];
+        let joined = match kv.take() {
+            Some((ok, ov)) => (
+                candle_core::Tensor::cat(&[&ok, k], 1)?,
+                candle_core::Tensor::cat(&[&ov, v], 1)?,
+            ),
+            None => (k.contiguous()?, v.contiguous()?),
+        };
+        *kv = Some(joined.clone());
+        pos.extend_from_slice(positions);
+        Ok(joined)
+    }
+    fn positions(&self, layer: usize, _head: usize) -> &[u32] {
+        &self.layers[layer].1
+    }
+}
+
+/// Sliding-window layers (the tiny Gemma 3: window 16, five sliding layers
+/// and one global): under every policy each sliding layer holds exactly the
+/// newest `window - 1` positions between steps while the policy's budget
+/// governs the global layer only; and under `full`, decoding far past the
+/// window gives bit for bit the logits of a cache that drops nothing (the
+/// window mask alone hides the old entries).
+#[test]
+fn sliding_layers_keep_their_window_under_every_policy() {
+    use crate::support::tiny::{load_tiny_spec, TinySpec};
+    let spec = TinySpec::gemma3();
+    let (_d, model) = load_tiny_spec(&spec);
+    let c = model.config().clone();
+    let window = spec.sliding_window.unwrap();
+    let (sliding, global): (Vec<usize>, Vec<usize>) =
+        (0..c.n_layer).partition(|&l| c.sliding_window(l).is_some());
+    assert_eq!((sliding.len(), global.len()), (5, 1));
+    let tokens: Vec<u32> = (0..160).map(|i| (i * 29 % 250 + 3) as u32).collect();
+    let prompt = 40;
+    let step = |cache: &mut dyn KvStore, span: &[u32], start: usize| -> Vec<f32> {
+        let mut b = [SeqBatch {
+            tokens: span,
+            start_pos: start,
+            cache,
+            logits: LogitsWanted::Last,
+        }];
+        let l = model.arch.forward(&mut b).unwrap().pop().flatten().unwrap();
+        l.flatten_all().unwrap().to_vec1().unwrap()
+    };
+    for spec in [
+        "full",
+        "streaming:budget=32,sink=4",
+        "h2o:budget=32,recent=8",
+        "snapkv:budget=32,window=4,every=8",
+        "pyramidkv:budget=32,window=4,every=8",
+        "rkv:budget=32,window=4,every=8",
+    ] {
+        let full = spec == "full";
+        let mut cache = SeqCache::with_policy(&c, spec.parse().unwrap());
+        let mut reference = KeepAll::default();
+        for (i, chunk) in tokens[..prompt].chunks(16).enumerate() {
+            let a = step(&mut cache, chunk, i * 16);
+            if full {
+                assert_eq!(a, step(&mut reference, chunk, i * 16), "prefill {i}");
+            }
+        }
+        cache.finish_prefill().unwrap();
+        for pos in prompt..tokens.len() {
+            let a = step(&mut cache, &tokens[pos..pos + 1], pos);
+            if full {
+                let b = step(&mut reference, &tokens[pos..pos + 1], pos);
+                assert_eq!(a, b, "{spec}: logits at {pos}");
+            }
+            let newest: Vec<u32> = (pos + 2 - window..=pos).map(|p| p as u32).collect();
+            for &l in &sliding {
+                for h in 0..c.n_kv_head {
+                    assert_eq!(cache.positions(l, h), newest, "{spec}: layer {l} at {pos}");
+                }
+            }
+            for &l in &global {
+                let held = cache.positions(l, 0).len();
+                if full {
+                    assert_eq!(held, pos + 1, "{spec}: global layer {l}");
+                } else {
+                    assert!(held <= 60, "{spec}: global layer {l} holds {held}");
+                }
+            }
+        }
+        if !full {
+            // The budget bound the global layer: it holds far fewer than 160.
+            assert!(cache.positions(global[0], 0).len() < 100, "{spec}");
+        }
+    }
+}

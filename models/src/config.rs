@@ -37,6 +37,22 @@ pub struct ModelConfig {
     pub rope_freq_scale: f32,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
+    /// Sliding-window layers (Gemma 3), when the architecture has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sliding: Option<Sliding>,
+}
+
+/// Sliding-window attention, as an architecture reads it from the GGUF:
+/// which layers attend only to their last `window` positions, and the RoPE
+/// base those layers rotate with.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Sliding {
+    /// Positions a sliding layer's query sees, its own included.
+    pub window: usize,
+    /// Whether each layer slides (the others attend globally).
+    pub layers: Vec<bool>,
+    /// RoPE frequency base of the sliding layers (their scale is 1).
+    pub rope_base: f32,
 }
 
 impl ModelConfig {
@@ -88,6 +104,7 @@ impl ModelConfig {
             rope_base: file.f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale: rope_freq_scale(file, &arch)?,
             rms_eps: file.f32(&key("attention.layer_norm_rms_epsilon"))?,
+            sliding: crate::arch::sliding(file, &arch)?,
             architecture: arch,
         };
         cfg.validate()?;
@@ -122,6 +139,17 @@ impl ModelConfig {
     /// projection's output and the attention output projection's input.
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim
+    }
+
+    /// The window of `layer` when it is a sliding-window layer: the most
+    /// positions its attention reads, so the most entries its cache needs.
+    pub fn sliding_window(&self, layer: usize) -> Option<usize> {
+        let s = self.sliding.as_ref()?;
+        s.layers
+            .get(layer)
+            .copied()
+            .unwrap_or(false)
+            .then_some(s.window)
     }
 
     /// Query heads sharing one key/value head.

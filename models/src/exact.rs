@@ -77,6 +77,49 @@ pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// GeGLU: `gelu(gate) * up` with GELU's tanh form as ggml's CPU build runs
+/// it: through a table over every f16 input (the gate rounded to f16, its
+/// GELU rounded back to f16), saturating to 0 below -10 and the identity
+/// above 10.
+pub fn geglu_tanh(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    let table = gelu_table();
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| {
+            if g <= -10.0 {
+                0.0
+            } else if g >= 10.0 {
+                g * u
+            } else {
+                table[half::f16::from_f32(g).to_bits() as usize] * u
+            }
+        })
+        .collect()
+}
+
+/// GELU (tanh form) of every f16 value, rounded to f16 and widened: ggml's
+/// table, built once.
+fn gelu_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| {
+                let x = half::f16::from_bits(bits).to_f32();
+                half::f16::from_f32(gelu_tanh(x)).to_f32()
+            })
+            .collect()
+    })
+}
+
+/// `0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2)))` in f32, with the one
+/// fused multiply-add llama.cpp's compiler forms (`1 + (a x) x`).
+fn gelu_tanh(x: f32) -> f32 {
+    const A: f32 = 0.044715;
+    const SQRT_2_OVER_PI: f32 = 0.797_884_560_802_865_4_f64 as f32;
+    let inner = (SQRT_2_OVER_PI * x) * (A * x).mul_add(x, 1.0);
+    (0.5 * x) * (1.0 + inner.tanh())
+}
+
 /// ggml's vectorized `exp` (one lane of it): a degree-5 polynomial after
 /// range reduction by `2^n`, with its over/underflow handling.
 #[inline]

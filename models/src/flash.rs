@@ -46,6 +46,9 @@ pub struct Queries<'a> {
     /// A replayed eviction record and the layer, when some entries at or
     /// before a row's position were already evicted for it.
     pub replay: Option<(&'a Visibility, usize)>,
+    /// A sliding-window layer's window: a row at `p` sees only entries at
+    /// positions `p - window < k <= p` (llama.cpp's standard SWA mask).
+    pub window: Option<u32>,
 }
 
 /// What [`attend`] returns: the output `[n, H * head_dim]` and, when asked,
@@ -142,6 +145,23 @@ pub fn attend_tensors(
     scale: f32,
     want_weights: bool,
 ) -> Result<Option<Attended>> {
+    attend_tensors_windowed(q, q_pos, k, v, k_pos, replay, None, scale, want_weights)
+}
+
+/// [`attend_tensors`] for a sliding-window layer: each row sees only the
+/// entries less than `window` positions behind it (`None`: every earlier one).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_tensors_windowed(
+    q: &Tensor,
+    q_pos: &[u32],
+    k: &Tensor,
+    v: &Tensor,
+    k_pos: &[&[u32]],
+    replay: Option<(&Visibility, usize)>,
+    window: Option<u32>,
+    scale: f32,
+    want_weights: bool,
+) -> Result<Option<Attended>> {
     if k.dims3()?.0 != k_pos.len() || v.dims3()?.0 != k_pos.len() {
         return Ok(None);
     }
@@ -162,6 +182,7 @@ pub fn attend_tensors(
                 pos: q_pos,
                 group: q.len() / (n_kv * n * hd),
                 replay,
+                window,
             };
             attend(&qs, kv, vv, k_pos, scale, want_weights)
         })
@@ -190,10 +211,11 @@ impl Heads<'_, '_> {
     /// Whether the row at `q_pos` sees the entry at `k_pos`.
     #[inline]
     fn sees(&self, q_pos: u32, k_pos: u32) -> bool {
-        match self.qs.replay {
+        let seen = match self.qs.replay {
             None => k_pos <= q_pos,
             Some((vis, layer)) => vis.visible(layer, self.kvh, q_pos, k_pos),
-        }
+        };
+        seen && self.qs.window.is_none_or(|w| in_window(q_pos, k_pos, w))
     }
 
     /// Query row `i` of the group's `j`-th head.
@@ -300,7 +322,8 @@ impl Heads<'_, '_> {
                     let r = j * rows.len() + ri;
                     let q_pos = self.qs.pos[i];
                     tile_scores(&kt, self.query(j, i), &mut p);
-                    let tile_max = if self.qs.replay.is_none() && tile == KV_TILE {
+                    let plain = self.qs.replay.is_none() && self.qs.window.is_none();
+                    let tile_max = if plain && tile == KV_TILE {
                         causal_tile(&mut p, keys, q_pos, self.scale)
                     } else {
                         let mut tile_max = f32::NEG_INFINITY;
@@ -356,6 +379,13 @@ impl Heads<'_, '_> {
         }
         block
     }
+}
+
+/// Whether an entry at `k_pos` lies inside the sliding window of a query at
+/// `q_pos`: llama.cpp masks it once `q_pos - k_pos >= window`.
+#[inline]
+pub fn in_window(q_pos: u32, k_pos: u32, window: u32) -> bool {
+    (q_pos as i64 - k_pos as i64) < window as i64
 }
 
 /// llama.cpp's f16 accumulator operations: widen, one f32 operation, round

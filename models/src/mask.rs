@@ -9,12 +9,14 @@ use crate::kv::KvStore;
 /// `[KV, 1, n, C]` f32: 0 where a cached entry's position <= the query's
 /// position (and, under a replayed eviction record, the entry was still cached
 /// for that query), -inf elsewhere; per KV head, since heads may keep different
-/// entries.
+/// entries. On a sliding-window layer (`window`), entries `window` or more
+/// positions behind the query are hidden too.
 pub(crate) fn causal_mask(
     q_pos: &[u32],
     cache: &dyn KvStore,
     layer: usize,
     n_kv_head: usize,
+    window: Option<u32>,
 ) -> Result<Tensor> {
     let n_cached = cache.positions(layer, 0).len();
     let mut m = Vec::with_capacity(n_kv_head * q_pos.len() * n_cached);
@@ -27,7 +29,8 @@ pub(crate) fn causal_mask(
                     Some(v) => v.visible(layer, h, qp, kp),
                     None => kp <= qp,
                 };
-                if seen {
+                let near = window.is_none_or(|w| crate::flash::in_window(qp, kp, w));
+                if seen && near {
                     0.0f32
                 } else {
                     f32::NEG_INFINITY

@@ -110,7 +110,8 @@ pub fn prefill(
     chunk: usize,
 ) -> Result<Tensor> {
     let chunk = chunk.max(1);
-    let start = cache.len();
+    // The next position (a compressed or sliding cache holds fewer entries).
+    let start = cache.seen();
     let mut last = None;
     for (i, piece) in prompt.chunks(chunk).enumerate() {
         let is_last = (i + 1) * chunk >= prompt.len();

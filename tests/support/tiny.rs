@@ -35,6 +35,15 @@ pub struct TinySpec {
     /// default; F32 gives llama.cpp's quantizer full-precision input
     /// (`support::quantize`).
     pub weight_dtype: GgmlDType,
+    /// `rope.freq_base` (10000 when `None`).
+    pub rope_base: Option<f32>,
+    /// Sliding-window attention (`attention.sliding_window`), as Gemma 3 has.
+    pub sliding_window: Option<usize>,
+    /// The sliding layers' RoPE base (`rope.freq_base_swa`).
+    pub rope_base_swa: Option<f32>,
+    /// Final logit soft-capping (`final_logit_softcapping`), as Gemma 2 and
+    /// some Gemma 3 conversions declare.
+    pub logit_softcap: Option<f32>,
 }
 
 /// Phi-3's LongRoPE as a GGUF holds it.
@@ -49,6 +58,42 @@ pub struct TinyLongRope {
     pub original_context: usize,
     /// `rope.scaling.attn_factor`.
     pub attn_factor: f32,
+}
+
+impl TinySpec {
+    /// The tiny model the per-architecture checks use for `arch`: the
+    /// default shape, plus what the architecture needs to show its features
+    /// (Qwen3's declared head dimension, Gemma 3's sliding layers).
+    pub fn for_architecture(arch: &'static str) -> Self {
+        match arch {
+            "gemma3" => Self::gemma3(),
+            _ => Self {
+                architecture: arch,
+                // Qwen3 declares its head dimension apart from n_embd / n_head.
+                head_dim: (arch == "qwen3").then_some(32),
+                ..Self::default()
+            },
+        }
+    }
+
+    /// A tiny Gemma 3: six layers so that llama.cpp's default pattern makes
+    /// five slide and the last attend globally, a window of 16 (far shorter
+    /// than the 256-token context), a declared head dimension (32, not
+    /// 64 / 4), one KV head as the real 270M has, different RoPE bases for
+    /// global and sliding layers, and no chat template (a base model).
+    pub fn gemma3() -> Self {
+        Self {
+            architecture: "gemma3",
+            n_layer: 6,
+            n_kv_head: 1,
+            head_dim: Some(32),
+            chat_template: false,
+            rope_base: Some(1_000_000.0),
+            sliding_window: Some(16),
+            rope_base_swa: Some(10_000.0),
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for TinySpec {
@@ -69,6 +114,10 @@ impl Default for TinySpec {
             long_rope: None,
             separate_qkv: false,
             weight_dtype: GgmlDType::Q8_0,
+            rope_base: None,
+            sliding_window: None,
+            rope_base_swa: None,
+            logit_softcap: None,
         }
     }
 }
@@ -184,8 +233,8 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
             }
         }
         named.push((p("attn_output"), tensor(&[d, qd], 0.5, wt)));
-        if spec.architecture == "qwen3" {
-            // Qwen3's per-head Q and K norms, near one.
+        if spec.architecture == "qwen3" || spec.architecture == "gemma3" {
+            // Qwen3's and Gemma 3's per-head Q and K norms, near one.
             for stem in ["attn_q_norm", "attn_k_norm"] {
                 let noise = tensor(&[hd], 0.5, GgmlDType::F32)
                     .dequantize(&Device::Cpu)
@@ -203,6 +252,16 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
             named.push((p("ffn_up"), tensor(&[ff, d], 0.5, wt)));
         }
         named.push((p("ffn_down"), tensor(&[d, ff], 0.5, wt)));
+        if spec.architecture == "gemma3" {
+            // Gemma's post-attention and post-MLP norms, near one.
+            for stem in ["post_attention_norm", "post_ffw_norm"] {
+                let noise = tensor(&[d], 0.5, GgmlDType::F32)
+                    .dequantize(&Device::Cpu)
+                    .expect("noise");
+                let t = (noise + 1.0).expect("near one");
+                named.push((p(stem), QTensor::quantize(&t, GgmlDType::F32).expect("f32")));
+            }
+        }
     }
 
     if let Some(f) = &spec.rope_freqs {
@@ -243,7 +302,10 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         (format!("{arch}.attention.head_count"), u(spec.n_head)),
         (format!("{arch}.attention.head_count_kv"), u(spec.n_kv_head)),
         (format!("{arch}.context_length"), u(spec.context_length)),
-        (format!("{arch}.rope.freq_base"), Value::F32(10_000.0)),
+        (
+            format!("{arch}.rope.freq_base"),
+            Value::F32(spec.rope_base.unwrap_or(10_000.0)),
+        ),
         (
             format!("{arch}.attention.layer_norm_rms_epsilon"),
             Value::F32(1e-5),
@@ -279,6 +341,15 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         meta.push((key, u(lr.original_context)));
         let key = format!("{arch}.rope.scaling.attn_factor");
         meta.push((key, Value::F32(lr.attn_factor)));
+    }
+    if let Some(w) = spec.sliding_window {
+        meta.push((format!("{arch}.attention.sliding_window"), u(w)));
+    }
+    if let Some(cap) = spec.logit_softcap {
+        meta.push((format!("{arch}.final_logit_softcapping"), Value::F32(cap)));
+    }
+    if let Some(base) = spec.rope_base_swa {
+        meta.push((format!("{arch}.rope.freq_base_swa"), Value::F32(base)));
     }
     if let Some(factor) = spec.rope_linear {
         meta.push((format!("{arch}.rope.scaling.type"), s("linear")));

@@ -210,6 +210,7 @@ mod tests {
             rope_base: 100000.0,
             rope_freq_scale: 1.0,
             rms_eps: 1e-5,
+            sliding: None,
         }
     }
 

@@ -48,6 +48,13 @@ pub struct Features {
     pub scale_query: bool,
     /// Which per-pair RoPE frequency factors the file may carry.
     pub rope_factors: RopeFactors,
+    /// RMSNorms after attention and after the MLP, before each joins the
+    /// residual (`blk.N.post_attention_norm`, `blk.N.post_ffw_norm`: Gemma's).
+    pub post_norms: bool,
+    /// The MLP's gated activation.
+    pub mlp: Mlp,
+    /// Token embeddings multiplied by `sqrt(n_embd)` (Gemma).
+    pub embed_scale: bool,
 }
 
 /// Where a model's per-pair RoPE frequency factors come from, if anywhere.
@@ -58,6 +65,15 @@ pub enum RopeFactors {
     /// Phi-3's LongRoPE: `rope_factors_long.weight` or
     /// `rope_factors_short.weight`, chosen by context length.
     LongRope,
+}
+
+/// The gated activation of the MLP: `act(gate) * up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mlp {
+    /// SiLU (SwiGLU): llama, Qwen.
+    Silu,
+    /// GELU, tanh approximation (GeGLU): Gemma.
+    GeluTanh,
 }
 
 /// The pairing RoPE rotates, which llama.cpp calls the rope type.
@@ -77,6 +93,9 @@ pub const LLAMA: Features = Features {
     fused_projections: false,
     scale_query: false,
     rope_factors: RopeFactors::Llama3,
+    post_norms: false,
+    mlp: Mlp::Silu,
+    embed_scale: false,
 };
 
 struct Block {
@@ -90,6 +109,8 @@ struct Block {
     wv: Weight,
     wo: Weight,
     ffn_norm: Tensor,
+    /// Attention and MLP post-norms `[D]`, when the architecture has them.
+    post_norms: Option<[Tensor; 2]>,
     w_gate: Weight,
     w_up: Weight,
     w_down: Weight,
@@ -127,6 +148,14 @@ pub struct Llama {
     rope_sin: Tensor,
     /// What this member of the family has (biases, RoPE style).
     features: Features,
+    /// The sliding-window layers' own RoPE tables `[context_length, hd/2]`
+    /// (cos, sin), when the configuration has such layers.
+    rope_local: Option<(Tensor, Tensor)>,
+    /// Multiplies the queries after RoPE, attention then unscaled (Gemma's
+    /// order); `None`: attention scales scores by `1/sqrt(head_dim)`.
+    query_scale: Option<f32>,
+    /// Final logits soft-capped as `cap * tanh(logits / cap)`.
+    logit_softcap: Option<f32>,
 }
 
 impl Llama {
@@ -230,8 +259,14 @@ impl Llama {
                     mm(&p("ffn_up"), &[config.n_ff, d])?,
                 ]
             };
+            let post_norms = if features.post_norms {
+                Some([vec(&p("post_attention_norm"))?, vec(&p("post_ffw_norm"))?])
+            } else {
+                None
+            };
             blocks.push(Block {
                 attn_norm: vec(&p("attn_norm"))?,
+                post_norms,
                 qkv_bias,
                 qk_norm,
                 wq,
@@ -269,6 +304,17 @@ impl Llama {
                 rope_sin = (rope_sin * m as f64)?;
             }
         }
+        let rope_local = match &config.sliding {
+            Some(s) => {
+                let local = ModelConfig {
+                    rope_base: s.rope_base,
+                    rope_freq_scale: 1.0,
+                    ..config.clone()
+                };
+                Some(rope_tables(&local, None)?)
+            }
+            None => None,
+        };
         Ok(Self {
             output_norm: vec("output_norm.weight")?,
             config,
@@ -280,7 +326,28 @@ impl Llama {
             precision,
             adapters: RwLock::new(None),
             features,
+            rope_local,
+            query_scale: features.scale_query.then(|| query_scale(config.head_dim)),
+            logit_softcap: None,
         })
+    }
+
+    /// Scales the queries by `scale` after RoPE instead of the scores.
+    pub fn with_query_scale(mut self, scale: f32) -> Self {
+        self.query_scale = Some(scale);
+        self
+    }
+
+    /// Soft-caps the final logits at `cap`.
+    pub fn with_logit_softcap(mut self, cap: f32) -> Self {
+        self.logit_softcap = Some(cap);
+        self
+    }
+
+    /// The window of `layer` when it is a sliding-window layer: the most
+    /// positions its attention ever reads.
+    pub fn sliding_window(&self, layer: usize) -> Option<usize> {
+        self.config.sliding_window(layer)
     }
 
     /// How the projection weights are held.
@@ -324,10 +391,15 @@ impl Llama {
     pub fn make_trainable(&mut self) -> Result<Vec<(String, Var)>> {
         let mut out = Vec::new();
         for (i, b) in self.blocks.iter_mut().enumerate() {
-            for (stem, norm) in [
+            let mut norms = vec![
                 ("attn_norm", &mut b.attn_norm),
                 ("ffn_norm", &mut b.ffn_norm),
-            ] {
+            ];
+            if let Some([attn_post, ffn_post]) = b.post_norms.as_mut() {
+                norms.push(("post_attention_norm", attn_post));
+                norms.push(("post_ffw_norm", ffn_post));
+            }
+            for (stem, norm) in norms {
                 let var = Var::from_tensor(norm)?;
                 *norm = var.as_tensor().clone();
                 out.push((format!("blk.{i}.{stem}.weight"), var));
@@ -399,6 +471,14 @@ impl Llama {
         batch: &mut [SeqBatch<'_>],
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
+        if let Some(cap) = self.logit_softcap {
+            // The learner projects these itself and would skip the cap.
+            return Err(ModelError::UnsupportedFeature {
+                key: format!("{}.final_logit_softcapping", self.config.architecture),
+                value: cap.to_string(),
+                supported: "no soft-capping when training".into(),
+            });
+        }
         let layout = plan(&self.config, batch)?;
         let x = self.trunk(batch, &layout, adapters)?;
         self.norm(&x, &self.output_norm)
@@ -447,8 +527,34 @@ impl Llama {
             .collect();
         let n_tokens = ids.len();
         let positions = Tensor::from_vec(layout.positions.clone(), n_tokens, &Device::Cpu)?;
-        let cos = self.rope_cos.index_select(&positions, 0)?; // [T, hd/2]
-        let sin = self.rope_sin.index_select(&positions, 0)?;
+        let global = self.rope_rows(&self.rope_cos, &self.rope_sin, &positions)?;
+        let local = match &self.rope_local {
+            Some((cos, sin)) => Some(self.rope_rows(cos, sin, &positions)?),
+            None => None,
+        };
+
+        let mut x = self.embedding.rows(&ids)?; // [T, D]
+        if self.features.embed_scale {
+            // After the lookup, in f32, as llama.cpp scales the rows.
+            let s = (self.config.n_embd as f32).sqrt();
+            let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
+            let scaled: Vec<f32> = xs.iter().map(|&v| v * s).collect();
+            x = Tensor::from_vec(scaled, x.shape(), x.device())?;
+        }
+        for (layer, block) in self.blocks.iter().enumerate() {
+            let rope = match (&local, self.sliding_window(layer)) {
+                (Some(local), Some(_)) => local,
+                _ => &global,
+            };
+            x = self.block_forward(layer, block, &x, rope, batch, layout, adapters)?;
+        }
+        Ok(x)
+    }
+
+    /// The angles of the batch's positions from one pair of RoPE tables.
+    fn rope_rows(&self, cos: &Tensor, sin: &Tensor, positions: &Tensor) -> Result<RopeRows> {
+        let cos = cos.index_select(positions, 0)?; // [T, hd/2]
+        let sin = sin.index_select(positions, 0)?;
         // Serving rotates with plain loops (see `exact`): the rows' angles
         // read out once for every layer.
         let angles = match self.precision {
@@ -458,21 +564,7 @@ impl Llama {
             )),
             Precision::DenseF32 => None,
         };
-
-        let mut x = self.embedding.rows(&ids)?; // [T, D]
-        for (layer, block) in self.blocks.iter().enumerate() {
-            x = self.block_forward(
-                layer,
-                block,
-                &x,
-                (&cos, &sin),
-                &angles,
-                batch,
-                layout,
-                adapters,
-            )?;
-        }
-        Ok(x)
+        Ok(RopeRows { cos, sin, angles })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -481,13 +573,13 @@ impl Llama {
         layer: usize,
         b: &Block,
         x: &Tensor,
-        (cos, sin): (&Tensor, &Tensor),
-        angles: &Option<(Vec<f32>, Vec<f32>)>,
+        rows: &RopeRows,
         batch: &mut [SeqBatch<'_>],
         layout: &BatchLayout,
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
         let c = &self.config;
+        let (cos, sin) = (&rows.cos, &rows.sin);
         let n_tokens = x.dim(0)?;
         let dense = self.precision == Precision::DenseF32;
         let proj = |t: LoraTarget, x: &Tensor| self.project(b, layer, t, x, adapters);
@@ -526,33 +618,34 @@ impl Llama {
                 candle_nn::rotary_emb::rope_i_slow(t, cos, sin)?
             })
         };
-        // Phi-3 scales the rotated query rather than the scores (f32 products).
-        let q_scale = self.features.scale_query.then(|| query_scale(c.head_dim));
-        let (q, k) = match angles {
-            None => {
-                let q = rope(&to_heads(q, c.n_head)?)?; // [1, H, T, hd]
-                let q = match q_scale {
-                    Some(s) => (q * s as f64)?,
-                    None => q,
-                };
-                (q, rope(&to_heads(k, c.n_kv_head)?)?) // k: [1, KV, T, hd]
-            }
+        let (q, k) = match &rows.angles {
+            None => (
+                rope(&to_heads(q, c.n_head)?)?,    // [1, H, T, hd]
+                rope(&to_heads(k, c.n_kv_head)?)?, // [1, KV, T, hd]
+            ),
             // Serving: llama.cpp's rounding (see `exact`).
             Some((cos, sin)) => {
-                let turn = |t: Tensor, heads: usize, scale: Option<f32>| -> Result<Tensor> {
+                let turn = |t: Tensor, heads: usize| -> Result<Tensor> {
                     let mut xs: Vec<f32> = t.flatten_all()?.to_vec1()?;
                     if neox {
                         crate::exact::rope_neox(&mut xs, c.head_dim, cos, sin);
                     } else {
                         crate::exact::rope_pairs(&mut xs, c.head_dim, cos, sin);
                     }
-                    if let Some(s) = scale {
-                        xs.iter_mut().for_each(|x| *x *= s);
-                    }
                     to_heads(Tensor::from_vec(xs, t.shape(), t.device())?, heads)
                 };
-                (turn(q, c.n_head, q_scale)?, turn(k, c.n_kv_head, None)?)
+                (turn(q, c.n_head)?, turn(k, c.n_kv_head)?)
             }
+        };
+        // Gemma and Phi-3 scale the rotated queries themselves, in f32.
+        let q = match self.query_scale {
+            Some(s) if dense => (q * s as f64)?,
+            Some(s) => {
+                let xs: Vec<f32> = q.flatten_all()?.to_vec1()?;
+                let scaled: Vec<f32> = xs.iter().map(|&v| v * s).collect();
+                Tensor::from_vec(scaled, q.shape(), q.device())?
+            }
+            None => q,
         };
         let v = to_heads(v, c.n_kv_head)?; // [1, KV, T, hd]
                                            // 3. Attention per sequence, against its own cache.
@@ -608,19 +701,32 @@ impl Llama {
                 .collect::<Result<_>>()?
         };
         let attn = Tensor::cat(&outs, 0)?; // [T, D]
-        let x = (x + proj(LoraTarget::O, &attn)?)?;
-        // 4. SwiGLU MLP.
+        let mut attn = proj(LoraTarget::O, &attn)?;
+        if let Some([post, _]) = &b.post_norms {
+            attn = self.norm(&attn, post)?;
+        }
+        let x = (x + attn)?;
+        // 4. Gated MLP (SwiGLU or GeGLU).
         let h = self.norm(&x, &b.ffn_norm)?;
         let gate = proj(LoraTarget::Gate, &h)?; // [T, F]
         let up = proj(LoraTarget::Up, &h)?;
-        let sw = if dense {
-            (candle_nn::ops::silu(&gate)? * up)?
-        } else {
-            let gs: Vec<f32> = gate.flatten_all()?.to_vec1()?;
-            let us: Vec<f32> = up.flatten_all()?.to_vec1()?;
-            Tensor::from_vec(crate::exact::swiglu(&gs, &us), gate.shape(), gate.device())?
+        let sw = match (dense, self.features.mlp) {
+            (true, Mlp::Silu) => (candle_nn::ops::silu(&gate)? * up)?,
+            (true, Mlp::GeluTanh) => (gate.gelu()? * up)?,
+            (false, mlp) => {
+                let gs: Vec<f32> = gate.flatten_all()?.to_vec1()?;
+                let us: Vec<f32> = up.flatten_all()?.to_vec1()?;
+                let out = match mlp {
+                    Mlp::Silu => crate::exact::swiglu(&gs, &us),
+                    Mlp::GeluTanh => crate::exact::geglu_tanh(&gs, &us),
+                };
+                Tensor::from_vec(out, gate.shape(), gate.device())?
+            }
         };
-        let ff = proj(LoraTarget::Down, &sw)?; // [T, D]
+        let mut ff = proj(LoraTarget::Down, &sw)?; // [T, D]
+        if let Some([_, post]) = &b.post_norms {
+            ff = self.norm(&ff, post)?;
+        }
         Ok((x + ff)?)
     }
 
@@ -643,23 +749,24 @@ impl Llama {
         // (autograd).
         let serving = self.precision == Precision::Quantized;
         let replayed = cache.visibility().is_some();
-        // A pre-scaled query (Phi-3) leaves the scores unscaled.
-        let scale = if self.features.scale_query {
-            1.0
-        } else {
-            (1.0 / (c.head_dim as f64).sqrt()) as f32
+        let scale = match self.query_scale {
+            Some(_) => 1.0,
+            None => (1.0 / (c.head_dim as f64).sqrt()) as f32,
         };
+        let window = self.sliding_window(layer).map(|w| w as u32);
         // llama.cpp's numerics (see `flash`), except one new token over a long
         // cache, where llama.cpp's own result depends on its thread count and
         // speed matters most: there the vectorized decode below.
-        if serving && (n > 1 || n_cached < FAST_DECODE_MIN || replayed) {
+        if serving && (n > 1 || n_cached < FAST_DECODE_MIN || replayed || window.is_some()) {
             let want = cache.wants_attention(layer);
             let exact = {
                 let view: &dyn KvStore = &*cache;
                 let k_pos: Vec<&[u32]> =
                     (0..c.n_kv_head).map(|h| view.positions(layer, h)).collect();
                 let replay = view.visibility().map(|v| (v, layer));
-                crate::flash::attend_tensors(q, q_pos, &kc, &vc, &k_pos, replay, scale, want)?
+                crate::flash::attend_tensors_windowed(
+                    q, q_pos, &kc, &vc, &k_pos, replay, window, scale, want,
+                )?
             };
             if let Some((out, weights)) = exact {
                 drop((kc, vc));
@@ -681,7 +788,7 @@ impl Llama {
             Precision::DenseF32 => q.clone(),
         };
         let q = &q;
-        if n == 1 && serving && !replayed {
+        if n == 1 && serving && !replayed && window.is_none() {
             let want = cache.wants_attention(layer);
             if let Some((out, weights)) =
                 crate::attention::decode_tensors(q, &kc, &vc, g, scale, want)?
@@ -705,8 +812,8 @@ impl Llama {
 
         // One new token sees every cached entry, unless a replayed eviction
         // record hides some of them.
-        if n > 1 || cache.visibility().is_some() {
-            let mask = causal_mask(q_pos, cache, layer, c.n_kv_head)?; // [KV, 1, n, C]
+        if n > 1 || cache.visibility().is_some() || window.is_some() {
+            let mask = causal_mask(q_pos, cache, layer, c.n_kv_head, window)?; // [KV, 1, n, C]
             scores = scores
                 .reshape((c.n_kv_head, g, n, n_cached))?
                 .broadcast_add(&mask)?
@@ -764,6 +871,16 @@ impl Llama {
             .unwrap_or(&self.embedding)
             .forward(&h)?
             .to_dtype(DType::F32)?; // [R, vocab]
+        let logits = match self.logit_softcap {
+            // llama.cpp: scale by 1/cap, tanh, scale by cap, each in f32.
+            Some(cap) => {
+                let xs: Vec<f32> = logits.flatten_all()?.to_vec1()?;
+                let inv = 1.0 / cap;
+                let capped: Vec<f32> = xs.iter().map(|&v| (v * inv).tanh() * cap).collect();
+                Tensor::from_vec(capped, logits.shape(), logits.device())?
+            }
+            None => logits,
+        };
         spans
             .into_iter()
             .map(|(start, count)| {
@@ -778,6 +895,16 @@ impl Llama {
 /// `1/sqrt(hd)` as llama.cpp's phi3 graph computes it, in f32.
 fn query_scale(head_dim: usize) -> f32 {
     1.0 / (head_dim as f32).sqrt()
+}
+
+/// One batch's RoPE angles from one pair of tables.
+struct RopeRows {
+    /// `[T, hd/2]` f32.
+    cos: Tensor,
+    /// `[T, hd/2]` f32.
+    sin: Tensor,
+    /// The same, read out for serving's loops.
+    angles: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 /// Cached positions from which one new token's attention takes the
@@ -798,8 +925,9 @@ pub fn parameter_count(cfg: &ModelConfig) -> u64 {
     );
     let qd = cfg.q_dim() as u64;
     let extra = match cfg.architecture.as_str() {
-        "qwen2" => qd + 2 * kvd,            // QKV biases
-        "qwen3" => 2 * cfg.head_dim as u64, // per-head Q and K norms
+        "qwen2" => qd + 2 * kvd,                     // QKV biases
+        "qwen3" => 2 * cfg.head_dim as u64,          // per-head Q and K norms
+        "gemma3" => 2 * cfg.head_dim as u64 + 2 * d, // QK norms, post-norms
         _ => 0,
     };
     let per_layer = 2 * qd * d + 2 * kvd * d + 3 * d * f + extra;

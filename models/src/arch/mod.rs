@@ -10,6 +10,7 @@
 //! ([`crate::exact`], [`crate::flash`]). Adding an architecture is a new file
 //! here, a variant of [`Model`] and a name in [`SUPPORTED`].
 
+pub mod gemma3;
 pub mod llama;
 pub mod phi3;
 pub mod qwen2;
@@ -29,7 +30,7 @@ use crate::weight::Precision;
 pub use llama::Llama;
 
 /// `general.architecture` values Tern runs, in the order `tern info` lists them.
-pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "phi3"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "phi3", "gemma3"];
 
 /// The error for a GGUF whose architecture Tern does not implement.
 pub fn unsupported(name: &str) -> ModelError {
@@ -51,6 +52,9 @@ pub enum Model {
     /// `phi3` (Phi-3, Phi-3.5): llama's decoder with fused projections, NeoX
     /// RoPE, a pre-scaled query and LongRoPE factors.
     Phi3(Llama),
+    /// `gemma3` (Gemma 3): llama's decoder with QK norms, post-norms, GeGLU,
+    /// a scaled embedding and sliding-window layers.
+    Gemma3(Llama),
 }
 
 impl Model {
@@ -68,6 +72,7 @@ impl Model {
             "qwen2" => Ok(Model::Qwen2(qwen2::load_as(file, precision)?)),
             "qwen3" => Ok(Model::Qwen3(qwen3::load_as(file, precision)?)),
             "phi3" => Ok(Model::Phi3(phi3::load_as(file, precision)?)),
+            "gemma3" => Ok(Model::Gemma3(gemma3::load_as(file, precision)?)),
             other => Err(unsupported(other)),
         }
     }
@@ -75,21 +80,27 @@ impl Model {
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => m.config(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => m.config(),
         }
+    }
+
+    /// The window of `layer` when it attends only to its last positions
+    /// (Gemma 3's sliding layers): the most entries its cache need keep.
+    pub fn sliding_window(&self, layer: usize) -> Option<usize> {
+        self.config().sliding_window(layer)
     }
 
     /// How the projection weights are held.
     pub fn precision(&self) -> Precision {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => m.precision(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => m.precision(),
         }
     }
 
     /// Installs (or with `None` removes) the adapters [`Model::forward`] applies.
     pub fn set_adapters(&self, adapters: Option<Arc<LoraSet>>) {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
                 m.set_adapters(adapters)
             }
         }
@@ -98,14 +109,14 @@ impl Model {
     /// The adapters [`Model::forward`] applies now.
     pub fn adapters(&self) -> Option<Arc<LoraSet>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => m.adapters(),
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => m.adapters(),
         }
     }
 
     /// `(out, in)` of a block projection: the shape an adapter on it must fit.
     pub fn projection_shape(&self, target: LoraTarget) -> (usize, usize) {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
                 m.projection_shape(target)
             }
         }
@@ -115,7 +126,7 @@ impl Model {
     /// only): what LoRA merging adds to.
     pub fn dense_projection(&self, layer: usize, target: LoraTarget) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
                 m.dense_projection(layer, target)
             }
         }
@@ -125,7 +136,7 @@ impl Model {
     /// returns them by GGUF tensor name.
     pub fn make_trainable(&mut self) -> Result<Vec<(String, Var)>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
                 m.make_trainable()
             }
         }
@@ -134,7 +145,7 @@ impl Model {
     /// The f32 output projection `[vocab, D]` ([`Precision::DenseF32`] only).
     pub fn dense_output(&self) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
                 m.dense_output()
             }
         }
@@ -150,7 +161,7 @@ impl Model {
     /// for: `[rows, vocab]` f32 with rows = 0, 1 or its token count.
     pub fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
                 m.forward(batch)
             }
         }
@@ -163,7 +174,7 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
                 m.forward_with(batch, adapters)
             }
         }
@@ -177,10 +188,19 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) => {
+            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
                 m.hidden_with(batch, adapters)
             }
         }
+    }
+}
+
+/// The sliding-window layers `file` declares, read as its architecture
+/// reads them (only gemma3 has them so far).
+pub fn sliding(file: &GgufFile, arch: &str) -> Result<Option<crate::config::Sliding>> {
+    match arch {
+        "gemma3" => gemma3::sliding(file, file.u32("gemma3.block_count")? as usize),
+        _ => Ok(None),
     }
 }
 

@@ -88,6 +88,7 @@ impl Case {
             pos: &q_pos,
             group: self.group,
             replay: None,
+            window: None,
         };
         attend(&qs, &kv, &vv, &k_pos, 0.125, want)
     }
@@ -179,6 +180,7 @@ fn future_entries_are_invisible() {
             pos: &q_pos,
             group: case.group,
             replay: None,
+            window: None,
         };
         attend(&qs, &kv, &vv, &k_pos, 0.125, true)
     };

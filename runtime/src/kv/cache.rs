@@ -9,6 +9,12 @@
 //! count), so the buffer stops growing once the policy holds a budget. Views
 //! handed to the model are narrowed slices of the buffer, not copies.
 //!
+//! Sliding-window layers (Gemma 3's) are the policy's exception: their
+//! attention never reads an entry `window` or more positions behind the
+//! query, so after each step they drop every entry no later query can see and
+//! hold at most `window - 1` between steps, whatever the policy; the policy
+//! and its budget govern the global layers only.
+//!
 //! The cache also keeps what a policy scores by: attention received so far
 //! (H2O) and the attention rows of the most recent queries (SnapKV, R-KV),
 //! recorded only when the policy asks for attention.
@@ -58,6 +64,8 @@ pub struct SeqCache {
     capacity_hint: Option<usize>,
     /// What was evicted and when, if asked for (the trainer replays it).
     log: Option<EvictionLog>,
+    /// Per layer, its sliding window when it has one.
+    windows: Vec<Option<usize>>,
 }
 
 impl SeqCache {
@@ -90,6 +98,9 @@ impl SeqCache {
             peak_bytes: 0,
             capacity_hint: None,
             log: None,
+            windows: (0..config.n_layer)
+                .map(|l| config.sliding_window(l))
+                .collect(),
         }
     }
 
@@ -133,6 +144,12 @@ impl SeqCache {
         let per_entry = 2 * config.n_kv_head * config.head_dim * std::mem::size_of::<f32>();
         let entries: usize = (0..config.n_layer)
             .map(|layer| match policy.layer_budget(layer, config.n_layer) {
+                // A sliding layer: its window, plus the newest chunk while
+                // it attends.
+                _ if config.sliding_window(layer).is_some() => {
+                    let w = config.sliding_window(layer).unwrap_or(total);
+                    total.min(w + chunk.max(1))
+                }
                 None => total,
                 Some(budget) => {
                     let cap = if policy.compresses_prompt() {
@@ -211,6 +228,7 @@ impl SeqCache {
             layers,
             policy: self.policy.clone(),
             log: self.log.clone(),
+            windows: self.windows.clone(),
             ..*self
         })
     }
@@ -219,7 +237,9 @@ impl SeqCache {
     /// prompt-prefix cache entry, or a new sequence starting from one). `None`
     /// for a compressing policy, whose entries are no longer a prefix.
     pub fn prefix(&self, len: usize) -> candle_core::Result<Option<Self>> {
-        if self.policy.budget().is_some() || len > self.len() || self.log.is_some() {
+        // Sliding layers keep only their window: not a prefix either.
+        let sliding = self.windows.iter().any(Option::is_some);
+        if self.policy.budget().is_some() || sliding || len > self.len() || self.log.is_some() {
             return Ok(None);
         }
         let cut = |t: &Option<Tensor>| {
@@ -255,6 +275,7 @@ impl SeqCache {
             seen: len,
             peak_bytes: len * self.n_layer * self.bytes_per_entry(),
             capacity_hint: None,
+            windows: self.windows.clone(),
             ..*self
         }))
     }
@@ -265,7 +286,9 @@ impl SeqCache {
     pub fn finish_prefill(&mut self) -> tern_models::Result<()> {
         for layer in 0..self.n_layer {
             let l = &self.layers[layer];
-            if policy::should_compress(&self.policy, l.len, l.since_compress, true) {
+            if self.windows[layer].is_none()
+                && policy::should_compress(&self.policy, l.len, l.since_compress, true)
+            {
                 self.compress(layer)?;
             }
         }
@@ -274,7 +297,7 @@ impl SeqCache {
 
     fn grow(&mut self, layer: usize, needed: usize) -> candle_core::Result<()> {
         let (kvh, hd) = (self.n_kv_head, self.head_dim);
-        let budgeted = self.policy.budget().is_some();
+        let budgeted = self.policy.budget().is_some() || self.windows[layer].is_some();
         let l = &mut self.layers[layer];
         if needed <= l.capacity {
             return Ok(());
@@ -307,7 +330,7 @@ impl SeqCache {
     fn compress(&mut self, layer: usize) -> tern_models::Result<()> {
         let (kvh, hd, n_layer) = (self.n_kv_head, self.head_dim, self.n_layer);
         let l = &mut self.layers[layer];
-        let (Some(kb), Some(vb)) = (&l.k, &l.v) else {
+        let (Some(kb), Some(_)) = (&l.k, &l.v) else {
             return Ok(());
         };
         let keys: Vec<Vec<f32>> = if self.policy.needs_keys() {
@@ -336,7 +359,41 @@ impl SeqCache {
                 head_dim: hd,
             },
         );
-        let kept = keep.per_head.first().map_or(0, Vec::len);
+        self.retain(layer, &keep.per_head, true)
+    }
+
+    /// Drops the entries of sliding `layer` that no later query can see:
+    /// those `window` or more positions behind the next one.
+    fn slide(&mut self, layer: usize, window: usize) -> tern_models::Result<()> {
+        let next = self.seen;
+        let l = &self.layers[layer];
+        let keep: Vec<Vec<usize>> = l
+            .positions
+            .iter()
+            .map(|p| {
+                (0..p.len())
+                    .filter(|&i| p[i] as usize + window > next)
+                    .collect()
+            })
+            .collect();
+        if keep.first().map_or(0, Vec::len) < l.len {
+            // Not an eviction: the model's window hides these entries from
+            // every later query anyway, so a replayed record need not.
+            self.retain(layer, &keep, false)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps entries `keep[h]` (ascending, the same count for every head) of
+    /// `layer`, compacted to the front of its buffers; `log` records the rest
+    /// as evicted when recording.
+    fn retain(&mut self, layer: usize, keep: &[Vec<usize>], log: bool) -> tern_models::Result<()> {
+        let kvh = self.n_kv_head;
+        let l = &mut self.layers[layer];
+        let (Some(kb), Some(vb)) = (&l.k, &l.v) else {
+            return Ok(());
+        };
+        let kept = keep.first().map_or(0, Vec::len);
         if kept >= l.len {
             l.since_compress = 0;
             return Ok(());
@@ -344,8 +401,8 @@ impl SeqCache {
         // Entries leave after the newest query's attention: it saw them, later ones do not.
         let last_query = self.seen.saturating_sub(1) as u32;
         let (mut ks, mut vs) = (Vec::with_capacity(kvh), Vec::with_capacity(kvh));
-        for (h, idx) in keep.per_head.iter().enumerate() {
-            if let Some(log) = self.log.as_mut() {
+        for (h, idx) in keep.iter().enumerate() {
+            if let Some(log) = self.log.as_mut().filter(|_| log) {
                 let mut kept_mask = vec![false; l.len];
                 for &i in idx {
                     kept_mask[i] = true;
@@ -420,8 +477,9 @@ impl KvStore for SeqCache {
         &self.layers[layer].positions[head]
     }
 
-    fn wants_attention(&self, _layer: usize) -> bool {
-        self.policy.needs_attention()
+    fn wants_attention(&self, layer: usize) -> bool {
+        // Sliding layers are not scored: the policy does not evict there.
+        self.policy.needs_attention() && self.windows[layer].is_none()
     }
 
     fn observe_attention(&mut self, layer: usize, weights: &Tensor) -> tern_models::Result<()> {
@@ -447,6 +505,9 @@ impl KvStore for SeqCache {
     }
 
     fn after_attention(&mut self, layer: usize) -> tern_models::Result<()> {
+        if let Some(window) = self.windows[layer] {
+            return self.slide(layer, window);
+        }
         let l = &self.layers[layer];
         // A prefill chunk ends like a short prompt: policies that compress at
         // prefill end do so now (scored by the chunk's last queries), so a long
