@@ -218,10 +218,26 @@ fn parameter_count_and_lora_shapes_match_the_file_on_every_architecture() {
         );
         for t in LoraTarget::ALL {
             let (out, inp) = model.arch.projection_shape(t);
+            // Phi-3 keeps Q/K/V in one `attn_qkv` and gate/up in one
+            // `ffn_up`: there the target is a block of that tensor's rows.
+            let has = |stem: &str| file.tensor_dims(&format!("blk.0.{stem}.weight")).is_some();
+            let fused = match t {
+                LoraTarget::Q | LoraTarget::K | LoraTarget::V if has("attn_qkv") => {
+                    Some("attn_qkv")
+                }
+                LoraTarget::Gate | LoraTarget::Up if !has("ffn_gate") => Some("ffn_up"),
+                _ => None,
+            };
+            let stem = fused.unwrap_or(t.gguf_stem());
             let dims = file
-                .tensor_dims(&format!("blk.0.{}.weight", t.gguf_stem()))
-                .unwrap();
-            assert_eq!(dims, vec![out, inp], "{arch} {t:?}");
+                .tensor_dims(&format!("blk.0.{stem}.weight"))
+                .unwrap_or_else(|| panic!("{arch} {t:?}: no {stem}"));
+            if fused.is_some() {
+                assert_eq!(dims[1], inp, "{arch} {t:?}");
+                assert!(dims[0] > out, "{arch} {t:?}: {dims:?} vs {out}");
+            } else {
+                assert_eq!(dims, vec![out, inp], "{arch} {t:?}");
+            }
         }
     }
 }

@@ -315,6 +315,7 @@ impl Llama {
             }
             None => None,
         };
+        let query_scale = features.scale_query.then(|| query_scale(config.head_dim));
         Ok(Self {
             output_norm: vec("output_norm.weight")?,
             config,
@@ -327,7 +328,7 @@ impl Llama {
             adapters: RwLock::new(None),
             features,
             rope_local,
-            query_scale: features.scale_query.then(|| query_scale(config.head_dim)),
+            query_scale,
             logit_softcap: None,
         })
     }

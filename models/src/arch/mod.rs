@@ -80,7 +80,11 @@ impl Model {
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => m.config(),
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.config(),
         }
     }
 
@@ -93,32 +97,44 @@ impl Model {
     /// How the projection weights are held.
     pub fn precision(&self) -> Precision {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => m.precision(),
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.precision(),
         }
     }
 
     /// Installs (or with `None` removes) the adapters [`Model::forward`] applies.
     pub fn set_adapters(&self, adapters: Option<Arc<LoraSet>>) {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
-                m.set_adapters(adapters)
-            }
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.set_adapters(adapters),
         }
     }
 
     /// The adapters [`Model::forward`] applies now.
     pub fn adapters(&self) -> Option<Arc<LoraSet>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => m.adapters(),
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.adapters(),
         }
     }
 
     /// `(out, in)` of a block projection: the shape an adapter on it must fit.
     pub fn projection_shape(&self, target: LoraTarget) -> (usize, usize) {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
-                m.projection_shape(target)
-            }
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.projection_shape(target),
         }
     }
 
@@ -126,9 +142,11 @@ impl Model {
     /// only): what LoRA merging adds to.
     pub fn dense_projection(&self, layer: usize, target: LoraTarget) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
-                m.dense_projection(layer, target)
-            }
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.dense_projection(layer, target),
         }
     }
 
@@ -136,18 +154,22 @@ impl Model {
     /// returns them by GGUF tensor name.
     pub fn make_trainable(&mut self) -> Result<Vec<(String, Var)>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
-                m.make_trainable()
-            }
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.make_trainable(),
         }
     }
 
     /// The f32 output projection `[vocab, D]` ([`Precision::DenseF32`] only).
     pub fn dense_output(&self) -> Option<&Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
-                m.dense_output()
-            }
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.dense_output(),
         }
     }
 
@@ -161,9 +183,11 @@ impl Model {
     /// for: `[rows, vocab]` f32 with rows = 0, 1 or its token count.
     pub fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
-                m.forward(batch)
-            }
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.forward(batch),
         }
     }
 
@@ -174,9 +198,11 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Vec<Option<Tensor>>> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
-                m.forward_with(batch, adapters)
-            }
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.forward_with(batch, adapters),
         }
     }
 
@@ -188,9 +214,11 @@ impl Model {
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
         match self {
-            Model::Llama(m) | Model::Qwen2(m) | Model::Qwen3(m) | Model::Phi3(m) | Model::Gemma3(m) => {
-                m.hidden_with(batch, adapters)
-            }
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.hidden_with(batch, adapters),
         }
     }
 }
