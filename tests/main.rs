@@ -9,6 +9,7 @@ mod engine;
 mod export;
 mod forward;
 mod humaneval;
+mod kquant;
 mod kv;
 mod plot;
 mod reasoning;

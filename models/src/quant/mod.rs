@@ -9,10 +9,12 @@
 //!   (scalar) activation quantization and weight dequantization.
 //! - [`dot`]: AVX2+FMA and portable dot kernels, chosen once at run time.
 //! - [`pool`]: the persistent worker pool the products run on.
+//! - [`k`]: the K-quant formats (256-value super-blocks, Q8_K activations).
 //! - [`linear`]: the layer itself.
 
 pub mod blocks;
 pub mod dot;
+pub mod k;
 pub mod linear;
 pub mod pool;
 

@@ -1,0 +1,154 @@
+//! Q6_K: per 256 values 128 bytes of low 4 bits `ql`, 64 bytes of high 2 bits
+//! `qh`, sixteen signed 8-bit scales (one per 16 values) and an f16 `d`; value
+//! `j` is `d * sc[j / 16] * (q - 32)`. In each half of 128 values, `ql[l]` holds
+//! values `l` (low nibble) and `l + 64` (high), `ql[l + 32]` values `l + 32` and
+//! `l + 96`, and `qh[l]` the high bits of `l`, `l + 32`, `l + 64`, `l + 96`.
+//!
+//! llama.cpp runs `ggml_vec_dot_q6_K_q8_K` for every Q6_K weight on AVX2 (its
+//! repack buffer takes Q6_K on ARM only). Its order: eight lanes, lane `l` the
+//! scaled integer dot of the unsigned quants at values `4l .. 4l + 4` of every
+//! run of 32, minus `32 * (bsum[2l] sc[2l] + bsum[2l+1] sc[2l+1])` for the offset;
+//! per super-block `acc[l] = fma(d_x * d, lane, acc[l])`; result
+//! `hsum_float_8(acc)`.
+
+use super::q8k::Q8KBlock;
+use super::{f16_at, hsum8, QK_K};
+
+/// Bytes of one Q6_K super-block.
+pub const BLOCK_BYTES: usize = 210;
+
+/// The unsigned 6-bit quant (`q`, before the `- 32`) of value `j` of block `b`.
+#[inline(always)]
+pub fn quant(b: &[u8], j: usize) -> u8 {
+    let (h, e) = (j / 128, j % 128);
+    let (ql, qh) = (&b[64 * h..64 * h + 64], &b[128 + 32 * h..128 + 32 * h + 32]);
+    let (l, t) = (e % 32, e / 32);
+    let low = match t {
+        0 => ql[l] & 0xF,
+        1 => ql[l + 32] & 0xF,
+        2 => ql[l] >> 4,
+        _ => ql[l + 32] >> 4,
+    };
+    low | (((qh[l] >> (2 * t)) & 3) << 4)
+}
+
+/// The sixteen scales.
+#[inline(always)]
+fn scales(b: &[u8]) -> [i8; 16] {
+    std::array::from_fn(|i| b[192 + i] as i8)
+}
+
+/// ggml's `dequantize_row_q6_K` for one super-block: `(d * sc) * (q - 32)`.
+pub fn dequantize_block(b: &[u8], out: &mut [f32]) {
+    let d = f16_at(b, 208);
+    let sc = scales(b);
+    for (j, o) in out[..QK_K].iter_mut().enumerate() {
+        *o = d * sc[j / 16] as f32 * (quant(b, j) as i32 - 32) as f32;
+    }
+}
+
+/// The eight exact integer lanes of one super-block, scalar.
+pub fn lanes_scalar(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
+    let sc = scales(w);
+    let mut lanes = [0i32; 8];
+    for j in 0..QK_K {
+        lanes[(j % 32) / 4] += sc[j / 16] as i32 * quant(w, j) as i32 * a.qs[j] as i32;
+    }
+    for (l, lane) in lanes.iter_mut().enumerate() {
+        let s = a.bsums[2 * l] as i32 * sc[2 * l] as i32
+            + a.bsums[2 * l + 1] as i32 * sc[2 * l + 1] as i32;
+        *lane -= 32 * s;
+    }
+    lanes
+}
+
+/// ggml's floating-point order over the super-blocks' integer lanes.
+#[inline(always)]
+fn combine(w: &[u8], a: &[Q8KBlock], lanes: impl Fn(&[u8], &Q8KBlock) -> [i32; 8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
+        let d = ab.d * f16_at(wb, 208);
+        for (acc, &p) in acc.iter_mut().zip(&lanes(wb, ab)) {
+            *acc = d.mul_add(p as f32, *acc);
+        }
+    }
+    hsum8(&acc)
+}
+
+/// One output: weight row `w` against activation row `a`; `avx2` picks the AVX2
+/// integer kernel (the caller checked the CPU has it).
+pub fn dot(avx2: bool, w: &[u8], a: &[Q8KBlock]) -> f32 {
+    debug_assert_eq!(w.len(), a.len() * BLOCK_BYTES);
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: the caller checked AVX2 and FMA; the lengths match.
+        return unsafe { avx2::dot(w, a) };
+    }
+    let _ = avx2;
+    combine(w, a, lanes_scalar)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{combine, Q8KBlock};
+
+    /// The lanes with AVX2, as ggml computes them: 6-bit quants rebuilt from their
+    /// nibble and 2-bit parts, `maddubs` with the activation quants, `madd` with
+    /// the scales, and the offset subtracted through `bsums`.
+    #[inline(always)]
+    unsafe fn lanes(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
+        let (ql, qh, sc) = (w.as_ptr(), w.as_ptr().add(128), w.as_ptr().add(192));
+        let y = a.qs.as_ptr();
+        let m3 = _mm256_set1_epi8(3);
+        let m15 = _mm256_set1_epi8(15);
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let b1 = _mm256_loadu_si256(ql.add(64 * h).cast());
+            let b2 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
+            let bh = _mm256_loadu_si256(qh.add(32 * h).cast());
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(b1, m15),
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(bh, m3)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(b2, m15),
+                    _mm256_slli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(12))),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m15),
+                    _mm256_and_si256(bh, _mm256_set1_epi8(48)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m15),
+                    _mm256_srli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(-64))),
+                ),
+            ];
+            for (t, &q) in q.iter().enumerate() {
+                let c = 4 * h + t;
+                let yv = _mm256_loadu_si256(y.add(32 * c).cast());
+                let p = _mm256_maddubs_epi16(q, yv);
+                let s = _mm256_set_m128i(
+                    _mm_set1_epi16(*sc.add(2 * c + 1) as i8 as i16),
+                    _mm_set1_epi16(*sc.add(2 * c) as i8 as i16),
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p));
+            }
+        }
+        let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.cast()));
+        let sub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16));
+        let mut out = [0i32; 8];
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_sub_epi32(sumi, sub));
+        out
+    }
+
+    /// # Safety
+    /// AVX2 and FMA available; `w.len() == a.len() * BLOCK_BYTES`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot(w: &[u8], a: &[Q8KBlock]) -> f32 {
+        combine(w, a, |wb, ab| unsafe { lanes(wb, ab) })
+    }
+}
