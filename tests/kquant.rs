@@ -47,7 +47,22 @@ struct TypeTraits {
     from_float_ref: Option<FromFloat>,
 }
 
+#[repr(C)]
+struct InitParams {
+    mem_size: usize,
+    mem_buffer: *mut c_void,
+    no_alloc: bool,
+}
+
 extern "C" {
+    fn ggml_init(params: InitParams) -> *mut c_void;
+    fn ggml_free(ctx: *mut c_void);
+    fn ggml_new_tensor_2d(ctx: *mut c_void, t: i32, ne0: i64, ne1: i64) -> *mut c_void;
+    fn ggml_get_data(t: *const c_void) -> *mut c_void;
+    fn ggml_mul_mat(ctx: *mut c_void, a: *mut c_void, b: *mut c_void) -> *mut c_void;
+    fn ggml_new_graph(ctx: *mut c_void) -> *mut c_void;
+    fn ggml_build_forward_expand(g: *mut c_void, t: *mut c_void);
+    fn ggml_graph_compute_with_ctx(ctx: *mut c_void, g: *mut c_void, n_threads: i32) -> i32;
     fn ggml_cpu_init();
     fn ggml_get_type_traits_cpu(t: i32) -> *const TypeTraitsCpu;
     fn ggml_get_type_traits(t: i32) -> *const TypeTraits;
@@ -161,6 +176,42 @@ fn q8k_block(b: &[u8]) -> Q8KBlock {
     out
 }
 
+/// ggml-cpu's whole MUL_MAT op (weights in a plain buffer, as every K-quant but
+/// a repacked Q4_K is): `x` `[rows, cols]` times the `[n, cols]` weight `raw`.
+fn ggml_mul_mat_plain(
+    t: i32,
+    raw: &[u8],
+    n: usize,
+    cols: usize,
+    x: &[f32],
+    rows: usize,
+) -> Vec<f32> {
+    let mem = raw.len() + 4 * (x.len() + rows * n) + (64 << 20);
+    // SAFETY: a fresh context big enough for three tensors and the graph (the
+    // work buffer is allocated by ggml_graph_compute_with_ctx in it); the data
+    // copies match the tensors' sizes.
+    unsafe {
+        ggml_cpu_init();
+        let ctx = ggml_init(InitParams {
+            mem_size: mem,
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: false,
+        });
+        assert!(!ctx.is_null());
+        let a = ggml_new_tensor_2d(ctx, t, cols as i64, n as i64);
+        let b = ggml_new_tensor_2d(ctx, 0, cols as i64, rows as i64);
+        std::ptr::copy_nonoverlapping(raw.as_ptr(), ggml_get_data(a).cast::<u8>(), raw.len());
+        std::ptr::copy_nonoverlapping(x.as_ptr(), ggml_get_data(b).cast::<f32>(), x.len());
+        let c = ggml_mul_mat(ctx, a, b);
+        let g = ggml_new_graph(ctx);
+        ggml_build_forward_expand(g, c);
+        assert_eq!(ggml_graph_compute_with_ctx(ctx, g, 2), 0);
+        let out = std::slice::from_raw_parts(ggml_get_data(c).cast::<f32>(), rows * n).to_vec();
+        ggml_free(ctx);
+        out
+    }
+}
+
 #[test]
 fn kquant_q8k_quantizers_match_ggml_bit_for_bit() {
     let cols = 4 * QK_K;
@@ -252,35 +303,17 @@ fn kernels() -> Vec<Kernel> {
 }
 
 #[test]
-fn kquant_vec_dot_matches_ggml_bit_for_bit() {
+fn kquant_plain_products_match_ggml_mul_mat_bit_for_bit() {
+    // ggml-cpu's MUL_MAT on weights in a plain buffer: ggml_vec_dot_*_q8_K below
+    // 8 activation rows, its tiled K-quant matmul from 8 on.
     for format in [KFormat::Q4K, KFormat::Q5K, KFormat::Q6K] {
         let t = ggml_format(format);
-        let vec_dot = cpu_traits(t).vec_dot.expect("vec_dot");
         for (n, cols) in [(13, 768), (40, 2 * QK_K)] {
             let raw = ggml_quantize(t, &values(n * cols, 7, -0.8, 1.0), n, cols);
             let w = KWeights::from_ggml(format, n, cols, &raw, Order::VecDot).unwrap();
-            let row_bytes = raw.len() / n;
-            for rows in [1, 3, 4, 8, 17] {
+            for rows in [1, 3, 4, 7, 8, 17, 40] {
                 let x = values(rows * cols, 11 + rows as u64, -2.0, 2.0);
-                let mut want = vec![0f32; rows * n];
-                for r in 0..rows {
-                    let a = ggml_q8k(&x[r * cols..(r + 1) * cols]);
-                    for c in 0..n {
-                        // SAFETY: one weight row and one activation row of `cols`.
-                        unsafe {
-                            vec_dot(
-                                cols as i32,
-                                &mut want[r * n + c],
-                                0,
-                                raw[c * row_bytes..].as_ptr().cast(),
-                                0,
-                                a.as_ptr().cast(),
-                                0,
-                                1,
-                            )
-                        };
-                    }
-                }
+                let want = ggml_mul_mat_plain(t, &raw, n, cols, &x, rows);
                 for k in kernels() {
                     let ours = w.matmul(&x, rows, k);
                     let same = ours
@@ -289,6 +322,52 @@ fn kquant_vec_dot_matches_ggml_bit_for_bit() {
                         .all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(same, "{format:?} [{n}, {cols}] x {rows} rows on {k:?}");
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn kquant_vec_dot_matches_ggml_bit_for_bit() {
+    // ggml_vec_dot_*_q8_K itself, on heavy-tailed activations.
+    for format in [KFormat::Q4K, KFormat::Q5K, KFormat::Q6K] {
+        let t = ggml_format(format);
+        let vec_dot = cpu_traits(t).vec_dot.expect("vec_dot");
+        let (n, cols) = (24, 3 * QK_K);
+        let raw = ggml_quantize(t, &values(n * cols, 7, -0.8, 1.0), n, cols);
+        let w = KWeights::from_ggml(format, n, cols, &raw, Order::VecDot).unwrap();
+        let row_bytes = raw.len() / n;
+        for rows in [1, 3, 4, 7] {
+            let x: Vec<f32> = values(rows * cols, 19 + rows as u64, -1.0, 1.0)
+                .iter()
+                .map(|v| v * v * v * 30.0)
+                .collect();
+            let mut want = vec![0f32; rows * n];
+            for r in 0..rows {
+                let a = ggml_q8k(&x[r * cols..(r + 1) * cols]);
+                for c in 0..n {
+                    // SAFETY: one weight row and one activation row of `cols`.
+                    unsafe {
+                        vec_dot(
+                            cols as i32,
+                            &mut want[r * n + c],
+                            0,
+                            raw[c * row_bytes..].as_ptr().cast(),
+                            0,
+                            a.as_ptr().cast(),
+                            0,
+                            1,
+                        )
+                    };
+                }
+            }
+            for k in kernels() {
+                let ours = w.matmul(&x, rows, k);
+                let same = ours
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{format:?} [{n}, {cols}] x {rows} rows on {k:?}");
             }
         }
     }

@@ -7,8 +7,12 @@
 //! AVX-512) ggml-cpu's repack buffer (`ggml_repack_get_optimal_repack_type`)
 //! takes exactly one K-quant: Q4_K weights with a row count divisible by 8
 //! (`q4_K_8x8_q8_K`). llamafile's sgemm takes no K-quant. So:
-//! - [`Order::VecDot`]: every other case, `ggml_vec_dot_<fmt>_q8_K` per output,
-//!   activations from `quantize_row_q8_K`.
+//! - [`Order::VecDot`]: every other case. A product of 8 or more activation rows
+//!   runs ggml-cpu's tiled K-quant matmul (`ggml_compute_forward_mul_mat_tiled`,
+//!   on by default, `tiled/tiled-kernel.cpp`): per super-block the exact scaled
+//!   integer dot `s1` (and minimum sum `s2`), `res = d * s1`, `res = fma(-dmin, s2,
+//!   res)`, `acc = fma(res, d_x, acc)`. Fewer rows run `ggml_vec_dot_<fmt>_q8_K`
+//!   per output. Activations come from `quantize_row_q8_K` either way.
 //! - [`Order::Repack`]: the repacked Q4_K product. Activation rows in whole groups
 //!   of four (the first `rows - rows % 4`) are quantized by
 //!   `ggml_quantize_mat_q8_K_4x8` and run `ggml_gemm_q4_K_8x8_q8_K`, which
@@ -82,7 +86,8 @@ impl KFormat {
 /// The floating-point order a product runs in (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
-    /// `ggml_vec_dot_*_q8_K`.
+    /// The plain buffer: `ggml_vec_dot_*_q8_K` below [`TILED_MIN_ROWS`]
+    /// activation rows, ggml-cpu's tiled matmul from there.
     VecDot,
     /// ggml-cpu's repacked Q4_K gemm (rows in groups of four) and gemv (the rest).
     Repack,
@@ -98,7 +103,13 @@ pub enum Variant {
     Gemv,
     /// `ggml_gemm_q4_K_8x8_q8_K`.
     Gemm,
+    /// ggml-cpu's tiled K-quant matmul (`tiled_run_microtile`).
+    Tiled,
 }
+
+/// From this many activation rows on, ggml-cpu runs its tiled K-quant matmul
+/// instead of `ggml_vec_dot` (`ggml_tiled_min_batch`).
+pub const TILED_MIN_ROWS: usize = 8;
 
 /// The order llama.cpp's CPU backend runs a K-quant weight's products in: its
 /// repack buffer takes Q4_K matrices whose row count is a multiple of 8. (A tied
@@ -196,6 +207,7 @@ impl KWeights {
     /// The kernel variant for activation row `r` of acts `a`.
     pub fn variant(&self, acts: &Q8KActs, r: usize) -> Variant {
         match self.order {
+            Order::VecDot if acts.rows >= TILED_MIN_ROWS => Variant::Tiled,
             Order::VecDot => Variant::VecDot,
             Order::Repack if r < acts.grouped => Variant::Gemm,
             Order::Repack => Variant::Gemv,
@@ -208,8 +220,8 @@ impl KWeights {
         let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
         match self.format {
             KFormat::Q4K => q4k::dot(avx2, v, w, a),
-            KFormat::Q5K => q5k::dot(avx2, w, a),
-            KFormat::Q6K => q6k::dot(avx2, w, a),
+            KFormat::Q5K => q5k::dot(avx2, v, w, a),
+            KFormat::Q6K => q6k::dot(avx2, v, w, a),
         }
     }
 

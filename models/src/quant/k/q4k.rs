@@ -16,6 +16,8 @@
 //!   result `acc - accm`.
 //! - `ggml_gemm_q4_K_8x8_q8_K` (repacked, rows in groups of four): the same two
 //!   accumulators, but one FMA per pair of sub-blocks (64 values).
+//! - the tiled matmul (not repacked, 8 or more rows): per super-block
+//!   `res = fma(-dmin, total_min, d * total)`, `acc = fma(res, d_x, acc)`.
 
 use super::q8k::Q8KBlock;
 use super::{f16_at, hsum8, Variant, QK_K};
@@ -115,6 +117,18 @@ fn combine(v: Variant, w: &[u8], a: &[Q8KBlock], ints: impl Fn(&[u8], &Q8KBlock)
                 }
             }
             hsum8(&acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]))
+        }
+        Variant::Tiled => {
+            let mut acc = 0f32;
+            for (wb, ab) in blocks {
+                let i = ints(wb, ab);
+                let s1: i32 = i.pair.iter().sum();
+                let s2: i32 = i.mins.iter().sum();
+                let res = f16_at(wb, 0) * s1 as f32;
+                let res = (-f16_at(wb, 2)).mul_add(s2 as f32, res);
+                acc = res.mul_add(ab.d, acc);
+            }
+            acc
         }
         Variant::Gemv | Variant::Gemm => {
             let (mut acc, mut accm) = (0f32, 0f32);

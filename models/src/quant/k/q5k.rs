@@ -7,11 +7,12 @@
 //! (`acc[l] = fma(d_x * d, lane, acc[l])` per super-block), but the minimums as
 //! one scalar: per super-block `summs = fma(-d_x * dmin, total_min, summs)` (GCC
 //! contracts ggml's `summs += dmin * total`; seen as `vfmadd231ss` in the object
-//! code); result `hsum_float_8(acc) + summs`.
+//! code); result `hsum_float_8(acc) + summs`. From 8 activation rows ggml-cpu's
+//! tiled matmul runs instead, in Q4_K's tiled order (see [`super::q4k`]).
 
 use super::q4k::scales_mins;
 use super::q8k::Q8KBlock;
-use super::{f16_at, hsum8, QK_K};
+use super::{f16_at, hsum8, Variant, QK_K};
 
 /// Bytes of one Q5_K super-block.
 pub const BLOCK_BYTES: usize = 176;
@@ -56,7 +57,23 @@ fn min_total(m: &[u8; 8], a: &Q8KBlock) -> i32 {
 }
 
 #[inline(always)]
-fn combine(w: &[u8], a: &[Q8KBlock], ints: impl Fn(&[u8], &Q8KBlock) -> ([i32; 8], i32)) -> f32 {
+fn combine(
+    v: Variant,
+    w: &[u8],
+    a: &[Q8KBlock],
+    ints: impl Fn(&[u8], &Q8KBlock) -> ([i32; 8], i32),
+) -> f32 {
+    if v == Variant::Tiled {
+        let mut acc = 0f32;
+        for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
+            let (lanes, s2) = ints(wb, ab);
+            let s1: i32 = lanes.iter().sum();
+            let res = f16_at(wb, 0) * s1 as f32;
+            let res = (-f16_at(wb, 2)).mul_add(s2 as f32, res);
+            acc = res.mul_add(ab.d, acc);
+        }
+        return acc;
+    }
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
     for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
@@ -73,22 +90,22 @@ fn combine(w: &[u8], a: &[Q8KBlock], ints: impl Fn(&[u8], &Q8KBlock) -> ([i32; 8
 
 /// One output: weight row `w` against activation row `a`; `avx2` picks the AVX2
 /// integer kernel (the caller checked the CPU has it).
-pub fn dot(avx2: bool, w: &[u8], a: &[Q8KBlock]) -> f32 {
+pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
     debug_assert_eq!(w.len(), a.len() * BLOCK_BYTES);
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: the caller checked AVX2 and FMA; the lengths match.
-        return unsafe { avx2::dot(w, a) };
+        return unsafe { avx2::dot(v, w, a) };
     }
     let _ = avx2;
-    combine(w, a, ints_scalar)
+    combine(v, w, a, ints_scalar)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{combine, min_total, scales_mins, Q8KBlock};
+    use super::{combine, min_total, scales_mins, Q8KBlock, Variant};
 
     /// The integer parts with AVX2: 5-bit quants rebuilt from nibbles and `qh`
     /// bits, `maddubs` with the activation quants, `madd` with the scales.
@@ -142,7 +159,7 @@ mod avx2 {
     /// # Safety
     /// AVX2 and FMA available; `w.len() == a.len() * BLOCK_BYTES`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot(w: &[u8], a: &[Q8KBlock]) -> f32 {
-        combine(w, a, |wb, ab| unsafe { ints(wb, ab) })
+    pub unsafe fn dot(v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
+        combine(v, w, a, |wb, ab| unsafe { ints(wb, ab) })
     }
 }

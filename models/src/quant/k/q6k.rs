@@ -9,10 +9,11 @@
 //! scaled integer dot of the unsigned quants at values `4l .. 4l + 4` of every
 //! run of 32, minus `32 * (bsum[2l] sc[2l] + bsum[2l+1] sc[2l+1])` for the offset;
 //! per super-block `acc[l] = fma(d_x * d, lane, acc[l])`; result
-//! `hsum_float_8(acc)`.
+//! `hsum_float_8(acc)`. From 8 activation rows ggml-cpu's tiled matmul runs
+//! instead: per super-block `acc = fma(d * total, d_x, acc)`.
 
 use super::q8k::Q8KBlock;
-use super::{f16_at, hsum8, QK_K};
+use super::{f16_at, hsum8, Variant, QK_K};
 
 /// Bytes of one Q6_K super-block.
 pub const BLOCK_BYTES: usize = 210;
@@ -64,7 +65,20 @@ pub fn lanes_scalar(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
 
 /// ggml's floating-point order over the super-blocks' integer lanes.
 #[inline(always)]
-fn combine(w: &[u8], a: &[Q8KBlock], lanes: impl Fn(&[u8], &Q8KBlock) -> [i32; 8]) -> f32 {
+fn combine(
+    v: Variant,
+    w: &[u8],
+    a: &[Q8KBlock],
+    lanes: impl Fn(&[u8], &Q8KBlock) -> [i32; 8],
+) -> f32 {
+    if v == Variant::Tiled {
+        let mut acc = 0f32;
+        for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
+            let s1: i32 = lanes(wb, ab).iter().sum();
+            acc = (f16_at(wb, 208) * s1 as f32).mul_add(ab.d, acc);
+        }
+        return acc;
+    }
     let mut acc = [0f32; 8];
     for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
         let d = ab.d * f16_at(wb, 208);
@@ -77,22 +91,22 @@ fn combine(w: &[u8], a: &[Q8KBlock], lanes: impl Fn(&[u8], &Q8KBlock) -> [i32; 8
 
 /// One output: weight row `w` against activation row `a`; `avx2` picks the AVX2
 /// integer kernel (the caller checked the CPU has it).
-pub fn dot(avx2: bool, w: &[u8], a: &[Q8KBlock]) -> f32 {
+pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
     debug_assert_eq!(w.len(), a.len() * BLOCK_BYTES);
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: the caller checked AVX2 and FMA; the lengths match.
-        return unsafe { avx2::dot(w, a) };
+        return unsafe { avx2::dot(v, w, a) };
     }
     let _ = avx2;
-    combine(w, a, lanes_scalar)
+    combine(v, w, a, lanes_scalar)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{combine, Q8KBlock};
+    use super::{combine, Q8KBlock, Variant};
 
     /// The lanes with AVX2, as ggml computes them: 6-bit quants rebuilt from their
     /// nibble and 2-bit parts, `maddubs` with the activation quants, `madd` with
@@ -148,7 +162,7 @@ mod avx2 {
     /// # Safety
     /// AVX2 and FMA available; `w.len() == a.len() * BLOCK_BYTES`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot(w: &[u8], a: &[Q8KBlock]) -> f32 {
-        combine(w, a, |wb, ab| unsafe { lanes(wb, ab) })
+    pub unsafe fn dot(v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
+        combine(v, w, a, |wb, ab| unsafe { lanes(wb, ab) })
     }
 }

@@ -79,7 +79,7 @@ pub fn quantize_block(x: &[f32], out: &mut Q8KBlock) {
 pub fn quantize_block_x4(x: &[f32], out: &mut Q8KBlock) {
     let x = &x[..QK_K];
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let positive_max = x.iter().any(|&v| v == amax);
+    let positive_max = x.contains(&amax);
     let iscale = match (amax != 0.0, positive_max) {
         (false, _) => 0.0,
         (true, true) => -127.0 / amax,
