@@ -26,8 +26,9 @@ type FromFloat = unsafe extern "C" fn(*const f32, *mut c_void, i64);
 type ToFloat = unsafe extern "C" fn(*const c_void, *mut f32, i64);
 type VecDot =
     unsafe extern "C" fn(i32, *mut f32, usize, *const c_void, usize, *const c_void, usize, i32);
-type Gemx = unsafe extern "C" fn(i32, *mut f32, usize, *const c_void, *const c_void, i32, i32);
 
+// Mirrors of ggml's structs: every field is there for the layout.
+#[allow(dead_code)]
 #[repr(C)]
 struct TypeTraitsCpu {
     from_float: Option<FromFloat>,
@@ -36,6 +37,7 @@ struct TypeTraitsCpu {
     nrows: i64,
 }
 
+#[allow(dead_code)]
 #[repr(C)]
 struct TypeTraits {
     type_name: *const std::ffi::c_char,
