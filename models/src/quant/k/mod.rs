@@ -50,6 +50,11 @@ pub const QK_K: usize = 256;
 const PARALLEL_MIN_BLOCK_DOTS: usize = 256;
 /// Tasks per thread the output columns are split into.
 const TASKS_PER_THREAD: usize = 4;
+/// Activation rows each unpacked weight super-block is dotted against in turn
+/// (the most a format's `dot_rows` keeps running sums for at once).
+pub(crate) const ROWS_AT_ONCE: usize = 32;
+/// Activation rows kept in cache across a task's column range.
+const ROW_TILE: usize = ROWS_AT_ONCE;
 
 /// A K-quant weight format Tern computes natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,13 +243,28 @@ impl KWeights {
         let threads = pool.threads();
         let work = rows * n * self.blocks_per_row();
         let out_ptr = SharedOut(out.as_mut_ptr());
+        let variants: Vec<Variant> = (0..rows).map(|r| self.variant(&acts, r)).collect();
+        let act_rows: Vec<&[q8k::Q8KBlock]> = (0..rows).map(|r| acts.row(r)).collect();
+        let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
         let run = |cols: std::ops::Range<usize>| {
-            for c in cols {
-                for r in 0..rows {
-                    let v = self.dot(kernel, &acts, c, r);
-                    // SAFETY: `r * n + c < rows * n`, the buffer's length, and
-                    // each column range is claimed by one task only.
-                    unsafe { *out_ptr.get().add(r * n + c) = v };
+            let mut col = [0f32; ROW_TILE];
+            // A tile of activation rows stays in cache across the column range;
+            // each weight super-block is unpacked once per tile.
+            for r0 in (0..rows).step_by(ROW_TILE) {
+                let r1 = rows.min(r0 + ROW_TILE);
+                let (v, a, o) = (&variants[r0..r1], &act_rows[r0..r1], &mut col[..r1 - r0]);
+                for c in cols.clone() {
+                    let w = self.row(c);
+                    match self.format {
+                        KFormat::Q4K => q4k::dot_rows(avx2, v, w, a, o),
+                        KFormat::Q5K => q5k::dot_rows(avx2, v, w, a, o),
+                        KFormat::Q6K => q6k::dot_rows(avx2, v, w, a, o),
+                    }
+                    for (i, &val) in o.iter().enumerate() {
+                        // SAFETY: `(r0 + i) * n + c < rows * n`, the buffer's
+                        // length, and each column range is claimed by one task only.
+                        unsafe { *out_ptr.get().add((r0 + i) * n + c) = val };
+                    }
                 }
             }
         };

@@ -20,7 +20,7 @@
 //!   `res = fma(-dmin, total_min, d * total)`, `acc = fma(res, d_x, acc)`.
 
 use super::q8k::Q8KBlock;
-use super::{f16_at, hsum8, Variant, QK_K};
+use super::{f16_at, hsum8, Variant, QK_K, ROWS_AT_ONCE};
 
 /// Bytes of one Q4_K super-block.
 pub const BLOCK_BYTES: usize = 144;
@@ -97,58 +97,142 @@ pub fn ints_scalar(w: &[u8], a: &Q8KBlock) -> Ints {
     ints
 }
 
-/// The floating-point combination of the super-blocks' integer parts in the
-/// order of `v`'s ggml kernel (see the module doc).
+/// One output's running floating-point state; which fields a kernel uses
+/// depends on its [`Variant`].
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Acc {
+    acc: [f32; 8],
+    accm: [f32; 4],
+}
+
+/// Adds one super-block's integer parts to `s` in the order of `v`'s ggml kernel
+/// (see the module doc).
 #[inline(always)]
-fn combine(v: Variant, w: &[u8], a: &[Q8KBlock], ints: impl Fn(&[u8], &Q8KBlock) -> Ints) -> f32 {
-    let blocks = w.chunks_exact(BLOCK_BYTES).zip(a);
+fn step(v: Variant, s: &mut Acc, wb: &[u8], ab: &Q8KBlock, i: &Ints) {
     match v {
         Variant::VecDot => {
-            let (mut acc, mut accm) = ([0f32; 8], [0f32; 4]);
-            for (wb, ab) in blocks {
-                let i = ints(wb, ab);
-                let d = ab.d * f16_at(wb, 0);
-                let dmin = -ab.d * f16_at(wb, 2);
-                for (acc, &p) in acc.iter_mut().zip(&i.pos) {
-                    *acc = d.mul_add(p as f32, *acc);
-                }
-                for (accm, &p) in accm.iter_mut().zip(&i.mins) {
-                    *accm = dmin.mul_add(p as f32, *accm);
-                }
+            let d = ab.d * f16_at(wb, 0);
+            let dmin = -ab.d * f16_at(wb, 2);
+            for (acc, &p) in s.acc.iter_mut().zip(&i.pos) {
+                *acc = d.mul_add(p as f32, *acc);
             }
-            hsum8(&acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]))
+            for (accm, &p) in s.accm.iter_mut().zip(&i.mins) {
+                *accm = dmin.mul_add(p as f32, *accm);
+            }
         }
         Variant::Tiled => {
-            let mut acc = 0f32;
-            for (wb, ab) in blocks {
-                let i = ints(wb, ab);
-                let s1: i32 = i.pair.iter().sum();
-                let s2: i32 = i.mins.iter().sum();
-                let res = f16_at(wb, 0) * s1 as f32;
-                let res = (-f16_at(wb, 2)).mul_add(s2 as f32, res);
-                acc = res.mul_add(ab.d, acc);
-            }
-            acc
+            let s1: i32 = i.pair.iter().sum();
+            let s2: i32 = i.mins.iter().sum();
+            let res = f16_at(wb, 0) * s1 as f32;
+            let res = (-f16_at(wb, 2)).mul_add(s2 as f32, res);
+            s.acc[0] = res.mul_add(ab.d, s.acc[0]);
         }
         Variant::Gemv | Variant::Gemm => {
-            let (mut acc, mut accm) = (0f32, 0f32);
-            for (wb, ab) in blocks {
-                let i = ints(wb, ab);
-                let dd = f16_at(wb, 0) * ab.d;
-                let ddm = f16_at(wb, 2) * ab.d;
-                if v == Variant::Gemm {
-                    for k in 0..4 {
-                        acc = (i.pair[k] as f32).mul_add(dd, acc);
-                        accm = (i.mins[k] as f32).mul_add(ddm, accm);
-                    }
-                } else {
-                    let total: i32 = i.pair.iter().sum();
-                    let total_min: i32 = i.mins.iter().sum();
-                    acc = (total as f32).mul_add(dd, acc);
-                    accm = (total_min as f32).mul_add(ddm, accm);
+            let dd = f16_at(wb, 0) * ab.d;
+            let ddm = f16_at(wb, 2) * ab.d;
+            let (mut acc, mut accm) = (s.acc[0], s.accm[0]);
+            if v == Variant::Gemm {
+                for k in 0..4 {
+                    acc = (i.pair[k] as f32).mul_add(dd, acc);
+                    accm = (i.mins[k] as f32).mul_add(ddm, accm);
                 }
+            } else {
+                let total: i32 = i.pair.iter().sum();
+                let total_min: i32 = i.mins.iter().sum();
+                acc = (total as f32).mul_add(dd, acc);
+                accm = (total_min as f32).mul_add(ddm, accm);
             }
-            acc - accm
+            (s.acc[0], s.accm[0]) = (acc, accm);
+        }
+    }
+}
+
+/// The output from the state after the last super-block.
+#[inline(always)]
+fn finish(v: Variant, s: &Acc) -> f32 {
+    match v {
+        Variant::VecDot => hsum8(&s.acc) + ((s.accm[0] + s.accm[2]) + (s.accm[1] + s.accm[3])),
+        Variant::Tiled => s.acc[0],
+        Variant::Gemv | Variant::Gemm => s.acc[0] - s.accm[0],
+    }
+}
+
+/// A weight super-block unpacked once for dotting against many activation rows.
+pub(crate) struct Unpacked {
+    sc: [u8; 8],
+    m: [u8; 8],
+    /// The quants of sub-block `s` at `q[32 s..]`.
+    q: [u8; QK_K],
+}
+
+/// Unpacks super-block `w`.
+#[inline(always)]
+fn unpack_scalar(w: &[u8]) -> Unpacked {
+    let (sc, m) = scales_mins(&w[4..16]);
+    let mut q = [0u8; QK_K];
+    for j in 0..4 {
+        for e in 0..32 {
+            let b = w[16 + 32 * j + e];
+            q[64 * j + e] = b & 0xF;
+            q[64 * j + 32 + e] = b >> 4;
+        }
+    }
+    Unpacked { sc, m, q }
+}
+
+/// The integer parts from an unpacked weight block, scalar.
+#[inline(always)]
+fn ints_unpacked(u: &Unpacked, a: &Q8KBlock) -> Ints {
+    let mut ints = Ints {
+        pos: [0; 8],
+        pair: [0; 4],
+        mins: min_pairs(&u.m, a),
+    };
+    for (j, &s) in u.sc.iter().enumerate() {
+        for e in 0..32 {
+            let t = u.q[32 * j + e] as i32 * a.qs[32 * j + e] as i32 * s as i32;
+            ints.pos[e / 4] += t;
+            ints.pair[j / 2] += t;
+        }
+    }
+    ints
+}
+
+/// ggml's floating-point combination over a whole row (see the module doc).
+#[inline(always)]
+fn combine(v: Variant, w: &[u8], a: &[Q8KBlock], ints: impl Fn(&[u8], &Q8KBlock) -> Ints) -> f32 {
+    let mut s = Acc::default();
+    for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
+        step(v, &mut s, wb, ab, &ints(wb, ab));
+    }
+    finish(v, &s)
+}
+
+/// One weight row `w` against several activation rows `a[i]` (kernel `v[i]`),
+/// into `out[i]`: each weight super-block is unpacked once for all of them, and
+/// each output keeps its own kernel's order, so `out[i]` equals
+/// `dot(avx2, v[i], w, a[i])` bit for bit.
+pub fn dot_rows(avx2: bool, v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: the caller checked AVX2 and FMA.
+        return unsafe { avx2::dot_rows(v, w, a, out) };
+    }
+    let _ = avx2;
+    for ((v, a), out) in v
+        .chunks(ROWS_AT_ONCE)
+        .zip(a.chunks(ROWS_AT_ONCE))
+        .zip(out.chunks_mut(ROWS_AT_ONCE))
+    {
+        let mut accs = [Acc::default(); ROWS_AT_ONCE];
+        for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
+            let u = unpack_scalar(wb);
+            for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
+                step(vi, s, wb, &ar[b], &ints_unpacked(&u, &ar[b]));
+            }
+        }
+        for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
+            *o = finish(vi, s);
         }
     }
 }
@@ -171,7 +255,10 @@ pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{combine, min_pairs, scales_mins, Ints, Q8KBlock, Variant, BLOCK_BYTES, QK_K};
+    use super::{
+        combine, finish, min_pairs, scales_mins, step, Acc, Ints, Q8KBlock, Variant, BLOCK_BYTES,
+        QK_K, ROWS_AT_ONCE,
+    };
 
     /// The integer parts with AVX2: per pair of sub-blocks, unsigned 4-bit quants
     /// times signed activation quants pairwise (`maddubs`), then times the scale
@@ -217,6 +304,79 @@ mod avx2 {
         let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
         _mm_cvtsi128_si32(s)
+    }
+
+    /// A super-block's nibbles split into eight vectors of 32 quants and its
+    /// scales broadcast, once for many activation rows.
+    struct Unpacked {
+        q: [__m256i; 8],
+        sc: [__m256i; 8],
+        m: [u8; 8],
+    }
+
+    #[inline(always)]
+    unsafe fn unpack(w: &[u8]) -> Unpacked {
+        let (sc, m) = scales_mins(&w[4..16]);
+        let qs = w.as_ptr().add(16);
+        let m4 = _mm256_set1_epi8(0xF);
+        let mut q = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(qs.add(32 * j).cast());
+            q[2 * j] = _mm256_and_si256(bits, m4);
+            q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+        }
+        Unpacked {
+            q,
+            sc: std::array::from_fn(|s| _mm256_set1_epi16(sc[s] as i16)),
+            m,
+        }
+    }
+
+    /// The integer parts from an unpacked block (the same exact integers).
+    #[inline(always)]
+    unsafe fn ints_unpacked(u: &Unpacked, a: &Q8KBlock) -> Ints {
+        let y = a.qs.as_ptr();
+        let mut pos = _mm256_setzero_si256();
+        let mut s = [_mm256_setzero_si256(); 4];
+        for (j, s) in s.iter_mut().enumerate() {
+            let yl = _mm256_loadu_si256(y.add(64 * j).cast());
+            let yh = _mm256_loadu_si256(y.add(64 * j + 32).cast());
+            let pl = _mm256_madd_epi16(u.sc[2 * j], _mm256_maddubs_epi16(u.q[2 * j], yl));
+            let ph = _mm256_madd_epi16(u.sc[2 * j + 1], _mm256_maddubs_epi16(u.q[2 * j + 1], yh));
+            *s = _mm256_add_epi32(pl, ph);
+            pos = _mm256_add_epi32(pos, *s);
+        }
+        // The four pair totals at once: two rounds of pairwise adds, then the halves.
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+        let p = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+        let mut lanes = [0i32; 8];
+        _mm256_storeu_si256(lanes.as_mut_ptr().cast(), pos);
+        let mut pair = [0i32; 4];
+        _mm_storeu_si128(pair.as_mut_ptr().cast(), p);
+        Ints {
+            pos: lanes,
+            pair,
+            mins: min_pairs(&u.m, a),
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and FMA available; every `a[i]` as long as `w` in super-blocks.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_rows(v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
+        let n = ROWS_AT_ONCE;
+        for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
+            let mut accs = [Acc::default(); ROWS_AT_ONCE];
+            for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
+                let u = unpack(wb);
+                for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
+                    step(vi, s, wb, &ar[b], &ints_unpacked(&u, &ar[b]));
+                }
+            }
+            for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
+                *o = finish(vi, s);
+            }
+        }
     }
 
     /// # Safety

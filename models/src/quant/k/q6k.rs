@@ -13,7 +13,7 @@
 //! instead: per super-block `acc = fma(d * total, d_x, acc)`.
 
 use super::q8k::Q8KBlock;
-use super::{f16_at, hsum8, Variant, QK_K};
+use super::{f16_at, hsum8, Variant, QK_K, ROWS_AT_ONCE};
 
 /// Bytes of one Q6_K super-block.
 pub const BLOCK_BYTES: usize = 210;
@@ -48,12 +48,13 @@ pub fn dequantize_block(b: &[u8], out: &mut [f32]) {
     }
 }
 
-/// The eight exact integer lanes of one super-block, scalar.
-pub fn lanes_scalar(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
-    let sc = scales(w);
+/// The eight exact integer lanes from a super-block's unpacked quants `q` and
+/// scales `sc`, scalar.
+#[inline(always)]
+fn lanes_unpacked(q: &[u8; QK_K], sc: &[i8; 16], a: &Q8KBlock) -> [i32; 8] {
     let mut lanes = [0i32; 8];
     for j in 0..QK_K {
-        lanes[(j % 32) / 4] += sc[j / 16] as i32 * quant(w, j) as i32 * a.qs[j] as i32;
+        lanes[(j % 32) / 4] += sc[j / 16] as i32 * q[j] as i32 * a.qs[j] as i32;
     }
     for (l, lane) in lanes.iter_mut().enumerate() {
         let s = a.bsums[2 * l] as i32 * sc[2 * l] as i32
@@ -61,6 +62,40 @@ pub fn lanes_scalar(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
         *lane -= 32 * s;
     }
     lanes
+}
+
+/// A super-block's 6-bit quants, unpacked.
+#[inline(always)]
+fn unpack_scalar(w: &[u8]) -> [u8; QK_K] {
+    std::array::from_fn(|j| quant(w, j))
+}
+
+/// The eight exact integer lanes of one super-block, scalar.
+pub fn lanes_scalar(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
+    lanes_unpacked(&unpack_scalar(w), &scales(w), a)
+}
+
+/// Adds one super-block's lanes to the running sums `acc` in ggml's order.
+#[inline(always)]
+fn step(v: Variant, acc: &mut [f32; 8], wb: &[u8], ab: &Q8KBlock, lanes: &[i32; 8]) {
+    if v == Variant::Tiled {
+        let s1: i32 = lanes.iter().sum();
+        acc[0] = (f16_at(wb, 208) * s1 as f32).mul_add(ab.d, acc[0]);
+    } else {
+        let d = ab.d * f16_at(wb, 208);
+        for (acc, &p) in acc.iter_mut().zip(lanes) {
+            *acc = d.mul_add(p as f32, *acc);
+        }
+    }
+}
+
+#[inline(always)]
+fn finish(v: Variant, acc: &[f32; 8]) -> f32 {
+    if v == Variant::Tiled {
+        acc[0]
+    } else {
+        hsum8(acc)
+    }
 }
 
 /// ggml's floating-point order over the super-blocks' integer lanes.
@@ -71,22 +106,36 @@ fn combine(
     a: &[Q8KBlock],
     lanes: impl Fn(&[u8], &Q8KBlock) -> [i32; 8],
 ) -> f32 {
-    if v == Variant::Tiled {
-        let mut acc = 0f32;
-        for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-            let s1: i32 = lanes(wb, ab).iter().sum();
-            acc = (f16_at(wb, 208) * s1 as f32).mul_add(ab.d, acc);
-        }
-        return acc;
-    }
     let mut acc = [0f32; 8];
     for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        let d = ab.d * f16_at(wb, 208);
-        for (acc, &p) in acc.iter_mut().zip(&lanes(wb, ab)) {
-            *acc = d.mul_add(p as f32, *acc);
+        step(v, &mut acc, wb, ab, &lanes(wb, ab));
+    }
+    finish(v, &acc)
+}
+
+/// One weight row `w` against several activation rows `a[i]` (kernel `v[i]`),
+/// into `out[i]`, each weight super-block unpacked once for all of them; `out[i]`
+/// equals `dot(avx2, v[i], w, a[i])` bit for bit.
+pub fn dot_rows(avx2: bool, v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: the caller checked AVX2 and FMA.
+        return unsafe { avx2::dot_rows(v, w, a, out) };
+    }
+    let _ = avx2;
+    let n = ROWS_AT_ONCE;
+    for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
+        let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
+        for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
+            let (q, sc) = (unpack_scalar(wb), scales(wb));
+            for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
+                step(vi, s, wb, &ar[b], &lanes_unpacked(&q, &sc, &ar[b]));
+            }
+        }
+        for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
+            *o = finish(vi, s);
         }
     }
-    hsum8(&acc)
 }
 
 /// One output: weight row `w` against activation row `a`; `avx2` picks the AVX2
@@ -106,7 +155,7 @@ pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{combine, Q8KBlock, Variant};
+    use super::{combine, finish, step, Q8KBlock, Variant, BLOCK_BYTES, ROWS_AT_ONCE};
 
     /// The lanes with AVX2, as ggml computes them: 6-bit quants rebuilt from their
     /// nibble and 2-bit parts, `maddubs` with the activation quants, `madd` with
@@ -157,6 +206,91 @@ mod avx2 {
         let mut out = [0i32; 8];
         _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_sub_epi32(sumi, sub));
         out
+    }
+
+    /// A super-block's 6-bit quants (eight vectors of 32) and scales (per vector,
+    /// the pair for its two halves; all sixteen widened for the offset), once for
+    /// many activation rows.
+    struct Unpacked {
+        q: [__m256i; 8],
+        sc: [__m256i; 8],
+        sc16: __m256i,
+    }
+
+    #[inline(always)]
+    unsafe fn unpack(w: &[u8]) -> Unpacked {
+        let (ql, qh, sc) = (w.as_ptr(), w.as_ptr().add(128), w.as_ptr().add(192));
+        let m3 = _mm256_set1_epi8(3);
+        let m15 = _mm256_set1_epi8(15);
+        let mut u = Unpacked {
+            q: [_mm256_setzero_si256(); 8],
+            sc: [_mm256_setzero_si256(); 8],
+            sc16: _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.cast())),
+        };
+        for h in 0..2 {
+            let b1 = _mm256_loadu_si256(ql.add(64 * h).cast());
+            let b2 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
+            let bh = _mm256_loadu_si256(qh.add(32 * h).cast());
+            u.q[4 * h] = _mm256_or_si256(
+                _mm256_and_si256(b1, m15),
+                _mm256_slli_epi16::<4>(_mm256_and_si256(bh, m3)),
+            );
+            u.q[4 * h + 1] = _mm256_or_si256(
+                _mm256_and_si256(b2, m15),
+                _mm256_slli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(12))),
+            );
+            u.q[4 * h + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m15),
+                _mm256_and_si256(bh, _mm256_set1_epi8(48)),
+            );
+            u.q[4 * h + 3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m15),
+                _mm256_srli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(-64))),
+            );
+        }
+        for c in 0..8 {
+            u.sc[c] = _mm256_set_m128i(
+                _mm_set1_epi16(*sc.add(2 * c + 1) as i8 as i16),
+                _mm_set1_epi16(*sc.add(2 * c) as i8 as i16),
+            );
+        }
+        u
+    }
+
+    /// The lanes from an unpacked block (the same exact integers).
+    #[inline(always)]
+    unsafe fn lanes_unpacked(u: &Unpacked, a: &Q8KBlock) -> [i32; 8] {
+        let y = a.qs.as_ptr();
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..8 {
+            let yv = _mm256_loadu_si256(y.add(32 * c).cast());
+            let p = _mm256_maddubs_epi16(u.q[c], yv);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(u.sc[c], p));
+        }
+        let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+        let sub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, u.sc16));
+        let mut out = [0i32; 8];
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_sub_epi32(sumi, sub));
+        out
+    }
+
+    /// # Safety
+    /// AVX2 and FMA available; every `a[i]` as long as `w` in super-blocks.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_rows(v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
+        let n = ROWS_AT_ONCE;
+        for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
+            let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
+            for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
+                let u = unpack(wb);
+                for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
+                    step(vi, s, wb, &ar[b], &lanes_unpacked(&u, &ar[b]));
+                }
+            }
+            for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
+                *o = finish(vi, s);
+            }
+        }
     }
 
     /// # Safety

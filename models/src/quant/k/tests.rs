@@ -169,3 +169,31 @@ fn kquant_unsupported_types_are_refused_by_name() {
         assert!(QLinear::from_qtensor(q).expect("native").is_native());
     }
 }
+
+/// The multi-row kernels (each weight super-block unpacked once per tile of
+/// activation rows) give every output exactly what the one-output kernel gives,
+/// across tile edges too.
+#[test]
+fn kquant_row_tiles_equal_one_output_dots() {
+    let mut rng = StdRng::seed_from_u64(0x4d);
+    for (format, order) in cases() {
+        let w = weights(&mut rng, format, 24, 512, order);
+        for rows in [1, 5, 8, 31, 32, 33, 70] {
+            let x = random(&mut rng, rows * 512, -2.0, 2.0);
+            let acts = Q8KActs::quantize(&x, 512, rows, w.grouped_rows(rows));
+            for kernel in [Kernel::Scalar, best_kernel()] {
+                let y = w.matmul(&x, rows, kernel);
+                for r in 0..rows {
+                    for c in 0..w.rows {
+                        let one = w.dot(kernel, &acts, c, r);
+                        assert_eq!(
+                            y[r * w.rows + c].to_bits(),
+                            one.to_bits(),
+                            "{format:?} {order:?} {kernel:?} rows {rows} ({r}, {c})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
