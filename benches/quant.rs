@@ -1,7 +1,8 @@
 //! Criterion benchmarks of Tern's quantized linear layer (`tern_models::quant::QLinear`)
 //! against candle's `QMatMul` on SmolLM2-135M's shapes: a decode-step MLP projection
 //! (Q4_1, 1 row), the tied Q8_0 output projection (1 row), and a prefill chunk
-//! (Q4_1, 64 rows), and 8-row batched decode steps of both.
+//! (Q4_1, 64 rows), 8-row batched decode steps of both, and the K-quants (Q4_K,
+//! Q5_K and Q6_K at 1, 8, 64 and 512 rows) on Gemma 3 270M's ffn_down shape.
 
 use std::sync::Arc;
 
@@ -37,6 +38,11 @@ fn bench_case(
     let theirs = QMatMul::from_arc(qw).expect("qmatmul");
     let x = Tensor::from_vec(values(rows * inp, 2), (rows, inp), &Device::Cpu).expect("x");
     let mut g = c.benchmark_group(name);
+    if rows >= 64 {
+        g.sample_size(10);
+        g.warm_up_time(std::time::Duration::from_millis(500));
+        g.measurement_time(std::time::Duration::from_secs(2));
+    }
     g.bench_function(BenchmarkId::new("tern", ""), |b| {
         b.iter(|| ours.forward(&x).expect("forward"))
     });
@@ -52,6 +58,17 @@ fn benches(c: &mut Criterion) {
     bench_case(c, "q4_1 8x576 * 1536x576", GgmlDType::Q4_1, 8, 1536, 576);
     bench_case(c, "q8_0 8x576 * 49152x576", GgmlDType::Q8_0, 8, 49152, 576);
     bench_case(c, "q4_1 64x576 * 1536x576", GgmlDType::Q4_1, 64, 1536, 576);
+    // K-quants on Gemma 3 270M's ffn_down shape (n_ff 2048 -> 640).
+    for (fmt, dtype) in [
+        ("q4_k", GgmlDType::Q4K),
+        ("q5_k", GgmlDType::Q5K),
+        ("q6_k", GgmlDType::Q6K),
+    ] {
+        for rows in [1, 8, 64, 512] {
+            let name = format!("{fmt} {rows}x2048 * 640x2048");
+            bench_case(c, &name, dtype, rows, 640, 2048);
+        }
+    }
 }
 
 criterion_group!(quant, benches);

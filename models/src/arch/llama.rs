@@ -190,7 +190,12 @@ impl Llama {
         };
         let weight = |t: QTensor| -> Result<Weight> {
             Ok(match precision {
-                Precision::Quantized => Weight::Quant(QLinear::from_qtensor(t)?),
+                Precision::Quantized => {
+                    Weight::Quant(QLinear::from_qtensor(t).map_err(|e| ModelError::BadTensor {
+                        name: name.into(),
+                        reason: e.to_string(),
+                    })?)
+                }
                 Precision::DenseF32 => {
                     Weight::Dense(t.dequantize(&Device::Cpu)?.to_dtype(DType::F32)?)
                 }

@@ -4,8 +4,10 @@
 //! Q4_0, Q4_1 and Q8_0 weights are repacked into Tern-owned aligned storage and run
 //! on Tern's kernels ([`super::dot`]) over Tern's thread pool ([`super::pool`]):
 //! activations are quantized once per call, then the output columns are split into
-//! tasks that idle pool threads pull from a shared counter. Every other dtype runs
-//! through candle's `QMatMul`, inside the same type, so callers never branch.
+//! tasks that idle pool threads pull from a shared counter. The K-quants run on
+//! [`super::k`] in the order llama.cpp's kernel for the case has. F32/F16/BF16
+//! run through candle's `QMatMul`, inside the same type, so callers never branch;
+//! any other dtype is refused when the layer is built.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Module, Result, Sh
 use super::blocks::{PackedWeights, QuantizedActs, WeightFormat, GROUP, QK};
 use super::dot::{self, Kernel, OutPtr};
 use super::float::{HalfFormat, HalfWeights};
+use super::k::{llama_cpp_order, KFormat, KWeights};
 use super::pool::Pool;
 
 /// Below this many (output, block, row) products a call runs on the caller alone:
@@ -36,6 +39,7 @@ pub struct QLinear {
 enum Imp {
     Native(PackedWeights),
     Half(HalfWeights),
+    K(KWeights),
     Candle(QMatMul),
 }
 
@@ -65,25 +69,33 @@ impl QLinear {
             d => bail!("QLinear needs a 2-D weight [out, in], got shape {d:?}"),
         };
         let dtype = weight.dtype();
-        let native = WeightFormat::from_ggml(dtype)
-            .filter(|_| weight.device().is_cpu() && in_dim.is_multiple_of(QK));
-        let half = HalfFormat::from_ggml(dtype).filter(|_| weight.device().is_cpu());
-        let imp = match (native, half) {
-            (Some(format), _) => {
-                let data = weight.data()?;
-                Imp::Native(
-                    PackedWeights::from_ggml(format, out_dim, in_dim, &data)
-                        .map_err(candle_core::Error::msg)?,
-                )
-            }
-            (None, Some(format)) => {
-                let data = weight.data()?;
-                Imp::Half(
-                    HalfWeights::from_ggml(format, out_dim, in_dim, &data)
-                        .map_err(candle_core::Error::msg)?,
-                )
-            }
-            (None, None) => Imp::Candle(QMatMul::from_arc(weight)?),
+        let cpu = weight.device().is_cpu();
+        let native = WeightFormat::from_ggml(dtype).filter(|_| cpu && in_dim.is_multiple_of(QK));
+        let imp = if let Some(format) = native {
+            let data = weight.data()?;
+            Imp::Native(
+                PackedWeights::from_ggml(format, out_dim, in_dim, &data)
+                    .map_err(candle_core::Error::msg)?,
+            )
+        } else if let Some(format) = KFormat::from_ggml(dtype).filter(|_| cpu) {
+            let order = llama_cpp_order(format, out_dim);
+            let data = weight.data()?;
+            Imp::K(
+                KWeights::from_ggml(format, out_dim, in_dim, &data, order)
+                    .map_err(candle_core::Error::msg)?,
+            )
+        } else if let Some(format) = HalfFormat::from_ggml(dtype).filter(|_| cpu) {
+            let data = weight.data()?;
+            Imp::Half(
+                HalfWeights::from_ggml(format, out_dim, in_dim, &data)
+                    .map_err(candle_core::Error::msg)?,
+            )
+        } else if matches!(dtype, GgmlDType::F32) || !cpu {
+            Imp::Candle(QMatMul::from_arc(weight)?)
+        } else {
+            // Never a silent fallback: candle's kernels would not round as
+            // llama.cpp does.
+            bail!("no Tern kernel for GGUF type {dtype:?} (weight [{out_dim}, {in_dim}])")
         };
         Ok(Self {
             out_dim,
@@ -110,14 +122,14 @@ impl QLinear {
 
     /// Whether Tern's kernels run this layer (false: candle's `QMatMul` does).
     pub fn is_native(&self) -> bool {
-        matches!(self.imp, Imp::Native(_) | Imp::Half(_))
+        matches!(self.imp, Imp::Native(_) | Imp::Half(_) | Imp::K(_))
     }
 
     /// Rows `ids` of the weight, dequantized to `[ids.len(), in]` f32: the token
     /// embedding lookup, so a tied embedding/output matrix is held once.
     pub fn rows(&self, ids: &[u32]) -> Result<Tensor> {
         match &self.imp {
-            Imp::Native(_) | Imp::Half(_) => {
+            Imp::Native(_) | Imp::Half(_) | Imp::K(_) => {
                 let mut out = vec![0f32; ids.len() * self.in_dim];
                 for (row, &id) in out.chunks_exact_mut(self.in_dim).zip(ids) {
                     if id as usize >= self.out_dim {
@@ -126,6 +138,7 @@ impl QLinear {
                     match &self.imp {
                         Imp::Native(w) => w.dequantize_row(id as usize, row),
                         Imp::Half(w) => w.dequantize_row(id as usize, row),
+                        Imp::K(w) => w.dequantize_row(id as usize, row),
                         Imp::Candle(_) => unreachable!("matched above"),
                     }
                 }
@@ -164,6 +177,16 @@ impl QLinear {
             Imp::Half(w) => {
                 let x = x.to_dtype(DType::F32)?.contiguous()?;
                 x.apply_op1_no_bwd(&HalfOp { w, kernel })
+            }
+            Imp::K(w) => {
+                let x = x.to_dtype(DType::F32)?.contiguous()?;
+                let dims = x.dims().to_vec();
+                let rows = x.elem_count() / self.in_dim;
+                let xs = x.flatten_all()?.to_vec1::<f32>()?;
+                let y = w.matmul(&xs, rows, kernel);
+                let mut out_dims = dims[..dims.len() - 1].to_vec();
+                out_dims.push(self.out_dim);
+                Tensor::from_vec(y, out_dims, &candle_core::Device::Cpu)
             }
         }
     }

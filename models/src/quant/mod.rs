@@ -10,11 +10,13 @@
 //! - [`dot`]: AVX2+FMA and portable dot kernels, chosen once at run time.
 //! - [`float`]: F16 and BF16 weights, in llama.cpp's two summation orders.
 //! - [`pool`]: the persistent worker pool the products run on.
+//! - [`k`]: the K-quant formats (256-value super-blocks, Q8_K activations).
 //! - [`linear`]: the layer itself.
 
 pub mod blocks;
 pub mod dot;
 pub mod float;
+pub mod k;
 pub mod linear;
 pub mod pool;
 

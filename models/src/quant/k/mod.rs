@@ -1,0 +1,316 @@
+//! The K-quant weight formats (256-value super-blocks dotted against Q8_K
+//! activations), computed as llama.cpp's CPU backend computes them on an AVX2
+//! machine, bit for bit.
+//!
+//! Which ggml kernel runs decides the floating-point order, so it decides the
+//! bits. In-process llama.cpp loads with `use_extra_bufts` on, and on AVX2 (no
+//! AVX-512) ggml-cpu's repack buffer (`ggml_repack_get_optimal_repack_type`)
+//! takes exactly one K-quant: Q4_K weights with a row count divisible by 8
+//! (`q4_K_8x8_q8_K`). llamafile's sgemm takes no K-quant. So:
+//! - [`Order::VecDot`]: every other case. A product of 8 or more activation rows
+//!   runs ggml-cpu's tiled K-quant matmul (`ggml_compute_forward_mul_mat_tiled`,
+//!   on by default, `tiled/tiled-kernel.cpp`): per super-block the exact scaled
+//!   integer dot `s1` (and minimum sum `s2`), `res = d * s1`, `res = fma(-dmin, s2,
+//!   res)`, `acc = fma(res, d_x, acc)`. Fewer rows run `ggml_vec_dot_<fmt>_q8_K`
+//!   per output. Activations come from `quantize_row_q8_K` either way.
+//! - [`Order::Repack`]: the repacked Q4_K product. Activation rows in whole groups
+//!   of four (the first `rows - rows % 4`) are quantized by
+//!   `ggml_quantize_mat_q8_K_4x8` and run `ggml_gemm_q4_K_8x8_q8_K`, which
+//!   accumulates once per pair of 32-value sub-blocks; the remaining rows are
+//!   quantized by `quantize_row_q8_K` and run `ggml_gemv_q4_K_8x8_q8_K`, which
+//!   accumulates once per super-block. See [`q4k`].
+//!
+//! Each format module has the block layout, ggml's reference dequantization, the
+//! integer parts of a super-block product in a scalar and an AVX2 version (the
+//! integer parts are exact, so any method gives the same integers), and the
+//! floating-point combination in ggml's order, shared by both kernels.
+
+pub mod q4k;
+pub mod q5k;
+pub mod q6k;
+pub mod q8k;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use candle_core::quantized::GgmlDType;
+
+use super::blocks::AlignedBytes;
+use super::dot::{best_kernel, Kernel};
+use super::pool::Pool;
+use q8k::Q8KActs;
+
+/// Values per super-block in every K-quant format.
+pub const QK_K: usize = 256;
+
+/// Below this many (output, super-block, row) products a call runs on the caller
+/// alone.
+const PARALLEL_MIN_BLOCK_DOTS: usize = 256;
+/// Tasks per thread the output columns are split into.
+const TASKS_PER_THREAD: usize = 4;
+/// Activation rows each unpacked weight super-block is dotted against in turn
+/// (the most a format's `dot_rows` keeps running sums for at once).
+pub(crate) const ROWS_AT_ONCE: usize = 32;
+/// Activation rows kept in cache across a task's column range.
+const ROW_TILE: usize = ROWS_AT_ONCE;
+
+/// A K-quant weight format Tern computes natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KFormat {
+    /// 4-bit quants, 8 sub-blocks of 32 with 6-bit scales and minimums.
+    Q4K,
+    /// 5-bit quants, laid out as Q4_K plus a plane of fifth bits.
+    Q5K,
+    /// 6-bit quants, 16 sub-blocks of 16 with 8-bit scales.
+    Q6K,
+}
+
+impl KFormat {
+    /// The native K-quant format for a ggml dtype, if there is one.
+    pub fn from_ggml(dtype: GgmlDType) -> Option<Self> {
+        match dtype {
+            GgmlDType::Q4K => Some(Self::Q4K),
+            GgmlDType::Q5K => Some(Self::Q5K),
+            GgmlDType::Q6K => Some(Self::Q6K),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one super-block in ggml's layout.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            Self::Q4K => q4k::BLOCK_BYTES,
+            Self::Q5K => q5k::BLOCK_BYTES,
+            Self::Q6K => q6k::BLOCK_BYTES,
+        }
+    }
+}
+
+/// The floating-point order a product runs in (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// The plain buffer: `ggml_vec_dot_*_q8_K` below [`TILED_MIN_ROWS`]
+    /// activation rows, ggml-cpu's tiled matmul from there.
+    VecDot,
+    /// ggml-cpu's repacked Q4_K gemm (rows in groups of four) and gemv (the rest).
+    Repack,
+}
+
+/// What one output's product follows: the order and, for [`Order::Repack`],
+/// which of its two kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// `ggml_vec_dot_*_q8_K`.
+    VecDot,
+    /// `ggml_gemv_q4_K_8x8_q8_K`.
+    Gemv,
+    /// `ggml_gemm_q4_K_8x8_q8_K`.
+    Gemm,
+    /// ggml-cpu's tiled K-quant matmul (`tiled_run_microtile`).
+    Tiled,
+}
+
+/// From this many activation rows on, ggml-cpu runs its tiled K-quant matmul
+/// instead of `ggml_vec_dot` (`ggml_tiled_min_batch`).
+pub const TILED_MIN_ROWS: usize = 8;
+
+/// The order llama.cpp's CPU backend runs a K-quant weight's products in: its
+/// repack buffer takes Q4_K matrices whose row count is a multiple of 8. (A tied
+/// output is no exception: llama.cpp loads the token embedding a second time as
+/// the output, a MUL_MAT weight, while lookups read the plain copy.)
+pub fn llama_cpp_order(format: KFormat, rows: usize) -> Order {
+    if format == KFormat::Q4K && rows.is_multiple_of(8) {
+        Order::Repack
+    } else {
+        Order::VecDot
+    }
+}
+
+/// A K-quant weight matrix `[rows, cols]`: ggml's super-blocks, row-major, in
+/// 64-byte aligned storage.
+pub struct KWeights {
+    /// The format.
+    pub format: KFormat,
+    /// Output features.
+    pub rows: usize,
+    /// Input features, a multiple of 256.
+    pub cols: usize,
+    /// The order its products follow.
+    pub order: Order,
+    data: AlignedBytes,
+}
+
+impl KWeights {
+    /// Copies `data`, the ggml serialization of a `[rows, cols]` matrix, failing on
+    /// a row length that is not whole super-blocks or a size mismatch.
+    pub fn from_ggml(
+        format: KFormat,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+        order: Order,
+    ) -> Result<Self, String> {
+        if !cols.is_multiple_of(QK_K) {
+            return Err(format!(
+                "{format:?} row length {cols} is not a multiple of {QK_K}"
+            ));
+        }
+        let expected = rows
+            .checked_mul(cols / QK_K * format.block_bytes())
+            .ok_or_else(|| format!("[{rows}, {cols}] overflows"))?;
+        if data.len() != expected {
+            return Err(format!(
+                "expected {expected} bytes of {format:?} data for [{rows}, {cols}], found {}",
+                data.len()
+            ));
+        }
+        let mut stored = AlignedBytes::zeroed(expected);
+        stored.as_mut_slice().copy_from_slice(data);
+        Ok(Self {
+            format,
+            rows,
+            cols,
+            order,
+            data: stored,
+        })
+    }
+
+    /// Super-blocks per row.
+    pub fn blocks_per_row(&self) -> usize {
+        self.cols / QK_K
+    }
+
+    /// Row `r`'s bytes.
+    pub fn row(&self, r: usize) -> &[u8] {
+        let n = self.blocks_per_row() * self.format.block_bytes();
+        &self.data.as_slice()[r * n..(r + 1) * n]
+    }
+
+    /// Dequantizes row `r` into `out` (`cols` values) as ggml's `dequantize_row_*`.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let bb = self.format.block_bytes();
+        for (blk, o) in self.row(r).chunks_exact(bb).zip(out.chunks_exact_mut(QK_K)) {
+            match self.format {
+                KFormat::Q4K => q4k::dequantize_block(blk, o),
+                KFormat::Q5K => q5k::dequantize_block(blk, o),
+                KFormat::Q6K => q6k::dequantize_block(blk, o),
+            }
+        }
+    }
+
+    /// How many leading activation rows of an `n`-row product take the grouped
+    /// (gemm) path, quantized by [`q8k::quantize_block_x4`].
+    pub fn grouped_rows(&self, n: usize) -> usize {
+        match self.order {
+            Order::Repack => n - n % 4,
+            Order::VecDot => 0,
+        }
+    }
+
+    /// The kernel variant for activation row `r` of acts `a`.
+    pub fn variant(&self, acts: &Q8KActs, r: usize) -> Variant {
+        match self.order {
+            Order::VecDot if acts.rows >= TILED_MIN_ROWS => Variant::Tiled,
+            Order::VecDot => Variant::VecDot,
+            Order::Repack if r < acts.grouped => Variant::Gemm,
+            Order::Repack => Variant::Gemv,
+        }
+    }
+
+    /// One output: weight row `c` against activation row `r`.
+    pub fn dot(&self, kernel: Kernel, acts: &Q8KActs, c: usize, r: usize) -> f32 {
+        let (w, a, v) = (self.row(c), acts.row(r), self.variant(acts, r));
+        let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
+        match self.format {
+            KFormat::Q4K => q4k::dot(avx2, v, w, a),
+            KFormat::Q5K => q5k::dot(avx2, v, w, a),
+            KFormat::Q6K => q6k::dot(avx2, v, w, a),
+        }
+    }
+
+    /// `x` (`rows * cols` f32, row-major) times the transpose: `rows * self.rows`
+    /// f32, on the pool.
+    pub fn matmul(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
+        let n = self.rows;
+        let mut out = vec![0f32; rows * n];
+        if rows == 0 || n == 0 {
+            return out;
+        }
+        let acts = Q8KActs::quantize(x, self.cols, rows, self.grouped_rows(rows));
+        let pool = Pool::global();
+        let threads = pool.threads();
+        let work = rows * n * self.blocks_per_row();
+        let out_ptr = SharedOut(out.as_mut_ptr());
+        let variants: Vec<Variant> = (0..rows).map(|r| self.variant(&acts, r)).collect();
+        let act_rows: Vec<&[q8k::Q8KBlock]> = (0..rows).map(|r| acts.row(r)).collect();
+        let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
+        let run = |cols: std::ops::Range<usize>| {
+            let mut col = [0f32; ROW_TILE];
+            // A tile of activation rows stays in cache across the column range;
+            // each weight super-block is unpacked once per tile.
+            for r0 in (0..rows).step_by(ROW_TILE) {
+                let r1 = rows.min(r0 + ROW_TILE);
+                let (v, a, o) = (&variants[r0..r1], &act_rows[r0..r1], &mut col[..r1 - r0]);
+                for c in cols.clone() {
+                    let w = self.row(c);
+                    match self.format {
+                        KFormat::Q4K => q4k::dot_rows(avx2, v, w, a, o),
+                        KFormat::Q5K => q5k::dot_rows(avx2, v, w, a, o),
+                        KFormat::Q6K => q6k::dot_rows(avx2, v, w, a, o),
+                    }
+                    for (i, &val) in o.iter().enumerate() {
+                        // SAFETY: `(r0 + i) * n + c < rows * n`, the buffer's
+                        // length, and each column range is claimed by one task only.
+                        unsafe { *out_ptr.get().add((r0 + i) * n + c) = val };
+                    }
+                }
+            }
+        };
+        if threads == 1 || work < PARALLEL_MIN_BLOCK_DOTS {
+            run(0..n);
+            return out;
+        }
+        let chunk = n.div_ceil(threads * TASKS_PER_THREAD).max(1);
+        let n_tasks = n.div_ceil(chunk);
+        let next = AtomicUsize::new(0);
+        pool.run(&|| loop {
+            let t = next.fetch_add(1, Ordering::Relaxed);
+            if t >= n_tasks {
+                break;
+            }
+            run(t * chunk..n.min((t + 1) * chunk));
+        });
+        out
+    }
+}
+
+/// The output buffer, written by several pool threads at disjoint elements.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+
+impl SharedOut {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: only used inside `KWeights::matmul`, whose tasks write disjoint
+// elements of a buffer that outlives the pool job.
+unsafe impl Send for SharedOut {}
+// SAFETY: as above.
+unsafe impl Sync for SharedOut {}
+
+/// `hsum_float_8`'s order: `((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))`.
+#[inline(always)]
+pub(crate) fn hsum8(a: &[f32; 8]) -> f32 {
+    let r = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    (r[0] + r[2]) + (r[1] + r[3])
+}
+
+/// The f16 at `b[i..i + 2]` as f32.
+#[inline(always)]
+pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}

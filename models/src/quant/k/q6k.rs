@@ -1,0 +1,302 @@
+//! Q6_K: per 256 values 128 bytes of low 4 bits `ql`, 64 bytes of high 2 bits
+//! `qh`, sixteen signed 8-bit scales (one per 16 values) and an f16 `d`; value
+//! `j` is `d * sc[j / 16] * (q - 32)`. In each half of 128 values, `ql[l]` holds
+//! values `l` (low nibble) and `l + 64` (high), `ql[l + 32]` values `l + 32` and
+//! `l + 96`, and `qh[l]` the high bits of `l`, `l + 32`, `l + 64`, `l + 96`.
+//!
+//! llama.cpp runs `ggml_vec_dot_q6_K_q8_K` for every Q6_K weight on AVX2 (its
+//! repack buffer takes Q6_K on ARM only). Its order: eight lanes, lane `l` the
+//! scaled integer dot of the unsigned quants at values `4l .. 4l + 4` of every
+//! run of 32, minus `32 * (bsum[2l] sc[2l] + bsum[2l+1] sc[2l+1])` for the offset;
+//! per super-block `acc[l] = fma(d_x * d, lane, acc[l])`; result
+//! `hsum_float_8(acc)`. From 8 activation rows ggml-cpu's tiled matmul runs
+//! instead: per super-block `acc = fma(d * total, d_x, acc)`.
+
+use super::q8k::Q8KBlock;
+use super::{f16_at, hsum8, Variant, QK_K, ROWS_AT_ONCE};
+
+/// Bytes of one Q6_K super-block.
+pub const BLOCK_BYTES: usize = 210;
+
+/// The unsigned 6-bit quant (`q`, before the `- 32`) of value `j` of block `b`.
+#[inline(always)]
+pub fn quant(b: &[u8], j: usize) -> u8 {
+    let (h, e) = (j / 128, j % 128);
+    let (ql, qh) = (&b[64 * h..64 * h + 64], &b[128 + 32 * h..128 + 32 * h + 32]);
+    let (l, t) = (e % 32, e / 32);
+    let low = match t {
+        0 => ql[l] & 0xF,
+        1 => ql[l + 32] & 0xF,
+        2 => ql[l] >> 4,
+        _ => ql[l + 32] >> 4,
+    };
+    low | (((qh[l] >> (2 * t)) & 3) << 4)
+}
+
+/// The sixteen scales.
+#[inline(always)]
+fn scales(b: &[u8]) -> [i8; 16] {
+    std::array::from_fn(|i| b[192 + i] as i8)
+}
+
+/// ggml's `dequantize_row_q6_K` for one super-block: `(d * sc) * (q - 32)`.
+pub fn dequantize_block(b: &[u8], out: &mut [f32]) {
+    let d = f16_at(b, 208);
+    let sc = scales(b);
+    for (j, o) in out[..QK_K].iter_mut().enumerate() {
+        *o = d * sc[j / 16] as f32 * (quant(b, j) as i32 - 32) as f32;
+    }
+}
+
+/// The eight exact integer lanes from a super-block's unpacked quants `q` and
+/// scales `sc`, scalar.
+#[inline(always)]
+fn lanes_unpacked(q: &[u8; QK_K], sc: &[i8; 16], a: &Q8KBlock) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for j in 0..QK_K {
+        lanes[(j % 32) / 4] += sc[j / 16] as i32 * q[j] as i32 * a.qs[j] as i32;
+    }
+    for (l, lane) in lanes.iter_mut().enumerate() {
+        let s = a.bsums[2 * l] as i32 * sc[2 * l] as i32
+            + a.bsums[2 * l + 1] as i32 * sc[2 * l + 1] as i32;
+        *lane -= 32 * s;
+    }
+    lanes
+}
+
+/// A super-block's 6-bit quants, unpacked.
+#[inline(always)]
+fn unpack_scalar(w: &[u8]) -> [u8; QK_K] {
+    std::array::from_fn(|j| quant(w, j))
+}
+
+/// The eight exact integer lanes of one super-block, scalar.
+pub fn lanes_scalar(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
+    lanes_unpacked(&unpack_scalar(w), &scales(w), a)
+}
+
+/// Adds one super-block's lanes to the running sums `acc` in ggml's order.
+#[inline(always)]
+fn step(v: Variant, acc: &mut [f32; 8], wb: &[u8], ab: &Q8KBlock, lanes: &[i32; 8]) {
+    if v == Variant::Tiled {
+        let s1: i32 = lanes.iter().sum();
+        acc[0] = (f16_at(wb, 208) * s1 as f32).mul_add(ab.d, acc[0]);
+    } else {
+        let d = ab.d * f16_at(wb, 208);
+        for (acc, &p) in acc.iter_mut().zip(lanes) {
+            *acc = d.mul_add(p as f32, *acc);
+        }
+    }
+}
+
+#[inline(always)]
+fn finish(v: Variant, acc: &[f32; 8]) -> f32 {
+    if v == Variant::Tiled {
+        acc[0]
+    } else {
+        hsum8(acc)
+    }
+}
+
+/// ggml's floating-point order over the super-blocks' integer lanes.
+#[inline(always)]
+fn combine(
+    v: Variant,
+    w: &[u8],
+    a: &[Q8KBlock],
+    lanes: impl Fn(&[u8], &Q8KBlock) -> [i32; 8],
+) -> f32 {
+    let mut acc = [0f32; 8];
+    for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
+        step(v, &mut acc, wb, ab, &lanes(wb, ab));
+    }
+    finish(v, &acc)
+}
+
+/// One weight row `w` against several activation rows `a[i]` (kernel `v[i]`),
+/// into `out[i]`, each weight super-block unpacked once for all of them; `out[i]`
+/// equals `dot(avx2, v[i], w, a[i])` bit for bit.
+pub fn dot_rows(avx2: bool, v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: the caller checked AVX2 and FMA.
+        return unsafe { avx2::dot_rows(v, w, a, out) };
+    }
+    let _ = avx2;
+    let n = ROWS_AT_ONCE;
+    for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
+        let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
+        for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
+            let (q, sc) = (unpack_scalar(wb), scales(wb));
+            for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
+                step(vi, s, wb, &ar[b], &lanes_unpacked(&q, &sc, &ar[b]));
+            }
+        }
+        for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
+            *o = finish(vi, s);
+        }
+    }
+}
+
+/// One output: weight row `w` against activation row `a`; `avx2` picks the AVX2
+/// integer kernel (the caller checked the CPU has it).
+pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
+    debug_assert_eq!(w.len(), a.len() * BLOCK_BYTES);
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: the caller checked AVX2 and FMA; the lengths match.
+        return unsafe { avx2::dot(v, w, a) };
+    }
+    let _ = avx2;
+    combine(v, w, a, lanes_scalar)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{combine, finish, step, Q8KBlock, Variant, BLOCK_BYTES, ROWS_AT_ONCE};
+
+    /// The lanes with AVX2, as ggml computes them: 6-bit quants rebuilt from their
+    /// nibble and 2-bit parts, `maddubs` with the activation quants, `madd` with
+    /// the scales, and the offset subtracted through `bsums`.
+    #[inline(always)]
+    unsafe fn lanes(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
+        let (ql, qh, sc) = (w.as_ptr(), w.as_ptr().add(128), w.as_ptr().add(192));
+        let y = a.qs.as_ptr();
+        let m3 = _mm256_set1_epi8(3);
+        let m15 = _mm256_set1_epi8(15);
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let b1 = _mm256_loadu_si256(ql.add(64 * h).cast());
+            let b2 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
+            let bh = _mm256_loadu_si256(qh.add(32 * h).cast());
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(b1, m15),
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(bh, m3)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(b2, m15),
+                    _mm256_slli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(12))),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m15),
+                    _mm256_and_si256(bh, _mm256_set1_epi8(48)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m15),
+                    _mm256_srli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(-64))),
+                ),
+            ];
+            for (t, &q) in q.iter().enumerate() {
+                let c = 4 * h + t;
+                let yv = _mm256_loadu_si256(y.add(32 * c).cast());
+                let p = _mm256_maddubs_epi16(q, yv);
+                let s = _mm256_set_m128i(
+                    _mm_set1_epi16(*sc.add(2 * c + 1) as i8 as i16),
+                    _mm_set1_epi16(*sc.add(2 * c) as i8 as i16),
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p));
+            }
+        }
+        let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.cast()));
+        let sub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16));
+        let mut out = [0i32; 8];
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_sub_epi32(sumi, sub));
+        out
+    }
+
+    /// A super-block's 6-bit quants (eight vectors of 32) and scales (per vector,
+    /// the pair for its two halves; all sixteen widened for the offset), once for
+    /// many activation rows.
+    struct Unpacked {
+        q: [__m256i; 8],
+        sc: [__m256i; 8],
+        sc16: __m256i,
+    }
+
+    #[inline(always)]
+    unsafe fn unpack(w: &[u8]) -> Unpacked {
+        let (ql, qh, sc) = (w.as_ptr(), w.as_ptr().add(128), w.as_ptr().add(192));
+        let m3 = _mm256_set1_epi8(3);
+        let m15 = _mm256_set1_epi8(15);
+        let mut u = Unpacked {
+            q: [_mm256_setzero_si256(); 8],
+            sc: [_mm256_setzero_si256(); 8],
+            sc16: _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.cast())),
+        };
+        for h in 0..2 {
+            let b1 = _mm256_loadu_si256(ql.add(64 * h).cast());
+            let b2 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
+            let bh = _mm256_loadu_si256(qh.add(32 * h).cast());
+            u.q[4 * h] = _mm256_or_si256(
+                _mm256_and_si256(b1, m15),
+                _mm256_slli_epi16::<4>(_mm256_and_si256(bh, m3)),
+            );
+            u.q[4 * h + 1] = _mm256_or_si256(
+                _mm256_and_si256(b2, m15),
+                _mm256_slli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(12))),
+            );
+            u.q[4 * h + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m15),
+                _mm256_and_si256(bh, _mm256_set1_epi8(48)),
+            );
+            u.q[4 * h + 3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m15),
+                _mm256_srli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(-64))),
+            );
+        }
+        for c in 0..8 {
+            u.sc[c] = _mm256_set_m128i(
+                _mm_set1_epi16(*sc.add(2 * c + 1) as i8 as i16),
+                _mm_set1_epi16(*sc.add(2 * c) as i8 as i16),
+            );
+        }
+        u
+    }
+
+    /// The lanes from an unpacked block (the same exact integers).
+    #[inline(always)]
+    unsafe fn lanes_unpacked(u: &Unpacked, a: &Q8KBlock) -> [i32; 8] {
+        let y = a.qs.as_ptr();
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..8 {
+            let yv = _mm256_loadu_si256(y.add(32 * c).cast());
+            let p = _mm256_maddubs_epi16(u.q[c], yv);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(u.sc[c], p));
+        }
+        let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+        let sub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, u.sc16));
+        let mut out = [0i32; 8];
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_sub_epi32(sumi, sub));
+        out
+    }
+
+    /// # Safety
+    /// AVX2 and FMA available; every `a[i]` as long as `w` in super-blocks.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_rows(v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
+        let n = ROWS_AT_ONCE;
+        for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
+            let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
+            for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
+                let u = unpack(wb);
+                for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
+                    step(vi, s, wb, &ar[b], &lanes_unpacked(&u, &ar[b]));
+                }
+            }
+            for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
+                *o = finish(vi, s);
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and FMA available; `w.len() == a.len() * BLOCK_BYTES`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot(v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
+        combine(v, w, a, |wb, ab| unsafe { lanes(wb, ab) })
+    }
+}

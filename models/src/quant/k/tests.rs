@@ -1,0 +1,199 @@
+//! The K-quant kernels: AVX2 against scalar bit for bit at several batch sizes
+//! and in every order, both against an f64 evaluation of the formats' meaning,
+//! and the Q8_K quantizers' semantics. (Agreement with ggml's own code, object
+//! for object, is checked where llama.cpp is linked: `tests/kquant.rs`.)
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::q8k::{quantize_block, quantize_block_x4, Q8KActs, Q8KBlock};
+use super::{KFormat, KWeights, Order, QK_K};
+use crate::quant::dot::{best_kernel, Kernel};
+
+const ROWS: [usize; 5] = [1, 3, 4, 8, 17];
+
+fn random(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(lo..hi)).collect()
+}
+
+fn weights(rng: &mut StdRng, format: KFormat, out: usize, inp: usize, order: Order) -> KWeights {
+    let dtype = match format {
+        KFormat::Q4K => GgmlDType::Q4K,
+        KFormat::Q5K => GgmlDType::Q5K,
+        KFormat::Q6K => GgmlDType::Q6K,
+    };
+    let w = Tensor::from_vec(random(rng, out * inp, -0.6, 1.0), (out, inp), &Device::Cpu)
+        .expect("tensor");
+    let q = QTensor::quantize(&w, dtype).expect("quantize");
+    KWeights::from_ggml(format, out, inp, &q.data().expect("data"), order).expect("weights")
+}
+
+/// Every (format, order) Tern runs.
+fn cases() -> Vec<(KFormat, Order)> {
+    vec![
+        (KFormat::Q4K, Order::VecDot),
+        (KFormat::Q4K, Order::Repack),
+        (KFormat::Q5K, Order::VecDot),
+        (KFormat::Q6K, Order::VecDot),
+    ]
+}
+
+#[test]
+fn kquant_avx2_equals_scalar_bit_for_bit() {
+    if best_kernel() != Kernel::Avx2 {
+        eprintln!("no AVX2 on this CPU: nothing to compare");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(0x4b);
+    for (format, order) in cases() {
+        for (out, inp) in [(40, 256), (67, 768), (300, 512)] {
+            let w = weights(&mut rng, format, out, inp, order);
+            for rows in ROWS {
+                let x = random(&mut rng, rows * inp, -2.0, 2.0);
+                let a = w.matmul(&x, rows, Kernel::Avx2);
+                let s = w.matmul(&x, rows, Kernel::Scalar);
+                assert_eq!(a, s, "{format:?} {order:?} [{out}, {inp}] x {rows} rows");
+            }
+        }
+    }
+}
+
+/// The f64 value of `sum_j w_j * x_j` over the dequantized weights and the
+/// activations as quantized.
+fn reference(w: &KWeights, acts: &Q8KActs, c: usize, r: usize) -> (f64, f64) {
+    let mut row = vec![0f32; w.cols];
+    w.dequantize_row(c, &mut row);
+    let (mut val, mut mag) = (0f64, 0f64);
+    for (j, &wv) in row.iter().enumerate() {
+        let b = &acts.row(r)[j / QK_K];
+        let t = wv as f64 * b.d as f64 * b.qs[j % QK_K] as f64;
+        val += t;
+        mag += t.abs();
+    }
+    (val, mag)
+}
+
+#[test]
+fn kquant_products_match_the_formats_meaning() {
+    let mut rng = StdRng::seed_from_u64(0x4c);
+    for (format, order) in cases() {
+        let (out, inp) = (24, 512);
+        let w = weights(&mut rng, format, out, inp, order);
+        for rows in [1, 5] {
+            let x = random(&mut rng, rows * inp, -2.0, 2.0);
+            let y = w.matmul(&x, rows, best_kernel());
+            let acts = Q8KActs::quantize(&x, inp, rows, w.grouped_rows(rows));
+            for r in 0..rows {
+                for c in 0..out {
+                    let (want, mag) = reference(&w, &acts, c, r);
+                    let got = y[r * out + c] as f64;
+                    // Dequantized values are rounded to f32 (and fused) where the
+                    // kernel keeps integers, so allow a little more than f32 sums.
+                    assert!(
+                        (got - want).abs() <= 2e-5 * mag + 1e-6,
+                        "{format:?} {order:?} [{r},{c}]: {got} vs {want} (mag {mag})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn kquant_q8k_quantizers_follow_ggml() {
+    let mut rng = StdRng::seed_from_u64(0x4d);
+    let mut x = random(&mut rng, QK_K, -3.0, 3.0);
+    // The largest magnitude negative and first: the reference's d is positive,
+    // quant -127 there; the 4x8 variant also picks positive d (no +amax value).
+    x[5] = -4.0;
+    let (mut a, mut b) = (Q8KBlock::ZERO, Q8KBlock::ZERO);
+    quantize_block(&x, &mut a);
+    quantize_block_x4(&x, &mut b);
+    assert_eq!(a.qs[5], -127);
+    assert_eq!(b.qs[5], -127);
+    assert!(a.d > 0.0 && b.d > 0.0);
+    // Now +4 appears later too: the reference keeps the first (-4, d > 0), the
+    // 4x8 variant turns to d < 0 because a value equals +amax.
+    x[200] = 4.0;
+    quantize_block(&x, &mut a);
+    quantize_block_x4(&x, &mut b);
+    assert!(a.d > 0.0 && b.d < 0.0);
+    assert_eq!((a.qs[200], b.qs[200]), (127, -127));
+    for (bl, qs) in [(&a, &a.qs), (&b, &b.qs)] {
+        for (k, s) in bl.bsums.iter().enumerate() {
+            assert_eq!(
+                *s as i32,
+                qs[16 * k..16 * k + 16]
+                    .iter()
+                    .map(|&q| q as i32)
+                    .sum::<i32>()
+            );
+        }
+    }
+    // All zero: everything zero.
+    quantize_block(&[0.0; QK_K], &mut a);
+    assert!(a.d == 0.0 && a.qs.iter().all(|&q| q == 0) && a.bsums.iter().all(|&s| s == 0));
+}
+
+#[test]
+fn kquant_repack_rows_split_into_gemm_groups_and_gemv_rest() {
+    let mut rng = StdRng::seed_from_u64(0x4e);
+    let w = weights(&mut rng, KFormat::Q4K, 16, 256, Order::Repack);
+    assert_eq!(w.grouped_rows(17), 16);
+    assert_eq!(w.grouped_rows(3), 0);
+    let v = weights(&mut rng, KFormat::Q4K, 16, 256, Order::VecDot);
+    assert_eq!(v.grouped_rows(17), 0);
+    assert_eq!(super::llama_cpp_order(KFormat::Q4K, 16), Order::Repack);
+    assert_eq!(super::llama_cpp_order(KFormat::Q4K, 12), Order::VecDot);
+    assert_eq!(super::llama_cpp_order(KFormat::Q6K, 16), Order::VecDot);
+    // A malformed matrix is an error, not a panic.
+    assert!(KWeights::from_ggml(KFormat::Q4K, 2, 255, &[0; 288], Order::VecDot).is_err());
+    assert!(KWeights::from_ggml(KFormat::Q6K, 2, 256, &[0; 419], Order::VecDot).is_err());
+}
+
+#[test]
+fn kquant_unsupported_types_are_refused_by_name() {
+    use crate::quant::QLinear;
+    let mut rng = StdRng::seed_from_u64(0x4f);
+    let w = Tensor::from_vec(random(&mut rng, 8 * 256, -1.0, 1.0), (8, 256), &Device::Cpu)
+        .expect("tensor");
+    for dtype in [GgmlDType::Q2K, GgmlDType::Q3K] {
+        let q = QTensor::quantize(&w, dtype).expect("quantize");
+        let err = QLinear::from_qtensor(q).expect_err("no kernel").to_string();
+        assert!(err.contains(&format!("{dtype:?}")), "{err}");
+    }
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+        let q = QTensor::quantize(&w, dtype).expect("quantize");
+        assert!(QLinear::from_qtensor(q).expect("native").is_native());
+    }
+}
+
+/// The multi-row kernels (each weight super-block unpacked once per tile of
+/// activation rows) give every output exactly what the one-output kernel gives,
+/// across tile edges too.
+#[test]
+fn kquant_row_tiles_equal_one_output_dots() {
+    let mut rng = StdRng::seed_from_u64(0x4d);
+    for (format, order) in cases() {
+        let w = weights(&mut rng, format, 24, 512, order);
+        for rows in [1, 5, 8, 31, 32, 33, 70] {
+            let x = random(&mut rng, rows * 512, -2.0, 2.0);
+            let acts = Q8KActs::quantize(&x, 512, rows, w.grouped_rows(rows));
+            for kernel in [Kernel::Scalar, best_kernel()] {
+                let y = w.matmul(&x, rows, kernel);
+                for r in 0..rows {
+                    for c in 0..w.rows {
+                        let one = w.dot(kernel, &acts, c, r);
+                        assert_eq!(
+                            y[r * w.rows + c].to_bits(),
+                            one.to_bits(),
+                            "{format:?} {order:?} {kernel:?} rows {rows} ({r}, {c})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
