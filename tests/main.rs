@@ -14,6 +14,7 @@ mod plot;
 mod reasoning;
 mod reference;
 mod security;
+mod spm;
 mod tokenizer;
 mod train;
 mod vocab;
