@@ -281,13 +281,14 @@ impl Specials {
     /// ordinary text becomes that token. Control and unknown tokens are only
     /// cut out with `parse_special`; user-defined ones always are.
     pub(super) fn partition(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
+        // Empty text is no fragment at all (so it gets no space prefix).
+        if text.is_empty() {
+            return Vec::new();
+        }
         let mut frags = vec![Fragment::Text(0, text.len())];
         let Some(finder) = &self.finder else {
             return frags;
         };
-        if text.is_empty() {
-            return frags;
-        }
         // A token absent from the whole text is absent from every piece of it.
         let mut present = vec![false; self.tokens.len()];
         for m in finder.find_overlapping_iter(text) {
