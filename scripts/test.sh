@@ -39,6 +39,8 @@ cargo build --release --locked
 # 3. The real model, verified by sha256 (idempotent).
 say "fetching the model and the test vocabularies"
 ./target/release/tern pull
+# Gemma 3 270M: its SentencePiece vocabulary for the tokenizer checks (tests/spm.rs).
+./target/release/tern pull gemma3-270m
 # Real Qwen and Llama 3 vocabularies for the tokenizer checks (tests/vocab.rs).
 python3 scripts/fetch_vocab.py
 

@@ -16,6 +16,7 @@ mod plot;
 mod reasoning;
 mod reference;
 mod security;
+mod spm;
 mod templates;
 mod tokenizer;
 mod train;

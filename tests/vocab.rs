@@ -66,6 +66,7 @@ fn vocab_from(path: &Path, pre: &'static str, bos: &str, eos: &str, add_bos: boo
         pre,
         types,
         tokens,
+        meta: Vec::new(),
     }
 }
 
@@ -82,7 +83,7 @@ fn llama3_vocab() -> TinyVocab {
 
 /// Texts both tokenizers must split alike: the reference token file's, and
 /// multilingual, code and emoji text.
-fn texts() -> Vec<String> {
+pub fn texts() -> Vec<String> {
     let mut texts: Vec<String> = std::fs::read_to_string(reference("tokens.jsonl"))
         .unwrap()
         .lines()

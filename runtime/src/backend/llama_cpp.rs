@@ -103,6 +103,17 @@ impl LlamaCppBackend {
             .collect()
     }
 
+    /// llama.cpp's own detokenization of `ids` (`llama_detokenize`): with
+    /// `remove_special` a BOS/EOS the model adds is dropped, control tokens
+    /// are shown with `unparse_special`, and a space prefix added by encoding
+    /// is taken off again.
+    pub fn detokenize(&self, ids: &[u32], remove_special: bool, unparse_special: bool) -> Vec<u8> {
+        let tokens: Vec<LlamaToken> = ids.iter().map(|&i| LlamaToken(i as i32)).collect();
+        self.model
+            .vocab()
+            .detokenize(&tokens, remove_special, unparse_special)
+    }
+
     /// Loads `path` into llama.cpp with a context sized by `opts`; `config` is
     /// Tern's reading of the same file (for KV byte accounting).
     pub fn load(path: &Path, config: &ModelConfig, opts: &LlamaCppOptions) -> Result<Self> {
