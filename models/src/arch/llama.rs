@@ -188,7 +188,7 @@ impl Llama {
             }
             Ok(t)
         };
-        let weight = |t: QTensor| -> Result<Weight> {
+        let weight = |name: &str, t: QTensor| -> Result<Weight> {
             Ok(match precision {
                 Precision::Quantized => {
                     Weight::Quant(QLinear::from_qtensor(t).map_err(|e| ModelError::BadTensor {
@@ -201,7 +201,7 @@ impl Llama {
                 }
             })
         };
-        let mm = |name: &str, dims: &[usize]| -> Result<Weight> { weight(qt(name, dims)?) };
+        let mm = |name: &str, dims: &[usize]| -> Result<Weight> { weight(name, qt(name, dims)?) };
         let vec = |name: &str| -> Result<Tensor> { Ok(qt(name, &[d])?.dequantize(&Device::Cpu)?) };
         let embedding = mm("token_embd.weight", &[config.vocab_size, d])?;
         let output = if file.has_tensor("output.weight") {
@@ -241,7 +241,8 @@ impl Llama {
                             name: p("attn_qkv"),
                             reason: "not three parts".into(),
                         })?;
-                [weight(q)?, weight(k)?, weight(v)?]
+                let n = p("attn_qkv");
+                [weight(&n, q)?, weight(&n, k)?, weight(&n, v)?]
             } else {
                 [
                     mm(&p("attn_q"), &[qd, d])?,
@@ -257,7 +258,8 @@ impl Llama {
                             name: p("ffn_up"),
                             reason: "not two parts".into(),
                         })?;
-                [weight(g)?, weight(u)?]
+                let n = p("ffn_up");
+                [weight(&n, g)?, weight(&n, u)?]
             } else {
                 [
                     mm(&p("ffn_gate"), &[config.n_ff, d])?,
