@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::support::tiny::{write_tiny_model, TinySpec};
-use crate::support::{assert_clean_error, real_model, tern};
+use crate::support::{assert_clean_error, real_gemma, real_model, tern};
 
 fn tiny(dir: &Path) -> String {
     let path = dir.join("tiny.gguf");
@@ -677,4 +677,96 @@ fn lora_trains_and_exports_on_every_architecture() {
             "{arch}: the backends disagree on the export"
         );
     }
+}
+
+/// The second real model, Gemma 3 270M (base: no chat template, so the
+/// trainer's plain `Question:`/`Answer:` prompt; Q4_K_M; sliding-window
+/// layers), fine-tuned with LoRA SFT under a memory cap: the loss falls, the
+/// measured peak stays under the cap, the merged export loads in the
+/// in-process llama.cpp, and both backends greedily answer as trained.
+#[test]
+fn real_gemma3_lora_sft_under_a_cap_exports_for_llama_cpp() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = real_gemma();
+    let task = dir.path().join("t.jsonl");
+    std::fs::write(
+        &task,
+        "{\"question\": \"What is 2 + 2?\", \"answer\": \"4\"}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let cap: f64 = 3.0 * 1024.0 * 1024.0 * 1024.0;
+    let mut args = sft_args(
+        model.to_str().unwrap(),
+        task.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "4",
+    );
+    for (flag, value) in [
+        ("--lr", "0.001"),
+        ("--prompts-per-step", "1"),
+        ("--checkpoint-every", "4"),
+    ] {
+        let at = args.iter().position(|a| *a == flag).unwrap();
+        args[at + 1] = value;
+    }
+    args.extend(["--memory-cap", "3GiB"]);
+    ok(&train(&args));
+    let m = metrics(&out);
+    assert_eq!(m.len(), 4, "{m:?}");
+    let loss = |i: usize| m[i]["loss"].as_f64().unwrap();
+    assert!(loss(3) < loss(0) / 4.0, "loss {} -> {}", loss(0), loss(3));
+    for step in &m {
+        let peak = step["peak_rss_bytes"].as_f64().unwrap();
+        assert!(peak > 0.0 && peak <= cap, "peak {peak} over the 3 GiB cap");
+    }
+    let gguf = dir.path().join("merged.gguf");
+    let e = tern(
+        &[
+            "export",
+            "--checkpoint",
+            out.to_str().unwrap(),
+            "--out",
+            gguf.to_str().unwrap(),
+            "--quant",
+            "q8_0",
+        ],
+        None,
+    );
+    assert!(e.status.success(), "{}", String::from_utf8_lossy(&e.stderr));
+    let text = |model: &Path, backend: &str| {
+        let g = tern(
+            &[
+                "generate",
+                "--model",
+                model.to_str().unwrap(),
+                "-p",
+                "Question: What is 2 + 2?\nAnswer:",
+                "-n",
+                "6",
+                "--temperature",
+                "0",
+                "--backend",
+                backend,
+            ],
+            None,
+        );
+        assert!(
+            g.status.success(),
+            "{backend}: {}",
+            String::from_utf8_lossy(&g.stderr)
+        );
+        String::from_utf8_lossy(&g.stdout).into_owned()
+    };
+    let ours = text(&gguf, "candle");
+    assert!(ours.contains("The answer is 4"), "{ours:?}");
+    assert!(
+        !text(&model, "candle").contains("The answer is 4"),
+        "the base model already answered so"
+    );
+    assert_eq!(
+        ours,
+        text(&gguf, "llama-cpp"),
+        "the backends disagree on the export"
+    );
 }

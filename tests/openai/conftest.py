@@ -10,6 +10,7 @@ Run: `python3 -m pytest -q tests/openai` from the repository root.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -59,23 +60,25 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-@pytest.fixture(scope="session")
-def server_url():
-    """Base URL (`http://127.0.0.1:PORT`) of a `tern serve` running the real model."""
+@contextlib.contextmanager
+def running_server(model: Path, pull: str, extra: tuple[str, ...] = ()):
+    """Starts `tern serve --model MODEL` (pulling `pull` from the registry when
+    the file is missing) on a free localhost port with API key `test-key`,
+    yields its base URL once `GET /health` answers 200, and stops it."""
     if not BINARY.exists():
         pytest.fail(f"{BINARY} is missing: run `cargo build --release` first")
-    if not (ROOT / MODEL).exists():
-        subprocess.run([str(BINARY), "pull"], cwd=ROOT, check=True)
+    if not (ROOT / model).exists():
+        subprocess.run([str(BINARY), "pull", pull], cwd=ROOT, check=True)
     port = _free_port()
     log_dir = Path(tempfile.mkdtemp(prefix="tern-openai-"))
     log_path = log_dir / "serve.log"
     cmd = [
         str(BINARY), "serve",
-        "--model", str(MODEL),
+        "--model", str(model),
         "--host", "127.0.0.1",
         "--port", str(port),
         "--api-key", API_KEY,
-        "--kv-memory", "2GiB",
+        *extra,
     ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -98,6 +101,13 @@ def server_url():
         _stop(proc)
         if os.environ.get("TERN_TEST_SHOW_LOG"):
             print(_log_tail(log_path))
+
+
+@pytest.fixture(scope="session")
+def server_url():
+    """Base URL (`http://127.0.0.1:PORT`) of a `tern serve` running the real model."""
+    with running_server(MODEL, "smollm2-135m-instruct", ("--kv-memory", "2GiB")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -48,15 +48,38 @@ pub struct Group {
     pub rollouts: Vec<Rollout>,
 }
 
-/// The chat prompt for a task: an optional system message and the question.
+/// The prompt for a task: an optional system message and the question,
+/// through the model's chat template; a base model (no template) gets
+/// [`base_prompt`] instead, so base checkpoints fine-tune too.
 pub fn prompt_ids(model: &LoadedModel, system: Option<&str>, task: &Task) -> Result<Vec<u32>> {
-    let mut messages = Vec::new();
-    if let Some(s) = system {
-        messages.push(ChatMessage::new("system", s));
-    }
-    messages.push(ChatMessage::new("user", task.question.as_str()));
-    let text = model.chat_template()?.render(&messages, true)?;
+    let text = match &model.template {
+        Some(template) => {
+            let mut messages = Vec::new();
+            if let Some(s) = system {
+                messages.push(ChatMessage::new("system", s));
+            }
+            messages.push(ChatMessage::new("user", task.question.as_str()));
+            template.render(&messages, true)?
+        }
+        None => base_prompt(system, &task.question),
+    };
     Ok(model.tokenizer.encode(&text, true, true)?)
+}
+
+/// The plain-text prompt a model without a chat template is trained and
+/// evaluated on: the system text, a blank line, then `Question: ...` and
+/// `Answer:` on their own lines (the few-shot-free form base models continue
+/// most readily; a completion then reads ` The answer is ...`).
+pub fn base_prompt(system: Option<&str>, question: &str) -> String {
+    let mut text = String::new();
+    if let Some(s) = system.filter(|s| !s.is_empty()) {
+        text.push_str(s);
+        text.push_str("\n\n");
+    }
+    text.push_str("Question: ");
+    text.push_str(question.trim());
+    text.push_str("\nAnswer:");
+    text
 }
 
 /// Reward of a completion: 1 when its extracted answer equals the task's.

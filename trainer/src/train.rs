@@ -445,8 +445,10 @@ pub fn train(
                     let task = &train_tasks[ti];
                     let prompt =
                         rollout::prompt_ids(engine.model(), cfg.system_prompt.as_deref(), task)?;
+                    // A base prompt ends in `Answer:`; the reply follows a space.
+                    let lead = if model.template.is_none() { " " } else { "" };
                     let mut response = model.tokenizer.encode(
-                        &format!("The answer is {}.", task.answer),
+                        &format!("{lead}The answer is {}.", task.answer),
                         false,
                         false,
                     )?;
