@@ -34,6 +34,9 @@ pub enum RuntimeError {
     /// A request parameter is out of range.
     #[error("invalid parameter `{param}`: {reason}")]
     InvalidParam { param: String, reason: String },
+    /// The engine failed while generating, or stopped mid-request.
+    #[error("generation failed: {0}")]
+    Generation(String),
     /// A backend other than Tern's own (llama.cpp) failed.
     #[error("{0}")]
     Backend(String),

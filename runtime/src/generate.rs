@@ -86,22 +86,6 @@ pub struct GenerateOutput {
     pub kv_bytes_allocated: usize,
 }
 
-/// Checks that a prompt is non-empty and leaves room for at least one token.
-pub fn check_prompt(model: &LoadedModel, prompt_tokens: usize) -> Result<()> {
-    let ctx = model.config().context_length;
-    if prompt_tokens == 0 {
-        return Err(RuntimeError::EmptyPrompt);
-    }
-    if prompt_tokens >= ctx {
-        return Err(RuntimeError::ContextLength {
-            prompt_tokens,
-            context_length: ctx,
-            max_prompt: ctx - 1,
-        });
-    }
-    Ok(())
-}
-
 /// Runs the prompt through `cache` in chunks; returns the last token's logits.
 pub fn prefill(
     model: &LoadedModel,
@@ -139,7 +123,7 @@ pub fn generate(
     mut on_text: impl FnMut(&str),
 ) -> Result<GenerateOutput> {
     req.sampling.validate()?;
-    check_prompt(model, req.prompt.len())?;
+    model.check_prompt(req.prompt.len())?;
     let ctx = model.config().context_length;
     let stop_ids = if req.ignore_eos {
         Vec::new()

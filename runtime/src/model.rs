@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use tern_models::{GgufFile, Model, ModelConfig, Precision};
 
-use crate::chat::ChatTemplate;
+use crate::chat::{ChatMessage, ChatTemplate};
+use crate::chat_prompt::{encode_chat, ContentTokens};
 use crate::error::{Result, RuntimeError};
 use crate::tokenizer::Tokenizer;
 
@@ -109,6 +110,41 @@ impl LoadedModel {
         })
     }
 
+    /// `messages` through the chat template, tokenized and ready to
+    /// generate from (the assistant turn opened): the one way every caller
+    /// builds a chat prompt. `content` says how control-token text inside
+    /// messages is encoded (see [`ContentTokens`]).
+    pub fn chat_prompt(
+        &self,
+        messages: &[ChatMessage],
+        content: ContentTokens,
+    ) -> Result<Vec<u32>> {
+        encode_chat(
+            self.chat_template()?,
+            &self.tokenizer,
+            messages,
+            true,
+            content,
+        )
+    }
+
+    /// Checks that a prompt of `prompt_tokens` is non-empty and leaves room
+    /// in the context for at least one token (see [`check_prompt`]).
+    pub fn check_prompt(&self, prompt_tokens: usize) -> Result<()> {
+        check_prompt(prompt_tokens, self.config().context_length)
+    }
+
+    /// Tokens the context leaves after a prompt of `prompt_tokens`.
+    pub fn room(&self, prompt_tokens: usize) -> usize {
+        self.config().context_length.saturating_sub(prompt_tokens)
+    }
+
+    /// `max_tokens` cut to the room after the prompt, at least 1: for
+    /// callers that generate "up to" a length rather than insist on it.
+    pub fn fit_max_tokens(&self, prompt_tokens: usize, max_tokens: usize) -> usize {
+        max_tokens.min(self.room(prompt_tokens)).max(1)
+    }
+
     /// Token ids that end generation: the declared EOS, the GGUF's
     /// end-of-turn (`tokenizer.ggml.eot_token_id`) and end-of-message ids,
     /// and the families' end tokens (`<|im_end|>`, `<|eot_id|>`,
@@ -116,4 +152,21 @@ impl LoadedModel {
     pub fn stop_tokens(&self) -> Vec<u32> {
         self.stop.clone()
     }
+}
+
+/// Checks that a prompt of `prompt_tokens` is non-empty and leaves room in a
+/// context of `context_length` for at least one token: the one check every
+/// way into the engine applies (the server calls it before queueing).
+pub fn check_prompt(prompt_tokens: usize, context_length: usize) -> Result<()> {
+    if prompt_tokens == 0 {
+        return Err(RuntimeError::EmptyPrompt);
+    }
+    if prompt_tokens >= context_length {
+        return Err(RuntimeError::ContextLength {
+            prompt_tokens,
+            context_length,
+            max_prompt: context_length.saturating_sub(1),
+        });
+    }
+    Ok(())
 }

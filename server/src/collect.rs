@@ -5,72 +5,56 @@
 //! goes away, the handler's future (and with it the event source) is dropped,
 //! which cancels the request in the engine.
 
-use tern_runtime::engine::Event;
-use tern_runtime::generate::{FinishReason, TokenLogprob};
+use tern_runtime::engine::{Collector, Completion, Event};
+use tern_runtime::generate::FinishReason;
 
 use crate::events::{EventSource, Tally};
 use crate::openai::error::ApiError;
 
-/// One finished completion.
-#[derive(Debug, Default)]
-pub struct ChoiceResult {
-    /// Its text (stop strings cut, control tokens hidden).
-    pub text: String,
-    /// Each generated token's log-probability, when asked for.
-    pub logprobs: Vec<TokenLogprob>,
-    /// Why it ended (`Stop` until told otherwise).
-    pub finish_reason: Option<FinishReason>,
-}
-
 /// Everything a non-streamed answer reports.
 #[derive(Debug)]
 pub struct Collected {
-    /// One per completion, in index order.
-    pub choices: Vec<ChoiceResult>,
+    /// One per completion, in index order (text with stop strings cut and
+    /// control tokens hidden, log-probabilities when asked for, finish reason).
+    pub choices: Vec<Completion>,
     /// Token counts and KV figures.
     pub tally: Tally,
 }
 
-/// Reads `source` until every completion is done. An engine error, or the
-/// engine going away first, is a 500.
+/// Reads `source` until every completion is done, through the runtime's
+/// [`Collector`]; the tally sees what the usage and reasoning reports need.
+/// An engine error, or the engine going away first, is a 500.
 pub async fn collect(
     mut source: impl EventSource,
     mut tally: Tally,
 ) -> Result<Collected, ApiError> {
-    let mut choices: Vec<ChoiceResult> = (0..tally.n()).map(|_| ChoiceResult::default()).collect();
+    let mut collector = Collector::new(tally.n());
     while !tally.all_done() {
-        match source.next_event().await {
-            Some(Event::Prefilled { .. }) => {}
-            Some(e @ (Event::Probe { .. } | Event::Concluded { .. })) => tally.reasoning_event(&e),
-            Some(Event::Token {
+        let Some(event) = source.next_event().await else {
+            return Err(ApiError::internal(
+                "the engine stopped before the request finished",
+            ));
+        };
+        match &event {
+            Event::Probe { .. } | Event::Concluded { .. } => tally.reasoning_event(&event),
+            Event::Done {
                 index,
-                text,
-                logprob,
-                ..
-            }) => {
-                if let Some(c) = choices.get_mut(index) {
-                    c.text.push_str(&text);
-                    c.logprobs.extend(logprob);
-                }
-            }
-            Some(Event::Done {
-                index,
-                finish_reason,
                 completion_tokens,
                 kv,
-            }) => {
-                if tally.finish(index, completion_tokens, kv) {
-                    choices[index].finish_reason = Some(finish_reason);
-                }
+                ..
+            } => {
+                tally.finish(*index, *completion_tokens, kv.clone());
             }
-            Some(Event::Error(message)) => return Err(ApiError::internal(message)),
-            None => {
-                return Err(ApiError::internal(
-                    "the engine stopped before the request finished",
-                ))
-            }
+            _ => {}
         }
+        collector
+            .push(event)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
     }
+    let choices = collector
+        .finish()
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .into_completions();
     Ok(Collected { choices, tally })
 }
 

@@ -281,20 +281,11 @@ fn response_format(f: &GenerationFields) -> Result<Option<Constraint>, ApiError>
     }
 }
 
-/// The prompt must be non-empty and leave room for at least one token.
+/// The prompt must be non-empty and leave room for at least one token
+/// (the runtime's check, answered as the API's error).
 fn check_prompt(len: usize, param: &str, context_length: usize) -> Result<(), ApiError> {
-    if len == 0 {
-        return Err(ApiError::from_runtime(RuntimeError::EmptyPrompt, param));
-    }
-    if len >= context_length {
-        let e = RuntimeError::ContextLength {
-            prompt_tokens: len,
-            context_length,
-            max_prompt: context_length.saturating_sub(1),
-        };
-        return Err(ApiError::from_runtime(e, param));
-    }
-    Ok(())
+    tern_runtime::model::check_prompt(len, context_length)
+        .map_err(|e| ApiError::from_runtime(e, param))
 }
 
 /// The requested token limit (at least 1, prompt + limit within the

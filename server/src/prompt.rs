@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 use tern_runtime::chat::ChatMessage;
-use tern_runtime::chat_prompt::{encode_chat, ContentTokens};
+use tern_runtime::chat_prompt::ContentTokens;
 use tern_runtime::LoadedModel;
 
 use crate::openai::chat::WireMessage;
@@ -114,10 +114,8 @@ pub fn chat_prompt(
     messages: &[ChatMessage],
     content: ContentTokens,
 ) -> Result<Vec<u32>, ApiError> {
-    let template = model
-        .chat_template()
-        .map_err(|e| ApiError::from_runtime(e, "messages"))?;
-    encode_chat(template, &model.tokenizer, messages, true, content)
+    model
+        .chat_prompt(messages, content)
         .map_err(|e| ApiError::from_runtime(e, "messages"))
 }
 

@@ -4,12 +4,11 @@ use std::io::{BufRead, Write};
 
 use anyhow::Result;
 use tern_runtime::chat::ChatMessage;
-use tern_runtime::chat_prompt::encode_chat;
 use tern_runtime::engine::SubmitRequest;
 use tern_runtime::generate::DEFAULT_PREFILL_CHUNK;
 
 use super::args::ChatArgs;
-use super::generate::{cli_engine, content_tokens, fit_max_tokens, run_request, sampling_params};
+use super::generate::{cli_engine, content_tokens, run_request, sampling_params};
 use super::resolve;
 
 /// Runs the subcommand with its parsed arguments.
@@ -18,7 +17,6 @@ pub fn run(a: &ChatArgs) -> Result<()> {
     model.chat_template()?;
     let engine = cli_engine(model, DEFAULT_PREFILL_CHUNK);
     let model = engine.model();
-    let template = model.chat_template()?;
     let content = content_tokens(a.allow_special_tokens_in_content);
     let mut history: Vec<ChatMessage> = Vec::new();
     let reset = |h: &mut Vec<ChatMessage>| {
@@ -53,8 +51,8 @@ pub fn run(a: &ChatArgs) -> Result<()> {
         let mut sampling = sampling_params(&a.sampling, 0);
         sampling.seed = sampling.seed.wrapping_add(turn);
         turn += 1;
-        let prompt = encode_chat(template, &model.tokenizer, &history, true, content)?;
-        let max_tokens = fit_max_tokens(model, prompt.len(), a.sampling.max_tokens);
+        let prompt = model.chat_prompt(&history, content)?;
+        let max_tokens = model.fit_max_tokens(prompt.len(), a.sampling.max_tokens);
         let mut req = SubmitRequest::new(prompt, sampling, max_tokens);
         req.stop = a.sampling.stop.clone();
         req.kv_policy = a.kv.kv_policy.clone();

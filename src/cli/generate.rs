@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde_json::json;
 use tern_runtime::chat::ChatMessage;
-use tern_runtime::chat_prompt::{encode_chat, ContentTokens};
+use tern_runtime::chat_prompt::ContentTokens;
 use tern_runtime::engine::{EngineConfig, EngineHandle, Event, KvUsage, SubmitRequest};
 use tern_runtime::generate::{FinishReason, TokenLogprob};
 use tern_runtime::sampler::SamplingParams;
@@ -39,20 +39,8 @@ pub fn prompt_ids(model: &LoadedModel, a: &GenerateArgs, prompt: &str) -> Result
     if !a.chat {
         return Ok(model.tokenizer.encode(prompt, true, true)?);
     }
-    let mut messages = Vec::new();
-    if let Some(sys) = &a.system {
-        messages.push(ChatMessage::new("system", sys.as_str()));
-    }
-    messages.push(ChatMessage::new("user", prompt));
-    let template = model.chat_template()?;
-    let content = content_tokens(a.allow_special_tokens_in_content);
-    Ok(encode_chat(
-        template,
-        &model.tokenizer,
-        &messages,
-        true,
-        content,
-    )?)
+    let messages = ChatMessage::turn(a.system.as_deref(), prompt);
+    Ok(model.chat_prompt(&messages, content_tokens(a.allow_special_tokens_in_content))?)
 }
 
 /// `--allow-special-tokens-in-content` as the runtime's policy value.
@@ -84,48 +72,25 @@ pub fn run_request(
     mut on_text: impl FnMut(&str),
 ) -> Result<Completed> {
     let t0 = Instant::now();
-    let mut stream = engine.submit(req)?;
-    let mut out = Completed {
-        text: String::new(),
-        token_ids: Vec::new(),
-        logprobs: Vec::new(),
-        finish_reason: FinishReason::Length,
-        prompt_tokens: 0,
-        prefill_secs: 0.0,
-        decode_secs: 0.0,
-        kv: None,
-    };
-    let mut prefilled = t0;
-    while let Some(ev) = stream.blocking_recv() {
-        match ev {
-            Event::Prefilled { prompt_tokens } => {
-                prefilled = Instant::now();
-                out.prompt_tokens = prompt_tokens;
-                out.prefill_secs = (prefilled - t0).as_secs_f64();
-            }
-            Event::Token {
-                token,
-                text,
-                logprob,
-                ..
-            } => {
-                out.token_ids.push(token);
-                out.logprobs.extend(logprob);
-                on_text(&text);
-                out.text.push_str(&text);
-            }
-            Event::Done {
-                finish_reason, kv, ..
-            } => {
-                out.finish_reason = finish_reason;
-                out.kv = Some(kv);
-                out.decode_secs = prefilled.elapsed().as_secs_f64();
-            }
-            Event::Error(e) => anyhow::bail!(e),
-            Event::Probe { .. } | Event::Concluded { .. } => {}
-        }
-    }
-    Ok(out)
+    let mut prefilled = None;
+    let collected = engine.submit(req)?.collect_blocking_with(|ev| match ev {
+        Event::Prefilled { .. } => prefilled = Some(Instant::now()),
+        Event::Token { text, .. } => on_text(text),
+        _ => {}
+    })?;
+    let prefilled = prefilled.unwrap_or(t0);
+    let prompt_tokens = collected.prompt_tokens;
+    let c = collected.into_completions().swap_remove(0);
+    Ok(Completed {
+        text: c.text,
+        token_ids: c.tokens,
+        logprobs: c.logprobs,
+        finish_reason: c.finish_reason.unwrap_or(FinishReason::Length),
+        prompt_tokens,
+        prefill_secs: (prefilled - t0).as_secs_f64(),
+        decode_secs: prefilled.elapsed().as_secs_f64(),
+        kv: c.kv,
+    })
 }
 
 /// An engine for one CLI process on Tern's backend: prefill chunk as asked,
@@ -143,19 +108,12 @@ fn cli_config(prefill_chunk: usize) -> EngineConfig {
     }
 }
 
-/// `--max-tokens` cut to what the context leaves after the prompt, so a long
-/// prompt generates up to the window's end instead of being refused.
-pub fn fit_max_tokens(model: &LoadedModel, prompt: usize, max_tokens: usize) -> usize {
-    let ctx = model.config().context_length;
-    max_tokens.min(ctx.saturating_sub(prompt)).max(1)
-}
-
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &GenerateArgs) -> Result<()> {
     let text = a.prompt.text()?;
     let model = resolve::load(&a.model.model)?;
     let prompt = prompt_ids(&model, a, &text)?;
-    let max_tokens = fit_max_tokens(&model, prompt.len(), a.sampling.max_tokens);
+    let max_tokens = model.fit_max_tokens(prompt.len(), a.sampling.max_tokens);
     let mut req = SubmitRequest::new(
         prompt,
         sampling_params(&a.sampling, a.top_logprobs),

@@ -8,7 +8,8 @@ use std::time::Instant;
 use tern_models::EvictionLog;
 
 use tern_runtime::chat::ChatMessage;
-use tern_runtime::engine::{EngineHandle, Event, SubmitRequest};
+use tern_runtime::chat_prompt::ContentTokens;
+use tern_runtime::engine::{EngineHandle, SubmitRequest};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::tasks::Task;
@@ -52,18 +53,12 @@ pub struct Group {
 /// through the model's chat template; a base model (no template) gets
 /// [`base_prompt`] instead, so base checkpoints fine-tune too.
 pub fn prompt_ids(model: &LoadedModel, system: Option<&str>, task: &Task) -> Result<Vec<u32>> {
-    let text = match &model.template {
-        Some(template) => {
-            let mut messages = Vec::new();
-            if let Some(s) = system {
-                messages.push(ChatMessage::new("system", s));
-            }
-            messages.push(ChatMessage::new("user", task.question.as_str()));
-            template.render(&messages, true)?
-        }
-        None => base_prompt(system, &task.question),
-    };
-    Ok(model.tokenizer.encode(&text, true, true)?)
+    if model.template.is_none() {
+        let text = base_prompt(system, &task.question);
+        return Ok(model.tokenizer.encode(&text, true, true)?);
+    }
+    let messages = ChatMessage::turn(system, &task.question);
+    Ok(model.chat_prompt(&messages, ContentTokens::Special)?)
 }
 
 /// The plain-text prompt a model without a chat template is trained and
@@ -188,50 +183,38 @@ pub fn rollout(
         .map(|(s, (ti, p))| (ti, p, s))
         .collect();
     let mut groups = Vec::with_capacity(streams.len());
-    for (ti, prompt, mut stream) in streams {
-        let mut rollouts: Vec<Rollout> = (0..spec.group_size)
-            .map(|_| Rollout {
-                text: String::new(),
-                tokens: Vec::new(),
-                logprobs: Vec::new(),
-                reward: 0.0,
-                kv_peak_bytes: 0,
-                kv_full_bytes: 0,
-                evictions: None,
+    for (ti, prompt, stream) in streams {
+        let collected = stream
+            .collect_blocking()
+            .map_err(|e| TrainError::Rollout(e.to_string()))?;
+        let mut rollouts = collected
+            .into_completions()
+            .into_iter()
+            .map(|c| {
+                let logprobs = c
+                    .logprobs
+                    .iter()
+                    .map(|l| l.logprob as f64)
+                    .collect::<Vec<_>>();
+                if logprobs.len() != c.tokens.len() {
+                    return Err(TrainError::Rollout(
+                        "the engine did not record log-probabilities".into(),
+                    ));
+                }
+                let kv = c.kv.ok_or_else(|| {
+                    TrainError::Rollout("a completion ended without its KV figures".into())
+                })?;
+                Ok(Rollout {
+                    text: c.text,
+                    tokens: c.tokens,
+                    logprobs,
+                    reward: 0.0,
+                    kv_peak_bytes: kv.bytes_peak,
+                    kv_full_bytes: kv.bytes_full,
+                    evictions: kv.evictions,
+                })
             })
-            .collect();
-        let mut done = 0;
-        while done < spec.group_size {
-            match stream.blocking_recv() {
-                Some(Event::Token {
-                    index,
-                    token,
-                    text,
-                    logprob,
-                }) => {
-                    let r = &mut rollouts[index];
-                    r.text.push_str(&text);
-                    r.tokens.push(token);
-                    let lp = logprob.map(|l| l.logprob as f64).ok_or_else(|| {
-                        TrainError::Rollout("the engine did not record log-probabilities".into())
-                    })?;
-                    r.logprobs.push(lp);
-                }
-                Some(Event::Done { index, kv, .. }) => {
-                    rollouts[index].kv_peak_bytes = kv.bytes_peak;
-                    rollouts[index].kv_full_bytes = kv.bytes_full;
-                    rollouts[index].evictions = kv.evictions;
-                    done += 1;
-                }
-                // Rollouts set no thinking budget, so no probe events come;
-                // nothing to do if one did.
-                Some(Event::Prefilled { .. })
-                | Some(Event::Probe { .. })
-                | Some(Event::Concluded { .. }) => {}
-                Some(Event::Error(e)) => return Err(TrainError::Rollout(e)),
-                None => return Err(TrainError::Rollout("the engine stopped".into())),
-            }
-        }
+            .collect::<Result<Vec<_>>>()?;
         score(&mut rollouts, &tasks[ti])?;
         groups.push(Group {
             task: ti,

@@ -40,6 +40,17 @@ impl ChatMessage {
             content: content.into(),
         }
     }
+
+    /// A conversation of one user turn, after a system message when there
+    /// is one: what a single prompt becomes in the CLI and the trainer.
+    pub fn turn(system: Option<&str>, user: &str) -> Vec<Self> {
+        let mut messages = Vec::new();
+        if let Some(s) = system {
+            messages.push(Self::new("system", s));
+        }
+        messages.push(Self::new("user", user));
+        messages
+    }
 }
 
 /// What a render asks of the template besides the messages.

@@ -8,9 +8,11 @@
 //! chunks of newly admitted prompts, samples, applies stop conditions and sends
 //! events. A request whose receiver is dropped is cancelled at the next step and
 //! its cache freed. The server, the CLI, best-of-N and the trainer all come in
-//! through [`EngineHandle::submit`].
+//! through [`EngineHandle::submit`], and read whole completions through
+//! [`Collector`] (`collect`).
 
 mod admission;
+mod collect;
 mod metrics;
 mod scheduler;
 mod sequence;
@@ -20,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
+pub use collect::{Collected, Collector, Completion, Conclusion, ProbeOutput};
 pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, MetricsSnapshot, PolicyKv};
 pub use think::{ConvergenceRule, ProbeSpec, ThinkSpec};
 
@@ -274,6 +277,8 @@ pub struct RequestStream {
     pub id: u64,
     /// Bytes of KV memory reserved for it.
     pub kv_reserved: usize,
+    /// Completions it will produce (its `n`).
+    pub n: usize,
     events: tokio::sync::mpsc::UnboundedReceiver<Event>,
 }
 
@@ -530,6 +535,7 @@ impl EngineHandle {
             })?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+        let n = req.n.max(1);
         let pending = Pending {
             req,
             reserve,
@@ -541,6 +547,7 @@ impl EngineHandle {
             RequestStream {
                 id,
                 kv_reserved: reserve,
+                n,
                 events: events_rx,
             },
         ))
@@ -566,7 +573,7 @@ fn validate(model: &LoadedModel, req: &SubmitRequest) -> Result<(), RuntimeError
     if req.max_tokens == 0 {
         return Err(invalid("max_tokens", "must be at least 1".into()));
     }
-    crate::generate::check_prompt(model, req.prompt.len())?;
+    model.check_prompt(req.prompt.len())?;
     let ctx = model.config().context_length;
     if req.prompt.len() + req.extra_tokens() > ctx {
         return Err(RuntimeError::ContextRequest {

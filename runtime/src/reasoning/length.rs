@@ -13,14 +13,16 @@
 use std::str::FromStr;
 
 use crate::chat::ChatMessage;
-use crate::engine::{ConvergenceRule, EngineHandle, Event, ProbeSpec, SubmitRequest, ThinkSpec};
+use crate::engine::{
+    Completion, ConvergenceRule, EngineHandle, ProbeSpec, SubmitRequest, ThinkSpec,
+};
 use crate::error::RuntimeError;
 use crate::kv::policy::KvPolicy;
 use crate::model::LoadedModel;
 use crate::sampler::SamplingParams;
 use crate::verify;
 
-use super::{chat_tokens, ReasoningError, Result};
+use super::{chat_tokens, Result};
 
 /// The text that forces a final answer, for probes and for the real answer.
 pub const ANSWER_SUFFIX: &str = "\n\nThe final answer is";
@@ -255,7 +257,20 @@ impl LengthTally {
         }
     }
 
-    /// Records an [`Event::Probe`].
+    /// The tally of a finished completion capped at `cap` reasoning tokens:
+    /// its probes and where it concluded.
+    pub fn of(cap: usize, c: &Completion) -> Self {
+        let mut t = Self::new(cap);
+        for p in &c.probes {
+            t.probe(p.at, &p.text, p.tokens);
+        }
+        if let Some(end) = c.conclusion {
+            t.concluded(end.at, end.early);
+        }
+        t
+    }
+
+    /// Records an [`crate::engine::Event::Probe`].
     pub fn probe(&mut self, at: usize, text: &str, tokens: usize) {
         self.report.probes.push(ProbeRecord {
             at,
@@ -264,7 +279,7 @@ impl LengthTally {
         });
     }
 
-    /// Records an [`Event::Concluded`].
+    /// Records an [`crate::engine::Event::Concluded`].
     pub fn concluded(&mut self, at: usize, early: bool) {
         self.concluded_at = Some(at);
         self.report.stopped_early = early;
@@ -318,8 +333,7 @@ pub fn adaptive_length(engine: &EngineHandle, req: &LengthRequest) -> Result<Len
     let model = engine.model();
     let prompt = chat_tokens(engine, &req.messages)?;
     let think = think_spec(model, &req.policy)?;
-    let ctx = model.config().context_length;
-    let room = ctx.saturating_sub(prompt.len() + think.answer_suffix.len());
+    let room = model.room(prompt.len() + think.answer_suffix.len());
     let (policy, max_tokens) = req.policy.fit((req.policy.cap + ANSWER_TOKENS).min(room));
     let think = ThinkSpec {
         budget: policy.cap,
@@ -328,27 +342,10 @@ pub fn adaptive_length(engine: &EngineHandle, req: &LengthRequest) -> Result<Len
     let mut sub = SubmitRequest::new(prompt, req.sampling.clone(), max_tokens);
     sub.kv_policy = req.kv_policy.clone();
     sub.think = Some(think);
-    let mut stream = engine.submit(sub)?;
-    let mut tally = LengthTally::new(policy.cap);
-    let mut text = String::new();
-    let mut generated = 0;
-    while let Some(ev) = stream.blocking_recv() {
-        match ev {
-            Event::Token { text: t, .. } => text.push_str(&t),
-            Event::Probe {
-                at,
-                text: t,
-                tokens,
-                ..
-            } => tally.probe(at, &t, tokens),
-            Event::Concluded { at, early, .. } => tally.concluded(at, early),
-            Event::Done {
-                completion_tokens, ..
-            } => generated = completion_tokens,
-            Event::Error(e) => return Err(ReasoningError::Engine(e)),
-            Event::Prefilled { .. } => {}
-        }
-    }
+    let out = engine.submit(sub)?.collect_blocking()?;
+    let c = out.first();
+    let (text, generated) = (c.text.clone(), c.completion_tokens);
+    let tally = LengthTally::of(policy.cap, c);
     Ok(LengthResult {
         answer: verify::extract_answer(&text),
         text,

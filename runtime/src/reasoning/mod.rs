@@ -12,7 +12,8 @@ mod synthesize;
 use std::str::FromStr;
 
 use crate::chat::ChatMessage;
-use crate::engine::{EngineHandle, Event, SubmitError, SubmitRequest};
+use crate::chat_prompt::ContentTokens;
+use crate::engine::{EngineHandle, SubmitError, SubmitRequest};
 use crate::error::RuntimeError;
 use crate::kv::policy::KvPolicy;
 use crate::sampler::SamplingParams;
@@ -375,7 +376,7 @@ fn force_answer(
     let head = format!("{}{ANSWER_SUFFIX}", text.trim_end());
     let mut tokens = prompt.to_vec();
     tokens.extend(model.tokenizer.encode(&head, false, false)?);
-    let room = model.config().context_length.saturating_sub(tokens.len());
+    let room = model.room(tokens.len());
     if room == 0 {
         return Ok(None);
     }
@@ -383,26 +384,17 @@ fn force_answer(
     // The answer ends with its sentence once it has begun, as a forced
     // answer at a thinking budget does.
     sub.stop_after_content = length::ANSWER_STOP.iter().map(|s| s.to_string()).collect();
-    let mut stream = engine.submit(sub)?;
-    let (mut tail, mut spent) = (String::new(), 0);
-    while let Some(ev) = stream.blocking_recv() {
-        match ev {
-            Event::Token { text, .. } => tail.push_str(&text),
-            Event::Done {
-                completion_tokens, ..
-            } => spent = completion_tokens,
-            Event::Error(e) => return Err(ReasoningError::Engine(e)),
-            _ => {}
-        }
-    }
+    let answer = engine.submit(sub)?.collect_blocking()?;
+    let (tail, spent) = (&answer.first().text, answer.first().completion_tokens);
     Ok(Some((format!("{head}{tail}"), spent)))
 }
 
-/// The model's chat template over `messages`, tokenized, ready to generate.
+/// The model's chat template over `messages`, tokenized, ready to generate
+/// (the tasks' own text: control-token text is parsed).
 fn chat_tokens(engine: &EngineHandle, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-    let model = engine.model();
-    let text = model.chat_template()?.render(messages, true)?;
-    Ok(model.tokenizer.encode(&text, true, true)?)
+    Ok(engine
+        .model()
+        .chat_prompt(messages, ContentTokens::Special)?)
 }
 
 /// `k` candidates of `prompt` sharing one prefill, under `req`'s length
@@ -415,9 +407,8 @@ fn generate(
     k: usize,
 ) -> Result<Vec<Candidate>> {
     let model = engine.model();
-    let ctx = model.config().context_length;
-    let room = ctx.saturating_sub(prompt.len());
-    let mut max_tokens = req.max_tokens.min(room).max(1);
+    let room = model.room(prompt.len());
+    let mut max_tokens = model.fit_max_tokens(prompt.len(), req.max_tokens);
     let mut think = None;
     let mut cap = 0;
     if let Some(policy) = &req.length {
@@ -434,35 +425,16 @@ fn generate(
     sub.kv_policy = req.kv_policy.clone();
     let length = think.is_some();
     sub.think = think;
-    let mut stream = engine.submit(sub)?;
-    let mut out = vec![(String::new(), 0usize, LengthTally::new(cap)); k];
-    while let Some(ev) = stream.blocking_recv() {
-        match ev {
-            Event::Token { index, text, .. } => out[index].0.push_str(&text),
-            Event::Done {
-                index,
-                completion_tokens,
-                ..
-            } => out[index].1 = completion_tokens,
-            Event::Probe {
-                index,
-                at,
-                text,
-                tokens,
-            } => out[index].2.probe(at, &text, tokens),
-            Event::Concluded { index, at, early } => out[index].2.concluded(at, early),
-            Event::Error(e) => return Err(ReasoningError::Engine(e)),
-            Event::Prefilled { .. } => {}
-        }
-    }
+    let out = engine.submit(sub)?.collect_blocking()?;
     Ok(out
+        .into_completions()
         .into_iter()
-        .map(|(text, tokens, tally)| Candidate {
-            answer: verify::extract_answer(&text),
-            text,
-            tokens,
+        .map(|c| Candidate {
+            answer: verify::extract_answer(&c.text),
+            tokens: c.completion_tokens,
+            length: length.then(|| LengthTally::of(cap, &c).finish(c.completion_tokens)),
+            text: c.text,
             passed: None,
-            length: length.then(|| tally.finish(tokens)),
         })
         .collect())
 }
