@@ -206,10 +206,10 @@ impl Module for QLinear {
 }
 
 /// A GGUF matrix `[out, in]` as f32 with exactly the values Tern's kernels
-/// compute with: for the types they run, ggml's `dequantize_row_*` bit for bit
-/// (candle's own dequantization rounds some differently, e.g. Q2_K/Q4_K
-/// unfused where GCC fuses ggml's `d * q - m`), so a dense copy of a weight
-/// (the learner's) is the served weight. Other types go to candle.
+/// and embedding lookups use: for the types they run, ggml's
+/// `dequantize_row_*` bit for bit. A dense copy of a weight (the learner's) is
+/// so the served weight by construction, not by a second implementation
+/// (candle's) happening to agree. Other types go to candle.
 pub fn dequantize(weight: QTensor) -> Result<Tensor> {
     let weight = Arc::new(weight);
     if weight.shape().rank() == 2 {
