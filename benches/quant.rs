@@ -1,8 +1,8 @@
 //! Criterion benchmarks of Tern's quantized linear layer (`tern_models::quant::QLinear`)
 //! against candle's `QMatMul` on SmolLM2-135M's shapes: a decode-step MLP projection
 //! (Q4_1, 1 row), the tied Q8_0 output projection (1 row), and a prefill chunk
-//! (Q4_1, 64 rows), 8-row batched decode steps of both, and the K-quants (Q4_K,
-//! Q5_K and Q6_K at 1, 8, 64 and 512 rows) on Gemma 3 270M's ffn_down shape.
+//! (Q4_1, 64 rows), 8-row batched decode steps of both, and the K-quants (Q2_K,
+//! Q3_K, Q4_K, Q5_K and Q6_K at 1, 8, 64 and 512 rows) on Gemma 3 270M's ffn_down shape.
 
 use std::sync::Arc;
 
@@ -60,6 +60,8 @@ fn benches(c: &mut Criterion) {
     bench_case(c, "q4_1 64x576 * 1536x576", GgmlDType::Q4_1, 64, 1536, 576);
     // K-quants on Gemma 3 270M's ffn_down shape (n_ff 2048 -> 640).
     for (fmt, dtype) in [
+        ("q2_k", GgmlDType::Q2K),
+        ("q3_k", GgmlDType::Q3K),
         ("q4_k", GgmlDType::Q4K),
         ("q5_k", GgmlDType::Q5K),
         ("q6_k", GgmlDType::Q6K),

@@ -16,6 +16,8 @@ use tern_models::quant::Kernel;
 
 // ggml's C API (ggml.h, ggml-cpu.h, ggml-cpu/repack.h), linked through
 // llama-cpp-sys-2.
+const GGML_TYPE_Q2_K: i32 = 10;
+const GGML_TYPE_Q3_K: i32 = 11;
 const GGML_TYPE_Q4_K: i32 = 12;
 const GGML_TYPE_Q5_K: i32 = 13;
 const GGML_TYPE_Q6_K: i32 = 14;
@@ -108,11 +110,22 @@ fn cpu_traits(t: i32) -> &'static TypeTraitsCpu {
 
 fn ggml_format(f: KFormat) -> i32 {
     match f {
+        KFormat::Q2K => GGML_TYPE_Q2_K,
+        KFormat::Q3K => GGML_TYPE_Q3_K,
         KFormat::Q4K => GGML_TYPE_Q4_K,
         KFormat::Q5K => GGML_TYPE_Q5_K,
         KFormat::Q6K => GGML_TYPE_Q6_K,
     }
 }
+
+/// Every K-quant format Tern runs.
+const ALL: [KFormat; 5] = [
+    KFormat::Q2K,
+    KFormat::Q3K,
+    KFormat::Q4K,
+    KFormat::Q5K,
+    KFormat::Q6K,
+];
 
 /// Deterministic values in `[lo, hi)`.
 fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
@@ -264,7 +277,7 @@ fn kquant_q8k_quantizers_match_ggml_bit_for_bit() {
 
 #[test]
 fn kquant_dequantization_matches_ggml_bit_for_bit() {
-    for format in [KFormat::Q4K, KFormat::Q5K, KFormat::Q6K] {
+    for format in ALL {
         let (rows, cols) = (9, 3 * QK_K);
         let t = ggml_format(format);
         let raw = ggml_quantize(t, &values(rows * cols, 5, -1.0, 0.7), rows, cols);
@@ -308,7 +321,7 @@ fn kernels() -> Vec<Kernel> {
 fn kquant_plain_products_match_ggml_mul_mat_bit_for_bit() {
     // ggml-cpu's MUL_MAT on weights in a plain buffer: ggml_vec_dot_*_q8_K below
     // 8 activation rows, its tiled K-quant matmul from 8 on.
-    for format in [KFormat::Q4K, KFormat::Q5K, KFormat::Q6K] {
+    for format in ALL {
         let t = ggml_format(format);
         for (n, cols) in [(13, 768), (40, 2 * QK_K)] {
             let raw = ggml_quantize(t, &values(n * cols, 7, -0.8, 1.0), n, cols);
@@ -324,6 +337,18 @@ fn kquant_plain_products_match_ggml_mul_mat_bit_for_bit() {
                         .all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(same, "{format:?} [{n}, {cols}] x {rows} rows on {k:?}");
                 }
+                if rows >= 17 {
+                    // The tiled order is needed: vec_dot's, row by row, differs.
+                    let vec_dot: Vec<f32> = x
+                        .chunks_exact(cols)
+                        .flat_map(|xr| w.matmul(xr, 1, Kernel::Scalar))
+                        .collect();
+                    let differs = vec_dot
+                        .iter()
+                        .zip(&want)
+                        .any(|(a, b)| a.to_bits() != b.to_bits());
+                    assert!(differs, "{format:?} x {rows} rows: vec_dot order matched");
+                }
             }
         }
     }
@@ -332,7 +357,7 @@ fn kquant_plain_products_match_ggml_mul_mat_bit_for_bit() {
 #[test]
 fn kquant_vec_dot_matches_ggml_bit_for_bit() {
     // ggml_vec_dot_*_q8_K itself, on heavy-tailed activations.
-    for format in [KFormat::Q4K, KFormat::Q5K, KFormat::Q6K] {
+    for format in ALL {
         let t = ggml_format(format);
         let vec_dot = cpu_traits(t).vec_dot.expect("vec_dot");
         let (n, cols) = (24, 3 * QK_K);
@@ -541,12 +566,12 @@ fn forced(
     out
 }
 
-/// A tiny llama with n_embd and n_ff multiples of 256 (K-quant rows), its
-/// weights requantized by ggml per `pick`; Tern and llama.cpp teacher-forced
-/// over 256 positions. Returns (identical positions, max |diff|, positions).
-fn tiny_kquant_agreement(pick: impl Fn(&str) -> Option<(GgmlDType, i32)>) -> (usize, f32, usize) {
-    use std::sync::Arc;
-    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
+/// A tiny llama in `dir` with n_embd and n_ff multiples of 256 (K-quant
+/// rows), its weights requantized by ggml per `pick`.
+fn tiny_kquant_model(
+    dir: &std::path::Path,
+    pick: impl Fn(&str) -> Option<(GgmlDType, i32)>,
+) -> (std::path::PathBuf, crate::support::tiny::TinySpec) {
     let spec = crate::support::tiny::TinySpec {
         n_embd: 256,
         n_ff: 512,
@@ -554,10 +579,19 @@ fn tiny_kquant_agreement(pick: impl Fn(&str) -> Option<(GgmlDType, i32)>) -> (us
         n_kv_head: 2,
         ..Default::default()
     };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny-k.gguf");
+    let path = dir.join("tiny-k.gguf");
     crate::support::tiny::write_tiny_model(&path, &spec);
     requantize(&path, pick);
+    (path, spec)
+}
+
+/// The tiny K-quant model (see [`tiny_kquant_model`]); Tern and llama.cpp
+/// teacher-forced over 256 positions. Returns (identical positions, max |diff|, positions).
+fn tiny_kquant_agreement(pick: impl Fn(&str) -> Option<(GgmlDType, i32)>) -> (usize, f32, usize) {
+    use std::sync::Arc;
+    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let (path, spec) = tiny_kquant_model(dir.path(), pick);
     let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
     let vocab = model.config().vocab_size;
     let n = spec.context_length;
@@ -583,6 +617,8 @@ fn tiny_kquant_agreement(pick: impl Fn(&str) -> Option<(GgmlDType, i32)>) -> (us
     (identical, max_diff, n)
 }
 
+const Q2K: Option<(GgmlDType, i32)> = Some((GgmlDType::Q2K, GGML_TYPE_Q2_K));
+const Q3K: Option<(GgmlDType, i32)> = Some((GgmlDType::Q3K, GGML_TYPE_Q3_K));
 const Q4K: Option<(GgmlDType, i32)> = Some((GgmlDType::Q4K, GGML_TYPE_Q4_K));
 const Q5K: Option<(GgmlDType, i32)> = Some((GgmlDType::Q5K, GGML_TYPE_Q5_K));
 const Q6K: Option<(GgmlDType, i32)> = Some((GgmlDType::Q6K, GGML_TYPE_Q6_K));
@@ -628,4 +664,70 @@ fn tiny_q5_k_model_matches_llama_cpp_bit_for_bit() {
     });
     eprintln!("Q5_K + Q6_K: {identical}/{n} positions bit-identical, max |diff| {max_diff:e}");
     assert_eq!(identical, n, "max |diff| {max_diff:e}");
+}
+
+#[test]
+fn tiny_q2_k_model_matches_llama_cpp_bit_for_bit() {
+    // Every projection and the tied output Q2_K: no repack on AVX2, so the
+    // 253-row prefill runs ggml's tiled matmul and the 1- and 2-row steps
+    // ggml_vec_dot_q2_K_q8_K.
+    let (identical, max_diff, n) = tiny_kquant_agreement(|name| {
+        (name.starts_with("blk.") || name == "token_embd.weight").then_some(Q2K)?
+    });
+    eprintln!("Q2_K: {identical}/{n} positions bit-identical, max |diff| {max_diff:e}");
+    assert_eq!(identical, n, "max |diff| {max_diff:e}");
+}
+
+#[test]
+fn tiny_q3_k_model_matches_llama_cpp_bit_for_bit() {
+    // Every projection and the tied output Q3_K (tiled from 8 rows, vec_dot below).
+    let (identical, max_diff, n) = tiny_kquant_agreement(|name| {
+        (name.starts_with("blk.") || name == "token_embd.weight").then_some(Q3K)?
+    });
+    eprintln!("Q3_K: {identical}/{n} positions bit-identical, max |diff| {max_diff:e}");
+    assert_eq!(identical, n, "max |diff| {max_diff:e}");
+}
+
+/// The bits of a tensor's values, row-major.
+fn bits(t: &candle_core::Tensor) -> Vec<u32> {
+    let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn tiny_q2_k_and_q3_k_learner_weights_are_ggml_dequantized() {
+    // The learner (dense f32 weights) must hold the values the sampler computes
+    // with: ggml's dequantize_row_q2_K / _q3_K, bit for bit, for every
+    // projection and the tied output.
+    use tern_models::{GgufFile, LoraTarget, Model, Precision};
+    for (dtype, t) in [Q2K, Q3K].map(Option::unwrap) {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = tiny_kquant_model(dir.path(), |name| {
+            (name.starts_with("blk.") || name == "token_embd.weight").then_some(Some((dtype, t)))?
+        });
+        let file = GgufFile::open(&path).unwrap();
+        let model = Model::load_as(&file, Precision::DenseF32).unwrap();
+        // SAFETY: static traits.
+        let to_float = unsafe { (*ggml_get_type_traits(t)).to_float.expect("to_float") };
+        let ggml = |name: &str| -> Vec<u32> {
+            let q = file.tensor(name).unwrap();
+            assert_eq!(q.dtype(), dtype, "{name}");
+            let raw = q.data().unwrap();
+            let mut out = vec![0f32; q.shape().elem_count()];
+            // SAFETY: the tensor's blocks in, its element count of f32 out.
+            unsafe { to_float(raw.as_ptr().cast(), out.as_mut_ptr(), out.len() as i64) };
+            out.iter().map(|x| x.to_bits()).collect()
+        };
+        let mut checked = 0;
+        for layer in 0..model.config().n_layer {
+            for target in LoraTarget::ALL {
+                let name = format!("blk.{layer}.{}.weight", target.gguf_stem());
+                let w = model.dense_projection(layer, target).unwrap();
+                assert!(bits(w) == ggml(&name), "{dtype:?} {name}");
+                checked += 1;
+            }
+        }
+        assert!(bits(model.dense_output().unwrap()) == ggml("token_embd.weight"));
+        eprintln!("{dtype:?}: {checked} projections and the output equal ggml's");
+    }
 }

@@ -196,9 +196,8 @@ impl Llama {
                         reason: e.to_string(),
                     })?)
                 }
-                Precision::DenseF32 => {
-                    Weight::Dense(t.dequantize(&Device::Cpu)?.to_dtype(DType::F32)?)
-                }
+                // The served values exactly, so the learner is the sampler's policy.
+                Precision::DenseF32 => Weight::Dense(crate::quant::dequantize(t)?),
             })
         };
         let mm = |name: &str, dims: &[usize]| -> Result<Weight> { weight(name, qt(name, dims)?) };

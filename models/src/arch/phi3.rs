@@ -212,10 +212,7 @@ pub fn projection_weight(
     target: LoraTarget,
 ) -> Result<Tensor> {
     let (name, rows) = projection_location(file, c, layer, target);
-    let w = file
-        .tensor(&name)?
-        .dequantize(&Device::Cpu)?
-        .to_dtype(DType::F32)?;
+    let w = crate::quant::dequantize(file.tensor(&name)?)?;
     if w.dim(0)? < rows.end {
         return Err(ModelError::BadTensor {
             name,
@@ -258,10 +255,7 @@ pub fn fuse_replacements(
     for (holder, rows, part) in parts {
         let full = match out.remove(&holder) {
             Some(t) => t,
-            None => file
-                .tensor(&holder)?
-                .dequantize(&Device::Cpu)?
-                .to_dtype(DType::F32)?,
+            None => crate::quant::dequantize(file.tensor(&holder)?)?,
         };
         let cols = full.dim(1)?;
         if part.dims() != [rows.len(), cols] {

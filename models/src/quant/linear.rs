@@ -151,6 +151,13 @@ impl QLinear {
         }
     }
 
+    /// The whole weight as f32 `[out, in]`, every value as the kernels and
+    /// [`QLinear::rows`] see it.
+    pub fn to_dense(&self) -> Result<Tensor> {
+        let ids: Vec<u32> = (0..self.out_dim as u32).collect();
+        self.rows(&ids)
+    }
+
     /// `x W^T` for `x` `[.., in]` (any float dtype, computed in f32): returns
     /// `[.., out]` f32.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -196,6 +203,23 @@ impl Module for QLinear {
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         QLinear::forward(self, xs)
     }
+}
+
+/// A GGUF matrix `[out, in]` as f32 with exactly the values Tern's kernels
+/// and embedding lookups use: for the types they run, ggml's
+/// `dequantize_row_*` bit for bit. A dense copy of a weight (the learner's) is
+/// so the served weight by construction, not by a second implementation
+/// (candle's) happening to agree. Other types go to candle.
+pub fn dequantize(weight: QTensor) -> Result<Tensor> {
+    let weight = Arc::new(weight);
+    if weight.shape().rank() == 2 {
+        if let Ok(layer) = QLinear::from_arc(Arc::clone(&weight)) {
+            if layer.is_native() {
+                return layer.to_dense();
+            }
+        }
+    }
+    weight.dequantize(&candle_core::Device::Cpu)
 }
 
 /// The native product as a candle custom op, which hands us the input's CPU slice.

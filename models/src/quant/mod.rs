@@ -24,4 +24,4 @@ pub mod pool;
 mod tests;
 
 pub use dot::{best_kernel, Kernel};
-pub use linear::QLinear;
+pub use linear::{dequantize, QLinear};

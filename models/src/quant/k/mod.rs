@@ -6,13 +6,18 @@
 //! bits. In-process llama.cpp loads with `use_extra_bufts` on, and on AVX2 (no
 //! AVX-512) ggml-cpu's repack buffer (`ggml_repack_get_optimal_repack_type`)
 //! takes exactly one K-quant: Q4_K weights with a row count divisible by 8
-//! (`q4_K_8x8_q8_K`). llamafile's sgemm takes no K-quant. So:
-//! - [`Order::VecDot`]: every other case. A product of 8 or more activation rows
-//!   runs ggml-cpu's tiled K-quant matmul (`ggml_compute_forward_mul_mat_tiled`,
-//!   on by default, `tiled/tiled-kernel.cpp`): per super-block the exact scaled
-//!   integer dot `s1` (and minimum sum `s2`), `res = d * s1`, `res = fma(-dmin, s2,
-//!   res)`, `acc = fma(res, d_x, acc)`. Fewer rows run `ggml_vec_dot_<fmt>_q8_K`
-//!   per output. Activations come from `quantize_row_q8_K` either way.
+//! (`q4_K_8x8_q8_K`; its Q2_K repack needs AVX-512). llamafile's sgemm takes no
+//! K-quant. So:
+//! - [`Order::VecDot`]: every other case (all Q2_K, Q3_K, Q5_K, Q6_K). A product
+//!   of 8 or more activation rows runs ggml-cpu's tiled K-quant matmul
+//!   (`ggml_compute_forward_mul_mat_tiled`, on by default,
+//!   `tiled/tiled-kernel.cpp`): per super-block the exact scaled integer dot `s1`,
+//!   `res = d * s1`, for the formats with minimums (Q2_K, Q4_K, Q5_K) `res =
+//!   fma(-dmin, s2, res)` with `s2` the exact minimum sum, then `acc = fma(res,
+//!   d_x, acc)` (Q3_K's and Q6_K's offsets are taken out in the integers). Fewer
+//!   rows run `ggml_vec_dot_<fmt>_q8_K` per output, each format in its own order
+//!   (see the format modules). Activations come from `quantize_row_q8_K` either
+//!   way.
 //! - [`Order::Repack`]: the repacked Q4_K product. Activation rows in whole groups
 //!   of four (the first `rows - rows % 4`) are quantized by
 //!   `ggml_quantize_mat_q8_K_4x8` and run `ggml_gemm_q4_K_8x8_q8_K`, which
@@ -25,6 +30,8 @@
 //! integer parts are exact, so any method gives the same integers), and the
 //! floating-point combination in ggml's order, shared by both kernels.
 
+pub mod q2k;
+pub mod q3k;
 pub mod q4k;
 pub mod q5k;
 pub mod q6k;
@@ -59,6 +66,11 @@ const ROW_TILE: usize = ROWS_AT_ONCE;
 /// A K-quant weight format Tern computes natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KFormat {
+    /// 2-bit quants, 16 sub-blocks of 16 with 4-bit scales and minimums.
+    Q2K,
+    /// 3-bit quants (2 low bits plus a plane of high bits), 16 sub-blocks of 16
+    /// with 6-bit signed scales.
+    Q3K,
     /// 4-bit quants, 8 sub-blocks of 32 with 6-bit scales and minimums.
     Q4K,
     /// 5-bit quants, laid out as Q4_K plus a plane of fifth bits.
@@ -71,6 +83,8 @@ impl KFormat {
     /// The native K-quant format for a ggml dtype, if there is one.
     pub fn from_ggml(dtype: GgmlDType) -> Option<Self> {
         match dtype {
+            GgmlDType::Q2K => Some(Self::Q2K),
+            GgmlDType::Q3K => Some(Self::Q3K),
             GgmlDType::Q4K => Some(Self::Q4K),
             GgmlDType::Q5K => Some(Self::Q5K),
             GgmlDType::Q6K => Some(Self::Q6K),
@@ -81,6 +95,8 @@ impl KFormat {
     /// Bytes of one super-block in ggml's layout.
     pub const fn block_bytes(self) -> usize {
         match self {
+            Self::Q2K => q2k::BLOCK_BYTES,
+            Self::Q3K => q3k::BLOCK_BYTES,
             Self::Q4K => q4k::BLOCK_BYTES,
             Self::Q5K => q5k::BLOCK_BYTES,
             Self::Q6K => q6k::BLOCK_BYTES,
@@ -193,6 +209,8 @@ impl KWeights {
         let bb = self.format.block_bytes();
         for (blk, o) in self.row(r).chunks_exact(bb).zip(out.chunks_exact_mut(QK_K)) {
             match self.format {
+                KFormat::Q2K => q2k::dequantize_block(blk, o),
+                KFormat::Q3K => q3k::dequantize_block(blk, o),
                 KFormat::Q4K => q4k::dequantize_block(blk, o),
                 KFormat::Q5K => q5k::dequantize_block(blk, o),
                 KFormat::Q6K => q6k::dequantize_block(blk, o),
@@ -224,6 +242,8 @@ impl KWeights {
         let (w, a, v) = (self.row(c), acts.row(r), self.variant(acts, r));
         let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
         match self.format {
+            KFormat::Q2K => q2k::dot(avx2, v, w, a),
+            KFormat::Q3K => q3k::dot(avx2, v, w, a),
             KFormat::Q4K => q4k::dot(avx2, v, w, a),
             KFormat::Q5K => q5k::dot(avx2, v, w, a),
             KFormat::Q6K => q6k::dot(avx2, v, w, a),
@@ -256,6 +276,8 @@ impl KWeights {
                 for c in cols.clone() {
                     let w = self.row(c);
                     match self.format {
+                        KFormat::Q2K => q2k::dot_rows(avx2, v, w, a, o),
+                        KFormat::Q3K => q3k::dot_rows(avx2, v, w, a, o),
                         KFormat::Q4K => q4k::dot_rows(avx2, v, w, a, o),
                         KFormat::Q5K => q5k::dot_rows(avx2, v, w, a, o),
                         KFormat::Q6K => q6k::dot_rows(avx2, v, w, a, o),

@@ -20,6 +20,8 @@ fn random(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
 
 fn weights(rng: &mut StdRng, format: KFormat, out: usize, inp: usize, order: Order) -> KWeights {
     let dtype = match format {
+        KFormat::Q2K => GgmlDType::Q2K,
+        KFormat::Q3K => GgmlDType::Q3K,
         KFormat::Q4K => GgmlDType::Q4K,
         KFormat::Q5K => GgmlDType::Q5K,
         KFormat::Q6K => GgmlDType::Q6K,
@@ -33,6 +35,8 @@ fn weights(rng: &mut StdRng, format: KFormat, out: usize, inp: usize, order: Ord
 /// Every (format, order) Tern runs.
 fn cases() -> Vec<(KFormat, Order)> {
     vec![
+        (KFormat::Q2K, Order::VecDot),
+        (KFormat::Q3K, Order::VecDot),
         (KFormat::Q4K, Order::VecDot),
         (KFormat::Q4K, Order::Repack),
         (KFormat::Q5K, Order::VecDot),
@@ -159,12 +163,19 @@ fn kquant_unsupported_types_are_refused_by_name() {
     let mut rng = StdRng::seed_from_u64(0x4f);
     let w = Tensor::from_vec(random(&mut rng, 8 * 256, -1.0, 1.0), (8, 256), &Device::Cpu)
         .expect("tensor");
-    for dtype in [GgmlDType::Q2K, GgmlDType::Q3K] {
+    // Q8_K and Q8_1 are activation formats; no GGUF ships weights in them.
+    for dtype in [GgmlDType::Q8K, GgmlDType::Q8_1] {
         let q = QTensor::quantize(&w, dtype).expect("quantize");
         let err = QLinear::from_qtensor(q).expect_err("no kernel").to_string();
         assert!(err.contains(&format!("{dtype:?}")), "{err}");
     }
-    for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+    for dtype in [
+        GgmlDType::Q2K,
+        GgmlDType::Q3K,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+    ] {
         let q = QTensor::quantize(&w, dtype).expect("quantize");
         assert!(QLinear::from_qtensor(q).expect("native").is_native());
     }
