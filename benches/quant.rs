@@ -1,8 +1,10 @@
 //! Criterion benchmarks of Tern's quantized linear layer (`tern_models::quant::QLinear`)
 //! against candle's `QMatMul` on SmolLM2-135M's shapes: a decode-step MLP projection
 //! (Q4_1, 1 row), the tied Q8_0 output projection (1 row), and a prefill chunk
-//! (Q4_1, 64 rows), 8-row batched decode steps of both, and the K-quants (Q2_K,
-//! Q3_K, Q4_K, Q5_K and Q6_K at 1, 8, 64 and 512 rows) on Gemma 3 270M's ffn_down shape.
+//! (Q4_1, 64 rows), 8-row batched decode steps of both, the K-quants (Q2_K,
+//! Q3_K, Q4_K, Q5_K and Q6_K at 1, 8, 64 and 512 rows) on Gemma 3 270M's
+//! ffn_down shape, and Q4_0 in llama.cpp's repacked order against the plain
+//! one (1, 8, 64 rows).
 
 use std::sync::Arc;
 
@@ -52,7 +54,41 @@ fn bench_case(
     g.finish();
 }
 
+/// Q4_0 on SmolLM2's MLP shape in both orders Tern has: llama.cpp's repacked
+/// gemm/gemv order (what a row count divisible by 8 gets) and the plain
+/// vec_dot order.
+fn bench_q4_0_orders(c: &mut Criterion, rows: usize, out: usize, inp: usize) {
+    use tern_models::quant::blocks::{BlockOrder, PackedWeights, WeightFormat};
+    let w = Tensor::from_vec(values(out * inp, 1), (out, inp), &Device::Cpu).expect("weight");
+    let raw = QTensor::quantize(&w, GgmlDType::Q4_0)
+        .expect("quantize")
+        .data()
+        .expect("data")
+        .to_vec();
+    let x = values(rows * inp, 2);
+    let kernel = tern_models::quant::best_kernel();
+    let mut g = c.benchmark_group(format!("q4_0 {rows}x{inp} * {out}x{inp}"));
+    if rows >= 64 {
+        g.sample_size(10);
+        g.warm_up_time(std::time::Duration::from_millis(500));
+        g.measurement_time(std::time::Duration::from_secs(2));
+    }
+    for (name, order) in [
+        ("repack", BlockOrder::Repack),
+        ("vec_dot", BlockOrder::VecDot),
+    ] {
+        let pw = PackedWeights::from_ggml(WeightFormat::Q4_0, out, inp, &raw, order).expect("pack");
+        g.bench_function(BenchmarkId::new(name, ""), |b| {
+            b.iter(|| pw.matmul(&x, rows, kernel))
+        });
+    }
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
+    for rows in [1, 8, 64] {
+        bench_q4_0_orders(c, rows, 1536, 576);
+    }
     bench_case(c, "q4_1 1x576 * 1536x576", GgmlDType::Q4_1, 1, 1536, 576);
     bench_case(c, "q8_0 1x576 * 49152x576", GgmlDType::Q8_0, 1, 49152, 576);
     bench_case(c, "q4_1 8x576 * 1536x576", GgmlDType::Q4_1, 8, 1536, 576);

@@ -179,3 +179,16 @@ fn tiny_q8_0_matches_llama_cpp_bit_for_bit() {
         PROJECTIONS,
     );
 }
+
+/// A tiny model quantized to Q4_0 by llama.cpp's quantizer: every projection
+/// has a row count divisible by 8, so llama.cpp repacks all 14 and runs them
+/// in the gemm/gemv order; the tied output (263 rows) stays plain.
+#[test]
+fn tiny_q4_0_matches_llama_cpp_bit_for_bit() {
+    assert_quantized_tiny_matches(
+        &TinySpec::default(),
+        quantize::LLAMA_FTYPE_MOSTLY_Q4_0,
+        GgmlDType::Q4_0,
+        PROJECTIONS,
+    );
+}

@@ -15,6 +15,7 @@ mod kv;
 mod plot;
 mod reasoning;
 mod reference;
+mod repack;
 mod security;
 mod spm;
 mod templates;

@@ -96,6 +96,41 @@ impl WeightFormat {
     }
 }
 
+/// The floating-point order a matrix's products follow: which ggml kernel
+/// llama.cpp's CPU backend runs for it (see [`BlockOrder::llama_cpp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockOrder {
+    /// The plain buffer's kernels (`ggml_vec_dot_*`, and llamafile's tinyBLAS,
+    /// which keeps the same per-output order): per block, eight lanes of
+    /// 4-quant integer dots, each lane `fma(d_w * d_x, lane, acc)`, the lanes
+    /// summed by `hsum_float_8` at the end.
+    VecDot,
+    /// ggml-cpu's repacked `q4_0_8x8_q8_0` kernels (`ggml_gemm_q4_0_8x8_q8_0` on
+    /// activation rows in whole groups of four, `ggml_gemv_q4_0_8x8_q8_0` on the
+    /// rest). Both compute each output as one chain over the blocks,
+    /// `acc = fma(isum, d_w * d_x, acc)` with `isum` the block's whole integer
+    /// dot, and their activation quantizers (`ggml_quantize_mat_q8_0_4x8` and
+    /// `quantize_row_q8_0`) give the same quants and scales, so one order
+    /// covers both.
+    Repack,
+}
+
+impl BlockOrder {
+    /// The order llama.cpp runs a `[rows, _]` matrix of `format` in on an AVX2
+    /// build: with `use_extra_bufts` (on in-process) ggml-cpu's repack buffer
+    /// takes Q4_0 matrices whose row count is a multiple of 8
+    /// (`ggml_repack_get_optimal_repack_type`); everything else stays plain. A
+    /// tied output is no exception: llama.cpp loads the embedding a second time
+    /// as the output, a MUL_MAT weight.
+    pub fn llama_cpp(format: WeightFormat, rows: usize) -> Self {
+        if format == WeightFormat::Q4_0 && rows.is_multiple_of(8) {
+            Self::Repack
+        } else {
+            Self::VecDot
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u8; 64]);
@@ -153,17 +188,25 @@ pub struct PackedWeights {
     pub quants: AlignedBytes,
     /// f16 scale bits, see the type's doc.
     pub scales: Vec<u16>,
+    /// The order its products follow ([`BlockOrder::Repack`] only for Q4_0).
+    pub order: BlockOrder,
 }
 
 impl PackedWeights {
-    /// Repacks `data`, the ggml serialization of a `[rows, cols]` matrix. Fails on a
-    /// size mismatch rather than trusting the file.
+    /// Repacks `data`, the ggml serialization of a `[rows, cols]` matrix, whose
+    /// products will follow `order`. Fails on a size mismatch rather than
+    /// trusting the file, and on [`BlockOrder::Repack`] for a format other than
+    /// Q4_0.
     pub fn from_ggml(
         format: WeightFormat,
         rows: usize,
         cols: usize,
         data: &[u8],
+        order: BlockOrder,
     ) -> Result<Self, String> {
+        if order == BlockOrder::Repack && format != WeightFormat::Q4_0 {
+            return Err(format!("no repacked order for {format:?}"));
+        }
         if !cols.is_multiple_of(QK) {
             return Err(format!(
                 "row length {cols} is not a multiple of the block size {QK}"
@@ -235,6 +278,7 @@ impl PackedWeights {
             cols,
             quants,
             scales,
+            order,
         })
     }
 

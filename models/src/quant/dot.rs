@@ -9,6 +9,11 @@
 //! FMAs. The scalar kernel mirrors the same order, so the two agree bit for bit and
 //! with llama.cpp's CPU path up to its compiler's choices.
 //!
+//! Q4_0 weights that llama.cpp repacks ([`BlockOrder::Repack`]) follow its
+//! `q4_0_8x8_q8_0` gemm/gemv instead: the same exact lane sums, totalled per
+//! block (`hadd`s across several outputs at once), then one FMA per block and
+//! output, `fma(isum, d_w * d_x, acc)`, with no final horizontal sum.
+//!
 //! Tiling: for one to three activation rows the kernel dots one group of four
 //! interleaved weight rows (see [`PackedWeights`]) against one or two activation rows
 //! at a time, so it reads the weights as one sequential stream (prefetched a few KiB
@@ -24,7 +29,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::blocks::{PackedWeights, QuantizedActs, GROUP, QK};
+use super::blocks::{BlockOrder, PackedWeights, QuantizedActs, GROUP, QK};
 
 /// Which implementation computes. Asking for `Avx2` on a CPU without it gets the
 /// scalar kernel.
@@ -149,6 +154,11 @@ unsafe fn scalar_gemm_range(
     let nb = w.blocks_per_row();
     for g in cols.start / GROUP..cols.end.div_ceil(GROUP) {
         let blocks: Vec<_> = (0..nb).map(|b| w.group_block(g, b)).collect();
+        if w.order == BlockOrder::Repack {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { scalar_repacked_group(&blocks, g, acts, cols.end, out) };
+            continue;
+        }
         for r in 0..acts.rows {
             // Per row of the group, ggml's AVX2 order: 8 lanes of 4-quant integer
             // dots, each lane `fma(d_w * d_x, lane, acc)` over the blocks, then
@@ -182,13 +192,46 @@ unsafe fn scalar_gemm_range(
     }
 }
 
+/// Group `g`'s rows (unpacked `blocks`) against every activation row in
+/// [`BlockOrder::Repack`]'s order: per output one chain over the blocks,
+/// `acc = fma(isum, d_w * d_x, acc)`, `isum` the block's exact integer dot.
+///
+/// # Safety
+/// As [`gemm_range`], for the group's columns below `cols_end`.
+unsafe fn scalar_repacked_group(
+    blocks: &[super::blocks::GroupBlock],
+    g: usize,
+    acts: &QuantizedActs,
+    cols_end: usize,
+    out: OutPtr,
+) {
+    let nb = blocks.len();
+    for r in 0..acts.rows {
+        for k in 0..GROUP.min(cols_end - g * GROUP) {
+            let mut acc = 0f32;
+            for (b, blk) in blocks.iter().enumerate() {
+                let a = r * nb + b;
+                let isum: i32 = blk.q[k]
+                    .iter()
+                    .zip(&acts.qs[a].0)
+                    .map(|(&w, &y)| w as i32 * y as i32)
+                    .sum();
+                acc = (isum as f32).mul_add(blk.d[k] * acts.d[a], acc);
+            }
+            // SAFETY: `r < acts.rows` and `g * GROUP + k < cols_end <= out.stride`,
+            // in a column only this call writes (the caller's contract).
+            unsafe { *out.ptr.add(r * out.stride + g * GROUP + k) = acc };
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
     use super::{OutPtr, QK};
-    use crate::quant::blocks::{PackedWeights, QuantizedActs, WeightFormat, GROUP};
+    use crate::quant::blocks::{BlockOrder, PackedWeights, QuantizedActs, WeightFormat, GROUP};
 
     const F_Q4_0: u8 = 0;
     const F_Q4_1: u8 = 1;
@@ -196,6 +239,9 @@ mod avx2 {
     const F_Q8_0: u8 = 2;
     /// Q5_1: unsigned bytes with Q4_1's offset arithmetic.
     const F_Q5_1: u8 = 3;
+    /// Q4_0 in [`BlockOrder::Repack`]'s order: Q4_0's integer dots, each
+    /// block's summed whole before its one FMA.
+    const F_Q4_0_REPACK: u8 = 4;
     /// Groups per slab in the several-activation-rows path (16 weight rows: a few
     /// KiB that stay in L1 while every activation row passes them).
     const SLAB_GROUPS: usize = 4;
@@ -205,6 +251,11 @@ mod avx2 {
     const ROW_CHUNK_MIN: usize = 4;
     /// How far ahead of the kernel the weight stream is prefetched, in bytes.
     const PREFETCH_BYTES: usize = 4096;
+
+    /// Whether the format's quants are Q4_0's (in either order).
+    const fn is_q4_0(f: u8) -> bool {
+        f == F_Q4_0 || f == F_Q4_0_REPACK
+    }
 
     const fn quant_bytes(f: u8) -> usize {
         if f == F_Q8_0 || f == F_Q5_1 {
@@ -280,7 +331,7 @@ mod avx2 {
     #[inline(always)]
     unsafe fn act<const F: u8>(y: *const u8) -> (__m256i, __m256i) {
         let y = _mm256_load_si256(y.cast());
-        if F == F_Q4_0 {
+        if is_q4_0(F) {
             let s = _mm256_maddubs_epi16(_mm256_set1_epi8(1), y);
             let s = _mm256_madd_epi16(_mm256_set1_epi16(1), s);
             (y, _mm256_slli_epi32::<3>(s))
@@ -292,16 +343,39 @@ mod avx2 {
     /// Eight float lanes, each the exact integer dot of 4 consecutive quant pairs.
     #[inline(always)]
     unsafe fn pair<const F: u8>(w: (__m256i, __m256i), y: (__m256i, __m256i)) -> __m256 {
+        _mm256_cvtepi32_ps(pair_int::<F>(w, y))
+    }
+
+    /// [`pair`]'s lanes as integers.
+    #[inline(always)]
+    unsafe fn pair_int<const F: u8>(w: (__m256i, __m256i), y: (__m256i, __m256i)) -> __m256i {
         let ones = _mm256_set1_epi16(1);
-        let lanes = match F {
-            F_Q4_1 | F_Q5_1 => _mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, y.0)),
+        if is_q4_0(F) {
             // (q - 8) . y = q . y - 8 * sum(y), lane by lane, exactly.
-            F_Q4_0 => {
-                _mm256_sub_epi32(_mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, y.0)), y.1)
-            }
+            return _mm256_sub_epi32(_mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, y.0)), y.1);
+        }
+        match F {
+            F_Q4_1 | F_Q5_1 => _mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, y.0)),
             _ => _mm256_madd_epi16(ones, _mm256_maddubs_epi16(w.0, _mm256_sign_epi8(y.0, w.1))),
-        };
-        _mm256_cvtepi32_ps(lanes)
+        }
+    }
+
+    /// The lane totals of four vectors, `[sum p0, sum p1, sum p2, sum p3]` (exact).
+    #[inline(always)]
+    unsafe fn totals4(p: [__m256i; 4]) -> __m128i {
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
+    }
+
+    /// The lane totals of eight vectors, `[sum p0, .., sum p7]` (exact).
+    #[inline(always)]
+    unsafe fn totals8(p: [__m256i; 8]) -> __m256i {
+        let a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        let b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(a, b),
+            _mm256_permute2x128_si256::<0x31>(a, b),
+        )
     }
 
     /// The f16 scales of one group block as f32: Q4_1 and Q5_1
@@ -341,6 +415,8 @@ mod avx2 {
         // Row k's scale `d` is lane `k` (Q4_1: `2k`; its `m` is lane `2k + 1`).
         let d_lane = |k: usize| if has_m(F) { 2 * k as i32 } else { k as i32 };
         let mut acc = [[_mm256_setzero_ps(); GROUP]; R];
+        // The repacked order's accumulators: lane `k` for row `4g + k`.
+        let mut acc_rep = [_mm_setzero_ps(); R];
         let mut summs = [_mm256_setzero_ps(); R];
         for b in 0..nb {
             if PREFETCH {
@@ -365,6 +441,13 @@ mod avx2 {
                 // d_w * d_x for each row at once, then broadcast row by row: the same
                 // products ggml forms one at a time.
                 let dv = _mm256_mul_ps(sv, _mm256_broadcast_ss(&*ad.add(a)));
+                if F == F_Q4_0_REPACK {
+                    // Lanes 0..4 of `dv` are the four rows' `d_w * d_x`.
+                    let t = totals4(std::array::from_fn(|k| pair_int::<F>(wv[k], y)));
+                    let dd = _mm256_castps256_ps128(dv);
+                    acc_rep[ri] = _mm_fmadd_ps(_mm_cvtepi32_ps(t), dd, acc_rep[ri]);
+                    continue;
+                }
                 for k in 0..GROUP {
                     let dd = _mm256_permutevar8x32_ps(dv, _mm256_set1_epi32(d_lane(k)));
                     acc[ri][k] = _mm256_fmadd_ps(dd, pair::<F>(wv[k], y), acc[ri][k]);
@@ -376,6 +459,12 @@ mod avx2 {
             }
         }
         let mut out = [[0f32; GROUP]; R];
+        if F == F_Q4_0_REPACK {
+            for (o, a) in out.iter_mut().zip(&acc_rep) {
+                _mm_storeu_ps(o.as_mut_ptr(), *a);
+            }
+            return out;
+        }
         for ri in 0..R {
             for k in 0..GROUP {
                 let m = if has_m(F) {
@@ -459,7 +548,7 @@ mod avx2 {
                     if has_m(F) {
                         s[b * 8 + r] = acts.s[a];
                     }
-                    if F == F_Q4_0 {
+                    if is_q4_0(F) {
                         offsets.push(act::<F>(acts.qs[a].0.as_ptr().cast()).1);
                     }
                 }
@@ -504,6 +593,8 @@ mod avx2 {
         }
         let aq = acts.qs.as_ptr().add(chunk.r0 * nb).cast::<u8>();
         let mut acc = [_mm256_setzero_ps(); R];
+        // The repacked order's accumulator: lane `r` for activation row `r`.
+        let mut acc_rep = _mm256_setzero_ps();
         for b in 0..nb {
             if PREFETCH && k == 0 {
                 // The same block of the group a slab ahead: by the time the kernel
@@ -520,10 +611,21 @@ mod avx2 {
                 }
             }
             let wv = unpack_row::<F>(wq.add(b * qstep), k);
+            if F == F_Q4_0_REPACK {
+                let mut p = [_mm256_setzero_si256(); 8];
+                for (r, p) in p.iter_mut().enumerate().take(R) {
+                    let a = r * nb + b;
+                    let y = _mm256_load_si256(aq.add(a * QK).cast());
+                    *p = pair_int::<F>(wv, (y, *chunk.offsets.as_ptr().add(a)));
+                }
+                let dd = _mm256_loadu_ps(dd.as_ptr().add(b * 8));
+                acc_rep = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8(p)), dd, acc_rep);
+                continue;
+            }
             for (r, acc) in acc.iter_mut().enumerate() {
                 let a = r * nb + b;
                 let y = _mm256_load_si256(aq.add(a * QK).cast());
-                let off = if F == F_Q4_0 {
+                let off = if is_q4_0(F) {
                     *chunk.offsets.as_ptr().add(a)
                 } else {
                     y
@@ -533,6 +635,10 @@ mod avx2 {
             }
         }
         let mut m = [0f32; 8];
+        if F == F_Q4_0_REPACK {
+            _mm256_storeu_ps(m.as_mut_ptr(), acc_rep);
+            return std::array::from_fn(|r| m[r]);
+        }
         _mm256_storeu_ps(m.as_mut_ptr(), summs);
         let mut out = [0f32; R];
         for r in 0..R {
@@ -658,6 +764,9 @@ mod avx2 {
         out: OutPtr,
     ) {
         match w.format {
+            WeightFormat::Q4_0 if w.order == BlockOrder::Repack => {
+                gemm_fmt::<F_Q4_0_REPACK>(w, acts, cols, out)
+            }
             WeightFormat::Q4_0 => gemm_fmt::<F_Q4_0>(w, acts, cols, out),
             WeightFormat::Q4_1 => gemm_fmt::<F_Q4_1>(w, acts, cols, out),
             WeightFormat::Q8_0 | WeightFormat::Q5_0 => gemm_fmt::<F_Q8_0>(w, acts, cols, out),

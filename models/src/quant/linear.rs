@@ -15,7 +15,7 @@ use std::sync::Arc;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Module, Result, Shape, Tensor};
 
-use super::blocks::{PackedWeights, QuantizedActs, WeightFormat, GROUP, QK};
+use super::blocks::{BlockOrder, PackedWeights, QuantizedActs, WeightFormat, GROUP, QK};
 use super::dot::{self, Kernel, OutPtr};
 use super::float::{HalfFormat, HalfWeights};
 use super::k::{llama_cpp_order, KFormat, KWeights};
@@ -73,8 +73,9 @@ impl QLinear {
         let native = WeightFormat::from_ggml(dtype).filter(|_| cpu && in_dim.is_multiple_of(QK));
         let imp = if let Some(format) = native {
             let data = weight.data()?;
+            let order = BlockOrder::llama_cpp(format, out_dim);
             Imp::Native(
-                PackedWeights::from_ggml(format, out_dim, in_dim, &data)
+                PackedWeights::from_ggml(format, out_dim, in_dim, &data, order)
                     .map_err(candle_core::Error::msg)?,
             )
         } else if let Some(format) = KFormat::from_ggml(dtype).filter(|_| cpu) {
@@ -242,7 +243,7 @@ impl CustomOp1 for NativeOp<'_> {
         };
         let dims = layout.shape().dims();
         let rows = (end - start) / self.w.cols;
-        let out = matmul(self.w, &data[start..end], rows, self.kernel);
+        let out = self.w.matmul(&data[start..end], rows, self.kernel);
         let mut out_dims = dims[..dims.len() - 1].to_vec();
         out_dims.push(self.w.rows);
         Ok((CpuStorage::F32(out), Shape::from(out_dims)))
@@ -273,6 +274,14 @@ impl CustomOp1 for HalfOp<'_> {
         let mut out_dims = dims[..dims.len() - 1].to_vec();
         out_dims.push(self.w.rows);
         Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+    }
+}
+
+impl PackedWeights {
+    /// `x` (`rows * self.cols` f32, row-major) times the transpose:
+    /// `rows * self.rows` f32, on the pool, in the weight's [`BlockOrder`].
+    pub fn matmul(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
+        matmul(self, x, rows, kernel)
     }
 }
 

@@ -215,6 +215,55 @@ fn quant_matches_reference_candle_and_scalar() {
     eprintln!("worst error vs reference (of term magnitude): {worst_ref:.3e}; vs candle (of max |y|): {worst_candle:.3e}");
 }
 
+/// Q4_0 in llama.cpp's repacked order (weights with a row count divisible by
+/// 8): AVX2 equal to scalar bit for bit at every tile shape, within f32
+/// rounding of the f64 reference, and not the plain order's bits.
+#[test]
+fn quant_q4_0_repacked_order_avx2_matches_scalar_bitwise() {
+    use super::blocks::{BlockOrder, PackedWeights, WeightFormat};
+    let mut rng = StdRng::seed_from_u64(0x40);
+    let mut orders_differ = false;
+    for &inp in &IN_DIMS {
+        // 8 and 296 (= 37 groups of 8): both repacked by llama.cpp.
+        for out in [8, 296] {
+            let qw = weight(&mut rng, GgmlDType::Q4_0, out, inp);
+            let raw = qw.data().expect("data").to_vec();
+            let order = BlockOrder::llama_cpp(WeightFormat::Q4_0, out);
+            assert_eq!(order, BlockOrder::Repack);
+            let w =
+                PackedWeights::from_ggml(WeightFormat::Q4_0, out, inp, &raw, order).expect("pack");
+            let plain =
+                PackedWeights::from_ggml(WeightFormat::Q4_0, out, inp, &raw, BlockOrder::VecDot)
+                    .expect("pack");
+            for &rows in &ROWS {
+                let x = random(&mut rng, rows * inp, -2.0, 2.0);
+                let y = w.matmul(&x, rows, Kernel::Scalar);
+                if dot::best_kernel() == Kernel::Avx2 {
+                    let a = w.matmul(&x, rows, Kernel::Avx2);
+                    assert_eq!(a, y, "rows={rows} in={inp} out={out}: avx2 != scalar");
+                }
+                orders_differ |= plain.matmul(&x, rows, Kernel::Scalar) != y;
+                for r in 0..rows {
+                    let xq = ggml_quantize(&x[r * inp..(r + 1) * inp]);
+                    for c in 0..out {
+                        let (want, mag) = reference(GgmlDType::Q4_0, &raw, c, inp, &xq);
+                        let err = (y[r * out + c] as f64 - want).abs();
+                        assert!(
+                            err <= 1e-5 * mag + 1e-6,
+                            "rows={rows} in={inp} out={out} [{r},{c}]: {} vs {want}",
+                            y[r * out + c]
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        orders_differ,
+        "the repacked and plain orders never differed"
+    );
+}
+
 #[test]
 fn quant_activation_quantization_avx2_matches_reference_bitwise() {
     let mut rng = StdRng::seed_from_u64(7);
