@@ -365,3 +365,59 @@ fn phi3_missing_and_unsupported_tensors_are_named() {
         "`blk.0.ffn_up.weight`: expected shape [256, 64]",
     );
 }
+
+/// Patches the tensor directory entry of `name` in a GGUF file's bytes:
+/// `f` gets its (ne0, ne1, type id) and returns the new ones.
+fn patch_tensor(bytes: &mut [u8], name: &str, f: impl Fn(u64, u64, u32) -> (u64, u64, u32)) {
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend(name.as_bytes());
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_slice())
+        .expect("tensor entry")
+        + key.len();
+    assert_eq!(&bytes[at..at + 4], &2u32.to_le_bytes(), "a 2-D tensor");
+    let u64_at = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let (ne0, ne1) = (u64_at(bytes, at + 4), u64_at(bytes, at + 12));
+    let t = u32::from_le_bytes(bytes[at + 20..at + 24].try_into().unwrap());
+    let (ne0, ne1, t) = f(ne0, ne1, t);
+    bytes[at + 4..at + 12].copy_from_slice(&ne0.to_le_bytes());
+    bytes[at + 12..at + 20].copy_from_slice(&ne1.to_le_bytes());
+    bytes[at + 20..at + 24].copy_from_slice(&t.to_le_bytes());
+}
+
+/// A tensor of a type Tern cannot read, one whose rows are not whole
+/// blocks, and one whose data runs past the end: each refused naming the
+/// tensor (and the type), by `generate` and by `info`, without a panic.
+#[test]
+fn bad_tensor_types_rows_and_data_are_named() {
+    let (dir, tiny) = tiny_model(TinySpec::default());
+    let bytes = std::fs::read(&tiny).unwrap();
+    let name = "blk.1.attn_q.weight";
+    let write = |file: &str, b: &[u8]| {
+        let p = dir.path().join(file);
+        std::fs::write(&p, b).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let mut iq = bytes.clone();
+    patch_tensor(&mut iq, name, |a, b, _| (a, b, 23));
+    let iq = write("iq4xs.gguf", &iq);
+    for args in [vec!["generate", "-m", &iq, "-p", "hi"], vec!["info", "-m", &iq]] {
+        let out = tern(&args, None);
+        assert_clean_error(
+            &out,
+            "tensor blk.1.attn_q.weight is IQ4_XS, a type Tern cannot read yet",
+        );
+    }
+    let mut rows = bytes.clone();
+    patch_tensor(&mut rows, name, |a, b, t| (16, a * b / 16, t));
+    let rows = write("rows.gguf", &rows);
+    let out = tern(&["generate", "-m", &rows, "-p", "hi"], None);
+    assert_clean_error(
+        &out,
+        "tensor blk.1.attn_q.weight: row length 16 is not a multiple of the 32-value blocks",
+    );
+    let cut = write("cut.gguf", &bytes[..bytes.len() - 100]);
+    let out = tern(&["generate", "-m", &cut, "-p", "hi"], None);
+    assert_clean_error(&out, "truncated: tensor ");
+}

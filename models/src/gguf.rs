@@ -48,12 +48,26 @@ impl GgufFile {
         if mmap.len() < 4 || &mmap[..4] != b"GGUF" {
             return Err(invalid("missing GGUF magic bytes".into()));
         }
-        let content =
-            Content::read(&mut Cursor::new(&mmap[..])).map_err(|e| invalid(first_line(&e)))?;
+        let content = Content::read(&mut Cursor::new(&mmap[..])).map_err(|e| {
+            // candle's reader stops at a type it does not know without
+            // naming the tensor: walk the header to name both.
+            match crate::gguf_types::first_unreadable_tensor(&mmap[..]) {
+                Some(t) => invalid(t.to_string()),
+                None => invalid(first_line(&e)),
+            }
+        })?;
         let file_len = mmap.len() as u64;
         for (name, info) in &content.tensor_infos {
             let elems = info.shape.elem_count();
             let block = info.ggml_dtype.block_size();
+            let row = info.shape.dims().last().copied().unwrap_or(0);
+            if block > 1 && row % block != 0 {
+                return Err(invalid(format!(
+                    "tensor {name}: row length {row} is not a multiple of the {block}-value \
+                     blocks of its type {:?}",
+                    info.ggml_dtype
+                )));
+            }
             if elems % block != 0 {
                 return Err(invalid(format!(
                     "tensor {name} has {elems} elements, not a multiple of its block size {block}"

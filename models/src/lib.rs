@@ -16,6 +16,7 @@ pub mod export;
 pub mod flash;
 mod frozen;
 pub mod gguf;
+pub mod gguf_types;
 pub mod kv;
 pub mod lora;
 mod mask;
