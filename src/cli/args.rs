@@ -56,6 +56,9 @@ pub enum Command {
     /// Merge a training checkpoint into its base model and write a GGUF that
     /// `tern serve` and llama.cpp load, then check its logits.
     Export(super::export::ExportArgs),
+    /// Quantize a GGUF to another type (q4_0 ... q8_0, q4_k_m, q6_k, f16, bf16)
+    /// with the same tensor types and bytes as llama.cpp's llama-quantize.
+    Quantize(super::quantize::QuantizeArgs),
 }
 
 /// Which model to use.
