@@ -78,7 +78,13 @@ fn test_rows(seed: u64, cols: usize) -> Vec<Vec<f32>> {
     let uniform: Vec<f32> = (0..cols).map(|_| next() * 0.8).collect();
     let cubes: Vec<f32> = (0..cols).map(|_| next().powi(3) * 3.0).collect();
     let outliers: Vec<f32> = (0..cols)
-        .map(|i| if i % 97 == 5 { next() * 40.0 } else { next() * 0.05 })
+        .map(|i| {
+            if i % 97 == 5 {
+                next() * 40.0
+            } else {
+                next() * 0.05
+            }
+        })
         .collect();
     let positive: Vec<f32> = (0..cols).map(|_| next().abs() + 0.25).collect();
     let blocks: Vec<f32> = (0..cols)
@@ -240,7 +246,9 @@ fn tern_quantized_files_run_identically_in_tern_and_llama_cpp() {
         let out = dir.path().join(format!("{arch}-{q}.gguf"));
         quantize_gguf(&src, &out, q, &mut |_, _, _| {}).unwrap();
         let (identical, top1, max_diff, n) = file_agreement(&out, spec.context_length);
-        eprintln!("{arch} {q}: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}");
+        eprintln!(
+            "{arch} {q}: {identical}/{n} bit-identical, top-1 {top1}/{n}, max |diff| {max_diff:e}"
+        );
         assert_eq!(identical, n, "{arch} {q}: max |diff| {max_diff:e}");
     }
 }
@@ -256,15 +264,28 @@ fn quantize_cli_reports_and_refuses_clearly() {
     let out = dir.path().join("out.gguf");
     let (s, o) = (src.to_str().unwrap(), out.to_str().unwrap());
 
-    let run = tern(&["quantize", "--model", s, "--out", o, "--type", "Q4_K_M"], None);
+    let run = tern(
+        &["quantize", "--model", s, "--out", o, "--type", "Q4_K_M"],
+        None,
+    );
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     assert!(stdout.contains("q4_k_m"), "{stdout}");
     assert!(!String::from_utf8_lossy(&run.stderr).contains("warning"));
     let file = tern_models::GgufFile::open(&out).unwrap();
-    assert_eq!(file.tensor_dtype("blk.0.attn_q.weight"), Some(GgmlDType::Q4K));
+    assert_eq!(
+        file.tensor_dtype("blk.0.attn_q.weight"),
+        Some(GgmlDType::Q4K)
+    );
 
-    let bad = tern(&["quantize", "--model", s, "--out", o, "--type", "q3_k"], None);
+    let bad = tern(
+        &["quantize", "--model", s, "--out", o, "--type", "q3_k"],
+        None,
+    );
     assert_clean_error(&bad, "unknown quantization type `q3_k`");
     let line = String::from_utf8_lossy(&bad.stderr).to_string();
     for q in QuantType::ALL {
@@ -273,17 +294,37 @@ fn quantize_cli_reports_and_refuses_clearly() {
 
     let missing = dir.path().join("nope.gguf");
     let gone = tern(
-        &["quantize", "--model", missing.to_str().unwrap(), "--out", o, "--type", "q8_0"],
+        &[
+            "quantize",
+            "--model",
+            missing.to_str().unwrap(),
+            "--out",
+            o,
+            "--type",
+            "q8_0",
+        ],
         None,
     );
     assert_clean_error(&gone, "nope.gguf");
 
     let again = dir.path().join("again.gguf");
     let re = tern(
-        &["quantize", "--model", o, "--out", again.to_str().unwrap(), "--type", "q8_0"],
+        &[
+            "quantize",
+            "--model",
+            o,
+            "--out",
+            again.to_str().unwrap(),
+            "--type",
+            "q8_0",
+        ],
         None,
     );
-    assert!(re.status.success(), "{}", String::from_utf8_lossy(&re.stderr));
+    assert!(
+        re.status.success(),
+        "{}",
+        String::from_utf8_lossy(&re.stderr)
+    );
     let stderr = String::from_utf8_lossy(&re.stderr);
     assert!(
         stderr.contains("warning") && stderr.contains("requantiz"),
@@ -292,7 +333,9 @@ fn quantize_cli_reports_and_refuses_clearly() {
 }
 
 /// The real SmolLM2 (Q4_1) requantized to q4_k_m by Tern and by llama.cpp:
-/// the same type and bytes for every tensor.
+/// the same type and bytes for every tensor. With `TERN_QUANTIZE_KEEP=DIR`
+/// both files are kept there (`tern.gguf`, `llama.gguf`) for perplexity runs
+/// (docs/eval/smollm2-q4_k_m-perplexity.jsonl).
 #[test]
 fn real_smollm2_q4_k_m_equals_llama_quantize() {
     let dir = tempfile::tempdir().unwrap();
@@ -303,4 +346,10 @@ fn real_smollm2_q4_k_m_equals_llama_quantize() {
     lq::requantize_gguf(&src, &theirs, lq::LLAMA_FTYPE_MOSTLY_Q4_K_M);
     let counts = assert_same_tensors(&ours, &theirs, "SmolLM2 q4_k_m");
     eprintln!("SmolLM2 q4_k_m: every tensor equal, by type {counts:?}");
+    if let Some(keep) = std::env::var_os("TERN_QUANTIZE_KEEP") {
+        let keep = std::path::PathBuf::from(keep);
+        std::fs::create_dir_all(&keep).unwrap();
+        std::fs::copy(&ours, keep.join("tern.gguf")).unwrap();
+        std::fs::copy(&theirs, keep.join("llama.gguf")).unwrap();
+    }
 }

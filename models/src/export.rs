@@ -299,7 +299,10 @@ fn encode(entry: &TensorEntry, values: &[f32]) -> std::result::Result<Vec<u8>, S
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a quantizer thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a quantizer thread panicked".into()))
+            })
             .collect()
     });
     let mut out = Vec::with_capacity(entry.bytes() as usize);

@@ -55,7 +55,10 @@ pub fn run(a: &QuantizeArgs) -> Result<()> {
     let quant: QuantType = a.quant.parse()?;
     let src = resolve::model_path(&a.model)?;
     if a.out.exists() && std::fs::canonicalize(&a.out)? == std::fs::canonicalize(&src)? {
-        bail!("--out {} is the input file; write to another path", a.out.display());
+        bail!(
+            "--out {} is the input file; write to another path",
+            a.out.display()
+        );
     }
     let file = GgufFile::open(&src)?;
     let quantized: Vec<String> = file

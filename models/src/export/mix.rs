@@ -279,7 +279,9 @@ impl Mix {
         let mut mix = Mix {
             quant,
             shape,
-            tied: !tensors.iter().any(|(n, _, _)| category(n) == Category::Output),
+            tied: !tensors
+                .iter()
+                .any(|(n, _, _)| category(n) == Category::Output),
             n_attn_v: tensors
                 .iter()
                 .filter(|(n, _, _)| category(n) == Category::AttnV)

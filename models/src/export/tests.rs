@@ -431,7 +431,7 @@ fn an_unwritable_output_directory_is_a_clear_error() {
 
 /// `tern export --quant q4_k_m` goes through llama.cpp's mix: with 64-wide
 /// rows every K-quant falls back to its 32-value stand-in (Q4_K to Q5_0, the
-/// extra-bits Q6_K of `attn_v` and `ffn_down` to Q8_0), the tied embedding
+/// extra-bits Q6_K of the last layer's `attn_v` and `ffn_down` to Q8_0), the tied embedding
 /// stays at Q8_0 and the norms keep F32.
 #[test]
 fn q4_k_m_export_follows_llama_cpp_mix() {
@@ -442,7 +442,10 @@ fn q4_k_m_export_follows_llama_cpp_mix() {
     let ty = |n: &str| file.tensor_dtype(n).unwrap();
     assert_eq!(file.u32("general.file_type").unwrap(), 15);
     assert_eq!(ty("blk.0.attn_q.weight"), GgmlDType::Q5_0);
-    assert_eq!(ty("blk.0.attn_v.weight"), GgmlDType::Q8_0);
+    // Of two layers, `use_more_bits` picks the last only.
+    assert_eq!(ty("blk.0.attn_v.weight"), GgmlDType::Q5_0);
+    assert_eq!(ty("blk.1.attn_v.weight"), GgmlDType::Q8_0);
+    assert_eq!(ty("blk.0.ffn_down.weight"), GgmlDType::Q5_0);
     assert_eq!(ty("blk.1.ffn_down.weight"), GgmlDType::Q8_0);
     assert_eq!(ty("token_embd.weight"), GgmlDType::Q8_0);
     assert_eq!(ty("blk.0.attn_norm.weight"), GgmlDType::F32);

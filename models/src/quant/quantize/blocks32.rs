@@ -5,6 +5,9 @@
 //! multiply-add, truncated toward zero. Q8_0 rounds `x * id` half away from
 //! zero (`roundf`), unfused.
 
+// Index loops keep ggml's loop structure, so the port reads against it line by line.
+#![allow(clippy::needless_range_loop)]
+
 use half::f16;
 
 /// Values per block.
@@ -131,7 +134,9 @@ pub fn q5_1(x: &[f32], out: &mut Vec<u8>) {
 /// Q8_0: `d = amax / 127`, quants `roundf(x * id)`.
 pub fn q8_0(x: &[f32], out: &mut Vec<u8>) {
     for b in x.chunks_exact(QK) {
-        let amax = b.iter().fold(0f32, |m, v| if m > v.abs() { m } else { v.abs() });
+        let amax = b
+            .iter()
+            .fold(0f32, |m, v| if m > v.abs() { m } else { v.abs() });
         let d = amax / 127.0;
         let id = inverse(d);
         put_f16(out, d);

@@ -10,6 +10,9 @@
 //! rounded on its own: a different choice flips a quant now and then, and
 //! then the search for the best scale goes elsewhere.
 
+// Index loops keep ggml's loop structure, so the port reads against it line by line.
+#![allow(clippy::needless_range_loop)]
+
 use half::f16;
 
 /// Values per super-block.
@@ -48,7 +51,14 @@ fn f16_round(v: f32) -> f32 {
 
 /// `make_qkx2_quants` with `use_mad = false` and `rdelta = 0.1`: 32 values,
 /// quants in `0..=nmax` into `l`; returns `(scale, -min)`.
-fn make_qkx2(x: &[f32], w: &[f32; 32], nmax: i32, l: &mut [u8], rmin: f32, nstep: i32) -> (f32, f32) {
+fn make_qkx2(
+    x: &[f32],
+    w: &[f32; 32],
+    nmax: i32,
+    l: &mut [u8],
+    rmin: f32,
+    nstep: i32,
+) -> (f32, f32) {
     const RDELTA: f32 = 0.1;
     let n = x.len();
     let (mut min, mut max) = (x[0], x[0]);
@@ -215,7 +225,11 @@ fn scale_min_block(x: &[f32], nmax: i32, rmin: f32, nstep: i32, out: &mut Vec<u8
             max_min = min;
         }
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
     for j in 0..8 {
@@ -320,7 +334,8 @@ pub fn q6_k(x: &[f32], out: &mut Vec<u8>) {
                 let q = |o: usize| l[j + i + o] as u8;
                 ql[64 * k + i] = (q(0) & 0xF) | ((q(64) & 0xF) << 4);
                 ql[64 * k + i + 32] = (q(32) & 0xF) | ((q(96) & 0xF) << 4);
-                qh[32 * k + i] = (q(0) >> 4) | ((q(32) >> 4) << 2) | ((q(64) >> 4) << 4) | ((q(96) >> 4) << 6);
+                qh[32 * k + i] =
+                    (q(0) >> 4) | ((q(32) >> 4) << 2) | ((q(64) >> 4) << 4) | ((q(96) >> 4) << 6);
             }
         }
         out.extend_from_slice(&ql);

@@ -73,7 +73,9 @@ pub fn quantize(dtype: GgmlDType, x: &[f32]) -> Result<Vec<u8>, QuantizeError> {
     }
     let mut out = Vec::with_capacity(x.len() / block * dtype.type_size());
     match dtype {
-        GgmlDType::F32 => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        GgmlDType::F32 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         GgmlDType::F16 => floats::f16(x, &mut out),
         GgmlDType::BF16 => floats::bf16(x, &mut out),
         GgmlDType::Q4_0 => blocks32::q4_0(x, &mut out),
@@ -100,7 +102,11 @@ pub fn quantize(dtype: GgmlDType, x: &[f32]) -> Result<Vec<u8>, QuantizeError> {
 pub fn dequantize(dtype: GgmlDType, data: &[u8], n: usize) -> Result<Vec<f32>, QuantizeError> {
     let block = dtype.block_size();
     if !n.is_multiple_of(block) || data.len() != n / block * dtype.type_size() {
-        return Err(QuantizeError::Partial { dtype, len: n, block });
+        return Err(QuantizeError::Partial {
+            dtype,
+            len: n,
+            block,
+        });
     }
     let mut out = vec![0f32; n];
     match dtype {
@@ -121,7 +127,10 @@ pub fn dequantize(dtype: GgmlDType, data: &[u8], n: usize) -> Result<Vec<f32>, Q
                 GgmlDType::Q5K => q5k::dequantize_block,
                 _ => q6k::dequantize_block,
             };
-            for (b, o) in data.chunks_exact(dtype.type_size()).zip(out.chunks_exact_mut(block)) {
+            for (b, o) in data
+                .chunks_exact(dtype.type_size())
+                .zip(out.chunks_exact_mut(block))
+            {
                 decode(b, o);
             }
         }
@@ -133,7 +142,11 @@ pub fn dequantize(dtype: GgmlDType, data: &[u8], n: usize) -> Result<Vec<f32>, Q
             // One row of all the blocks: the packed layout's reference
             // dequantization is ggml's.
             let packed = PackedWeights::from_ggml(format, 1, n, data).map_err(|_| {
-                QuantizeError::Partial { dtype, len: n, block }
+                QuantizeError::Partial {
+                    dtype,
+                    len: n,
+                    block,
+                }
             })?;
             packed.dequantize_row(0, &mut out);
         }
