@@ -12,25 +12,9 @@ use tern_models::{quantize_gguf, GgufFile, QuantType};
 
 use super::resolve;
 
-/// `tern quantize --model IN --out OUT --type TYPE`.
-///
-/// Types, smallest first within each family:
-///   q4_0, q4_1, q5_0, q5_1, q8_0   32-value blocks (q8_0 is near-lossless)
-///   q4_k_s, q4_k_m, q5_k_m, q6_k   K-quant mixes: 256-value super-blocks,
-///                                  more bits where llama.cpp puts them
-///   f16, bf16                      16-bit floats, no block quantization
-///
-/// Every tensor gets the type and the bytes llama.cpp's `llama-quantize`
-/// gives it (default settings, no importance matrix): the output projection
-/// keeps 6 or 8 bits, norms stay as they are, a row length that is not whole
-/// super-blocks falls back to a 32-value format. q4_k_m is the usual choice
-/// for a small, good model; q8_0 when memory allows.
-///
-/// An input that is already quantized is dequantized and quantized again
-/// (llama-quantize's --allow-requantize): allowed, with a warning, because
-/// the result is worse than quantizing the original F32/F16/BF16 weights.
+/// `tern quantize --model IN --out OUT --type TYPE` (its help text is on the
+/// subcommand in `args.rs`).
 #[derive(Debug, Args)]
-#[command(verbatim_doc_comment)]
 pub struct QuantizeArgs {
     /// The GGUF to quantize (a path, or a registry name).
     #[arg(long, short = 'm')]
