@@ -13,6 +13,7 @@ mod humaneval;
 mod kquant;
 mod kv;
 mod plot;
+mod quantize;
 mod reasoning;
 mod reference;
 mod repack;

@@ -71,9 +71,14 @@ pub enum ModelError {
     /// model file should carry.
     #[error("replacement for tensor `{name}` holds NaN or infinite values")]
     NonFiniteTensor { name: String },
-    /// An export type name that is not one Tern writes.
-    #[error("unknown export type `{0}` (expected q8_0, q4_0 or f16)")]
-    UnknownExportType(String),
+    /// A quantization type name that is not one Tern writes.
+    #[error("unknown quantization type `{name}` (valid: {valid})")]
+    UnknownExportType {
+        /// The name given.
+        name: String,
+        /// The valid names, comma-separated.
+        valid: String,
+    },
     /// Writing an output file failed (directory missing or not writable, disk full).
     #[error("cannot write {path}: {source}")]
     Write {

@@ -1,14 +1,17 @@
-//! Export: a new GGUF from a source GGUF plus replacement tensors, which is how
-//! trained weights (a merged LoRA or a full fine-tune) become a file that
-//! `tern serve` and llama.cpp both load.
+//! Export and quantization: a new GGUF from a source GGUF, optionally with
+//! replacement tensors. With replacements it is how trained weights (a merged
+//! LoRA or a full fine-tune) become a file that `tern serve` and llama.cpp
+//! both load (`tern export`); without, it is `tern quantize`, Tern's own
+//! `llama-quantize`.
 //!
-//! Every metadata entry of the source is copied (`general.file_type` set to the
-//! export type; `general.alignment` dropped because the writer uses GGUF's
-//! default), and every tensor, in the source's order. Matrices are written in
-//! the export type, dequantized and re-quantized when the source's type differs
-//! (a matrix whose rows are not whole blocks falls back to F16, as llama.cpp's
-//! quantizer does; at q4_0 the output projection stays 8-bit, see
-//! [`export_gguf`]); vectors (norms) are written as F32.
+//! Every metadata entry of the source is copied (`general.file_type` and
+//! `general.quantization_version` set as llama.cpp sets them;
+//! `general.alignment` dropped because the writer uses GGUF's default), and
+//! every tensor, in the source's order. Each tensor gets the type llama.cpp's
+//! quantizer would give it for the file type ([`mix`]), and its values are
+//! encoded by Tern's port of ggml's reference quantizers
+//! ([`crate::quant::quantize`]), dequantizing first when the source's type
+//! differs; a tensor whose type does not change is copied byte for byte.
 //!
 //! Tied embeddings: llama models such as SmolLM2 have no `output.weight`; the
 //! token embedding doubles as the output projection. A trained output
@@ -21,80 +24,30 @@
 //! or the complete new one, never a partial one. This module does not merge
 //! LoRA (the trainer passes merged tensors) and does not read checkpoints.
 
+pub mod mix;
 mod writer;
 
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::io::BufWriter;
 use std::path::Path;
-use std::str::FromStr;
 
 use candle_core::quantized::gguf_file::Value;
-use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::{ModelError, Result};
-use crate::gguf::{first_line, GgufFile};
+use crate::gguf::GgufFile;
+use crate::quant::quantize::{dequantize, quantize};
+pub use mix::{ModelShape, QuantType};
 use writer::{GgufWriter, TensorEntry};
 
-/// Weight type of the exported matrices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExportQuant {
-    /// 8-bit blocks of 32 with an f16 scale: near-lossless, about half of F16's size.
-    Q8_0,
-    /// 4-bit blocks of 32 with an f16 scale: smallest, and fastest to decode.
-    Q4_0,
-    /// Plain half precision: no quantization error beyond f16 rounding.
-    F16,
-}
+/// llama.cpp's `GGML_QNT_VERSION`, written as `general.quantization_version`.
+const QUANTIZATION_VERSION: u32 = 2;
 
-impl ExportQuant {
-    /// The ggml tensor type matrices are written in.
-    pub fn ggml_dtype(self) -> GgmlDType {
-        match self {
-            Self::Q8_0 => GgmlDType::Q8_0,
-            Self::Q4_0 => GgmlDType::Q4_0,
-            Self::F16 => GgmlDType::F16,
-        }
-    }
-
-    /// llama.cpp's `general.file_type` value for a file mostly of this type
-    /// (`LLAMA_FTYPE_MOSTLY_*`), which tools show as the file's quantization.
-    pub fn file_type(self) -> u32 {
-        match self {
-            Self::Q8_0 => 7,
-            Self::Q4_0 => 2,
-            Self::F16 => 1,
-        }
-    }
-}
-
-impl FromStr for ExportQuant {
-    type Err = ModelError;
-
-    /// Parses `q8_0`, `q4_0` or `f16` (any case), the names llama.cpp uses.
-    fn from_str(s: &str) -> Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "q8_0" => Ok(Self::Q8_0),
-            "q4_0" => Ok(Self::Q4_0),
-            "f16" => Ok(Self::F16),
-            _ => Err(ModelError::UnknownExportType(s.to_string())),
-        }
-    }
-}
-
-impl fmt::Display for ExportQuant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Q8_0 => "q8_0",
-            Self::Q4_0 => "q4_0",
-            Self::F16 => "f16",
-        })
-    }
-}
+/// The type of an export: one of `tern quantize`'s types (see [`QuantType`]).
+pub type ExportQuant = QuantType;
 
 /// What an export wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,21 +58,24 @@ pub struct ExportReport {
     pub replaced: usize,
     /// Size of the new file in bytes.
     pub bytes: u64,
+    /// Tensors whose row length forced a smaller-block type than the mix
+    /// asked for (llama.cpp's "fallback quantization").
+    pub fallbacks: usize,
 }
 
 /// Writes `out` as a copy of `src` with the tensors in `replacements` swapped in.
 ///
-/// Copies every metadata key of `src` (general.file_type updated to match `quant`) and every tensor;
-/// tensors named in `replacements` (f32 candle Tensors in the GGUF's logical shape, e.g. [out, in] for
-/// matrices) take the place of the source's; every 2-D weight matrix is written as `quant` (source
-/// matrices are dequantized and re-quantized when their type differs), 1-D tensors (norms) as F32.
+/// Copies every metadata key of `src` (`general.file_type` set for `quant`,
+/// `general.quantization_version` set as llama.cpp does) and every tensor;
+/// tensors named in `replacements` (f32 candle Tensors in the GGUF's logical
+/// shape, e.g. [out, in] for matrices) take the place of the source's. Each
+/// tensor's type is the one `llama-quantize` would give it for `quant` (see
+/// [`mix`]): for example the output projection (`output.weight`, or
+/// `token_embd.weight` when tied) stays at 8 bits or more, because low-bit
+/// logits cost far more quality than low-bit hidden layers, and norms keep
+/// their type. Values are encoded by Tern's port of ggml's reference
+/// quantizers, so the bytes equal llama.cpp's.
 /// Writes to a temporary file beside `out` and renames it, so `out` is either the old file or the complete new one.
-///
-/// One exception to the matrix rule, as in llama.cpp's quantizer: at q4_0 the
-/// output projection (`output.weight`, or `token_embd.weight` when tied) is
-/// written as Q8_0, because 4-bit logits cost far more quality than 4-bit
-/// hidden layers (SmolLM2 on a short text: +26% perplexity over the Q4_1
-/// source instead of +17%).
 ///
 /// Names and shapes of the replacements are checked before anything is
 /// written; a replacement holding NaN or infinity fails the export when it is
@@ -130,12 +86,38 @@ pub fn export_gguf(
     replacements: &HashMap<String, Tensor>,
     quant: ExportQuant,
 ) -> Result<ExportReport> {
+    write_gguf(src, out, replacements, quant, &mut |_, _, _| {})
+}
+
+/// Quantizes the GGUF at `src` into `out` as `quant`, `llama-quantize`'s job
+/// (default parameters, no importance matrix): every tensor gets the type and
+/// the bytes llama.cpp would write. Tensors already quantized are dequantized
+/// first (as llama.cpp's `--allow-requantize` does), which loses quality the
+/// caller may want to warn about. `progress(done, total, name)` is called
+/// after each tensor.
+pub fn quantize_gguf(
+    src: &Path,
+    out: &Path,
+    quant: QuantType,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<ExportReport> {
+    write_gguf(src, out, &HashMap::new(), quant, progress)
+}
+
+/// [`export_gguf`] and [`quantize_gguf`]: plan, stream, rename.
+fn write_gguf(
+    src: &Path,
+    out: &Path,
+    replacements: &HashMap<String, Tensor>,
+    quant: QuantType,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<ExportReport> {
     // 1. Open the source and check the replacements against it.
     let file = GgufFile::open(src)?;
     check_replacements(&file, replacements)?;
     // 2. Plan the new file: its metadata and tensor directory.
     let metadata = export_metadata(&file, quant);
-    let entries = plan_tensors(&file, quant)?;
+    let (entries, fallbacks) = plan_tensors(&file, quant)?;
     // 3. Stream the tensors into a temporary file beside `out`.
     let mut tmp = temp_beside(out)?;
     let write_err = |source| ModelError::Write {
@@ -145,9 +127,10 @@ pub fn export_gguf(
     let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let buffered = BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
     let mut w = GgufWriter::new(buffered, &meta_refs, &entries).map_err(write_err)?;
-    for entry in &entries {
+    for (i, entry) in entries.iter().enumerate() {
         let data = tensor_data(&file, entry, replacements.get(&entry.name))?;
         w.write_tensor(&data).map_err(write_err)?;
+        progress(i + 1, entries.len(), &entry.name);
     }
     let (buffered, bytes) = w.finish().map_err(write_err)?;
     drop(buffered);
@@ -159,6 +142,7 @@ pub fn export_gguf(
         tensors: entries.len(),
         replaced: replacements.len(),
         bytes,
+        fallbacks,
     })
 }
 
@@ -192,68 +176,72 @@ fn check_replacements(file: &GgufFile, replacements: &HashMap<String, Tensor>) -
     Ok(())
 }
 
-/// The source's metadata with `general.file_type` set for `quant` and
+/// The source's metadata with `general.file_type` and
+/// `general.quantization_version` set as llama.cpp sets them and
 /// `general.alignment` dropped (the writer always aligns to GGUF's default).
-fn export_metadata(file: &GgufFile, quant: ExportQuant) -> Vec<(String, Value)> {
+fn export_metadata(file: &GgufFile, quant: QuantType) -> Vec<(String, Value)> {
+    const SET: [&str; 3] = [
+        "general.file_type",
+        "general.alignment",
+        "general.quantization_version",
+    ];
     let mut meta: Vec<(String, Value)> = file
         .metadata()
         .into_iter()
-        .filter(|(k, _)| *k != "general.file_type" && *k != "general.alignment")
+        .filter(|(k, _)| !SET.contains(k))
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
     meta.push(("general.file_type".into(), Value::U32(quant.file_type())));
+    meta.push((
+        "general.quantization_version".into(),
+        Value::U32(QUANTIZATION_VERSION),
+    ));
     meta.sort_by(|a, b| a.0.cmp(&b.0));
     meta
 }
 
+/// The model facts the type mix reads, from the metadata.
+fn model_shape(file: &GgufFile) -> Result<ModelShape> {
+    let arch = file.str("general.architecture")?.to_string();
+    let n_layer = file.u32(&format!("{arch}.block_count"))? as usize;
+    let n_head = file
+        .u32(&format!("{arch}.attention.head_count"))
+        .unwrap_or(0) as usize;
+    let n_head_kv = file
+        .u32(&format!("{arch}.attention.head_count_kv"))
+        .map(|v| v as usize)
+        .unwrap_or(n_head);
+    Ok(ModelShape {
+        arch,
+        n_layer,
+        n_head,
+        n_head_kv,
+    })
+}
+
 /// The directory of the new file: every source tensor, in source order, with
-/// the type it will be written in.
-fn plan_tensors(file: &GgufFile, quant: ExportQuant) -> Result<Vec<TensorEntry>> {
-    file.tensor_names()
+/// the type llama.cpp's mix gives it; and how many fell back.
+fn plan_tensors(file: &GgufFile, quant: QuantType) -> Result<(Vec<TensorEntry>, usize)> {
+    let mut tensors = Vec::new();
+    for name in file.tensor_names() {
+        let (Some(dims), Some(dtype)) = (file.tensor_dims(name), file.tensor_dtype(name)) else {
+            return Err(ModelError::BadTensor {
+                name: name.into(),
+                reason: "missing from the file".into(),
+            });
+        };
+        tensors.push((name.to_string(), dims, dtype));
+    }
+    let (types, fallbacks) = mix::Mix::plan(quant, model_shape(file)?, &tensors);
+    let entries = tensors
         .into_iter()
-        .map(|name| {
-            let dims = file
-                .tensor_dims(name)
-                .ok_or_else(|| ModelError::BadTensor {
-                    name: name.into(),
-                    reason: "missing from the file".into(),
-                })?;
-            let dtype = if name == output_projection(file) && quant == ExportQuant::Q4_0 {
-                GgmlDType::Q8_0
-            } else {
-                target_dtype(&dims, quant)
-            };
-            Ok(TensorEntry {
-                name: name.to_string(),
-                dims,
-                dtype,
-            })
+        .map(|(name, dims, _)| TensorEntry {
+            dtype: types[&name],
+            name,
+            dims,
         })
-        .collect()
-}
-
-/// The matrix that projects to the vocabulary: `output.weight`, or the token
-/// embedding in a model that ties the two.
-fn output_projection(file: &GgufFile) -> &'static str {
-    if file.has_tensor("output.weight") {
-        "output.weight"
-    } else {
-        "token_embd.weight"
-    }
-}
-
-/// Vectors as F32; matrices as `quant`, or F16 when a row is not whole blocks.
-fn target_dtype(dims: &[usize], quant: ExportQuant) -> GgmlDType {
-    if dims.len() < 2 {
-        return GgmlDType::F32;
-    }
-    let t = quant.ggml_dtype();
-    let row = dims.last().copied().unwrap_or(0);
-    if row.is_multiple_of(t.block_size()) {
-        t
-    } else {
-        GgmlDType::F16
-    }
+        .collect();
+    Ok((entries, fallbacks))
 }
 
 /// The bytes of one tensor in its target type: the source's bytes as they are
@@ -264,6 +252,10 @@ fn tensor_data(
     entry: &TensorEntry,
     replacement: Option<&Tensor>,
 ) -> Result<Vec<u8>> {
+    let bad = |reason: String| ModelError::BadTensor {
+        name: entry.name.clone(),
+        reason,
+    };
     let values = match replacement {
         Some(t) => {
             let values = t
@@ -280,27 +272,44 @@ fn tensor_data(
         }
         None => {
             let q = file.tensor(&entry.name)?;
+            let data = q.data()?;
             if q.dtype() == entry.dtype {
-                return Ok(q.data()?.into_owned());
+                return Ok(data.into_owned());
             }
-            q.dequantize(&Device::Cpu)?
-                .flatten_all()?
-                .to_vec1::<f32>()?
+            let n: usize = entry.dims.iter().product();
+            dequantize(q.dtype(), &data, n).map_err(|e| bad(e.to_string()))?
         }
     };
-    encode(entry, values)
+    encode(entry, &values).map_err(bad)
 }
 
-/// `values` (the tensor flattened, row-major) in `entry`'s type, by candle's
-/// quantizer (ggml's reference rounding; a least-squares scale search was
-/// tried for Q4_0 and scored worse perplexity on SmolLM2).
-fn encode(entry: &TensorEntry, values: Vec<f32>) -> Result<Vec<u8>> {
-    let t = Tensor::from_vec(values, entry.dims.as_slice(), &Device::Cpu)?;
-    let q = QTensor::quantize(&t, entry.dtype).map_err(|e| ModelError::BadTensor {
-        name: entry.name.clone(),
-        reason: first_line(&e),
-    })?;
-    Ok(q.data()?.into_owned())
+/// `values` (the tensor flattened, row-major) in `entry`'s type, rows spread
+/// over the machine's cores (every row is encoded on its own, so the split
+/// cannot change a byte).
+fn encode(entry: &TensorEntry, values: &[f32]) -> std::result::Result<Vec<u8>, String> {
+    let cols = entry.dims.last().copied().unwrap_or(1).max(1);
+    let rows = values.len() / cols;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = rows.div_ceil(threads).max(1);
+    let chunks: Vec<&[f32]> = values.chunks(per * cols).collect();
+    let parts: Vec<std::result::Result<Vec<u8>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = chunks
+            .iter()
+            .map(|c| s.spawn(move || quantize(entry.dtype, c).map_err(|e| e.to_string())))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a quantizer thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(entry.bytes() as usize);
+    for p in parts {
+        out.extend_from_slice(&p?);
+    }
+    Ok(out)
 }
 
 /// A temporary file in `out`'s directory (a rename is only atomic within one

@@ -30,7 +30,7 @@ pub use arch::{Llama, Model};
 pub use batch::{LogitsWanted, SeqBatch};
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
-pub use export::{export_gguf, ExportQuant, ExportReport};
+pub use export::{export_gguf, quantize_gguf, ExportQuant, ExportReport, QuantType};
 pub use gguf::GgufFile;
 pub use kv::KvStore;
 pub use lora::{LoraAdapter, LoraSet, LoraTarget};

@@ -56,6 +56,28 @@ pub enum Command {
     /// Merge a training checkpoint into its base model and write a GGUF that
     /// `tern serve` and llama.cpp load, then check its logits.
     Export(super::export::ExportArgs),
+    /// Quantize a GGUF to another type (q4_0 ... q8_0, q4_k_m, q6_k, f16, bf16)
+    /// with the same tensor types and bytes as llama.cpp's llama-quantize.
+    ///
+    /// Types, smallest first within each family:
+    ///   q4_0, q4_1, q5_0, q5_1, q8_0   32-value blocks (q8_0 is near-lossless)
+    ///   q4_k_s, q4_k_m, q5_k_m, q6_k   K-quant mixes: 256-value super-blocks,
+    ///                                  more bits where llama.cpp puts them
+    ///   f16, bf16                      16-bit floats, no block quantization
+    ///
+    /// Every tensor gets the type and the bytes llama-quantize gives it
+    /// (default settings, no importance matrix): the output projection keeps
+    /// 6 or 8 bits, norms stay as they are, and a row length that is not whole
+    /// super-blocks falls back to a 32-value format. q4_k_m is the usual
+    /// choice for a small, good model; q8_0 when memory allows.
+    ///
+    /// An already-quantized input is dequantized and quantized again (as
+    /// llama-quantize's --allow-requantize): allowed, with a warning, since
+    /// the result is worse than quantizing the F32/F16/BF16 original.
+    ///
+    /// Example: tern quantize -m model-f16.gguf --out model-q4_k_m.gguf -t q4_k_m
+    #[command(verbatim_doc_comment)]
+    Quantize(super::quantize::QuantizeArgs),
 }
 
 /// Which model to use.

@@ -14,7 +14,7 @@ use tern_runtime::LoadedModel;
 use tern_trainer::checkpoint;
 use tern_trainer::merge::merged_tensors;
 
-/// `tern export --checkpoint DIR --out model.gguf [--quant q8_0|q4_0|f16]`.
+/// `tern export --checkpoint DIR --out model.gguf [--quant TYPE]`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// A checkpoint directory, or a run's output directory (its latest checkpoint).
@@ -23,7 +23,9 @@ pub struct ExportArgs {
     /// The GGUF file to write (replaced atomically).
     #[arg(long)]
     pub out: PathBuf,
-    /// Matrix type of the export: q8_0 (near-lossless), q4_0 (smallest) or f16.
+    /// File type of the export, as `tern quantize --type` takes it: q8_0
+    /// (near-lossless), q4_k_m (small, good), q4_0, q4_1, q5_0, q5_1, q4_k_s,
+    /// q5_k_m, q6_k, f16 or bf16.
     #[arg(long, default_value = "q8_0")]
     pub quant: String,
     /// Base model to merge into (default: the one the run trained).

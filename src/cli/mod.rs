@@ -14,6 +14,7 @@ mod kv_eval;
 mod perplexity;
 mod plot;
 mod pull;
+mod quantize;
 mod resolve;
 mod serve;
 mod tokenize;
@@ -52,5 +53,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train(a) => train::run(&a),
         Command::Plot(a) => plot::run(&a),
         Command::Export(a) => export::run(&a),
+        Command::Quantize(a) => quantize::run(&a),
     }
 }

@@ -142,3 +142,19 @@ pub fn ggml_vec_dot(t: ggml_type, w: &[u8], x: &[f32]) -> f32 {
         s
     }
 }
+
+/// [`quantize_gguf`] with `--allow-requantize`: a source whose tensors are
+/// already quantized is dequantized by ggml and quantized again.
+pub fn requantize_gguf(input: &Path, output: &Path, ftype: llama_ftype) {
+    let inp = CString::new(input.to_str().expect("utf-8 path")).expect("path");
+    let out = CString::new(output.to_str().expect("utf-8 path")).expect("path");
+    // SAFETY: as in `quantize_gguf`.
+    let status = unsafe {
+        let mut params = llama_cpp_sys_2::llama_model_quantize_default_params();
+        params.ftype = ftype;
+        params.nthread = 2;
+        params.allow_requantize = true;
+        llama_cpp_sys_2::llama_model_quantize(inp.as_ptr(), out.as_ptr(), &params)
+    };
+    assert_eq!(status, 0, "llama_model_quantize (requantize) failed");
+}

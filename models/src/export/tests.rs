@@ -193,10 +193,13 @@ fn export_types_parse_and_print() {
         assert_eq!(parsed, q);
         assert_eq!(parsed.to_string(), s.to_ascii_lowercase());
     }
+    for q in ExportQuant::ALL {
+        assert_eq!(q.name().to_uppercase().parse::<ExportQuant>().unwrap(), q);
+    }
     let err = "q5_k".parse::<ExportQuant>().unwrap_err().to_string();
     assert_eq!(
         err,
-        "unknown export type `q5_k` (expected q8_0, q4_0 or f16)"
+        "unknown quantization type `q5_k` (valid: q4_0, q4_1, q5_0, q5_1, q8_0, f16, bf16, q4_k_m, q4_k_s, q5_k_m, q6_k)"
     );
 }
 
@@ -216,7 +219,14 @@ fn q8_0_round_trip_keeps_metadata_types_and_logits() {
             .map(|(k, _)| k.to_string())
             .collect::<Vec<_>>()
     };
-    assert_eq!(keys(&a), keys(&b), "every metadata key copied");
+    // Every key copied, plus the quantization version llama.cpp adds.
+    let mut want = keys(&a);
+    if !want.iter().any(|k| k == "general.quantization_version") {
+        want.push("general.quantization_version".into());
+        want.sort();
+    }
+    assert_eq!(want, keys(&b), "every metadata key copied");
+    assert_eq!(b.u32("general.quantization_version").unwrap(), 2);
     assert_eq!(b.u32("general.file_type").unwrap(), 7);
     assert_eq!(b.str("general.name").unwrap(), "export-tiny");
     match b.get("tokenizer.ggml.scores") {
@@ -417,4 +427,29 @@ fn an_unwritable_output_directory_is_a_clear_error() {
     let out = dir.path().join("missing-dir/model.gguf");
     let err = export_gguf(&src, &out, &HashMap::new(), ExportQuant::Q8_0).unwrap_err();
     assert!(err.to_string().contains("missing-dir"), "{err}");
+}
+
+/// `tern export --quant q4_k_m` goes through llama.cpp's mix: with 64-wide
+/// rows every K-quant falls back to its 32-value stand-in (Q4_K to Q5_0, the
+/// extra-bits Q6_K of the last layer's `attn_v` and `ffn_down` to Q8_0), the tied embedding
+/// stays at Q8_0 and the norms keep F32.
+#[test]
+fn q4_k_m_export_follows_llama_cpp_mix() {
+    let (dir, src) = source();
+    let out = dir.path().join("out-q4_k_m.gguf");
+    let report = export_gguf(&src, &out, &HashMap::new(), ExportQuant::Q4KM).unwrap();
+    let file = GgufFile::open(&out).unwrap();
+    let ty = |n: &str| file.tensor_dtype(n).unwrap();
+    assert_eq!(file.u32("general.file_type").unwrap(), 15);
+    assert_eq!(ty("blk.0.attn_q.weight"), GgmlDType::Q5_0);
+    // Of two layers, `use_more_bits` picks the last only.
+    assert_eq!(ty("blk.0.attn_v.weight"), GgmlDType::Q5_0);
+    assert_eq!(ty("blk.1.attn_v.weight"), GgmlDType::Q8_0);
+    assert_eq!(ty("blk.0.ffn_down.weight"), GgmlDType::Q5_0);
+    assert_eq!(ty("blk.1.ffn_down.weight"), GgmlDType::Q8_0);
+    assert_eq!(ty("token_embd.weight"), GgmlDType::Q8_0);
+    assert_eq!(ty("blk.0.attn_norm.weight"), GgmlDType::F32);
+    assert_eq!(report.fallbacks, 7 * LAYERS);
+    let diff = max_abs_diff(&logits(&src), &logits(&out));
+    assert!(diff.is_finite(), "q4_k_m export does not run");
 }

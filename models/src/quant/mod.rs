@@ -12,6 +12,8 @@
 //! - [`pool`]: the persistent worker pool the products run on.
 //! - [`k`]: the K-quant formats (256-value super-blocks, Q8_K activations).
 //! - [`linear`]: the layer itself.
+//! - [`quantize`]: Tern's own quantizer, f32 into these formats as ggml's
+//!   reference quantizers write them.
 
 pub mod blocks;
 pub mod dot;
@@ -19,6 +21,7 @@ pub mod float;
 pub mod k;
 pub mod linear;
 pub mod pool;
+pub mod quantize;
 
 #[cfg(test)]
 mod tests;
