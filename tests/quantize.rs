@@ -239,6 +239,7 @@ fn tern_quantized_files_run_identically_in_tern_and_llama_cpp() {
         ("llama", QuantType::Q4KM),
         ("gemma3", QuantType::Q6K),
         ("llama", QuantType::Q8_0),
+        ("llama", QuantType::Q4_0),
     ] {
         let spec = wide(arch, 2);
         let src = dir.path().join(format!("{arch}-f32.gguf"));
