@@ -402,7 +402,10 @@ fn bad_tensor_types_rows_and_data_are_named() {
     let mut iq = bytes.clone();
     patch_tensor(&mut iq, name, |a, b, _| (a, b, 23));
     let iq = write("iq4xs.gguf", &iq);
-    for args in [vec!["generate", "-m", &iq, "-p", "hi"], vec!["info", "-m", &iq]] {
+    for args in [
+        vec!["generate", "-m", &iq, "-p", "hi"],
+        vec!["info", "-m", &iq],
+    ] {
         let out = tern(&args, None);
         assert_clean_error(
             &out,

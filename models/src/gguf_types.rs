@@ -185,7 +185,10 @@ mod tests {
     fn names_the_first_tensor_of_an_unreadable_type() {
         let h = header(&[("a.weight", 12), ("b.weight", 23), ("c.weight", 20)]);
         let t = first_unreadable_tensor(&h).unwrap();
-        assert_eq!(t.to_string(), "tensor b.weight is IQ4_XS, a type Tern cannot read yet");
+        assert_eq!(
+            t.to_string(),
+            "tensor b.weight is IQ4_XS, a type Tern cannot read yet"
+        );
         let h = header(&[("a.weight", 99)]);
         assert!(first_unreadable_tensor(&h)
             .unwrap()
@@ -195,7 +198,10 @@ mod tests {
 
     #[test]
     fn readable_files_and_broken_headers_give_none() {
-        assert_eq!(first_unreadable_tensor(&header(&[("a", 0), ("b", 14), ("c", 30)])), None);
+        assert_eq!(
+            first_unreadable_tensor(&header(&[("a", 0), ("b", 14), ("c", 30)])),
+            None
+        );
         let h = header(&[("a.weight", 23)]);
         assert_eq!(first_unreadable_tensor(&h[..h.len() - 20]), None);
         assert_eq!(first_unreadable_tensor(b"GGUF"), None);

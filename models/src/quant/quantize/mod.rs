@@ -19,7 +19,7 @@ mod tests;
 
 use candle_core::quantized::GgmlDType;
 
-use super::blocks::{PackedWeights, WeightFormat};
+use super::blocks::{BlockOrder, PackedWeights, WeightFormat};
 use super::float::HalfFormat;
 use super::k::{q4k, q5k, q6k};
 
@@ -141,13 +141,14 @@ pub fn dequantize(dtype: GgmlDType, data: &[u8], n: usize) -> Result<Vec<f32>, Q
             })?;
             // One row of all the blocks: the packed layout's reference
             // dequantization is ggml's.
-            let packed = PackedWeights::from_ggml(format, 1, n, data).map_err(|_| {
-                QuantizeError::Partial {
-                    dtype,
-                    len: n,
-                    block,
-                }
-            })?;
+            let packed =
+                PackedWeights::from_ggml(format, 1, n, data, BlockOrder::VecDot).map_err(|_| {
+                    QuantizeError::Partial {
+                        dtype,
+                        len: n,
+                        block,
+                    }
+                })?;
             packed.dequantize_row(0, &mut out);
         }
     }
