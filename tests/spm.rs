@@ -54,9 +54,20 @@ fn write_tiny_gemma(dir: &Path) -> std::path::PathBuf {
 
 /// [`write_tiny_gemma`] with some `tokenizer.*` keys changed.
 fn write_tiny_gemma_with(dir: &Path, changes: Vec<(String, Value)>) -> std::path::PathBuf {
+    write_tiny_vocab_model(dir, "llama", changes)
+}
+
+/// A tiny `architecture` model carrying Gemma's vocabulary, some
+/// `tokenizer.*` keys changed.
+fn write_tiny_vocab_model(
+    dir: &Path,
+    architecture: &'static str,
+    changes: Vec<(String, Value)>,
+) -> std::path::PathBuf {
     let file = GgufFile::open(&real_gemma()).unwrap();
     let path = dir.join("tiny-gemma-vocab.gguf");
     let spec = TinySpec {
+        architecture,
         n_embd: 32,
         n_head: 2,
         n_kv_head: 1,
@@ -139,6 +150,29 @@ fn with_a_space_prefix_as_llama_2_has_it_still_tokenizes_as_llama_cpp_does() {
         .collect();
     assert!(other.is_empty(), "{other:?}");
     assert!(not_round.len() < 25, "{}", not_round.len());
+}
+
+/// Phi-3's tokenizer is SentencePiece with a space prefix (`tokenizer.ggml.model
+/// = llama`, `add_space_prefix` on); no real Phi-3 vocabulary ships here, so a
+/// tiny `phi3` model carries Gemma's with the prefix on (named neutrally, as
+/// llama.cpp applies Phi-3 token rules by `general.name`): ids and bytes as
+/// llama.cpp's.
+#[test]
+fn a_phi3_model_with_a_sentencepiece_vocabulary_tokenizes_as_llama_cpp_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_vocab_model(
+        dir.path(),
+        "phi3",
+        vec![("tokenizer.ggml.add_space_prefix".into(), Value::Bool(true))],
+    );
+    let model = LoadedModel::load(&path).unwrap();
+    assert_eq!(model.config().architecture, "phi3");
+    let not_round = check_against_llama_cpp(&path);
+    let other: Vec<_> = not_round
+        .iter()
+        .filter(|(t, cut)| !cut && !t.contains('▁'))
+        .collect();
+    assert!(other.is_empty(), "{other:?}");
 }
 
 /// Every text, with and without BOS and special-token parsing, encoded by
