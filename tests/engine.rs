@@ -5,11 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tern_runtime::engine::FinishReason;
 use tern_runtime::engine::{
     ConvergenceRule, EngineConfig, EngineHandle, Event, ProbeSpec, SubmitError, SubmitRequest,
     ThinkSpec,
 };
-use tern_runtime::generate::{generate, FinishReason, GenerateRequest};
+use tern_runtime::generate::{generate, GenerateRequest};
 use tern_runtime::sampler::SamplingParams;
 
 use crate::support::tiny::{load_tiny, load_tiny_spec, TinySpec};

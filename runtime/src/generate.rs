@@ -1,23 +1,21 @@
-//! Single-sequence generation: chunked prefill, then one token per forward until
-//! a stop token, a stop string or the token limit.
-//!
-//! This is the straight-line path the CLI's `generate` and `chat` use; the
-//! batching engine reuses its pieces (prefill chunking, the sampler, stop checks).
+//! Single-sequence generation straight on a KV cache, outside the engine:
+//! chunked prefill, then one token per forward until a stop token, a stop
+//! string or the token limit. Only `tern kv-eval` uses it (it needs the cache
+//! itself, to measure a policy's held bytes token by token); every other
+//! caller goes through the engine (`crate::engine`), whose types it shares.
 
 use std::time::Instant;
 
 use candle_core::Tensor;
 use tern_models::{LogitsWanted, SeqBatch};
 
+use crate::engine::{FinishReason, StopMatcher, TokenLogprob};
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
 use crate::kv::SeqCache;
 use crate::model::LoadedModel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::StreamDecoder;
-
-/// Default number of prompt tokens run in one prefill forward.
-pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 
 /// What to generate and how.
 #[derive(Debug, Clone)]
@@ -36,27 +34,6 @@ pub struct GenerateRequest {
     pub prefill_chunk: usize,
     /// How the KV cache is compressed while generating.
     pub kv_policy: KvPolicy,
-}
-
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FinishReason {
-    /// An end-of-sequence token or a stop string.
-    Stop,
-    /// The token limit or the context window.
-    Length,
-}
-
-/// Log-probabilities recorded for one generated token.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct TokenLogprob {
-    /// The token generated.
-    pub token: u32,
-    /// Its log-probability under the (penalised, biased) model distribution.
-    pub logprob: f32,
-    /// The most likely alternatives, descending.
-    pub top: Vec<(u32, f32)>,
 }
 
 /// The result of one generation.
@@ -205,109 +182,4 @@ pub fn generate(
     out.kv_bytes_full = cache.full_bytes();
     out.kv_bytes_allocated = cache.allocated_bytes();
     Ok(out)
-}
-
-/// Holds back text that could be the start of a stop string, so a stop string
-/// split across tokens is never emitted.
-pub(crate) struct StopMatcher {
-    stops: Vec<String>,
-    held: String,
-}
-
-pub(crate) struct Emit {
-    pub(crate) text: String,
-    pub(crate) stopped: bool,
-}
-
-impl StopMatcher {
-    pub(crate) fn new(stops: Vec<String>) -> Self {
-        Self {
-            stops,
-            held: String::new(),
-        }
-    }
-
-    /// Adds `piece`; returns text safe to emit, and whether a stop string hit.
-    pub(crate) fn feed(&mut self, piece: &str) -> Option<Emit> {
-        self.held.push_str(piece);
-        let stops = self.stops.iter().filter(|s| !s.is_empty());
-        if let Some(at) = stops.filter_map(|s| self.held.find(s.as_str())).min() {
-            let text = self.held[..at].to_string();
-            self.held.clear();
-            return Some(Emit {
-                text,
-                stopped: true,
-            });
-        }
-        // Keep the longest suffix that is a prefix of some stop string.
-        let keep = self
-            .stops
-            .iter()
-            .flat_map(|s| {
-                (1..s.len())
-                    .rev()
-                    .filter(|&n| s.is_char_boundary(n))
-                    .map(move |n| &s[..n])
-            })
-            .filter(|p| self.held.ends_with(p))
-            .map(str::len)
-            .max()
-            .unwrap_or(0);
-        let cut = self.held.len() - keep;
-        if cut == 0 {
-            return None;
-        }
-        let text = self.held[..cut].to_string();
-        self.held.drain(..cut);
-        Some(Emit {
-            text,
-            stopped: false,
-        })
-    }
-
-    /// Adds stop strings from here on (text already emitted is not searched).
-    pub(crate) fn add(&mut self, more: Vec<String>) {
-        self.stops.extend(more);
-    }
-
-    pub(crate) fn flush(&mut self, rest: String) -> String {
-        let mut text = std::mem::take(&mut self.held);
-        text.push_str(&rest);
-        text
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(stops: &[&str], pieces: &[&str]) -> (String, bool) {
-        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let mut m = StopMatcher::new(stops);
-        let mut out = String::new();
-        for p in pieces {
-            if let Some(e) = m.feed(p) {
-                out.push_str(&e.text);
-                if e.stopped {
-                    return (out, true);
-                }
-            }
-        }
-        out.push_str(&m.flush(String::new()));
-        (out, false)
-    }
-
-    #[test]
-    fn stop_string_split_across_pieces_is_never_emitted() {
-        assert_eq!(
-            run(&["END"], &["abc E", "N", "D tail"]),
-            ("abc ".into(), true)
-        );
-        assert_eq!(run(&["END"], &["abc E", "x"]), ("abc Ex".into(), false));
-        assert_eq!(run(&[], &["a", "b"]), ("ab".into(), false));
-        assert_eq!(
-            run(&["\n\n", "###"], &["x\n", "\nmore"]),
-            ("x".into(), true)
-        );
-    }
 }

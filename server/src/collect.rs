@@ -5,8 +5,7 @@
 //! goes away, the handler's future (and with it the event source) is dropped,
 //! which cancels the request in the engine.
 
-use tern_runtime::engine::{Collector, Completion, Event};
-use tern_runtime::generate::FinishReason;
+use tern_runtime::engine::{Collector, Completion, Event, FinishReason};
 
 use crate::events::{EventSource, Tally};
 use crate::openai::error::ApiError;

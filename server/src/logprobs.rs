@@ -7,7 +7,7 @@
 //! leaves them out; alternatives keep their control-token text (`<|im_end|>`),
 //! since "the model wanted to stop here" is what they say.
 
-use tern_runtime::generate::TokenLogprob;
+use tern_runtime::engine::TokenLogprob;
 use tern_runtime::tokenizer::Tokenizer;
 use tern_runtime::LoadedModel;
 

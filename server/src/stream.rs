@@ -17,7 +17,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};
 use tern_runtime::engine::Event;
-use tern_runtime::generate::{FinishReason, TokenLogprob};
+use tern_runtime::engine::{FinishReason, TokenLogprob};
 
 use crate::events::{EventSource, Tally};
 use crate::openai::error::ApiError;

@@ -241,7 +241,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 0)]
     pub top_logprobs: usize,
     /// Prompt tokens per prefill forward pass.
-    #[arg(long, default_value_t = tern_runtime::generate::DEFAULT_PREFILL_CHUNK)]
+    #[arg(long, default_value_t = tern_runtime::engine::DEFAULT_PREFILL_CHUNK)]
     pub prefill_chunk: usize,
     /// What runs the forward pass: Tern's own kernels or llama.cpp.
     #[arg(long, value_enum, default_value = "candle")]

@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 use anyhow::Result;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::SubmitRequest;
-use tern_runtime::generate::DEFAULT_PREFILL_CHUNK;
+use tern_runtime::engine::DEFAULT_PREFILL_CHUNK;
 
 use super::args::ChatArgs;
 use super::generate::{cli_engine, content_tokens, run_request, sampling_params};

@@ -8,8 +8,9 @@ use anyhow::Result;
 use serde_json::json;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::chat_prompt::ContentTokens;
-use tern_runtime::engine::{EngineConfig, EngineHandle, Event, KvUsage, SubmitRequest};
-use tern_runtime::generate::{FinishReason, TokenLogprob};
+use tern_runtime::engine::{
+    EngineConfig, EngineHandle, Event, FinishReason, KvUsage, SubmitRequest, TokenLogprob,
+};
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::{memory, LoadedModel};
 

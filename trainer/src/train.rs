@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tern_models::GgufFile;
+use tern_runtime::engine::DEFAULT_PREFILL_CHUNK;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
-use tern_runtime::generate::DEFAULT_PREFILL_CHUNK;
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::SeqCache;
 use tern_runtime::tasks::{self, Task};

@@ -52,6 +52,10 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for CandleBackend<M> {
         "candle"
     }
 
+    fn attention_kernel_switch_rows(&self) -> Option<usize> {
+        Some(tern_models::flash::TILED_MIN_ROWS)
+    }
+
     fn set_adapters(
         &mut self,
         adapters: Option<std::sync::Arc<tern_models::LoraSet>>,

@@ -82,6 +82,13 @@ pub trait Backend: Send {
     ) -> Result<Option<SeqId>> {
         Ok(None)
     }
+    /// New prompt rows from which this backend's prefill attention runs a
+    /// different kernel (so rounds differently): a reused prefix must leave
+    /// the rest of a prompt on the kernel a cold prefill would take. `None`
+    /// for a backend with one kernel at every size.
+    fn attention_kernel_switch_rows(&self) -> Option<usize> {
+        None
+    }
     /// Frees a sequence and its cache.
     fn free(&mut self, seq: SeqId);
     /// The sequence's KV figures.

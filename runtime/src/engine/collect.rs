@@ -6,9 +6,8 @@
 //! through one place. Streaming callers watch the events go by
 //! ([`RequestStream::collect_blocking_with`]) and still get the totals.
 
-use super::{Event, KvUsage, RequestStream};
+use super::{Event, FinishReason, KvUsage, RequestStream, TokenLogprob};
 use crate::error::RuntimeError;
-use crate::generate::{FinishReason, TokenLogprob};
 
 /// An answer probe that ran during a completion's reasoning.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,8 +14,10 @@
 mod admission;
 mod collect;
 mod metrics;
+mod output;
 mod scheduler;
 mod sequence;
+mod stop;
 mod think;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,17 +26,21 @@ use std::time::Instant;
 
 pub use collect::{Collected, Collector, Completion, Conclusion, ProbeOutput};
 pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, MetricsSnapshot, PolicyKv};
+pub use output::{FinishReason, TokenLogprob};
+pub(crate) use stop::StopMatcher;
 pub use think::{ConvergenceRule, ProbeSpec, ThinkSpec};
 
 use crate::backend::{Backend, CandleBackend};
 use crate::constraint::Constraint;
 use crate::error::RuntimeError;
-use crate::generate::{FinishReason, TokenLogprob, DEFAULT_PREFILL_CHUNK};
 use crate::kv::policy::KvPolicy;
 use crate::kv::SeqCache;
 use crate::model::LoadedModel;
 use crate::sampler::SamplingParams;
 use tern_models::EvictionLog;
+
+/// Default number of prompt tokens run in one prefill forward.
+pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 
 /// Most parallel completions one request may ask for (`n`).
 pub const MAX_N: usize = 16;

@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use tern_models::flash::TILED_MIN_ROWS;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::PolicyKv;
@@ -90,15 +89,18 @@ struct Prefix {
 const PREFIX_MIN: usize = 16;
 
 /// How much of a `shared`-token cached prefix a prompt of `n` tokens may reuse
-/// and still get the logits a cold prefill gives, bit for bit: attention takes
-/// a different kernel from [`TILED_MIN_ROWS`] new rows (llama.cpp's rule), so
-/// the rest must reach that kernel when the cold prompt did and stay under it
-/// when it did not. Long prompts prefilled in several chunks are not reused.
-fn exact_reuse(n: usize, shared: usize, prefill_chunk: usize) -> usize {
-    if n < TILED_MIN_ROWS {
+/// and still get the logits a cold prefill gives, bit for bit. Where the
+/// backend's attention takes another kernel from `switch` new rows
+/// ([`Backend::attention_kernel_switch_rows`], llama.cpp's rule on Tern's
+/// kernels), the rest must reach that kernel when the cold prompt did and stay
+/// under it when it did not. Long prompts prefilled in several chunks are not
+/// reused.
+fn exact_reuse(n: usize, shared: usize, prefill_chunk: usize, switch: Option<usize>) -> usize {
+    let switch = switch.unwrap_or(0);
+    if n < switch {
         shared
     } else if n <= prefill_chunk {
-        shared.min(n - TILED_MIN_ROWS)
+        shared.min(n - switch)
     } else {
         0
     }
@@ -289,7 +291,12 @@ impl Engine {
             .enumerate()
             .map(|(i, e)| (i, shared(e)))
             .max_by_key(|&(_, len)| len)?;
-        let len = exact_reuse(req.prompt.len(), len, self.shared.config.prompt_chunk());
+        let len = exact_reuse(
+            req.prompt.len(),
+            len,
+            self.shared.config.prompt_chunk(),
+            self.backend.attention_kernel_switch_rows(),
+        );
         if len < PREFIX_MIN {
             return None;
         }

@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use tern_models::EvictionLog;
 
+use super::{FinishReason, StopMatcher, TokenLogprob};
 use crate::backend::{SeqId, SeqKv};
 use crate::constraint::{Constraint, JsonPrefix};
-use crate::generate::{FinishReason, StopMatcher, TokenLogprob};
 use crate::kv::policy::KvPolicy;
 use crate::model::LoadedModel;
 use crate::sampler::{Sampler, SamplingParams};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use tern_runtime::generate::{FinishReason, TokenLogprob};
+use tern_runtime::engine::{FinishReason, TokenLogprob};
 
 use crate::body::{fields, JsonBody};
 use crate::collect::{collect, finish_name, Collected};
