@@ -14,6 +14,8 @@ use tern_models::quant::k::q8k::{quantize_block, quantize_block_x4, Q8KBlock};
 use tern_models::quant::k::{KFormat, KWeights, Order, QK_K};
 use tern_models::quant::Kernel;
 
+use crate::support::values;
+
 // ggml's C API (ggml.h, ggml-cpu.h, ggml-cpu/repack.h), linked through
 // llama-cpp-sys-2.
 const GGML_TYPE_Q2_K: i32 = 10;
@@ -126,19 +128,6 @@ const ALL: [KFormat; 5] = [
     KFormat::Q5K,
     KFormat::Q6K,
 ];
-
-/// Deterministic values in `[lo, hi)`.
-fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
-}
 
 /// `rows x cols` f32 quantized by ggml's own quantizer (`ggml_quantize_chunk`).
 fn ggml_quantize(t: i32, x: &[f32], rows: usize, cols: usize) -> Vec<u8> {

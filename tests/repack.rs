@@ -12,6 +12,7 @@ use tern_models::quant::blocks::{BlockOrder, PackedWeights, WeightFormat, QK};
 use tern_models::quant::Kernel;
 
 use crate::support::quantize::{GGML_TYPE_Q4_0, GGML_TYPE_Q8_0};
+use crate::support::values;
 
 /// Bytes of a ggml `block_q4_0` (f16 `d`, 16 bytes of nibbles).
 const Q4_0_BYTES: usize = 18;
@@ -43,19 +44,6 @@ extern "C" {
         nr: i32,
         nc: i32,
     );
-}
-
-/// Deterministic values in `[lo, hi)` (xorshift).
-fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
 }
 
 /// `rows x cols` f32 quantized to Q4_0 by ggml's own quantizer.
