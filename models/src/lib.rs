@@ -3,8 +3,8 @@
 //! Owns GGUF loading (memmap2 + candle quantized tensors), the model
 //! configuration read from GGUF metadata, each architecture's forward pass over a
 //! ragged batch behind one seam ([`arch`]), the KV seam trait the runtime implements, the export of trained weights
-//! back to GGUF, and the registry of models Tern knows how to fetch. It knows
-//! nothing of tokenizers, sampling or serving.
+//! back to GGUF. It knows nothing of tokenizers, sampling or serving, and never
+//! fetches anything (that is `tern-hub`).
 
 pub mod arch;
 pub mod attention;
@@ -21,7 +21,6 @@ pub mod kv;
 pub mod lora;
 mod mask;
 pub mod quant;
-pub mod registry;
 mod rope;
 pub mod visibility;
 pub mod weight;

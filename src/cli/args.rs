@@ -84,7 +84,7 @@ pub enum Command {
 #[derive(Debug, Args, Clone)]
 pub struct ModelArgs {
     /// Registry name or path to a GGUF file.
-    #[arg(long, short = 'm', default_value = tern_models::registry::DEFAULT_MODEL)]
+    #[arg(long, short = 'm', default_value = tern_hub::DEFAULT_MODEL)]
     pub model: String,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -95,7 +95,7 @@ pub struct ModelArgs {
 #[derive(Debug, Args)]
 pub struct PullArgs {
     /// Registry name of the model to fetch.
-    #[arg(default_value = tern_models::registry::DEFAULT_MODEL)]
+    #[arg(default_value = tern_hub::DEFAULT_MODEL)]
     pub name: String,
     /// List the registry instead of pulling.
     #[arg(long)]
@@ -503,7 +503,7 @@ pub struct KvEvalArgs {
 pub struct ServeArgs {
     /// Registry name or path to a GGUF file (pulled on first use). Its id in
     /// the API is the registry name or the file stem.
-    #[arg(long, short = 'm', default_value = tern_models::registry::DEFAULT_MODEL)]
+    #[arg(long, short = 'm', default_value = tern_hub::DEFAULT_MODEL)]
     pub model: String,
     /// Address to bind.
     #[arg(long, default_value = "127.0.0.1")]

