@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tern_runtime::backend::{Backend, CandleBackend, LogitsWanted, Row};
+use tern_runtime::backend::{Backend, LogitsWanted, Row, TernBackend};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::{Sampler, SamplingParams};
 use tern_runtime::LoadedModel;
@@ -57,7 +57,7 @@ fn decode_step(c: &mut Criterion) {
         return;
     }
     let model = Arc::new(LoadedModel::load(&path).expect("load the real model"));
-    let mut backend = CandleBackend::new(model);
+    let mut backend = TernBackend::new(model);
     let mut g = c.benchmark_group("decode_step");
     g.sample_size(20);
     for depth in [0usize, 1024] {
@@ -107,7 +107,7 @@ fn batched_decode_step(c: &mut Criterion) {
         return;
     }
     let model = Arc::new(LoadedModel::load(&path).expect("load the real model"));
-    let mut backend = CandleBackend::new(model);
+    let mut backend = TernBackend::new(model);
     let mut g = c.benchmark_group("batched_decode_step");
     g.sample_size(20);
     for n in [1usize, 8] {

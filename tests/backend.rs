@@ -90,11 +90,11 @@ fn both_backends_agree_on_perplexity() {
         assert!(j["chunks"].as_u64().unwrap() >= 3);
         j["perplexity"].as_f64().unwrap()
     };
-    let (ours, theirs) = (ppl("candle"), ppl("llama-cpp"));
+    let (ours, theirs) = (ppl("tern"), ppl("llama-cpp"));
     let rel = (ours - theirs).abs() / theirs;
     assert!(
         rel < 0.005,
-        "candle {ours} vs llama-cpp {theirs} ({:.3}%)",
+        "tern {ours} vs llama-cpp {theirs} ({:.3}%)",
         rel * 100.0
     );
 }
@@ -167,6 +167,8 @@ fn bench_measures_backends_side_by_side() {
             "-m",
             model.to_str().unwrap(),
             "--backends",
+            // `candle`, the former name of Tern's backend, is still accepted;
+            // its rows say `tern`.
             "candle,llama-cpp",
             "--depths",
             "0,64",
@@ -197,12 +199,12 @@ fn bench_measures_backends_side_by_side() {
     assert_eq!(rows.len(), 6);
     let streaming = "streaming:budget=16,sink=4";
     for (r, (backend, depth, policy)) in rows.iter().zip([
-        ("candle", 0, "full"),
-        ("candle", 64, "full"),
+        ("tern", 0, "full"),
+        ("tern", 64, "full"),
         ("llama-cpp", 0, "full"),
         ("llama-cpp", 64, "full"),
-        ("candle", 0, streaming),
-        ("candle", 64, streaming),
+        ("tern", 0, streaming),
+        ("tern", 64, streaming),
     ]) {
         assert_eq!(r["backend"], backend);
         assert_eq!(r["depth"], depth);
@@ -286,7 +288,7 @@ fn argmax(x: &[f32]) -> usize {
 #[test]
 fn teacher_forced_logits_agree_across_backends() {
     use std::sync::Arc;
-    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
+    use tern_runtime::backend::{LlamaCppBackend, LlamaCppOptions, TernBackend};
     // The first 1024 tokens of the GPL, through both backends' forward passes.
     let path = real_model();
     let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
@@ -295,7 +297,7 @@ fn teacher_forced_logits_agree_across_backends() {
     tokens.truncate(1024);
     assert_eq!(tokens.len(), 1024);
     let vocab = model.config().vocab_size;
-    let mut tern = CandleBackend::new(Arc::clone(&model));
+    let mut tern = TernBackend::new(Arc::clone(&model));
     let ours = forced_logits(&mut tern, &tokens, vocab);
     let opts = LlamaCppOptions {
         n_ctx: 1088,
@@ -387,12 +389,12 @@ fn model_agreement(
     n: usize,
 ) -> (usize, usize, f32, usize) {
     use std::sync::Arc;
-    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
+    use tern_runtime::backend::{LlamaCppBackend, LlamaCppOptions, TernBackend};
     let model = Arc::new(model);
     let vocab = model.config().vocab_size;
     // Every position of the context, ids spread over the vocabulary.
     let tokens: Vec<u32> = (0..n).map(|i| ((i * 37 + 11) % vocab) as u32).collect();
-    let mut tern = CandleBackend::new(Arc::clone(&model));
+    let mut tern = TernBackend::new(Arc::clone(&model));
     let ours = forced_logits(&mut tern, &tokens, vocab);
     let opts = LlamaCppOptions {
         n_ctx: n as u32,
@@ -678,7 +680,7 @@ fn real_gemma3_matches_llama_cpp_bit_for_bit_and_greedy() {
             );
             last_json(&out)["text"].as_str().unwrap().to_string()
         };
-        let (ours, theirs) = (text("candle"), text("llama-cpp"));
+        let (ours, theirs) = (text("tern"), text("llama-cpp"));
         assert!(!ours.is_empty(), "{prompt}: nothing generated");
         assert_eq!(ours, theirs, "{prompt}");
     }

@@ -114,7 +114,7 @@ fn assert_close(backend: &str, (base, q8, q4): (f64, f64, f64)) {
 
 #[test]
 fn exported_real_model_generates_with_close_perplexity() {
-    assert_close("candle", check_backend("candle"));
+    assert_close("tern", check_backend("tern"));
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn phi3_lora_export_fuses_back_and_llama_cpp_runs_it() {
         "--temperature",
         "0",
     ];
-    let (ours, theirs) = (tern_json(&args, "candle"), tern_json(&args, "llama-cpp"));
+    let (ours, theirs) = (tern_json(&args, "tern"), tern_json(&args, "llama-cpp"));
     assert_eq!(ours["completion_tokens"], 24, "{ours}");
     assert_eq!(theirs["completion_tokens"], 24, "{theirs}");
     assert_eq!(ours["text"], theirs["text"]);

@@ -578,7 +578,7 @@ fn tiny_kquant_model(
 /// teacher-forced over 256 positions. Returns (identical positions, max |diff|, positions).
 fn tiny_kquant_agreement(pick: impl Fn(&str) -> Option<(GgmlDType, i32)>) -> (usize, f32, usize) {
     use std::sync::Arc;
-    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
+    use tern_runtime::backend::{LlamaCppBackend, LlamaCppOptions, TernBackend};
     let dir = tempfile::tempdir().unwrap();
     let (path, spec) = tiny_kquant_model(dir.path(), pick);
     let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
@@ -588,7 +588,7 @@ fn tiny_kquant_agreement(pick: impl Fn(&str) -> Option<(GgmlDType, i32)>) -> (us
     // A prefill whose rows are not a multiple of four (llama.cpp's repacked
     // Q4_K runs gemm on 252 rows and gemv on 1), then single and double steps.
     let chunks = [253, 1, 2];
-    let mut tern = CandleBackend::new(Arc::clone(&model));
+    let mut tern = TernBackend::new(Arc::clone(&model));
     let ours = forced(&mut tern, &tokens, &chunks, vocab);
     let opts = LlamaCppOptions {
         n_ctx: n as u32,

@@ -672,7 +672,7 @@ fn lora_trains_and_exports_on_every_architecture() {
             String::from_utf8_lossy(&g.stdout).into_owned()
         };
         assert_eq!(
-            text("candle"),
+            text("tern"),
             text("llama-cpp"),
             "{arch}: the backends disagree on the export"
         );
@@ -758,10 +758,10 @@ fn real_gemma3_lora_sft_under_a_cap_exports_for_llama_cpp() {
         );
         String::from_utf8_lossy(&g.stdout).into_owned()
     };
-    let ours = text(&gguf, "candle");
+    let ours = text(&gguf, "tern");
     assert!(ours.contains("The answer is 4"), "{ours:?}");
     assert!(
-        !text(&model, "candle").contains("The answer is 4"),
+        !text(&model, "tern").contains("The answer is 4"),
         "the base model already answered so"
     );
     assert_eq!(

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use crate::backend::{Backend, CandleBackend, LogitsWanted, Row, SeqId};
+use crate::backend::{Backend, LogitsWanted, Row, SeqId, TernBackend};
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
 use crate::model::LoadedModel;
@@ -48,7 +48,7 @@ pub fn perplexity(
     policy: &KvPolicy,
     on_chunk: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityReport> {
-    let mut backend = CandleBackend::new(model);
+    let mut backend = TernBackend::new(model);
     perplexity_on(&mut backend, model, tokens, ctx, policy, on_chunk)
 }
 

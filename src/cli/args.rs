@@ -244,7 +244,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = tern_runtime::engine::DEFAULT_PREFILL_CHUNK)]
     pub prefill_chunk: usize,
     /// What runs the forward pass: Tern's own kernels or llama.cpp.
-    #[arg(long, value_enum, default_value = "candle")]
+    #[arg(long, value_enum, default_value = "tern")]
     pub backend: super::backend::BackendKind,
 }
 
@@ -404,7 +404,7 @@ pub struct PerplexityArgs {
     #[arg(long, default_value_t = 512)]
     pub ctx: usize,
     /// What runs the forward pass: Tern's own kernels or llama.cpp.
-    #[arg(long, value_enum, default_value = "candle")]
+    #[arg(long, value_enum, default_value = "tern")]
     pub backend: super::backend::BackendKind,
 }
 
@@ -427,9 +427,9 @@ pub struct BenchArgs {
     /// Repetitions per configuration; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    /// Backends to measure side by side (candle, llama-cpp), comma-separated;
+    /// Backends to measure side by side (tern, llama-cpp), comma-separated;
     /// runs interleave backend by backend, each in its own process.
-    #[arg(long, value_delimiter = ',', default_value = "candle")]
+    #[arg(long, value_delimiter = ',', default_value = "tern")]
     pub backends: Vec<super::backend::BackendKind>,
     /// Also measure Tern's own backend under this KV policy, in the same run
     /// and interleaved with the others (repeatable), e.g. `--also-policy
@@ -556,7 +556,7 @@ pub struct ServeArgs {
     pub prefix_cache: usize,
     /// What runs the forward pass: Tern's own kernels or llama.cpp (full and
     /// streaming KV policies only).
-    #[arg(long, value_enum, default_value = "candle")]
+    #[arg(long, value_enum, default_value = "tern")]
     pub backend: super::backend::BackendKind,
     /// A second model (path or registry name) loaded beside --model as its
     /// own engine; `aggregate: synthesize` uses it to write the synthesis.

@@ -1,34 +1,35 @@
-//! `--backend`: which implementation runs the forward pass. `candle` is Tern's
-//! own (always built); `llama-cpp` is llama.cpp through llama-cpp-2, present
+//! `--backend`: which implementation runs the forward pass. `tern` is Tern's
+//! own (always built; `candle`, its former name, is still accepted); `llama-cpp` is llama.cpp through llama-cpp-2, present
 //! when the binary is built with `--features llama-cpp`.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Result;
-use tern_runtime::backend::{Backend, CandleBackend};
+use tern_runtime::backend::{Backend, TernBackend};
 use tern_runtime::LoadedModel;
 
 /// A backend name as given on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
     /// Tern's own kernels over candle tensors; every KV policy.
-    Candle,
+    #[value(alias = "candle")]
+    Tern,
     /// llama.cpp (build with `--features llama-cpp`); full and streaming policies.
     LlamaCpp,
 }
 
 impl BackendKind {
-    /// The name used in reports (`candle`, `llama-cpp`).
+    /// The name used in reports (`tern`, `llama-cpp`).
     pub fn name(self) -> &'static str {
         match self {
-            BackendKind::Candle => "candle",
+            BackendKind::Tern => "tern",
             BackendKind::LlamaCpp => "llama-cpp",
         }
     }
 }
 
-/// Sizing for a llama.cpp context (ignored by candle).
+/// Sizing for a llama.cpp context (ignored by Tern's own backend).
 #[cfg_attr(not(feature = "llama-cpp"), allow(dead_code))]
 pub struct Sizing {
     /// KV cells (tokens) all sequences may hold together.
@@ -38,7 +39,7 @@ pub struct Sizing {
 }
 
 /// Builds the backend `kind` for the model at `path`; `model` is Tern's load of
-/// the same file (candle runs it; llama.cpp takes only its shape facts).
+/// the same file (Tern's backend runs it; llama.cpp takes only its shape facts).
 pub fn open(
     kind: BackendKind,
     path: &Path,
@@ -46,7 +47,7 @@ pub fn open(
     sizing: &Sizing,
 ) -> Result<Box<dyn Backend>> {
     match kind {
-        BackendKind::Candle => Ok(Box::new(CandleBackend::new(Arc::clone(model)))),
+        BackendKind::Tern => Ok(Box::new(TernBackend::new(Arc::clone(model)))),
         BackendKind::LlamaCpp => open_llama_cpp(path, model, sizing),
     }
 }

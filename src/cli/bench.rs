@@ -145,7 +145,7 @@ fn run_here(a: &BenchArgs, kind: BackendKind, path: &Path, rep: u64) -> Result<V
         n_seq: 2,
     };
     let mut b = backend::open(kind, path, &model, &sizing)?;
-    if kind != BackendKind::Candle {
+    if kind != BackendKind::Tern {
         // Only the tokenizer-free shape facts were needed from Tern's load.
         drop(model);
     }
@@ -213,11 +213,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         .iter()
         .map(|&k| (k, a.kv.kv_policy.clone()))
         .collect();
-    configs.extend(
-        a.also_policy
-            .iter()
-            .map(|p| (BackendKind::Candle, p.clone())),
-    );
+    configs.extend(a.also_policy.iter().map(|p| (BackendKind::Tern, p.clone())));
     let floor = if a.no_bandwidth {
         None
     } else {

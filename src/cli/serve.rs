@@ -124,7 +124,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         // llama.cpp allocates its whole cache up front: default it to 1 GiB
         // there instead of half the machine.
         kv_memory: a.kv_memory.unwrap_or_else(|| match a.backend {
-            BackendKind::Candle => default_kv_memory(),
+            BackendKind::Tern => default_kv_memory(),
             BackendKind::LlamaCpp => 1 << 30,
         }),
         max_queue: a.max_queue,

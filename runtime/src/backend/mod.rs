@@ -1,22 +1,22 @@
-//! Backends: what runs the forward pass for the engine. Tern's own (candle
-//! tensors, Tern's quantized kernels, Tern's KV policies) is always there;
+//! Backends: what runs the forward pass for the engine. Tern's own (`tern`:
+//! Tern's quantized kernels over candle tensors, Tern's KV policies) is always there;
 //! llama.cpp joins behind the `llama-cpp` feature as a reference and a peer.
 //!
 //! The engine talks to a backend only through [`Backend`]: sequences are ids the
 //! backend owns, a step is a list of [`Row`]s, and logits come back as plain
 //! vectors, so the scheduler, sampler and stop logic are shared by every backend.
 
-mod candle;
 #[cfg(feature = "llama-cpp")]
 mod llama_cpp;
 #[cfg(feature = "llama-cpp")]
 mod llama_jinja;
+mod tern;
 
-pub use self::candle::CandleBackend;
 #[cfg(feature = "llama-cpp")]
 pub use self::llama_cpp::{LlamaCppBackend, LlamaCppOptions};
 #[cfg(feature = "llama-cpp")]
 pub use self::llama_jinja::{render_chat_llama_cpp, JinjaRequest};
+pub use self::tern::TernBackend;
 pub use tern_models::LogitsWanted;
 
 use std::sync::Arc;
@@ -55,7 +55,7 @@ pub struct SeqKv {
 
 /// A forward-pass implementation with per-sequence KV state.
 pub trait Backend: Send {
-    /// Short name (`candle`, `llama-cpp`), for reports and errors.
+    /// Short name (`tern`, `llama-cpp`), for reports and errors.
     fn name(&self) -> &'static str;
     /// Names of the KV policies this backend runs (`None`: all of them).
     fn supported_policies(&self) -> Option<&'static [&'static str]> {
@@ -98,7 +98,7 @@ pub trait Backend: Send {
     /// cache is not Tern's refuse.
     fn record_evictions(&mut self, _seq: SeqId) -> Result<()> {
         Err(RuntimeError::Backend(format!(
-            "the {} backend cannot record KV evictions (use the candle backend)",
+            "the {} backend cannot record KV evictions (use the tern backend)",
             self.name()
         )))
     }
@@ -114,7 +114,7 @@ pub trait Backend: Send {
             return Ok(());
         }
         Err(RuntimeError::Backend(format!(
-            "the {} backend cannot apply LoRA adapters (use the candle backend)",
+            "the {} backend cannot apply LoRA adapters (use the tern backend)",
             self.name()
         )))
     }

@@ -30,7 +30,7 @@ pub use output::{FinishReason, TokenLogprob};
 pub(crate) use stop::StopMatcher;
 pub use think::{ConvergenceRule, ProbeSpec, ThinkSpec};
 
-use crate::backend::{Backend, CandleBackend};
+use crate::backend::{Backend, TernBackend};
 use crate::constraint::Constraint;
 use crate::error::RuntimeError;
 use crate::kv::policy::KvPolicy;
@@ -347,7 +347,7 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Starts the engine thread for `model` on Tern's own backend.
     pub fn spawn(model: Arc<LoadedModel>, config: EngineConfig) -> Self {
-        let backend = Box::new(CandleBackend::new(Arc::clone(&model)));
+        let backend = Box::new(TernBackend::new(Arc::clone(&model)));
         Self::spawn_with(model, backend, config)
     }
 

@@ -16,13 +16,13 @@ use crate::model::LoadedModel;
 
 /// Runs a [`LoadedModel`] (held as `Arc<LoadedModel>` by the engine, or
 /// borrowed for a one-off run); supports every KV policy.
-pub struct CandleBackend<M = std::sync::Arc<LoadedModel>> {
+pub struct TernBackend<M = std::sync::Arc<LoadedModel>> {
     model: M,
     seqs: HashMap<SeqId, SeqCache>,
     next: SeqId,
 }
 
-impl<M: Deref<Target = LoadedModel>> CandleBackend<M> {
+impl<M: Deref<Target = LoadedModel>> TernBackend<M> {
     /// A backend over `model` with no sequences.
     pub fn new(model: M) -> Self {
         Self {
@@ -47,9 +47,9 @@ impl<M: Deref<Target = LoadedModel>> CandleBackend<M> {
     }
 }
 
-impl<M: Deref<Target = LoadedModel> + Send> Backend for CandleBackend<M> {
+impl<M: Deref<Target = LoadedModel> + Send> Backend for TernBackend<M> {
     fn name(&self) -> &'static str {
-        "candle"
+        "tern"
     }
 
     fn attention_kernel_switch_rows(&self) -> Option<usize> {
