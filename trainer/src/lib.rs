@@ -17,9 +17,12 @@ pub mod logprob;
 pub mod memory;
 pub mod merge;
 pub mod optim;
+pub mod recorder;
 pub mod rollout;
+pub mod step;
 pub mod train;
 
 pub use config::{Algorithm, TrainConfig};
 pub use error::{Result, TrainError};
-pub use train::{train, StepMetrics};
+pub use step::StepMetrics;
+pub use train::train;
