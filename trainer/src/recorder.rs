@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tern_runtime::engine::EngineHandle;
+use tern_runtime::eval;
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::tasks::Task;
 
@@ -139,11 +140,12 @@ impl<'p> Recorder<'p> {
 }
 
 /// Share of `tasks` the engine's current weights solve greedily (see
-/// [`rollout::solved`]).
+/// [`rollout::solved`]), summed as `tern eval` sums its `single` strategy.
 fn evaluate(engine: &EngineHandle, cfg: &TrainConfig, tasks: &[Task]) -> Result<f64> {
+    let greedy = eval::Strategy::single();
+    let mut totals = eval::Totals::default();
     let picks: Vec<usize> = (0..tasks.len()).collect();
     let policy = KvPolicy::Full;
-    let mut correct = 0.0;
     for chunk in picks.chunks(16) {
         let spec = RolloutSpec {
             group_size: 1,
@@ -153,14 +155,15 @@ fn evaluate(engine: &EngineHandle, cfg: &TrainConfig, tasks: &[Task]) -> Result<
             system: cfg.system_prompt.as_deref(),
             record_evictions: false,
         };
-        let (groups, _) = rollout::rollout(engine, tasks, chunk, &spec, cfg.seed)?;
+        let (groups, secs) = rollout::rollout(engine, tasks, chunk, &spec, cfg.seed)?;
         for g in &groups {
-            if rollout::solved(&g.rollouts[0].text, &tasks[g.task])? {
-                correct += 1.0;
-            }
+            let r = &g.rollouts[0];
+            let grade = rollout::grade(&r.text, &tasks[g.task])?;
+            let rec = eval::Record::single(&greedy, g.task, grade, r.tokens.len(), secs);
+            totals.add(&greedy, &rec);
         }
     }
-    Ok(correct / tasks.len() as f64)
+    Ok(eval::rows(&[greedy], &[totals], tasks.len())[0].accuracy)
 }
 
 fn append_metrics(path: &Path, m: &StepMetrics) -> Result<()> {

@@ -209,7 +209,15 @@ pub fn run(
     }
 
     if !batch.samples.is_empty() {
-        update(ctx, learner, opt, &batch, &mut old_per, &weights_per, &mut m)?;
+        update(
+            ctx,
+            learner,
+            opt,
+            &batch,
+            &mut old_per,
+            &weights_per,
+            &mut m,
+        )?;
     }
     let fresh = if cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0 {
         fresh_groups(&batch, n_fresh, &old_per)
@@ -264,8 +272,7 @@ fn rollouts(
         let mean =
             g.rollouts.iter().map(|r| r.reward).sum::<f64>() / g.rollouts.len().max(1) as f64;
         pass_rates.push((g.task, mean));
-        let adv =
-            grpo::group_advantages(&g.rollouts.iter().map(|r| r.reward).collect::<Vec<_>>());
+        let adv = grpo::group_advantages(&g.rollouts.iter().map(|r| r.reward).collect::<Vec<_>>());
         if adv.iter().any(|&a| a != 0.0) {
             m.groups_with_signal += 1;
         }
@@ -430,11 +437,7 @@ fn update(
 
 /// This step's fresh samples (the first `n_fresh`) as replay groups, with
 /// their pi_old.
-fn fresh_groups(
-    batch: &Batch,
-    n_fresh: usize,
-    old_per: &[Option<Vec<f64>>],
-) -> Vec<Vec<Replayed>> {
+fn fresh_groups(batch: &Batch, n_fresh: usize, old_per: &[Option<Vec<f64>>]) -> Vec<Vec<Replayed>> {
     let mut by_group: Vec<(usize, Vec<Replayed>)> = Vec::new();
     for i in 0..n_fresh {
         let s = &batch.samples[i];
