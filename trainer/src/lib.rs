@@ -16,6 +16,7 @@ pub mod learner;
 pub mod logprob;
 pub mod memory;
 pub mod merge;
+pub mod metrics;
 pub mod optim;
 pub mod recorder;
 pub mod rollout;
@@ -24,5 +25,5 @@ pub mod train;
 
 pub use config::{Algorithm, TrainConfig};
 pub use error::{Result, TrainError};
-pub use step::StepMetrics;
+pub use metrics::StepMetrics;
 pub use train::train;

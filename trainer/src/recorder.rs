@@ -16,8 +16,8 @@ use crate::config::TrainConfig;
 use crate::error::{Result, TrainError};
 use crate::learner::Learner;
 use crate::memory::Plan;
+use crate::metrics::StepMetrics;
 use crate::rollout::{self, RolloutSpec};
-use crate::step::StepMetrics;
 
 /// What the caller hears while a run goes on.
 pub enum Progress<'a> {

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
 use tern_models::ModelConfig;
 use tern_runtime::engine::EngineHandle;
 use tern_runtime::kv::policy::KvPolicy;
@@ -21,67 +20,9 @@ use crate::error::Result;
 use crate::grpo::{self, Objective};
 use crate::learner::{Learner, Sample};
 use crate::memory::{self, Estimate, Plan};
+use crate::metrics::{RhoStats, StepMetrics};
 use crate::optim::{clip_grad_norm, AdamW};
 use crate::rollout::{self, RolloutSpec};
-
-/// One line of `metrics.jsonl`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StepMetrics {
-    /// 1-based step number.
-    pub step: usize,
-    /// Mean reward of the step's rollouts (GRPO) or 0 (SFT).
-    pub reward_mean: f64,
-    /// Their standard deviation.
-    pub reward_std: f64,
-    /// The loss of the update (first epoch).
-    pub loss: f64,
-    /// Learning rate used.
-    pub lr: f64,
-    /// Gradient norm before clipping.
-    pub grad_norm: f64,
-    /// Rollout tokens generated.
-    pub rollout_tokens: usize,
-    /// Rollout tokens per second.
-    pub tokens_per_s: f64,
-    /// Tokens the learner scored.
-    pub learner_tokens: usize,
-    /// Groups whose rewards differed (the ones that carry a gradient).
-    pub groups_with_signal: usize,
-    /// Groups replayed from earlier steps.
-    #[serde(default)]
-    pub replayed_groups: usize,
-    /// Share of scored tokens whose clipped branch was taken.
-    pub clipped_frac: f64,
-    /// KV bytes the rollouts held at their peaks, summed.
-    pub kv_bytes_peak: usize,
-    /// KV bytes full caches would have held.
-    pub kv_bytes_full: usize,
-    /// Peak resident memory of the process so far.
-    pub peak_rss_bytes: u64,
-    /// The estimator's peak for this step's largest learner micro-batch.
-    pub peak_estimate_bytes: u64,
-    /// Mismatch statistics of sparse or corrected rollouts (absent for dense
-    /// uncorrected runs, which skip the extra scoring pass).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rho: Option<RhoStats>,
-    /// Wall seconds of the step.
-    pub seconds: f64,
-}
-
-/// Per-step statistics of `rho = pi_old / pi_sparse`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RhoStats {
-    /// Rollouts dropped by the veto.
-    pub rejected_rollouts: usize,
-    /// Tokens masked (vetoed rollouts' included).
-    pub rejected_tokens: usize,
-    /// Mean token ratio.
-    pub mean_rho: f64,
-    /// Smallest token ratio.
-    pub min_rho: f64,
-    /// Estimate of KL(pi_old || pi_sparse).
-    pub kl_old_sparse: f64,
-}
 
 /// What every step of a run shares: its settings and what setup built.
 pub struct Context<'a> {
@@ -439,13 +380,13 @@ fn update(
 /// their pi_old.
 fn fresh_groups(batch: &Batch, n_fresh: usize, old_per: &[Option<Vec<f64>>]) -> Vec<Vec<Replayed>> {
     let mut by_group: Vec<(usize, Vec<Replayed>)> = Vec::new();
-    for i in 0..n_fresh {
+    for (i, old) in old_per.iter().enumerate().take(n_fresh) {
         let s = &batch.samples[i];
         let r = Replayed {
             prompt: s.prompt.clone(),
             response: s.response.clone(),
             advantage: batch.advantages[i],
-            logp_old: old_per[i].clone().unwrap_or_default(),
+            logp_old: old.clone().unwrap_or_default(),
             visibility: s.visibility.as_deref().cloned(),
         };
         match by_group.last_mut() {
