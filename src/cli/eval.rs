@@ -122,16 +122,18 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             }
         }
     };
-    let totals = eval::run(
-        &engine,
+    let plan = eval::Plan {
+        tasks: &tasks,
+        strategies: &strategies,
+        settings: &settings,
+        done: &done,
+    };
+    let engines = eval::Engines {
+        engine: &engine,
         synthesizer,
-        &tasks,
-        &strategies,
-        &settings,
-        &done,
-        sink.as_mut().map(|f| f as &mut (dyn std::io::Write + Send)),
-        &on_event,
-    )?;
+    };
+    let sink = sink.as_mut().map(|f| f as &mut (dyn std::io::Write + Send));
+    let totals = eval::run(&plan, engines, sink, &on_event)?;
     print_report(a, &strategies, &totals, tasks.len())
 }
 

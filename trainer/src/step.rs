@@ -60,6 +60,9 @@ pub struct Outcome {
     pub dry_run: bool,
 }
 
+/// Per sample, a value per response token where one is known.
+type PerToken = Vec<Option<Vec<f64>>>;
+
 /// The samples a step trains on and, per sample, what the loss needs.
 #[derive(Default)]
 struct Batch {
@@ -124,16 +127,15 @@ pub fn run(
         Algorithm::Sft => sft_batch(ctx, learner, picks)?,
     };
 
-    let (old, weights) = correct(ctx, learner, &mut batch, &mut m)?;
+    let corrected = correct(ctx, learner, &mut batch, &mut m)?;
     // Per sample: pi_old if already known, and the correction's weights.
     let n_fresh = batch.samples.len();
-    let mut old_per: Vec<Option<Vec<f64>>> = match old {
-        Some(o) => o.into_iter().map(Some).collect(),
-        None => vec![None; n_fresh],
-    };
-    let mut weights_per: Vec<Option<Vec<f64>>> = match weights {
-        Some(w) => w.into_iter().map(Some).collect(),
-        None => vec![None; n_fresh],
+    let (mut old_per, mut weights_per): (PerToken, PerToken) = match corrected {
+        Some(c) => (
+            c.old.into_iter().map(Some).collect(),
+            c.weights.into_iter().map(Some).collect(),
+        ),
+        None => (vec![None; n_fresh], vec![None; n_fresh]),
     };
     // Replay: groups from earlier steps, with the pi_old they were trained
     // with, under the same clipped loss.
@@ -261,21 +263,26 @@ fn sft_batch(ctx: &Context<'_>, learner: &Learner, picks: &[usize]) -> Result<Ba
     Ok(batch)
 }
 
+/// The batch's pi_old and per-token weights under a correction.
+struct Corrected {
+    old: Vec<Vec<f64>>,
+    weights: Vec<Vec<f64>>,
+}
+
 /// Sparse or corrected rollouts: re-scores the batch under the pre-update
-/// dense weights (pi_old) and weighs each token by its mismatch; under a
-/// correction, vetoed rollouts leave the batch. Returns pi_old and the
-/// weights when a correction applies.
-#[allow(clippy::type_complexity)]
+/// dense weights (pi_old) and measures each token's mismatch into `m.rho`;
+/// under a correction, weighs each token by it and drops vetoed rollouts
+/// from the batch.
 fn correct(
     ctx: &Context<'_>,
     learner: &Learner,
     batch: &mut Batch,
     m: &mut StepMetrics,
-) -> Result<(Option<Vec<Vec<f64>>>, Option<Vec<Vec<f64>>>)> {
+) -> Result<Option<Corrected>> {
     let cfg = ctx.cfg;
     let needs_rho = cfg.correction != Correction::None || *ctx.kv_policy != KvPolicy::Full;
     if cfg.algorithm != Algorithm::Grpo || !needs_rho || batch.samples.is_empty() {
-        return Ok((None, None));
+        return Ok(None);
     }
     let scored = learner.score(&batch.samples, ctx.plan.micro_batch, false)?;
     let c = correction::correct(cfg.correction, &cfg.rho, &scored, &batch.behaviour);
@@ -287,7 +294,7 @@ fn correct(
         kl_old_sparse: c.kl_old_sparse,
     });
     if cfg.correction == Correction::None {
-        return Ok((None, None));
+        return Ok(None);
     }
     // Vetoed rollouts leave the batch entirely.
     let keep: Vec<bool> = c
@@ -300,7 +307,7 @@ fn correct(
     batch.samples = keep_where(std::mem::take(&mut batch.samples), &keep);
     batch.advantages = keep_where(std::mem::take(&mut batch.advantages), &keep);
     batch.group_of = keep_where(std::mem::take(&mut batch.group_of), &keep);
-    Ok((Some(old), Some(weights)))
+    Ok(Some(Corrected { old, weights }))
 }
 
 /// The loss, its backward pass and the optimizer update, `ppo_epochs` times;

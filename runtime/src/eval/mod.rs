@@ -17,5 +17,5 @@ pub mod strategy;
 pub use error::EvalError;
 pub use record::{judge, load_records, Grade, Record, Records};
 pub use report::{rows, totals_from_records, HeadToHead, Row, Totals};
-pub use run::{read_tasks, run, Event, Settings};
+pub use run::{read_tasks, run, Engines, Event, Plan, Settings};
 pub use strategy::{check_fit, share_samples, Strategy};

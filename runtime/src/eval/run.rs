@@ -85,20 +85,46 @@ pub fn read_tasks(
         .collect())
 }
 
-/// Runs every strategy on every task that lacks a record in `done`, on
-/// `engine` (syntheses on `synthesizer`), appending new records to `sink`;
-/// returns each strategy's totals over all `tasks`.
-#[allow(clippy::too_many_arguments)]
+/// What to evaluate.
+pub struct Plan<'a> {
+    /// The tasks, with their numbers in the whole file.
+    pub tasks: &'a [(usize, Task)],
+    /// The strategies, in row order.
+    pub strategies: &'a [Strategy],
+    /// How they sample.
+    pub settings: &'a Settings,
+    /// Records already on file (not run again).
+    pub done: &'a Records,
+}
+
+/// The engines an evaluation answers with.
+#[derive(Clone, Copy)]
+pub struct Engines<'a> {
+    /// Samples the candidates.
+    pub engine: &'a EngineHandle,
+    /// Writes syntheses (may be `engine` itself).
+    pub synthesizer: &'a EngineHandle,
+}
+
+/// Runs every strategy of `plan` on every task that lacks a record,
+/// appending new records to `sink`; returns each strategy's totals over all
+/// the tasks.
 pub fn run(
-    engine: &EngineHandle,
-    synthesizer: &EngineHandle,
-    tasks: &[(usize, Task)],
-    strategies: &[Strategy],
-    settings: &Settings,
-    done: &Records,
+    plan: &Plan<'_>,
+    engines: Engines<'_>,
     sink: Option<&mut (dyn Write + Send)>,
     on_event: &(dyn Fn(Event<'_>) + Sync),
 ) -> Result<Vec<Totals>, EvalError> {
+    let Plan {
+        tasks,
+        strategies,
+        settings,
+        done,
+    } = *plan;
+    let Engines {
+        engine,
+        synthesizer,
+    } = engines;
     let groups = share_samples(strategies);
     // One task's records, in strategy order: those already on file, the rest
     // computed (and appended to the records file as soon as they exist).
