@@ -1,8 +1,8 @@
 //! `tern-runtime`: everything between a model and a caller.
 //!
 //! Tokenizer (GGUF vocabulary through `tokenizers`), chat template (minijinja),
-//! sampler, per-sequence KV caches, generation, perplexity and the
-//! continuous-batching engine. Callers (the CLI,
+//! sampler, per-sequence KV caches, generation, perplexity, the
+//! continuous-batching engine and task-set evaluation. Callers (the CLI,
 //! the server, the trainer) talk to this crate; it never sees their wire types.
 
 pub mod backend;
@@ -11,6 +11,7 @@ pub mod chat_prompt;
 pub mod constraint;
 pub mod engine;
 pub mod error;
+pub mod eval;
 pub mod generate;
 pub mod kv;
 pub mod memory;

@@ -9,7 +9,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use tern_runtime::size::format_size;
 use tern_trainer::config::{Algorithm, Schedule};
-use tern_trainer::train::Progress;
+use tern_trainer::recorder::Progress;
 use tern_trainer::TrainConfig;
 
 use super::resolve;

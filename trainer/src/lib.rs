@@ -16,10 +16,14 @@ pub mod learner;
 pub mod logprob;
 pub mod memory;
 pub mod merge;
+pub mod metrics;
 pub mod optim;
+pub mod recorder;
 pub mod rollout;
+pub mod step;
 pub mod train;
 
 pub use config::{Algorithm, TrainConfig};
 pub use error::{Result, TrainError};
-pub use train::{train, StepMetrics};
+pub use metrics::StepMetrics;
+pub use train::train;

@@ -10,6 +10,7 @@ use tern_models::EvictionLog;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::chat_prompt::ContentTokens;
 use tern_runtime::engine::{EngineHandle, SubmitRequest};
+use tern_runtime::eval;
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::tasks::Task;
@@ -90,13 +91,18 @@ pub fn reward(text: &str, task: &Task) -> f64 {
 /// counts these, so it means the same for code as HumanEval's pass@1 (a
 /// rollout's reward only sees the tests its group's difficulty called for).
 pub fn solved(text: &str, task: &Task) -> Result<bool> {
-    if !task.is_code() {
-        return Ok(reward(text, task) == 1.0);
-    }
-    let program = task.program(&verify::extract_code(text));
-    let report = verify::judge_python(&program, &task.tests, &verify::Limits::default())
-        .map_err(|e| TrainError::Rollout(format!("judging a held-out program: {e}")))?;
-    Ok(report.total > 0 && report.passed == report.total)
+    Ok(grade(text, task)?.ok)
+}
+
+/// A completion graded as `tern eval` grades it ([`eval::judge`]), its
+/// answer extracted as [`reward`] extracts it.
+pub fn grade(text: &str, task: &Task) -> Result<eval::Grade> {
+    eval::judge(task, text, verify::extract_answer(text).as_deref()).map_err(|e| match e {
+        eval::EvalError::Judge(e) => {
+            TrainError::Rollout(format!("judging a held-out program: {e}"))
+        }
+        e => TrainError::Rollout(e.to_string()),
+    })
 }
 
 /// Sets the rewards of one task's rollouts. Answer tasks: [`reward`]. Code

@@ -2,6 +2,10 @@
 //! normalised advantages and the PPO clipped surrogate, written per token so the
 //! learner can turn them into gradients without materialising the vocabulary.
 
+mod loss;
+
+pub use loss::{counted_tokens, Objective};
+
 /// Added to a group's standard deviation so equal rewards divide safely.
 pub const ADV_EPS: f64 = 1e-6;
 

@@ -1,0 +1,283 @@
+//! Answers a task set with every strategy through the engine: strategies that
+//! can share samples share them, records already on file are not run again,
+//! tasks run side by side in the engine's batches; each record is appended to
+//! the records file as soon as it exists.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::chat::ChatMessage;
+use crate::engine::EngineHandle;
+use crate::kv::policy::KvPolicy;
+use crate::reasoning::{best_of_n_shared, best_of_n_with, Aggregate, BonRequest};
+use crate::sampler::SamplingParams;
+use crate::tasks::{self, Task};
+
+use super::{share_samples, EvalError, Record, Records, Strategy, Totals};
+
+/// How every strategy samples.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Sampling temperature of strategies with several candidates (a single
+    /// candidate is greedy).
+    pub temperature: f32,
+    /// Base seed; task `i` samples from `seed + 1000 i`, so a task's
+    /// candidates do not depend on which tasks run beside it.
+    pub seed: u64,
+    /// Most tokens per candidate.
+    pub max_tokens: usize,
+    /// The candidates' KV policy.
+    pub kv_policy: KvPolicy,
+    /// Tasks in flight at once.
+    pub parallel: usize,
+}
+
+/// What a caller hears while an evaluation runs.
+pub enum Event<'a> {
+    /// Records were on file: `complete` of `total` tasks need nothing, the
+    /// other `pending` run.
+    Resuming {
+        /// Tasks every strategy has a record for.
+        complete: usize,
+        /// Tasks in range.
+        total: usize,
+        /// Tasks that run.
+        pending: usize,
+    },
+    /// A task's records are in, in strategy-group order.
+    Task {
+        /// Its index in the whole file.
+        task: usize,
+        /// Tasks finished so far, this one included.
+        finished: usize,
+        /// Tasks in range.
+        total: usize,
+        /// `(strategy index, record)` pairs.
+        records: &'a [(usize, Record)],
+        /// Estimated seconds left for the tasks still to run (from those
+        /// that ran so far; absent when none is left or this one was on file).
+        eta_secs: Option<f64>,
+    },
+}
+
+/// The tasks numbered `offset..offset + limit` of `source`, with their numbers.
+pub fn read_tasks(
+    source: &str,
+    offset: usize,
+    limit: usize,
+) -> Result<Vec<(usize, Task)>, EvalError> {
+    let tasks = tasks::load(source)?;
+    if offset > 0 && offset >= tasks.len() {
+        return Err(EvalError::OffsetPastEnd {
+            offset,
+            tasks: source.to_string(),
+            len: tasks.len(),
+        });
+    }
+    Ok(tasks
+        .into_iter()
+        .enumerate()
+        .skip(offset)
+        .take(limit)
+        .collect())
+}
+
+/// What to evaluate.
+pub struct Plan<'a> {
+    /// The tasks, with their numbers in the whole file.
+    pub tasks: &'a [(usize, Task)],
+    /// The strategies, in row order.
+    pub strategies: &'a [Strategy],
+    /// How they sample.
+    pub settings: &'a Settings,
+    /// Records already on file (not run again).
+    pub done: &'a Records,
+}
+
+/// The engines an evaluation answers with.
+#[derive(Clone, Copy)]
+pub struct Engines<'a> {
+    /// Samples the candidates.
+    pub engine: &'a EngineHandle,
+    /// Writes syntheses (may be `engine` itself).
+    pub synthesizer: &'a EngineHandle,
+}
+
+/// Runs every strategy of `plan` on every task that lacks a record,
+/// appending new records to `sink`; returns each strategy's totals over all
+/// the tasks.
+pub fn run(
+    plan: &Plan<'_>,
+    engines: Engines<'_>,
+    sink: Option<&mut (dyn Write + Send)>,
+    on_event: &(dyn Fn(Event<'_>) + Sync),
+) -> Result<Vec<Totals>, EvalError> {
+    let Plan {
+        tasks,
+        strategies,
+        settings,
+        done,
+    } = *plan;
+    let Engines {
+        engine,
+        synthesizer,
+    } = engines;
+    let groups = share_samples(strategies);
+    // One task's records, in strategy order: those already on file, the rest
+    // computed (and appended to the records file as soon as they exist).
+    let sink = Mutex::new(sink);
+    let run_task = |i: usize, task: &Task| -> Result<Vec<(usize, Record)>, EvalError> {
+        let mut out = Vec::new();
+        for group in &groups {
+            let have: Vec<Option<Record>> = group
+                .iter()
+                .map(|&k| done.get(&(strategies[k].label.clone(), i)).cloned())
+                .collect();
+            let fresh = if have.iter().all(Option::is_some) {
+                None
+            } else {
+                let lead = &strategies[group[0]];
+                let req = BonRequest {
+                    messages: vec![ChatMessage::new("user", task.question.as_str())],
+                    n: lead.n,
+                    sampling: SamplingParams {
+                        temperature: if lead.n == 1 {
+                            0.0
+                        } else {
+                            settings.temperature
+                        },
+                        top_p: 0.95,
+                        seed: settings.seed.wrapping_add(i as u64 * 1000),
+                        ..SamplingParams::default()
+                    },
+                    max_tokens: settings.max_tokens,
+                    aggregate: lead.aggregate,
+                    adaptive: lead.adaptive,
+                    wave: lead.wave,
+                    kv_policy: settings.kv_policy.clone(),
+                    tests: task.tests.clone(),
+                    prelude: task.prelude.clone(),
+                    length: lead.length.clone(),
+                    cancel: Default::default(),
+                };
+                let t = Instant::now();
+                let results = if group.len() > 1 {
+                    let ways: Vec<(Aggregate, Option<usize>)> = group
+                        .iter()
+                        .map(|&k| {
+                            let s = &strategies[k];
+                            (s.aggregate, s.adaptive.then_some(s.wave))
+                        })
+                        .collect();
+                    best_of_n_shared(engine, synthesizer, &req, &ways)?
+                } else {
+                    vec![best_of_n_with(engine, synthesizer, &req)?]
+                };
+                Some((results, t.elapsed().as_secs_f64()))
+            };
+            for (j, &k) in group.iter().enumerate() {
+                let r = match (&have[j], &fresh) {
+                    (Some(r), _) => r.clone(),
+                    (None, Some((results, secs))) => {
+                        let r = Record::new(
+                            &strategies[k],
+                            i,
+                            task,
+                            &results[j],
+                            *secs,
+                            group.len() > 1,
+                        )?;
+                        if let Some(f) = sink.lock().expect("records file lock").as_mut() {
+                            let line = serde_json::to_string(&r).map_err(std::io::Error::other);
+                            line.and_then(|line| writeln!(f, "{line}"))
+                                .and_then(|()| f.flush())
+                                .map_err(EvalError::AppendRecord)?;
+                        }
+                        r
+                    }
+                    (None, None) => unreachable!("a group runs unless all its records exist"),
+                };
+                out.push((k, r));
+            }
+        }
+        Ok(out)
+    };
+    // Tasks in flight at once share the engine's batches; each task's seeds
+    // are its own, so the records do not depend on how many.
+    let acc = Mutex::new(
+        strategies
+            .iter()
+            .map(|_| Totals::default())
+            .collect::<Vec<_>>(),
+    );
+    let next = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    // Tasks some strategy has no record for yet: the ones that cost time, so
+    // the estimate of the time left counts only them.
+    let pending: HashSet<usize> = tasks
+        .iter()
+        .filter(|(i, _)| {
+            strategies
+                .iter()
+                .any(|s| !done.contains_key(&(s.label.clone(), *i)))
+        })
+        .map(|(i, _)| *i)
+        .collect();
+    if !done.is_empty() {
+        on_event(Event::Resuming {
+            complete: tasks.len() - pending.len(),
+            total: tasks.len(),
+            pending: pending.len(),
+        });
+    }
+    let computed = AtomicUsize::new(0);
+    let started = Instant::now();
+    let failed: Mutex<Option<EvalError>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..settings.parallel.max(1) {
+            scope.spawn(|| loop {
+                if failed.lock().expect("error slot").is_some() {
+                    return;
+                }
+                let pos = next.fetch_add(1, Ordering::SeqCst);
+                let Some((i, task)) = tasks.get(pos) else {
+                    return;
+                };
+                let recs = match run_task(*i, task) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failed.lock().expect("error slot").get_or_insert(e);
+                        return;
+                    }
+                };
+                let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
+                let mut eta_secs = None;
+                if pending.contains(i) {
+                    let c = computed.fetch_add(1, Ordering::SeqCst) + 1;
+                    let rest = pending.len().saturating_sub(c);
+                    if rest > 0 {
+                        eta_secs = Some(started.elapsed().as_secs_f64() / c as f64 * rest as f64);
+                    }
+                }
+                let mut acc = acc.lock().expect("totals lock");
+                for (k, r) in &recs {
+                    acc[*k].add(&strategies[*k], r);
+                }
+                on_event(Event::Task {
+                    task: *i,
+                    finished: n,
+                    total: tasks.len(),
+                    records: &recs,
+                    eta_secs,
+                });
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().expect("error slot") {
+        return Err(e);
+    }
+    Ok(acc.into_inner().expect("totals lock"))
+}

@@ -1,0 +1,219 @@
+//! Answer strategies: what `single`, `majority@8`, `adaptive@8:wave=1`,
+//! `length@auto` mean, which strategies fit a task set, and which ones can
+//! share one set of samples per task.
+
+use crate::engine::MAX_N;
+use crate::reasoning::{Aggregate, Effort, LengthPolicy};
+use crate::tasks::Task;
+
+use super::EvalError;
+
+/// One way to answer a task.
+#[derive(Clone, Debug)]
+pub struct Strategy {
+    /// The spec it was parsed from (its name in records and rows).
+    pub label: String,
+    /// Candidates sampled (at most).
+    pub n: usize,
+    /// How the candidates become one answer.
+    pub aggregate: Aggregate,
+    /// Adaptive width: stop sampling once the vote is settled.
+    pub adaptive: bool,
+    /// Candidates per wave when adaptive (`adaptive@N:wave=W`, default 2).
+    pub wave: usize,
+    /// Adaptive length (`length@EFFORT`), if any.
+    pub length: Option<LengthPolicy>,
+}
+
+/// Adaptive width's default wave: 2 candidates per engine request, as `tern bon`.
+pub const DEFAULT_WAVE: usize = 2;
+
+impl Strategy {
+    /// Parses a spec: `single`, `majority@N`, `synthesize@N`, `adaptive[@N]`
+    /// (options after the count, `adaptive@8:wave=1`), `reward@N` or
+    /// `length@EFFORT`; a bare name samples 8. `probe_every` is adaptive
+    /// length's probe interval.
+    pub fn parse(s: &str, probe_every: usize) -> Result<Strategy, EvalError> {
+        if let Some(effort) = s.strip_prefix("length@") {
+            return parse_length(s, effort, probe_every);
+        }
+        let bad = |reason: String| EvalError::Strategy {
+            spec: s.to_string(),
+            reason,
+        };
+        let (head, options) = match s.split_once(':') {
+            Some((head, options)) => (head, Some(options)),
+            None => (s, None),
+        };
+        let (name, n) = match head.split_once('@') {
+            Some((name, n)) => (
+                name,
+                n.parse::<usize>().map_err(|source| EvalError::NotACount {
+                    spec: s.to_string(),
+                    count: n.to_string(),
+                    source,
+                })?,
+            ),
+            None => (head, 8),
+        };
+        let (n, aggregate, adaptive) = match name {
+            "single" => (1, Aggregate::Majority, false),
+            "majority" => (n, Aggregate::Majority, false),
+            "synthesize" => (n, Aggregate::Synthesize, false),
+            "adaptive" => (n, Aggregate::Majority, true),
+            "reward" => (n, Aggregate::Reward, false),
+            other => return Err(EvalError::UnknownStrategy(other.to_string())),
+        };
+        if n == 0 || n > MAX_N {
+            return Err(bad(format!("N must be between 1 and {MAX_N}")));
+        }
+        let mut wave = DEFAULT_WAVE.min(n);
+        if let Some(options) = options {
+            if !adaptive {
+                return Err(bad("only adaptive@N takes options (`:wave=W`)".into()));
+            }
+            for kv in options.split(':') {
+                match kv.split_once('=') {
+                    Some(("wave", w)) => {
+                        wave = w
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|w| (1..=n).contains(w))
+                            .ok_or_else(|| {
+                                bad(format!("wave must be a count from 1 to {n}, got `{w}`"))
+                            })?
+                    }
+                    _ => {
+                        return Err(bad(format!(
+                            "unknown option `{kv}` (adaptive@N takes wave=W)"
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(Strategy {
+            label: s.to_string(),
+            n,
+            aggregate,
+            adaptive,
+            wave,
+            length: None,
+        })
+    }
+
+    /// One greedy sample: the strategy held-out accuracy is measured with.
+    pub fn single() -> Strategy {
+        Strategy {
+            label: "single".into(),
+            n: 1,
+            aggregate: Aggregate::Majority,
+            adaptive: false,
+            wave: 1,
+            length: None,
+        }
+    }
+}
+
+/// `length@EFFORT`: one greedy sample under adaptive length, EFFORT an effort
+/// name or a bare token cap.
+fn parse_length(s: &str, effort: &str, probe_every: usize) -> Result<Strategy, EvalError> {
+    let policy = match effort.parse::<usize>() {
+        Ok(cap) => LengthPolicy::new(None, Some(cap), probe_every)?,
+        Err(_) => {
+            let e: Effort = effort.parse().map_err(|reason| EvalError::Strategy {
+                spec: s.to_string(),
+                reason,
+            })?;
+            LengthPolicy::new(Some(e), None, probe_every)?
+        }
+    };
+    Ok(Strategy {
+        label: s.to_string(),
+        n: 1,
+        aggregate: Aggregate::Majority,
+        adaptive: false,
+        wave: DEFAULT_WAVE,
+        length: policy,
+    })
+}
+
+/// Code tasks are graded by their tests, so their strategies are `single`
+/// (or `length@`) and `reward@N`; a vote or a synthesis needs answers to
+/// compare, and `reward@N` needs tests.
+pub fn check_fit(strategies: &[Strategy], tasks: &[(usize, Task)]) -> Result<(), EvalError> {
+    let code = tasks.iter().filter(|(_, t)| t.is_code()).count();
+    for s in strategies {
+        if code > 0 && s.n > 1 && s.aggregate != Aggregate::Reward {
+            return Err(EvalError::NeedsAnswers(s.label.clone()));
+        }
+        if code < tasks.len() && s.aggregate == Aggregate::Reward {
+            return Err(EvalError::NeedsCode(s.label.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// Strategies that run together: a group of several majority / synthesize /
+/// adaptive strategies with the same N shares one set of N samples per task
+/// (see `reasoning::best_of_n_shared`); everything else runs alone.
+pub fn share_samples(strategies: &[Strategy]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, s) in strategies.iter().enumerate() {
+        let shareable = s.n > 1 && s.length.is_none();
+        let joined = shareable
+            && groups.iter_mut().any(|g| {
+                let first = &strategies[g[0]];
+                let fits = first.n == s.n && first.n > 1 && first.length.is_none();
+                if fits {
+                    g.push(i);
+                }
+                fits
+            });
+        if !joined {
+            groups.push(vec![i]);
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adaptive_strategies_take_a_wave() {
+        let s = Strategy::parse("adaptive@8:wave=1", 64).unwrap();
+        assert!(s.adaptive);
+        assert_eq!((s.n, s.wave, s.label.as_str()), (8, 1, "adaptive@8:wave=1"));
+        assert_eq!(Strategy::parse("adaptive@8", 64).unwrap().wave, 2);
+        assert_eq!(Strategy::parse("adaptive@1", 64).unwrap().wave, 1);
+        for bad in [
+            "adaptive@8:wave=0",
+            "adaptive@8:wave=9",
+            "adaptive@8:wave=x",
+            "adaptive@8:step=1",
+            "majority@8:wave=1",
+        ] {
+            let e = Strategy::parse(bad, 64).unwrap_err().to_string();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn strategies_with_one_n_share_their_samples() {
+        let s: Vec<Strategy> = [
+            "single",
+            "majority@8",
+            "length@16",
+            "adaptive@8",
+            "majority@4",
+        ]
+        .iter()
+        .map(|s| Strategy::parse(s, 64).unwrap())
+        .collect();
+        assert_eq!(
+            share_samples(&s),
+            vec![vec![0], vec![1, 3], vec![2], vec![4]]
+        );
+    }
+}

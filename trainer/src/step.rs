@@ -1,0 +1,414 @@
+//! One training step, phase by phase: the batch (GRPO rollouts scored into
+//! group advantages, or SFT's reference answers), the Sparse-RL correction,
+//! the loss and its backward pass, the optimizer update. It returns what
+//! happened as [`StepMetrics`]; the driver owns everything that outlives a
+//! step (task selection, the replay buffer, checkpoints), the recorder writes
+//! the metrics down.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tern_models::ModelConfig;
+use tern_runtime::engine::EngineHandle;
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::tasks::Task;
+
+use crate::config::{Algorithm, TrainConfig};
+use crate::correction::{self, Correction};
+use crate::data::Replayed;
+use crate::error::Result;
+use crate::grpo::{self, Objective};
+use crate::learner::{Learner, Sample};
+use crate::memory::{self, Estimate, Plan};
+use crate::metrics::{RhoStats, StepMetrics};
+use crate::optim::{clip_grad_norm, AdamW};
+use crate::rollout::{self, RolloutSpec};
+
+/// What every step of a run shares: its settings and what setup built.
+pub struct Context<'a> {
+    /// The run's settings.
+    pub cfg: &'a TrainConfig,
+    /// The training tasks (picks index them).
+    pub tasks: &'a [Task],
+    /// The rollout engine.
+    pub engine: &'a EngineHandle,
+    /// The rollouts' KV policy.
+    pub kv_policy: &'a KvPolicy,
+    /// Record each rollout's evictions for the sparse-replay learner.
+    pub replay_kv: bool,
+    /// The memory cap, in bytes.
+    pub cap: Option<u64>,
+    /// The memory plan (micro-batch size).
+    pub plan: &'a Plan,
+    /// The memory estimator, for each step's predicted learner peak.
+    pub est: &'a Estimate,
+    /// The model's shape.
+    pub mcfg: &'a ModelConfig,
+}
+
+/// A finished step.
+pub struct Outcome {
+    /// Its line of `metrics.jsonl`.
+    pub metrics: StepMetrics,
+    /// Each rolled-out group's task and mean reward, in order (the
+    /// difficulty selection's pass rates learn from them).
+    pub pass_rates: Vec<(usize, f64)>,
+    /// This step's fresh groups with the `pi_old` they were trained with, for
+    /// the replay buffer (empty unless the run replays).
+    pub fresh: Vec<Vec<Replayed>>,
+    /// A dry run: the step stopped after its rollouts.
+    pub dry_run: bool,
+}
+
+/// Per sample, a value per response token where one is known.
+type PerToken = Vec<Option<Vec<f64>>>;
+
+/// The samples a step trains on and, per sample, what the loss needs.
+#[derive(Default)]
+struct Batch {
+    samples: Vec<Sample>,
+    advantages: Vec<f64>,
+    /// The sampler's log-probabilities (GRPO), for the correction.
+    behaviour: Vec<Vec<f64>>,
+    /// Group index (within this step) of each fresh sample, for replay.
+    group_of: Vec<usize>,
+}
+
+/// Runs step `step` (0-based) on the tasks `picks`, training on `replayed`
+/// groups from earlier steps besides this step's own.
+pub fn run(
+    ctx: &Context<'_>,
+    learner: &Learner,
+    opt: &mut AdamW,
+    step: usize,
+    picks: &[usize],
+    replayed: Vec<Vec<Replayed>>,
+) -> Result<Outcome> {
+    let cfg = ctx.cfg;
+    let t0 = Instant::now();
+    ctx.engine
+        .set_adapters(step as u64, learner.adapters_snapshot()?)?;
+    let mut m = StepMetrics {
+        step: step + 1,
+        reward_mean: 0.0,
+        reward_std: 0.0,
+        loss: 0.0,
+        lr: cfg.lr_at(step),
+        grad_norm: 0.0,
+        rollout_tokens: 0,
+        tokens_per_s: 0.0,
+        learner_tokens: 0,
+        groups_with_signal: 0,
+        replayed_groups: 0,
+        clipped_frac: 0.0,
+        kv_bytes_peak: 0,
+        kv_bytes_full: 0,
+        peak_rss_bytes: 0,
+        peak_estimate_bytes: 0,
+        rho: None,
+        seconds: 0.0,
+    };
+    let mut pass_rates = Vec::new();
+    let mut batch = match cfg.algorithm {
+        Algorithm::Grpo => {
+            let batch = rollouts(ctx, step, picks, &mut m, &mut pass_rates)?;
+            if cfg.dry_run {
+                m.peak_rss_bytes = memory::check(ctx.cap, "rollouts")?;
+                m.seconds = t0.elapsed().as_secs_f64();
+                return Ok(Outcome {
+                    metrics: m,
+                    pass_rates,
+                    fresh: Vec::new(),
+                    dry_run: true,
+                });
+            }
+            batch
+        }
+        Algorithm::Sft => sft_batch(ctx, learner, picks)?,
+    };
+
+    let corrected = correct(ctx, learner, &mut batch, &mut m)?;
+    // Per sample: pi_old if already known, and the correction's weights.
+    let n_fresh = batch.samples.len();
+    let (mut old_per, mut weights_per): (PerToken, PerToken) = match corrected {
+        Some(c) => (
+            c.old.into_iter().map(Some).collect(),
+            c.weights.into_iter().map(Some).collect(),
+        ),
+        None => (vec![None; n_fresh], vec![None; n_fresh]),
+    };
+    // Replay: groups from earlier steps, with the pi_old they were trained
+    // with, under the same clipped loss.
+    m.replayed_groups = replayed.len();
+    for r in replayed.into_iter().flatten() {
+        batch.samples.push(Sample {
+            prompt: r.prompt,
+            response: r.response,
+            visibility: r.visibility.map(Arc::new),
+        });
+        batch.advantages.push(r.advantage);
+        old_per.push(Some(r.logp_old));
+        weights_per.push(None);
+    }
+
+    if !batch.samples.is_empty() {
+        update(
+            ctx,
+            learner,
+            opt,
+            &batch,
+            &mut old_per,
+            &weights_per,
+            &mut m,
+        )?;
+    }
+    let fresh = if cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0 {
+        fresh_groups(&batch, n_fresh, &old_per)
+    } else {
+        Vec::new()
+    };
+    m.peak_rss_bytes = memory::check(ctx.cap, "the optimizer update")?;
+    m.seconds = t0.elapsed().as_secs_f64();
+    Ok(Outcome {
+        metrics: m,
+        pass_rates,
+        fresh,
+        dry_run: false,
+    })
+}
+
+/// GRPO's batch: `G` rollouts per picked task, their rewards, and each
+/// group's advantages; only samples with a non-zero advantage train.
+fn rollouts(
+    ctx: &Context<'_>,
+    step: usize,
+    picks: &[usize],
+    m: &mut StepMetrics,
+    pass_rates: &mut Vec<(usize, f64)>,
+) -> Result<Batch> {
+    let cfg = ctx.cfg;
+    let spec = RolloutSpec {
+        group_size: cfg.group_size,
+        max_new_tokens: cfg.max_new_tokens,
+        temperature: cfg.temperature,
+        kv_policy: ctx.kv_policy,
+        system: cfg.system_prompt.as_deref(),
+        record_evictions: ctx.replay_kv,
+    };
+    let seed = cfg.seed.wrapping_add(1_000_003 * step as u64);
+    let (groups, secs) = rollout::rollout(ctx.engine, ctx.tasks, picks, &spec, seed)?;
+    memory::check(ctx.cap, "rollouts")?;
+    let rewards: Vec<f64> = groups
+        .iter()
+        .flat_map(|g| g.rollouts.iter().map(|r| r.reward))
+        .collect();
+    let n = rewards.len() as f64;
+    m.reward_mean = rewards.iter().sum::<f64>() / n;
+    m.reward_std = (rewards
+        .iter()
+        .map(|r| (r - m.reward_mean).powi(2))
+        .sum::<f64>()
+        / n)
+        .sqrt();
+    let mut batch = Batch::default();
+    for (gi, g) in groups.iter().enumerate() {
+        let mean =
+            g.rollouts.iter().map(|r| r.reward).sum::<f64>() / g.rollouts.len().max(1) as f64;
+        pass_rates.push((g.task, mean));
+        let adv = grpo::group_advantages(&g.rollouts.iter().map(|r| r.reward).collect::<Vec<_>>());
+        if adv.iter().any(|&a| a != 0.0) {
+            m.groups_with_signal += 1;
+        }
+        for (r, a) in g.rollouts.iter().zip(adv) {
+            m.rollout_tokens += r.tokens.len();
+            m.kv_bytes_peak += r.kv_peak_bytes;
+            m.kv_bytes_full += r.kv_full_bytes;
+            if a != 0.0 && !r.tokens.is_empty() {
+                batch.samples.push(Sample {
+                    prompt: g.prompt.clone(),
+                    response: r.tokens.clone(),
+                    visibility: r.evictions.clone(),
+                });
+                batch.advantages.push(a);
+                batch.behaviour.push(r.logprobs.clone());
+                batch.group_of.push(gi);
+            }
+        }
+    }
+    m.tokens_per_s = m.rollout_tokens as f64 / secs.max(1e-9);
+    Ok(batch)
+}
+
+/// SFT's batch: each picked task's prompt with its reference answer as the
+/// response, advantage 1.
+fn sft_batch(ctx: &Context<'_>, learner: &Learner, picks: &[usize]) -> Result<Batch> {
+    let model = learner.model();
+    let eos = model.stop_tokens();
+    let mut batch = Batch::default();
+    for &ti in picks {
+        let task = &ctx.tasks[ti];
+        let prompt =
+            rollout::prompt_ids(ctx.engine.model(), ctx.cfg.system_prompt.as_deref(), task)?;
+        // A base prompt ends in `Answer:`; the reply follows a space.
+        let lead = if model.template.is_none() { " " } else { "" };
+        let mut response = model.tokenizer.encode(
+            &format!("{lead}The answer is {}.", task.answer),
+            false,
+            false,
+        )?;
+        response.extend(eos.first());
+        batch.samples.push(Sample::new(prompt, response));
+        batch.advantages.push(1.0);
+    }
+    Ok(batch)
+}
+
+/// The batch's pi_old and per-token weights under a correction.
+struct Corrected {
+    old: Vec<Vec<f64>>,
+    weights: Vec<Vec<f64>>,
+}
+
+/// Sparse or corrected rollouts: re-scores the batch under the pre-update
+/// dense weights (pi_old) and measures each token's mismatch into `m.rho`;
+/// under a correction, weighs each token by it and drops vetoed rollouts
+/// from the batch.
+fn correct(
+    ctx: &Context<'_>,
+    learner: &Learner,
+    batch: &mut Batch,
+    m: &mut StepMetrics,
+) -> Result<Option<Corrected>> {
+    let cfg = ctx.cfg;
+    let needs_rho = cfg.correction != Correction::None || *ctx.kv_policy != KvPolicy::Full;
+    if cfg.algorithm != Algorithm::Grpo || !needs_rho || batch.samples.is_empty() {
+        return Ok(None);
+    }
+    let scored = learner.score(&batch.samples, ctx.plan.micro_batch, false)?;
+    let c = correction::correct(cfg.correction, &cfg.rho, &scored, &batch.behaviour);
+    m.rho = Some(RhoStats {
+        rejected_rollouts: c.rejected_rollouts,
+        rejected_tokens: c.rejected_tokens,
+        mean_rho: c.mean_rho,
+        min_rho: c.min_rho,
+        kl_old_sparse: c.kl_old_sparse,
+    });
+    if cfg.correction == Correction::None {
+        return Ok(None);
+    }
+    // Vetoed rollouts leave the batch entirely.
+    let keep: Vec<bool> = c
+        .weights
+        .iter()
+        .map(|w| w.iter().any(|&x| x > 0.0))
+        .collect();
+    let weights = keep_where(c.weights, &keep);
+    let old = keep_where(scored, &keep);
+    batch.samples = keep_where(std::mem::take(&mut batch.samples), &keep);
+    batch.advantages = keep_where(std::mem::take(&mut batch.advantages), &keep);
+    batch.group_of = keep_where(std::mem::take(&mut batch.group_of), &keep);
+    Ok(Some(Corrected { old, weights }))
+}
+
+/// The loss, its backward pass and the optimizer update, `ppo_epochs` times;
+/// the first epoch's figures go in `m`, and its log-probabilities fill in
+/// the samples' unknown pi_old.
+fn update(
+    ctx: &Context<'_>,
+    learner: &Learner,
+    opt: &mut AdamW,
+    batch: &Batch,
+    old_per: &mut [Option<Vec<f64>>],
+    weights_per: &[Option<Vec<f64>>],
+    m: &mut StepMetrics,
+) -> Result<()> {
+    let (cfg, micro) = (ctx.cfg, ctx.plan.micro_batch);
+    let samples = &batch.samples;
+    let (mut tokens, mut longest) = (0u64, 0u64);
+    for chunk in samples.chunks(micro) {
+        // Consecutive samples with one prompt share its pass (see
+        // `Learner`): the prompt counts once.
+        let mut fed = 0u64;
+        for (i, s) in chunk.iter().enumerate() {
+            if i == 0 || chunk[i - 1].prompt != s.prompt {
+                fed += s.prompt.len() as u64;
+            }
+            fed += s.response.len() as u64;
+            longest = longest.max((s.prompt.len() + s.response.len()) as u64);
+        }
+        tokens = tokens.max(fed);
+    }
+    m.peak_estimate_bytes = ctx.est.learner_peak(ctx.mcfg, tokens, longest);
+    let n_tokens = grpo::counted_tokens(samples.iter().map(|s| s.response.len()), weights_per);
+    let inv = 1.0 / n_tokens.max(1) as f64;
+    let refs = if cfg.kl_coef > 0.0 && !cfg.full {
+        Some(learner.score(samples, micro, true)?)
+    } else {
+        None
+    };
+    for epoch in 0..cfg.ppo_epochs {
+        let mut objective = Objective {
+            sft: cfg.algorithm == Algorithm::Sft,
+            inv,
+            advantages: &batch.advantages,
+            old: old_per,
+            weights: weights_per,
+            refs: refs.as_deref(),
+            clip_eps: cfg.clip_eps,
+            kl_coef: cfg.kl_coef,
+            clipped: 0,
+        };
+        let (mut grads, out) =
+            learner.accumulate(samples, micro, |i, j, lp| objective.token(i, j, lp), || {})?;
+        let clipped = objective.clipped;
+        memory::check(ctx.cap, "the learner's forward and backward")?;
+        let norm = clip_grad_norm(&mut grads, cfg.max_grad_norm)?;
+        {
+            let p = learner.params();
+            let vars: Vec<&candle_core::Var> = p.iter().map(|(_, v)| *v).collect();
+            opt.step(&vars, &grads, m.lr)?;
+        }
+        if epoch == 0 {
+            m.loss = out.loss;
+            m.grad_norm = norm;
+            m.learner_tokens = out.tokens;
+            m.clipped_frac = clipped as f64 / out.tokens.max(1) as f64;
+            for (o, lp) in old_per.iter_mut().zip(out.logprobs) {
+                if o.is_none() {
+                    *o = Some(lp);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// This step's fresh samples (the first `n_fresh`) as replay groups, with
+/// their pi_old.
+fn fresh_groups(batch: &Batch, n_fresh: usize, old_per: &[Option<Vec<f64>>]) -> Vec<Vec<Replayed>> {
+    let mut by_group: Vec<(usize, Vec<Replayed>)> = Vec::new();
+    for (i, old) in old_per.iter().enumerate().take(n_fresh) {
+        let s = &batch.samples[i];
+        let r = Replayed {
+            prompt: s.prompt.clone(),
+            response: s.response.clone(),
+            advantage: batch.advantages[i],
+            logp_old: old.clone().unwrap_or_default(),
+            visibility: s.visibility.as_deref().cloned(),
+        };
+        match by_group.last_mut() {
+            Some((g, v)) if *g == batch.group_of[i] => v.push(r),
+            _ => by_group.push((batch.group_of[i], vec![r])),
+        }
+    }
+    by_group.into_iter().map(|(_, g)| g).collect()
+}
+
+/// The items of `v` whose `keep` flag is set.
+fn keep_where<T>(v: Vec<T>, keep: &[bool]) -> Vec<T> {
+    v.into_iter()
+        .zip(keep)
+        .filter(|(_, &k)| k)
+        .map(|(x, _)| x)
+        .collect()
+}
