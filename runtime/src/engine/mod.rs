@@ -12,9 +12,13 @@
 //! [`Collector`] (`collect`).
 
 mod admission;
+mod apply;
 mod collect;
 mod metrics;
 mod output;
+mod plan;
+mod prefix;
+mod running;
 mod scheduler;
 mod sequence;
 mod stop;

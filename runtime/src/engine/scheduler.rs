@@ -1,5 +1,8 @@
-//! The engine loop: intake, cancellation, admission under the KV budget, one
-//! ragged forward per step, sampling and events.
+//! The engine loop: intake, cancellation, admission under the KV budget, then
+//! each step as plan -> run -> apply: [`plan`](super::plan) picks the rows and
+//! types whose each one is, the backend runs ONE ragged forward over them, and
+//! [`apply`](super::apply) turns each row's logits into tokens, probes and
+//! events. Kernel facts (where attention changes kernel) come from the backend.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -7,115 +10,35 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use tokio::sync::mpsc::UnboundedSender;
-
+use super::apply::{emit_step, start_completions, step_probe, think_pass};
 use super::metrics::PolicyKv;
-use super::sequence::{Completion, Limits};
-use super::think::{Probe, ThinkSpec, ThinkState};
-use super::{Command, Event, Pending, Shared, SubmitRequest};
-use crate::backend::{Backend, LogitsWanted, Row, SeqId};
-use crate::error::Result;
-use crate::kv::cache::SeqCache;
-use crate::kv::policy::KvPolicy;
-use crate::model::LoadedModel;
-use crate::sampler::SamplingParams;
-
-/// An admitted request.
-struct Running {
-    req: SubmitRequest,
-    events: UnboundedSender<Event>,
-    reserve: usize,
-    submitted: Instant,
-    stop_ids: Vec<u32>,
-    /// The prompt's sequence and how much of the prompt it holds, while reading it.
-    prefill: Option<(SeqId, usize)>,
-    /// Live completions (finished ones are removed and their sequences freed).
-    completions: Vec<Completion>,
-    /// Live answer probes (think requests only).
-    probes: Vec<Probe>,
-    first_token_sent: bool,
-}
-
-impl Running {
-    fn sequences(&self) -> usize {
-        if self.prefill.is_some() {
-            self.req.n
-        } else {
-            self.completions.len() + self.probes.len()
-        }
-    }
-
-    fn seq_ids(&self) -> Vec<SeqId> {
-        let mut ids: Vec<SeqId> = self.completions.iter().map(|c| c.seq).collect();
-        ids.extend(self.probes.iter().map(|p| p.completion.seq));
-        ids.extend(self.prefill.map(|(s, _)| s));
-        ids
-    }
-
-    fn is_done(&self) -> bool {
-        self.prefill.is_none() && self.completions.is_empty()
-    }
-}
-
-/// Which request (and which part of it) one row of the batch belongs to.
-enum Slot {
-    Prefill { req: usize, take: usize, last: bool },
-    Decode { req: usize, completion: usize },
-    Probe { req: usize, probe: usize },
-}
+use super::plan::{plan, Slot, StepPlan};
+use super::prefix::PrefixCache;
+use super::running::Running;
+use super::{Command, Event, Pending, Shared};
+use crate::backend::Backend;
+use crate::error::{Result, RuntimeError};
 
 struct Engine {
     shared: Arc<Shared>,
     backend: Box<dyn Backend>,
     waiting: VecDeque<Pending>,
     running: Vec<Running>,
+    /// KV bytes reserved by running requests and cached prefixes together.
     reserved: usize,
-    /// The prompt-prefix cache (`EngineConfig::prefix_cache` entries at most).
-    prefixes: Vec<Prefix>,
-    /// Ticks once per prefix lookup or insertion: the LRU clock.
-    clock: u64,
-}
-
-/// A recent prompt's KV, kept so that later prompts sharing its beginning
-/// prefill only the rest. Its bytes count in `Engine::reserved`.
-struct Prefix {
-    tokens: Vec<u32>,
-    seq: SeqId,
-    bytes: usize,
-    used: u64,
-}
-
-/// Shortest shared beginning worth reusing, in tokens.
-const PREFIX_MIN: usize = 16;
-
-/// How much of a `shared`-token cached prefix a prompt of `n` tokens may reuse
-/// and still get the logits a cold prefill gives, bit for bit. Where the
-/// backend's attention takes another kernel from `switch` new rows
-/// ([`Backend::attention_kernel_switch_rows`], llama.cpp's rule on Tern's
-/// kernels), the rest must reach that kernel when the cold prompt did and stay
-/// under it when it did not. Long prompts prefilled in several chunks are not
-/// reused.
-fn exact_reuse(n: usize, shared: usize, prefill_chunk: usize, switch: Option<usize>) -> usize {
-    let switch = switch.unwrap_or(0);
-    if n < switch {
-        shared
-    } else if n <= prefill_chunk {
-        shared.min(n - switch)
-    } else {
-        0
-    }
+    prefixes: PrefixCache,
 }
 
 /// The engine thread's body: runs until every handle is gone and no work is left.
 pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Receiver<Command>) {
+    let shared_prefix_capacity = shared.config.prefix_cache;
     let mut engine = Engine {
         shared,
         backend,
         waiting: VecDeque::new(),
         running: Vec::new(),
         reserved: 0,
-        prefixes: Vec::new(),
-        clock: 0,
+        prefixes: PrefixCache::new(shared_prefix_capacity),
     };
     loop {
         if engine.running.is_empty() && engine.waiting.is_empty() {
@@ -205,7 +128,7 @@ impl Engine {
             let mut fits_kv = self.reserved + reserve <= cfg.kv_memory;
             // Cached prefixes give way to requests.
             while !fits_kv && !self.prefixes.is_empty() {
-                self.evict_prefix();
+                self.reserved -= self.prefixes.evict(self.backend.as_mut());
                 fits_kv = self.reserved + reserve <= cfg.kv_memory;
             }
             let fits_rows = sequences + n <= cfg.max_running || self.running.is_empty();
@@ -215,7 +138,10 @@ impl Engine {
             let p = self.waiting.pop_front().expect("front exists");
             self.shared.admission.admitted(n, p.reserve);
             let expected = p.req.prompt.len() + p.req.max_tokens;
-            let (created, cached) = match self.reuse_prefix(&p.req, expected) {
+            let reused =
+                self.prefixes
+                    .reuse(self.backend.as_mut(), &p.req, expected, cfg.prompt_chunk());
+            let (created, cached) = match reused {
                 Some((seq, len)) => (Ok(seq), len),
                 None => (self.backend.new_seq(&p.req.kv_policy, expected), 0),
             };
@@ -260,100 +186,6 @@ impl Engine {
         }
     }
 
-    /// Whether `req` may read from and write to the prompt-prefix cache: only
-    /// an uncompressed cache holds its prompt as a prefix, and the trainer's
-    /// recorded rollouts stay independent of earlier requests.
-    fn prefix_eligible(&self, req: &SubmitRequest) -> bool {
-        self.shared.config.prefix_cache > 0
-            && matches!(req.kv_policy, KvPolicy::Full)
-            && !req.record_evictions
-            && req.prompt.len() > PREFIX_MIN
-    }
-
-    /// A new sequence for `req` starting from the cached prefix sharing the
-    /// most tokens with its prompt (at least `PREFIX_MIN`, and never the whole
-    /// prompt: its last token must run to give logits), with that length.
-    fn reuse_prefix(&mut self, req: &SubmitRequest, expected: usize) -> Option<(SeqId, usize)> {
-        if !self.prefix_eligible(req) {
-            return None;
-        }
-        let shared = |e: &Prefix| {
-            e.tokens
-                .iter()
-                .zip(&req.prompt)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(req.prompt.len() - 1)
-        };
-        let (i, len) = self
-            .prefixes
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (i, shared(e)))
-            .max_by_key(|&(_, len)| len)?;
-        let len = exact_reuse(
-            req.prompt.len(),
-            len,
-            self.shared.config.prompt_chunk(),
-            self.backend.attention_kernel_switch_rows(),
-        );
-        if len < PREFIX_MIN {
-            return None;
-        }
-        let seq = self
-            .backend
-            .fork_prefix(self.prefixes[i].seq, len, expected)
-            .ok()??;
-        self.clock += 1;
-        self.prefixes[i].used = self.clock;
-        Some((seq, len))
-    }
-
-    /// Keeps the prompt of running request `ri`, just prefilled, in the
-    /// prompt-prefix cache if memory allows, evicting the least recently used
-    /// entry beyond the configured count.
-    fn remember_prefix(&mut self, ri: usize) {
-        let r = &self.running[ri];
-        let Some((seq, _)) = r.prefill else { return };
-        if !self.prefix_eligible(&r.req) {
-            return;
-        }
-        self.clock += 1;
-        if let Some(e) = self.prefixes.iter_mut().find(|e| e.tokens == r.req.prompt) {
-            e.used = self.clock;
-            return;
-        }
-        let len = r.req.prompt.len();
-        let bytes =
-            SeqCache::reservation_bytes(self.shared.model.config(), &KvPolicy::Full, len, 0, 0);
-        if self.reserved + bytes > self.shared.config.kv_memory {
-            return;
-        }
-        let Ok(Some(copy)) = self.backend.fork_prefix(seq, len, len) else {
-            return;
-        };
-        self.prefixes.push(Prefix {
-            tokens: r.req.prompt.clone(),
-            seq: copy,
-            bytes,
-            used: self.clock,
-        });
-        self.reserved += bytes;
-        while self.prefixes.len() > self.shared.config.prefix_cache {
-            self.evict_prefix();
-        }
-    }
-
-    /// Frees the least recently used cached prefix.
-    fn evict_prefix(&mut self) {
-        let Some(i) = (0..self.prefixes.len()).min_by_key(|&i| self.prefixes[i].used) else {
-            return;
-        };
-        let e = self.prefixes.swap_remove(i);
-        self.backend.free(e.seq);
-        self.reserved -= e.bytes;
-    }
-
     /// One forward over every running sequence, then sampling and events.
     fn step(&mut self) {
         let outcome = catch_unwind(AssertUnwindSafe(|| self.try_step()));
@@ -375,86 +207,15 @@ impl Engine {
         self.shared.metrics.step();
     }
 
+    /// One step: plan the batch, run the forward, apply its logits.
     fn try_step(&mut self) -> Result<()> {
-        let cfg = &self.shared.config;
-        let model = Arc::clone(&self.shared.model);
-        let decode_rows: usize = self
-            .running
-            .iter()
-            .map(|r| r.completions.len() + r.probes.len())
-            .sum();
-        let chunk = cfg.prompt_chunk();
-        let mut budget = cfg.step_tokens.saturating_sub(decode_rows);
-
-        let mut rows: Vec<Row> = Vec::new();
-        let mut slots: Vec<Slot> = Vec::new();
-        let mut prefilling = false;
-        for (ri, r) in self.running.iter().enumerate() {
-            if let Some((seq, done)) = r.prefill {
-                // A prompt is read in the same chunks under any load: a
-                // compressing policy evicts between chunks and attention picks
-                // its kernel by a chunk's rows, so a chunk cut to fit a busy
-                // step would change the answer. One that does not fit waits,
-                // unless the step carries no prompt yet.
-                let take = chunk.min(r.req.prompt.len() - done);
-                if take == 0 || (take > budget && prefilling) {
-                    continue;
-                }
-                prefilling = true;
-                budget = budget.saturating_sub(take);
-                let last = done + take == r.req.prompt.len();
-                rows.push(Row {
-                    seq,
-                    tokens: &r.req.prompt[done..done + take],
-                    start_pos: done,
-                    logits: if last {
-                        LogitsWanted::Last
-                    } else {
-                        LogitsWanted::None
-                    },
-                });
-                slots.push(Slot::Prefill {
-                    req: ri,
-                    take,
-                    last,
-                });
-            } else {
-                for (ci, c) in r.completions.iter().enumerate() {
-                    // A completion waits while its answer probe runs, so a
-                    // verdict applies exactly where the probe was taken.
-                    if c.think.as_ref().is_some_and(|t| t.probe_live) {
-                        continue;
-                    }
-                    rows.push(Row {
-                        seq: c.seq,
-                        tokens: c.uncached(),
-                        start_pos: c.cached,
-                        logits: LogitsWanted::Last,
-                    });
-                    slots.push(Slot::Decode {
-                        req: ri,
-                        completion: ci,
-                    });
-                }
-                for (pi, p) in r.probes.iter().enumerate() {
-                    rows.push(Row {
-                        seq: p.completion.seq,
-                        tokens: p.completion.uncached(),
-                        start_pos: p.completion.cached,
-                        logits: LogitsWanted::Last,
-                    });
-                    slots.push(Slot::Probe { req: ri, probe: pi });
-                }
-            }
-        }
-        if rows.is_empty() {
+        let step = plan(&self.running, &self.shared.config);
+        if step.rows.is_empty() {
             return Ok(());
         }
         let started = Instant::now();
-        let shape = step_log().then(|| {
-            let tokens: usize = rows.iter().map(|r| r.tokens.len()).sum();
-            (rows.len(), tokens)
-        });
+        let shape = step_log().then(|| step.shape());
+        let StepPlan { rows, slots } = step;
         let logits = self.backend.forward(&rows)?;
         drop(rows);
         let _log = shape.map(|(rows, tokens)| StepLog {
@@ -463,7 +224,13 @@ impl Engine {
             forward_ms: started.elapsed().as_secs_f64() * 1e3,
             started,
         });
+        self.apply(slots, logits)
+    }
 
+    /// Routes each row's logits to the part of the request its slot names,
+    /// then lets think requests conclude or probe and retires what finished.
+    fn apply(&mut self, slots: Vec<Slot>, logits: Vec<Option<Vec<f32>>>) -> Result<()> {
+        let model = Arc::clone(&self.shared.model);
         let now = Instant::now();
         for (slot, row) in slots.into_iter().zip(logits) {
             match slot {
@@ -477,7 +244,7 @@ impl Engine {
                         *done += take;
                     }
                     if last {
-                        let row = row.ok_or(crate::error::RuntimeError::EmptyPrompt)?;
+                        let row = row.ok_or(RuntimeError::EmptyPrompt)?;
                         start_completions(
                             r,
                             self.backend.as_mut(),
@@ -489,7 +256,7 @@ impl Engine {
                     }
                 }
                 Slot::Decode { req, completion } => {
-                    let row = row.ok_or(crate::error::RuntimeError::EmptyPrompt)?;
+                    let row = row.ok_or(RuntimeError::EmptyPrompt)?;
                     let r = &mut self.running[req];
                     emit_step(
                         r,
@@ -502,7 +269,7 @@ impl Engine {
                     );
                 }
                 Slot::Probe { req, probe } => {
-                    let row = row.ok_or(crate::error::RuntimeError::EmptyPrompt)?;
+                    let row = row.ok_or(RuntimeError::EmptyPrompt)?;
                     step_probe(&mut self.running[req], probe, &model, &row);
                 }
             }
@@ -512,6 +279,21 @@ impl Engine {
         }
         self.finish_done();
         Ok(())
+    }
+
+    /// Offers running request `ri`'s just-prefilled prompt to the prefix cache.
+    fn remember_prefix(&mut self, ri: usize) {
+        let r = &self.running[ri];
+        let Some((seq, _)) = r.prefill else { return };
+        let room = self.shared.config.kv_memory.saturating_sub(self.reserved);
+        let (taken, freed) = self.prefixes.remember(
+            self.backend.as_mut(),
+            self.shared.model.config(),
+            &r.req,
+            seq,
+            room,
+        );
+        self.reserved = self.reserved + taken - freed;
     }
 
     /// Frees finished completions and retires finished requests.
@@ -556,244 +338,6 @@ impl Engine {
             sequences,
             self.reserved,
         );
-    }
-}
-
-/// The prompt has been read: fork its sequence into the request's `n`
-/// completions (child `i` seeded `seed + i`) and sample each one's first token.
-fn start_completions(
-    r: &mut Running,
-    backend: &mut dyn Backend,
-    model: &crate::model::LoadedModel,
-    row: &[f32],
-    now: Instant,
-    shared: &Shared,
-) -> Result<()> {
-    let Some((seq, _)) = r.prefill.take() else {
-        return Ok(());
-    };
-    // Until the children exist, the prompt's sequence is the request's only
-    // one: keep it reachable so a failure below still frees it.
-    r.completions.push(
-        Completion::new(
-            0,
-            seq,
-            seeded(&r.req, 0),
-            &r.req.prompt,
-            r.req.stop.clone(),
-            r.req.constraint,
-        )
-        .with_deferred_stops(r.req.stop_after_content.clone()),
-    );
-    backend.finish_prefill(seq)?;
-    let _ = r.events.send(Event::Prefilled {
-        prompt_tokens: r.req.prompt.len(),
-    });
-    for i in 1..r.req.n.max(1) {
-        let child = backend.fork(seq)?;
-        r.completions.push(
-            Completion::new(
-                i,
-                child,
-                seeded(&r.req, i),
-                &r.req.prompt,
-                r.req.stop.clone(),
-                r.req.constraint,
-            )
-            .with_deferred_stops(r.req.stop_after_content.clone()),
-        );
-    }
-    if r.req.think.is_some() {
-        for c in &mut r.completions {
-            c.think = Some(ThinkState::default());
-        }
-    }
-    for ci in 0..r.completions.len() {
-        emit_step(r, ci, backend, model, row, now, shared);
-    }
-    Ok(())
-}
-
-/// Decodes one token of live probe `pi` (greedy, its own token budget).
-fn step_probe(r: &mut Running, pi: usize, model: &LoadedModel, row: &[f32]) {
-    let max_tokens = r
-        .req
-        .think
-        .as_ref()
-        .and_then(|t| t.probe.as_ref())
-        .map_or(1, |p| p.max_tokens);
-    let lim = Limits {
-        model,
-        stop_ids: &r.stop_ids,
-        max_tokens,
-        logprobs: false,
-    };
-    let p = &mut r.probes[pi];
-    let stepped = p.completion.step(row, &lim);
-    p.text.push_str(&stepped.text);
-    if stepped.finish.is_some() {
-        p.completion.done = true;
-    }
-}
-
-/// After a step, for a think request: hands finished probes to the caller's
-/// rule (concluding a completion whose answer has settled), concludes
-/// completions at the budget, and forks new probes where they are due.
-fn think_pass(r: &mut Running, backend: &mut dyn Backend, model: &LoadedModel) -> Result<()> {
-    let Some(spec) = r.req.think.clone() else {
-        return Ok(());
-    };
-    let (finished, live): (Vec<Probe>, Vec<Probe>) = std::mem::take(&mut r.probes)
-        .into_iter()
-        .partition(|p| p.completion.done);
-    r.probes = live;
-    for p in finished {
-        backend.free(p.completion.seq);
-        let _ = r.events.send(Event::Probe {
-            index: p.parent,
-            at: p.at,
-            text: p.text.clone(),
-            tokens: p.completion.generated,
-        });
-        let Some(ci) = r.completions.iter().position(|c| c.index == p.parent) else {
-            continue;
-        };
-        let settled = match r.completions[ci].think.as_mut() {
-            Some(state) => {
-                state.probe_live = false;
-                state.probes.push(p.text);
-                spec.probe
-                    .as_ref()
-                    .is_some_and(|ps| ps.rule.settled(&state.probes))
-            }
-            None => false,
-        };
-        if settled {
-            conclude(r, ci, &spec, true, model);
-        }
-    }
-    for ci in 0..r.completions.len() {
-        let c = &r.completions[ci];
-        let Some(state) = c.think.as_ref().filter(|_| !c.done) else {
-            continue;
-        };
-        if state.over_budget(&spec, c.generated) {
-            conclude(r, ci, &spec, false, model);
-        } else if state.probe_due(&spec, c.generated) {
-            let child = backend.fork(c.seq)?;
-            let mut history = c.history.clone();
-            history.extend_from_slice(&spec.answer_suffix);
-            let stop = spec.probe.as_ref().map_or(Vec::new(), |p| p.stop.clone());
-            let mut probe = Completion::new(
-                c.index,
-                child,
-                SamplingParams::greedy(),
-                &history,
-                stop,
-                None,
-            );
-            // The fork holds exactly what the parent's cache holds; the
-            // parent's last sampled token and the suffix are its first row.
-            probe.cached = c.cached;
-            let (index, at) = (c.index, c.generated);
-            if let Some(state) = r.completions[ci].think.as_mut() {
-                state.probe_live = true;
-                state.last_probe = Some(at);
-            }
-            r.probes.push(Probe {
-                parent: index,
-                at,
-                completion: probe,
-                text: String::new(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Ends completion `ci`'s reasoning: the answer suffix is forced and the
-/// completion may write `answer_tokens` more.
-fn conclude(r: &mut Running, ci: usize, spec: &ThinkSpec, early: bool, model: &LoadedModel) {
-    let c = &mut r.completions[ci];
-    let at = c.generated;
-    c.force(&spec.answer_suffix, &spec.answer_stop, model);
-    if let Some(state) = c.think.as_mut() {
-        state.concluded_at = Some(at);
-        c.limit = state.answer_limit(spec);
-    }
-    let _ = r.events.send(Event::Concluded {
-        index: c.index,
-        at,
-        early,
-    });
-}
-
-fn seeded(req: &SubmitRequest, i: usize) -> crate::sampler::SamplingParams {
-    let mut sampling = req.sampling.clone();
-    sampling.seed = sampling.seed.wrapping_add(i as u64);
-    sampling
-}
-
-/// Samples completion `ci` of `r` from `row` and sends its events; a finished
-/// completion is marked `done` and freed by `finish_done`.
-fn emit_step(
-    r: &mut Running,
-    ci: usize,
-    backend: &dyn Backend,
-    model: &crate::model::LoadedModel,
-    row: &[f32],
-    now: Instant,
-    shared: &Shared,
-) {
-    let lim = Limits {
-        model,
-        stop_ids: &r.stop_ids,
-        max_tokens: r.req.max_tokens,
-        logprobs: r.req.logprobs,
-    };
-    let c = &mut r.completions[ci];
-    let stepped = c.step(row, &lim);
-    shared.metrics.add_generated(1);
-    match c.last_token_at {
-        Some(t) => shared.metrics.itl.observe((now - t).as_secs_f64()),
-        None if !r.first_token_sent => {
-            shared
-                .metrics
-                .ttft
-                .observe((now - r.submitted).as_secs_f64());
-            r.first_token_sent = true;
-        }
-        None => {}
-    }
-    c.last_token_at = Some(now);
-    let _ = r.events.send(Event::Token {
-        index: c.index,
-        token: stepped.token,
-        text: stepped.text,
-        logprob: stepped.logprob,
-    });
-    if let Some(finish_reason) = stepped.finish {
-        c.done = true;
-        let done = Event::Done {
-            index: c.index,
-            finish_reason,
-            completion_tokens: c.generated,
-            kv: Completion::kv_usage(
-                &r.req.kv_policy,
-                backend.kv(c.seq),
-                if r.req.record_evictions {
-                    backend.evictions(c.seq)
-                } else {
-                    None
-                },
-            ),
-        };
-        // Count the request finished before its last event leaves, so a client
-        // that reads /metrics right after its response sees it.
-        if r.prefill.is_none() && r.completions.iter().all(|c| c.done) {
-            shared.metrics.finished();
-        }
-        let _ = r.events.send(done);
     }
 }
 
