@@ -24,6 +24,8 @@ const GGML_TYPE_Q4_K: i32 = 12;
 const GGML_TYPE_Q5_K: i32 = 13;
 const GGML_TYPE_Q6_K: i32 = 14;
 const GGML_TYPE_Q8_K: i32 = 15;
+const GGML_TYPE_IQ4_NL: i32 = 20;
+const GGML_TYPE_IQ4_XS: i32 = 23;
 const Q8K_BYTES: usize = 4 + QK_K + 2 * QK_K / 16;
 
 type FromFloat = unsafe extern "C" fn(*const f32, *mut c_void, i64);
@@ -117,16 +119,18 @@ fn ggml_format(f: KFormat) -> i32 {
         KFormat::Q4K => GGML_TYPE_Q4_K,
         KFormat::Q5K => GGML_TYPE_Q5_K,
         KFormat::Q6K => GGML_TYPE_Q6_K,
+        KFormat::Iq4Xs => GGML_TYPE_IQ4_XS,
     }
 }
 
-/// Every K-quant format Tern runs.
-const ALL: [KFormat; 5] = [
+/// Every super-block format Tern runs (the K-quants and IQ4_XS).
+const ALL: [KFormat; 6] = [
     KFormat::Q2K,
     KFormat::Q3K,
     KFormat::Q4K,
     KFormat::Q5K,
     KFormat::Q6K,
+    KFormat::Iq4Xs,
 ];
 
 /// `rows x cols` f32 quantized by ggml's own quantizer (`ggml_quantize_chunk`).
