@@ -15,11 +15,12 @@ use tern_models::quant::Kernel;
 
 use crate::kquant::{forced, ggml_mul_mat_plain, ggml_quantize};
 use crate::repack::{ggml_repacked_mul_mat_with, repack_x8};
-use crate::support::quantize::{self, quantize_gguf, LLAMA_FTYPE_MOSTLY_IQ4_NL};
+use crate::support::quantize::{self, quantize_gguf_with, LLAMA_FTYPE_MOSTLY_IQ4_NL};
 use crate::support::tiny::{write_tiny_model, TinySpec};
 use crate::support::values;
 
 const GGML_TYPE_IQ4_NL: i32 = 20;
+const GGML_TYPE_IQ4_XS: i32 = 23;
 /// Bytes of a ggml `block_iq4_nl`.
 const BLOCK_BYTES: usize = 18;
 
@@ -59,13 +60,21 @@ fn bits(v: &[f32]) -> Vec<u32> {
 #[test]
 fn iq4_nl_dequantization_matches_ggml_bit_for_bit() {
     let (rows, cols) = (9, 96);
-    let raw = ggml_quantize(GGML_TYPE_IQ4_NL, &values(rows * cols, 5, -1.0, 0.7), rows, cols);
+    let raw = ggml_quantize(
+        GGML_TYPE_IQ4_NL,
+        &values(rows * cols, 5, -1.0, 0.7),
+        rows,
+        cols,
+    );
     let row_bytes = raw.len() / rows;
     let order = BlockOrder::llama_cpp(WeightFormat::Iq4Nl, rows);
     let w = PackedWeights::from_ggml(WeightFormat::Iq4Nl, rows, cols, &raw, order).unwrap();
     for r in 0..rows {
-        let want =
-            quantize::ggml_dequantize(GGML_TYPE_IQ4_NL as quantize::ggml_type, &raw[r * row_bytes..][..row_bytes], cols);
+        let want = quantize::ggml_dequantize(
+            GGML_TYPE_IQ4_NL as quantize::ggml_type,
+            &raw[r * row_bytes..][..row_bytes],
+            cols,
+        );
         let mut ours = vec![0f32; cols];
         w.dequantize_row(r, &mut ours);
         assert_eq!(bits(&ours), bits(&want), "row {r}");
@@ -86,19 +95,34 @@ fn iq4_nl_plain_products_match_ggml_mul_mat_bit_for_bit() {
             let want = ggml_mul_mat_plain(GGML_TYPE_IQ4_NL, &raw, n, cols, &x, rows);
             for k in kernels() {
                 let ours = w.matmul(&x, rows, k);
-                assert_eq!(bits(&ours), bits(&want), "[{n}, {cols}] x {rows} rows on {k:?}");
+                assert_eq!(
+                    bits(&ours),
+                    bits(&want),
+                    "[{n}, {cols}] x {rows} rows on {k:?}"
+                );
             }
         }
         // A single row needs its own order: Q8_0's (tinyBLAS's) differs.
-        let x: Vec<f32> = values(cols, 3, -1.0, 1.0).iter().map(|v| v * v * v * 40.0).collect();
+        let x: Vec<f32> = values(cols, 3, -1.0, 1.0)
+            .iter()
+            .map(|v| v * v * v * 40.0)
+            .collect();
         let want = ggml_mul_mat_plain(GGML_TYPE_IQ4_NL, &raw, n, cols, &x, 1);
         let mut twice = x.clone();
         twice.extend_from_slice(&x);
         let pairwise = w.matmul(&twice, 2, Kernel::Scalar);
         let ours = w.matmul(&x, 1, Kernel::Scalar);
-        assert_eq!(bits(&ours), bits(&want), "[{n}, {cols}] x 1 heavy-tailed row");
+        assert_eq!(
+            bits(&ours),
+            bits(&want),
+            "[{n}, {cols}] x 1 heavy-tailed row"
+        );
         if cols == 576 {
-            assert_ne!(bits(&pairwise[..n]), bits(&want), "tinyBLAS's order matched vec_dot's");
+            assert_ne!(
+                bits(&pairwise[..n]),
+                bits(&want),
+                "tinyBLAS's order matched vec_dot's"
+            );
         }
     }
 }
@@ -109,7 +133,8 @@ fn iq4_nl_repacked_products_match_ggml_gemm_and_gemv_bit_for_bit() {
     let raw = ggml_quantize(GGML_TYPE_IQ4_NL, &values(n * cols, 13, -0.6, 1.0), n, cols);
     assert_eq!(raw.len(), n * cols / QK * BLOCK_BYTES);
     let repacked = repack_x8(&raw, n, cols, 0);
-    let w = PackedWeights::from_ggml(WeightFormat::Iq4Nl, n, cols, &raw, BlockOrder::Repack).unwrap();
+    let w =
+        PackedWeights::from_ggml(WeightFormat::Iq4Nl, n, cols, &raw, BlockOrder::Repack).unwrap();
     for rows in [1, 3, 4, 8, 17] {
         let x = values(rows * cols, 17 + rows as u64, -2.0, 2.0);
         let want = ggml_repacked_mul_mat_with(
@@ -123,21 +148,26 @@ fn iq4_nl_repacked_products_match_ggml_gemm_and_gemv_bit_for_bit() {
         );
         for k in kernels() {
             let ours = w.matmul(&x, rows, k);
-            assert_eq!(bits(&ours), bits(&want), "repacked [{n}, {cols}] x {rows} rows on {k:?}");
+            assert_eq!(
+                bits(&ours),
+                bits(&want),
+                "repacked [{n}, {cols}] x {rows} rows on {k:?}"
+            );
         }
     }
 }
 
-/// The tiny model of `spec` quantized by llama.cpp to `ftype`; Tern and
-/// llama.cpp teacher-forced over its 256 positions in chunks of 253 (a
-/// prefill: gemm on 252 rows and gemv on 1 where repacked, tiled where
-/// IQ4_XS), 1 and 2 tokens. Returns how many tensors are `own` and the
-/// (identical positions, max |diff|, positions).
-fn tiny_agreement(spec: &TinySpec, ftype: quantize::llama_ftype, own: OwnType) -> (usize, usize, f32, usize) {
-    use std::sync::Arc;
-    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
-    let dir = tempfile::tempdir().unwrap();
-    let f32_path = dir.path().join("tiny-f32.gguf");
+/// The tiny model of `spec` in `dir`, quantized by llama.cpp to `ftype` (the
+/// token embedding and tied output too when `embd`); its path and how many of
+/// its tensors are `own`.
+fn tiny_iq4(
+    dir: &std::path::Path,
+    spec: &TinySpec,
+    ftype: quantize::llama_ftype,
+    own: OwnType,
+    embd: bool,
+) -> (std::path::PathBuf, usize) {
+    let f32_path = dir.join("tiny-f32.gguf");
     write_tiny_model(
         &f32_path,
         &TinySpec {
@@ -147,8 +177,9 @@ fn tiny_agreement(spec: &TinySpec, ftype: quantize::llama_ftype, own: OwnType) -
             ..*spec
         },
     );
-    let path = dir.path().join("tiny-iq4.gguf");
-    quantize_gguf(&f32_path, &path, ftype);
+    let path = dir.join("tiny-iq4.gguf");
+    let embd = embd.then_some(own.id() as quantize::ggml_type);
+    quantize_gguf_with(&f32_path, &path, ftype, embd);
     let file = tern_models::GgufFile::open(&path).unwrap();
     let types: Vec<String> = file
         .tensor_names()
@@ -159,8 +190,29 @@ fn tiny_agreement(spec: &TinySpec, ftype: quantize::llama_ftype, own: OwnType) -
         })
         .collect();
     eprintln!("ftype {ftype}: {}", types.join(" "));
-    let count = file.tensor_names().iter().filter(|n| file.own_type(n) == Some(own)).count();
-    drop(file);
+    let count = file
+        .tensor_names()
+        .iter()
+        .filter(|n| file.own_type(n) == Some(own))
+        .count();
+    (path, count)
+}
+
+/// [`tiny_iq4`]'s model, Tern and llama.cpp teacher-forced over its 256
+/// positions in chunks of 253 (a prefill: gemm on 252 rows and gemv on 1
+/// where repacked, tinyBLAS or tiled where not), 1 and 2 tokens. Returns how
+/// many tensors are `own` and the (identical positions, max |diff|,
+/// positions).
+fn tiny_agreement(
+    spec: &TinySpec,
+    ftype: quantize::llama_ftype,
+    own: OwnType,
+    embd: bool,
+) -> (usize, usize, f32, usize) {
+    use std::sync::Arc;
+    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let (path, count) = tiny_iq4(dir.path(), spec, ftype, own, embd);
     let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
     let vocab = model.config().vocab_size;
     let n = spec.context_length;
@@ -190,12 +242,22 @@ const PROJECTIONS: usize = 14;
 #[test]
 fn tiny_iq4_nl_matches_llama_cpp_bit_for_bit() {
     // The default tiny model: projections of 32, 64 and 128 rows repacked by
-    // llama.cpp; the tied output (263 rows) plain.
-    let (count, identical, max_diff, n) =
-        tiny_agreement(&TinySpec::default(), LLAMA_FTYPE_MOSTLY_IQ4_NL, OwnType::Iq4Nl);
-    eprintln!("IQ4_NL ({count} tensors): {identical}/{n} positions bit-identical, max |diff| {max_diff:e}");
-    assert!(count >= PROJECTIONS, "{count} IQ4_NL tensors");
-    assert_eq!(identical, n, "max |diff| {max_diff:e}");
+    // llama.cpp. Its mix gives the tied embedding Q8_0; forced to IQ4_NL, the
+    // output (263 rows) runs plain and the lookups dequantize.
+    for embd in [false, true] {
+        let (count, identical, max_diff, n) = tiny_agreement(
+            &TinySpec::default(),
+            LLAMA_FTYPE_MOSTLY_IQ4_NL,
+            OwnType::Iq4Nl,
+            embd,
+        );
+        eprintln!("IQ4_NL ({count} tensors): {identical}/{n} positions bit-identical, max |diff| {max_diff:e}");
+        assert!(
+            count >= PROJECTIONS + embd as usize,
+            "{count} IQ4_NL tensors"
+        );
+        assert_eq!(identical, n, "max |diff| {max_diff:e}");
+    }
 }
 
 #[test]
@@ -207,9 +269,81 @@ fn tiny_iq4_xs_matches_llama_cpp_bit_for_bit() {
         n_ff: 512,
         ..TinySpec::default()
     };
-    let (count, identical, max_diff, n) =
-        tiny_agreement(&spec, quantize::LLAMA_FTYPE_MOSTLY_IQ4_XS, OwnType::Iq4Xs);
-    eprintln!("IQ4_XS ({count} tensors): {identical}/{n} positions bit-identical, max |diff| {max_diff:e}");
-    assert!(count >= PROJECTIONS, "{count} IQ4_XS tensors");
-    assert_eq!(identical, n, "max |diff| {max_diff:e}");
+    // The mix gives the tied embedding Q6_K; forced to IQ4_XS, it runs too.
+    for embd in [false, true] {
+        let (count, identical, max_diff, n) = tiny_agreement(
+            &spec,
+            quantize::LLAMA_FTYPE_MOSTLY_IQ4_XS,
+            OwnType::Iq4Xs,
+            embd,
+        );
+        eprintln!("IQ4_XS ({count} tensors): {identical}/{n} positions bit-identical, max |diff| {max_diff:e}");
+        assert!(
+            count >= PROJECTIONS + embd as usize,
+            "{count} IQ4_XS tensors"
+        );
+        assert_eq!(identical, n, "max |diff| {max_diff:e}");
+    }
+}
+
+#[test]
+fn tiny_iq4_learner_weights_are_ggml_dequantized() {
+    // The learner (dense f32 weights) holds the values the sampler computes
+    // with: ggml's dequantize_row_iq4_nl / _iq4_xs, bit for bit, for every
+    // projection and the tied output.
+    use tern_models::{GgufFile, LoraTarget, Model, Precision};
+    let xs_spec = TinySpec {
+        n_embd: 256,
+        n_ff: 512,
+        ..TinySpec::default()
+    };
+    for (spec, ftype, own, t) in [
+        (
+            TinySpec::default(),
+            LLAMA_FTYPE_MOSTLY_IQ4_NL,
+            OwnType::Iq4Nl,
+            GGML_TYPE_IQ4_NL,
+        ),
+        (
+            xs_spec,
+            quantize::LLAMA_FTYPE_MOSTLY_IQ4_XS,
+            OwnType::Iq4Xs,
+            GGML_TYPE_IQ4_XS,
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = tiny_iq4(dir.path(), &spec, ftype, own, true);
+        let file = GgufFile::open(&path).unwrap();
+        let model = Model::load_as(&file, Precision::DenseF32).unwrap();
+        let ggml = |name: &str| -> Vec<u32> {
+            let w = file.own_tensor(name).unwrap();
+            assert_eq!(w.ty, own, "{name}");
+            let n = w.dims.iter().product();
+            bits(&quantize::ggml_dequantize(
+                t as quantize::ggml_type,
+                w.data,
+                n,
+            ))
+        };
+        let mut checked = 0;
+        for layer in 0..model.config().n_layer {
+            for target in LoraTarget::ALL {
+                let name = format!("blk.{layer}.{}.weight", target.gguf_stem());
+                let w = model.dense_projection(layer, target).unwrap();
+                let w: Vec<f32> = w.flatten_all().unwrap().to_vec1().unwrap();
+                assert!(bits(&w) == ggml(&name), "{own:?} {name}");
+                checked += 1;
+            }
+        }
+        let out: Vec<f32> = model
+            .dense_output()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert!(bits(&out) == ggml("token_embd.weight"), "{own:?} output");
+        eprintln!("{own:?}: {checked} projections and the output equal ggml's");
+        assert_eq!(checked, PROJECTIONS);
+    }
 }

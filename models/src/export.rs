@@ -224,6 +224,12 @@ fn model_shape(file: &GgufFile) -> Result<ModelShape> {
 fn plan_tensors(file: &GgufFile, quant: QuantType) -> Result<(Vec<TensorEntry>, usize)> {
     let mut tensors = Vec::new();
     for name in file.tensor_names() {
+        if let Some(t) = file.own_type(name) {
+            return Err(ModelError::BadTensor {
+                name: name.into(),
+                reason: format!("{} tensors cannot be requantized or exported yet", t.name()),
+            });
+        }
         let (Some(dims), Some(dtype)) = (file.tensor_dims(name), file.tensor_dtype(name)) else {
             return Err(ModelError::BadTensor {
                 name: name.into(),

@@ -340,12 +340,22 @@ mod tests {
         let h = header(&[("a", 0), ("b.weight", 20), ("c.weight", 23)]);
         let dir = own_tensors(&h).unwrap();
         assert_eq!(dir.header_len, h.len());
-        let got: Vec<_> = dir.tensors.iter().map(|t| (t.name.as_str(), t.ty)).collect();
-        assert_eq!(got, [("b.weight", OwnType::Iq4Nl), ("c.weight", OwnType::Iq4Xs)]);
+        let got: Vec<_> = dir
+            .tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.ty))
+            .collect();
+        assert_eq!(
+            got,
+            [("b.weight", OwnType::Iq4Nl), ("c.weight", OwnType::Iq4Xs)]
+        );
         for t in &dir.tensors {
             assert_eq!(t.dims, [4, 256]);
             let at = t.type_field_at;
-            assert_eq!(u32::from_le_bytes(h[at..at + 4].try_into().unwrap()), t.ty.id());
+            assert_eq!(
+                u32::from_le_bytes(h[at..at + 4].try_into().unwrap()),
+                t.ty.id()
+            );
         }
         assert_eq!(own_tensors(&h[..h.len() - 3]), None);
     }

@@ -173,10 +173,7 @@ fn own_weight(
         reason,
     };
     if t.dims != dims {
-        return Err(bad(format!(
-            "expected shape {dims:?}, found {:?}",
-            t.dims
-        )));
+        return Err(bad(format!("expected shape {dims:?}, found {:?}", t.dims)));
     }
     let (rows, cols) = (dims[0], dims[1]);
     let w = match precision {

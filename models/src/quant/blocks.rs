@@ -213,7 +213,9 @@ impl PackedWeights {
         data: &[u8],
         order: BlockOrder,
     ) -> Result<Self, String> {
-        if order == BlockOrder::Repack && !matches!(format, WeightFormat::Q4_0 | WeightFormat::Iq4Nl) {
+        if order == BlockOrder::Repack
+            && !matches!(format, WeightFormat::Q4_0 | WeightFormat::Iq4Nl)
+        {
             return Err(format!("no repacked order for {format:?}"));
         }
         if !cols.is_multiple_of(QK) {

@@ -164,7 +164,11 @@ unsafe fn scalar_gemm_range(
         }
         if iq4_nl_single(w, acts) {
             for k in 0..GROUP.min(cols.end - g * GROUP) {
-                let dd: Vec<f32> = blocks.iter().enumerate().map(|(b, blk)| blk.d[k] * acts.d[b]).collect();
+                let dd: Vec<f32> = blocks
+                    .iter()
+                    .enumerate()
+                    .map(|(b, blk)| blk.d[k] * acts.d[b])
+                    .collect();
                 let lanes: Vec<[i32; 8]> = blocks
                     .iter()
                     .enumerate()
@@ -500,7 +504,12 @@ mod avx2 {
                         } else if b + 1 < nb {
                             acc[ri][k] = _mm256_fmadd_ps(dd, pair::<F>(wv[k], y), acc[ri][k]);
                         } else {
-                            let t = totals4([pair_int::<F>(wv[k], y), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()]);
+                            let t = totals4([
+                                pair_int::<F>(wv[k], y),
+                                _mm256_setzero_si256(),
+                                _mm256_setzero_si256(),
+                                _mm256_setzero_si256(),
+                            ]);
                             tail[ri][k] = (lane(dv, k), _mm_cvtsi128_si32(t));
                         }
                     }

@@ -19,8 +19,8 @@ use super::blocks::{BlockOrder, PackedWeights, QuantizedActs, WeightFormat, GROU
 use super::dot::{self, Kernel, OutPtr};
 use super::float::{HalfFormat, HalfWeights};
 use super::k::{llama_cpp_order, KFormat, KWeights};
-use crate::gguf_types::OwnType;
 use super::pool::Pool;
+use crate::gguf_types::OwnType;
 
 /// Below this many (output, block, row) products a call runs on the caller alone:
 /// waking the pool would cost more than it saves.

@@ -7,10 +7,10 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::gguf_types::OwnType;
 use crate::quant::blocks::{BlockOrder, PackedWeights, WeightFormat, QK};
 use crate::quant::dot::{best_kernel, Kernel};
 use crate::quant::QLinear;
-use crate::gguf_types::OwnType;
 
 /// `n` blocks of `bytes` random bytes each, every block's leading f16 `d` a
 /// modest positive or negative scale.
@@ -46,8 +46,8 @@ fn iq4_nl_avx2_equals_scalar_bit_for_bit() {
         let w = QLinear::from_own(OwnType::Iq4Nl, out, inp, &data).unwrap();
         for rows in ROWS {
             let x = random(&mut rng, rows * inp);
-            let xt = candle_core::Tensor::from_vec(x, (rows, inp), &candle_core::Device::Cpu)
-                .unwrap();
+            let xt =
+                candle_core::Tensor::from_vec(x, (rows, inp), &candle_core::Device::Cpu).unwrap();
             let a = w.forward_with(&xt, Kernel::Avx2).unwrap();
             let s = w.forward_with(&xt, Kernel::Scalar).unwrap();
             let (a, s) = (
@@ -83,18 +83,27 @@ fn iq4_nl_orders_follow_llama_cpp_and_the_values_are_the_formats() {
         let dense = lin.to_dense().unwrap().to_vec2::<f32>().unwrap();
         for rows in ROWS {
             let x = random(&mut rng, rows * inp);
-            let xt = candle_core::Tensor::from_vec(x.clone(), (rows, inp), &candle_core::Device::Cpu)
-                .unwrap();
+            let xt =
+                candle_core::Tensor::from_vec(x.clone(), (rows, inp), &candle_core::Device::Cpu)
+                    .unwrap();
             let y = lin.forward(&xt).unwrap().to_vec2::<f32>().unwrap();
             for r in 0..rows {
                 for c in 0..out {
                     let xr = &x[r * inp..(r + 1) * inp];
-                    let (want, mag) = dense[c].iter().zip(xr).fold((0f64, 0f64), |(s, m), (&w, &x)| {
-                        (s + w as f64 * x as f64, m + (w as f64 * x as f64).abs())
-                    });
+                    let (want, mag) =
+                        dense[c]
+                            .iter()
+                            .zip(xr)
+                            .fold((0f64, 0f64), |(s, m), (&w, &x)| {
+                                (s + w as f64 * x as f64, m + (w as f64 * x as f64).abs())
+                            });
                     // Activations are quantized to 8 bits: a small relative error.
                     let err = (y[r][c] as f64 - want).abs();
-                    assert!(err <= 0.02 * mag + 1e-4, "[{out}, {inp}] x {rows}: {} vs {want}", y[r][c]);
+                    assert!(
+                        err <= 0.02 * mag + 1e-4,
+                        "[{out}, {inp}] x {rows}: {} vs {want}",
+                        y[r][c]
+                    );
                 }
             }
         }

@@ -45,8 +45,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use candle_core::quantized::GgmlDType;
 
 use super::blocks::AlignedBytes;
-use super::iq4::xs;
 use super::dot::{best_kernel, Kernel};
+use super::iq4::xs;
 use super::pool::Pool;
 use q8k::Q8KActs;
 
