@@ -347,3 +347,37 @@ fn tiny_iq4_learner_weights_are_ggml_dequantized() {
         assert_eq!(checked, PROJECTIONS);
     }
 }
+
+#[test]
+fn iq4_quantizers_write_ggml_bytes() {
+    // ggml_quantize_chunk without an importance matrix (what llama-quantize
+    // runs) against Tern's port, on smooth, heavy-tailed and all-zero blocks.
+    use tern_models::quant::quantize::iq4;
+    let (rows, cols) = (6, 512);
+    let mut x = values(rows * cols, 23, -1.0, 1.0);
+    for v in x[cols..2 * cols].iter_mut() {
+        *v = *v * *v * *v * 50.0;
+    }
+    x[2 * cols..2 * cols + 32].fill(0.0);
+    x[3 * cols..3 * cols + 256].fill(0.0);
+    x[4 * cols + 40..4 * cols + 72].fill(0.0);
+    let cases: [(i32, fn(&[f32], &mut Vec<u8>)); 2] = [
+        (GGML_TYPE_IQ4_NL, iq4::iq4_nl),
+        (GGML_TYPE_IQ4_XS, iq4::iq4_xs),
+    ];
+    for (t, ours) in cases {
+        let want = ggml_quantize(t, &x, rows, cols);
+        let mut got = Vec::new();
+        ours(&x, &mut got);
+        assert_eq!(got.len(), want.len(), "type {t}");
+        let row_bytes = want.len() / rows;
+        for r in 0..rows {
+            let (a, b) = (
+                &got[r * row_bytes..][..row_bytes],
+                &want[r * row_bytes..][..row_bytes],
+            );
+            let first = a.iter().zip(b).position(|(p, q)| p != q);
+            assert_eq!(first, None, "type {t} row {r}: first differing byte");
+        }
+    }
+}

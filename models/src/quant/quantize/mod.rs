@@ -6,12 +6,14 @@
 //! - [`blocks32`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
 //! - [`kquants`]: Q4_K, Q5_K, Q6_K.
 //! - [`floats`]: F16, BF16.
+//! - [`iq4`]: IQ4_NL, IQ4_XS (bytes only: candle's `GgmlDType` lacks them).
 //!
 //! Which tensor gets which type is decided elsewhere (`export::mix`); this
 //! module only encodes and decodes rows.
 
 pub mod blocks32;
 pub mod floats;
+pub mod iq4;
 pub mod kquants;
 
 #[cfg(test)]
