@@ -39,7 +39,8 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::quant::quantize::{dequantize, quantize};
+use crate::quant::quantize::{dequantize, quantize_to};
+use crate::quant::WeightType;
 pub use mix::{ModelShape, QuantType};
 use writer::{GgufWriter, TensorEntry};
 
@@ -279,7 +280,7 @@ fn tensor_data(
         None => {
             let q = file.tensor(&entry.name)?;
             let data = q.data()?;
-            if q.dtype() == entry.dtype {
+            if WeightType::Ggml(q.dtype()) == entry.dtype {
                 return Ok(data.into_owned());
             }
             let n: usize = entry.dims.iter().product();
@@ -301,7 +302,7 @@ fn encode(entry: &TensorEntry, values: &[f32]) -> std::result::Result<Vec<u8>, S
     let parts: Vec<std::result::Result<Vec<u8>, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = chunks
             .iter()
-            .map(|c| s.spawn(move || quantize(entry.dtype, c).map_err(|e| e.to_string())))
+            .map(|c| s.spawn(move || quantize_to(entry.dtype, c).map_err(|e| e.to_string())))
             .collect();
         handles
             .into_iter()

@@ -38,6 +38,30 @@ pub enum WeightType {
     Own(OwnType),
 }
 
+impl WeightType {
+    /// Values per block.
+    pub fn block_size(self) -> usize {
+        match self {
+            Self::Ggml(t) => t.block_size(),
+            Self::Own(t) => t.block_values(),
+        }
+    }
+
+    /// Bytes per block.
+    pub fn type_size(self) -> usize {
+        match self {
+            Self::Ggml(t) => t.type_size(),
+            Self::Own(t) => t.block_bytes(),
+        }
+    }
+}
+
+impl From<GgmlDType> for WeightType {
+    fn from(t: GgmlDType) -> Self {
+        Self::Ggml(t)
+    }
+}
+
 /// A quantized linear layer (no bias) over a GGUF weight `[out, in]`.
 pub struct QLinear {
     out_dim: usize,
