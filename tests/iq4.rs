@@ -361,7 +361,8 @@ fn iq4_quantizers_write_ggml_bytes() {
     x[2 * cols..2 * cols + 32].fill(0.0);
     x[3 * cols..3 * cols + 256].fill(0.0);
     x[4 * cols + 40..4 * cols + 72].fill(0.0);
-    let cases: [(i32, fn(&[f32], &mut Vec<u8>)); 2] = [
+    type Quantizer = fn(&[f32], &mut Vec<u8>);
+    let cases: [(i32, Quantizer); 2] = [
         (GGML_TYPE_IQ4_NL, iq4::iq4_nl),
         (GGML_TYPE_IQ4_XS, iq4::iq4_xs),
     ];
