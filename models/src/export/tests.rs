@@ -199,7 +199,7 @@ fn export_types_parse_and_print() {
     let err = "q5_k".parse::<ExportQuant>().unwrap_err().to_string();
     assert_eq!(
         err,
-        "unknown quantization type `q5_k` (valid: q4_0, q4_1, q5_0, q5_1, q8_0, f16, bf16, q4_k_m, q4_k_s, q5_k_m, q6_k)"
+        "unknown quantization type `q5_k` (valid: q4_0, q4_1, q5_0, q5_1, q8_0, f16, bf16, q4_k_m, q4_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs)"
     );
 }
 
