@@ -246,6 +246,8 @@ fn tern_quantized_files_run_identically_in_tern_and_llama_cpp() {
         ("gemma3", QuantType::Q6K),
         ("llama", QuantType::Q8_0),
         ("llama", QuantType::Q4_0),
+        ("llama", QuantType::Iq4Nl),
+        ("gemma3", QuantType::Iq4Xs),
     ] {
         let spec = wide(arch, 2);
         let src = dir.path().join(format!("{arch}-f32.gguf"));
