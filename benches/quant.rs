@@ -3,8 +3,9 @@
 //! (Q4_1, 1 row), the tied Q8_0 output projection (1 row), and a prefill chunk
 //! (Q4_1, 64 rows), 8-row batched decode steps of both, the K-quants (Q2_K,
 //! Q3_K, Q4_K, Q5_K and Q6_K at 1, 8, 64 and 512 rows) on Gemma 3 270M's
-//! ffn_down shape, and Q4_0 in llama.cpp's repacked order against the plain
-//! one (1, 8, 64 rows).
+//! ffn_down shape, Q4_0 in llama.cpp's repacked order against the plain
+//! one (1, 8, 64 rows), and IQ4_NL (SmolLM2's MLP shape, repacked order) and
+//! IQ4_XS (Gemma's ffn_down shape), which candle cannot run.
 
 use std::sync::Arc;
 
@@ -85,6 +86,38 @@ fn bench_q4_0_orders(c: &mut Criterion, rows: usize, out: usize, inp: usize) {
     g.finish();
 }
 
+/// An IQ4 weight quantized by Tern's port of ggml's quantizer, on Tern's
+/// kernels alone (candle has no such types).
+fn bench_iq4(
+    c: &mut Criterion,
+    own: tern_models::gguf_types::OwnType,
+    rows: usize,
+    out: usize,
+    inp: usize,
+) {
+    use tern_models::gguf_types::OwnType;
+    use tern_models::quant::quantize::iq4;
+    let w = values(out * inp, 1);
+    let mut raw = Vec::new();
+    match own {
+        OwnType::Iq4Nl => iq4::iq4_nl(&w, &mut raw),
+        OwnType::Iq4Xs => iq4::iq4_xs(&w, &mut raw),
+    }
+    let ours = QLinear::from_own(own, out, inp, &raw).expect("qlinear");
+    let x = Tensor::from_vec(values(rows * inp, 2), (rows, inp), &Device::Cpu).expect("x");
+    let name = format!("{} {rows}x{inp} * {out}x{inp}", own.name().to_lowercase());
+    let mut g = c.benchmark_group(name);
+    if rows >= 64 {
+        g.sample_size(10);
+        g.warm_up_time(std::time::Duration::from_millis(500));
+        g.measurement_time(std::time::Duration::from_secs(2));
+    }
+    g.bench_function(BenchmarkId::new("tern", ""), |b| {
+        b.iter(|| ours.forward(&x).expect("forward"))
+    });
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
     for rows in [1, 8, 64] {
         bench_q4_0_orders(c, rows, 1536, 576);
@@ -106,6 +139,12 @@ fn benches(c: &mut Criterion) {
             let name = format!("{fmt} {rows}x2048 * 640x2048");
             bench_case(c, &name, dtype, rows, 640, 2048);
         }
+    }
+    for rows in [1, 8, 64] {
+        bench_iq4(c, tern_models::gguf_types::OwnType::Iq4Nl, rows, 1536, 576);
+    }
+    for rows in [1, 8, 64, 512] {
+        bench_iq4(c, tern_models::gguf_types::OwnType::Iq4Xs, rows, 640, 2048);
     }
 }
 

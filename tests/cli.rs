@@ -400,8 +400,8 @@ fn bad_tensor_types_rows_and_data_are_named() {
         p.to_str().unwrap().to_string()
     };
     let mut iq = bytes.clone();
-    patch_tensor(&mut iq, name, |a, b, _| (a, b, 23));
-    let iq = write("iq4xs.gguf", &iq);
+    patch_tensor(&mut iq, name, |a, b, _| (a, b, 16));
+    let iq = write("iq2xxs.gguf", &iq);
     for args in [
         vec!["generate", "-m", &iq, "-p", "hi"],
         vec!["info", "-m", &iq],
@@ -409,7 +409,7 @@ fn bad_tensor_types_rows_and_data_are_named() {
         let out = tern(&args, None);
         assert_clean_error(
             &out,
-            "tensor blk.1.attn_q.weight is IQ4_XS, a type Tern cannot read yet",
+            "tensor blk.1.attn_q.weight is IQ2_XXS, a type Tern cannot read yet",
         );
     }
     let mut rows = bytes.clone();

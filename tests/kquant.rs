@@ -24,6 +24,7 @@ const GGML_TYPE_Q4_K: i32 = 12;
 const GGML_TYPE_Q5_K: i32 = 13;
 const GGML_TYPE_Q6_K: i32 = 14;
 const GGML_TYPE_Q8_K: i32 = 15;
+const GGML_TYPE_IQ4_XS: i32 = 23;
 const Q8K_BYTES: usize = 4 + QK_K + 2 * QK_K / 16;
 
 type FromFloat = unsafe extern "C" fn(*const f32, *mut c_void, i64);
@@ -117,20 +118,22 @@ fn ggml_format(f: KFormat) -> i32 {
         KFormat::Q4K => GGML_TYPE_Q4_K,
         KFormat::Q5K => GGML_TYPE_Q5_K,
         KFormat::Q6K => GGML_TYPE_Q6_K,
+        KFormat::Iq4Xs => GGML_TYPE_IQ4_XS,
     }
 }
 
-/// Every K-quant format Tern runs.
-const ALL: [KFormat; 5] = [
+/// Every super-block format Tern runs (the K-quants and IQ4_XS).
+const ALL: [KFormat; 6] = [
     KFormat::Q2K,
     KFormat::Q3K,
     KFormat::Q4K,
     KFormat::Q5K,
     KFormat::Q6K,
+    KFormat::Iq4Xs,
 ];
 
 /// `rows x cols` f32 quantized by ggml's own quantizer (`ggml_quantize_chunk`).
-fn ggml_quantize(t: i32, x: &[f32], rows: usize, cols: usize) -> Vec<u8> {
+pub(crate) fn ggml_quantize(t: i32, x: &[f32], rows: usize, cols: usize) -> Vec<u8> {
     // SAFETY: the traits are static; the buffer is sized from them.
     let tt = unsafe {
         ggml_cpu_init();
@@ -182,7 +185,7 @@ fn q8k_block(b: &[u8]) -> Q8KBlock {
 
 /// ggml-cpu's whole MUL_MAT op (weights in a plain buffer, as every K-quant but
 /// a repacked Q4_K is): `x` `[rows, cols]` times the `[n, cols]` weight `raw`.
-fn ggml_mul_mat_plain(
+pub(crate) fn ggml_mul_mat_plain(
     t: i32,
     raw: &[u8],
     n: usize,
@@ -528,7 +531,7 @@ fn requantize(path: &std::path::Path, pick: impl Fn(&str) -> Option<(GgmlDType, 
 }
 
 /// Teacher-forced logits of `tokens` fed in chunks of `chunks` tokens.
-fn forced(
+pub(crate) fn forced(
     backend: &mut dyn tern_runtime::backend::Backend,
     tokens: &[u32],
     chunks: &[usize],

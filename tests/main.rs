@@ -10,6 +10,7 @@ mod export;
 mod formats;
 mod forward;
 mod humaneval;
+mod iq4;
 mod kquant;
 mod kv;
 mod plot;

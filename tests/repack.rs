@@ -70,6 +70,13 @@ fn ggml_q4_0(x: &[f32], rows: usize, cols: usize) -> Vec<u8> {
 /// rows and block, the eight `d`, then 8 quant bytes at a time from rows 0..8
 /// in turn, each nibble XOR 8 (two's-complement `q - 8`).
 fn repack_q4_0x8(raw: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    repack_x8(raw, rows, cols, 0x88)
+}
+
+/// ggml-cpu's repack of a 32-value, 18-byte block format (`block_q4_0`,
+/// `block_iq4_nl`) into its `x8` blocks with interleave 8, each quant byte XOR
+/// `xor` (Q4_0: `0x88`; IQ4_NL: 0, its nibbles are table indices).
+pub(crate) fn repack_x8(raw: &[u8], rows: usize, cols: usize, xor: u8) -> Vec<u8> {
     let nb = cols / QK;
     let blk = |r: usize, b: usize| &raw[(r * nb + b) * Q4_0_BYTES..][..Q4_0_BYTES];
     let mut out = Vec::with_capacity(rows / 8 * nb * Q4_0X8_BYTES);
@@ -83,7 +90,7 @@ fn repack_q4_0x8(raw: &[u8], rows: usize, cols: usize) -> Vec<u8> {
                 out.extend(
                     blk(8 * g + src, b)[2 + off..2 + off + 8]
                         .iter()
-                        .map(|q| q ^ 0x88),
+                        .map(|q| q ^ xor),
                 );
             }
         }
@@ -97,6 +104,31 @@ fn repack_q4_0x8(raw: &[u8], rows: usize, cols: usize) -> Vec<u8> {
 /// call, the rest quantized by `quantize_row_q8_0` and sent to the gemv one by
 /// one.
 fn ggml_repacked_mul_mat(
+    repacked: &[u8],
+    n: usize,
+    cols: usize,
+    x: &[f32],
+    rows: usize,
+) -> Vec<f32> {
+    ggml_repacked_mul_mat_with(
+        ggml_gemm_q4_0_8x8_q8_0,
+        ggml_gemv_q4_0_8x8_q8_0,
+        repacked,
+        n,
+        cols,
+        x,
+        rows,
+    )
+}
+
+/// A repacked gemm or gemv kernel of ggml-cpu (`ggml_gemm_*_8x8_q8_0`).
+pub(crate) type RepackKernel =
+    unsafe extern "C" fn(i32, *mut f32, usize, *const c_void, *const c_void, i32, i32);
+
+/// [`ggml_repacked_mul_mat`] with the format's `gemm` and `gemv`.
+pub(crate) fn ggml_repacked_mul_mat_with(
+    gemm: RepackKernel,
+    gemv: RepackKernel,
     repacked: &[u8],
     n: usize,
     cols: usize,
@@ -121,7 +153,7 @@ fn ggml_repacked_mul_mat(
         // SAFETY: the repacked weights (n / 8 groups of nb blocks) against
         // `grouped` quantized rows; `out` holds `grouped` rows of `n`.
         unsafe {
-            ggml_gemm_q4_0_8x8_q8_0(
+            gemm(
                 cols as i32,
                 out.as_mut_ptr(),
                 n,
@@ -145,7 +177,7 @@ fn ggml_repacked_mul_mat(
         // repacked weights against it into row `r` of `out`.
         unsafe {
             from_float(x[r * cols..].as_ptr(), a.as_mut_ptr().cast(), cols as i64);
-            ggml_gemv_q4_0_8x8_q8_0(
+            gemv(
                 cols as i32,
                 out[r * n..].as_mut_ptr(),
                 n,

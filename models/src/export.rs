@@ -39,7 +39,8 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::quant::quantize::{dequantize, quantize};
+use crate::quant::quantize::{dequantize, quantize_to};
+use crate::quant::WeightType;
 pub use mix::{ModelShape, QuantType};
 use writer::{GgufWriter, TensorEntry};
 
@@ -224,6 +225,12 @@ fn model_shape(file: &GgufFile) -> Result<ModelShape> {
 fn plan_tensors(file: &GgufFile, quant: QuantType) -> Result<(Vec<TensorEntry>, usize)> {
     let mut tensors = Vec::new();
     for name in file.tensor_names() {
+        if let Some(t) = file.own_type(name) {
+            return Err(ModelError::BadTensor {
+                name: name.into(),
+                reason: format!("{} tensors cannot be requantized or exported yet", t.name()),
+            });
+        }
         let (Some(dims), Some(dtype)) = (file.tensor_dims(name), file.tensor_dtype(name)) else {
             return Err(ModelError::BadTensor {
                 name: name.into(),
@@ -273,7 +280,7 @@ fn tensor_data(
         None => {
             let q = file.tensor(&entry.name)?;
             let data = q.data()?;
-            if q.dtype() == entry.dtype {
+            if WeightType::Ggml(q.dtype()) == entry.dtype {
                 return Ok(data.into_owned());
             }
             let n: usize = entry.dims.iter().product();
@@ -295,7 +302,7 @@ fn encode(entry: &TensorEntry, values: &[f32]) -> std::result::Result<Vec<u8>, S
     let parts: Vec<std::result::Result<Vec<u8>, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = chunks
             .iter()
-            .map(|c| s.spawn(move || quantize(entry.dtype, c).map_err(|e| e.to_string())))
+            .map(|c| s.spawn(move || quantize_to(entry.dtype, c).map_err(|e| e.to_string())))
             .collect();
         handles
             .into_iter()

@@ -5,6 +5,12 @@
 //! or corrupt file fails at open with a clear error instead of mid-load. Tensors
 //! are read from the mapping into candle quantized tensors exactly once; the
 //! mapping is dropped after loading so the weights are not resident twice.
+//!
+//! Tensors of the types candle's `GgmlDType` lacks but Tern reads itself
+//! ([`OwnType`]: IQ4_NL, IQ4_XS) are listed by Tern's own walk of the tensor
+//! directory; candle parses the metadata from a copy of the header whose type
+//! fields for them are masked, and their bytes come straight from the mapping
+//! ([`GgufFile::own_tensor`]).
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -16,6 +22,7 @@ use candle_core::Device;
 use memmap2::Mmap;
 
 use crate::error::{ModelError, Result};
+use crate::gguf_types::{own_tensors, OwnType};
 
 /// An opened, validated GGUF file: its metadata and tensor directory, plus the mapping
 /// tensors are read from.
@@ -23,6 +30,35 @@ pub struct GgufFile {
     path: PathBuf,
     mmap: Mmap,
     content: Content,
+    /// The tensors of types candle cannot read, by name (absent from
+    /// `content.tensor_infos`).
+    own: BTreeMap<String, OwnInfo>,
+}
+
+/// Where an [`OwnType`] tensor lies.
+#[derive(Debug, Clone)]
+struct OwnInfo {
+    ty: OwnType,
+    dims: Vec<usize>,
+    offset: u64,
+}
+
+impl OwnInfo {
+    fn bytes(&self) -> u64 {
+        let elems: usize = self.dims.iter().product();
+        (elems / self.ty.block_values() * self.ty.block_bytes()) as u64
+    }
+}
+
+/// An [`OwnType`] tensor's type, shape and bytes, borrowed from the mapping.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnTensorData<'a> {
+    /// Its type.
+    pub ty: OwnType,
+    /// Its shape, row-major.
+    pub dims: &'a [usize],
+    /// Its bytes in ggml's layout.
+    pub data: &'a [u8],
 }
 
 impl GgufFile {
@@ -48,7 +84,19 @@ impl GgufFile {
         if mmap.len() < 4 || &mmap[..4] != b"GGUF" {
             return Err(invalid("missing GGUF magic bytes".into()));
         }
-        let content = Content::read(&mut Cursor::new(&mmap[..])).map_err(|e| {
+        // Tern's own types: candle reads a copy of the header with their type
+        // fields masked as F32 (its reader only parses the header), and Tern
+        // keeps their directory entries.
+        let dir = own_tensors(&mmap[..]).filter(|d| !d.tensors.is_empty());
+        let masked = dir.as_ref().map(|d| {
+            let mut h = mmap[..d.header_len].to_vec();
+            for t in &d.tensors {
+                h[t.type_field_at..t.type_field_at + 4].copy_from_slice(&0u32.to_le_bytes());
+            }
+            h
+        });
+        let header: &[u8] = masked.as_deref().unwrap_or(&mmap[..]);
+        let mut content = Content::read(&mut Cursor::new(header)).map_err(|e| {
             // candle's reader stops at a type it does not know without
             // naming the tensor: walk the header to name both.
             match crate::gguf_types::first_unreadable_tensor(&mmap[..]) {
@@ -57,6 +105,32 @@ impl GgufFile {
             }
         })?;
         let file_len = mmap.len() as u64;
+        let mut own = BTreeMap::new();
+        for t in dir.map(|d| d.tensors).unwrap_or_default() {
+            content.tensor_infos.remove(&t.name);
+            let (block, row) = (t.ty.block_values(), t.dims.last().copied().unwrap_or(0));
+            if row % block != 0 {
+                return Err(invalid(format!(
+                    "tensor {}: row length {row} is not a multiple of the {block}-value \
+                     blocks of its type {}",
+                    t.name,
+                    t.ty.name()
+                )));
+            }
+            let info = OwnInfo {
+                ty: t.ty,
+                dims: t.dims,
+                offset: t.offset,
+            };
+            let end = content.tensor_data_offset + info.offset + info.bytes();
+            if end > file_len {
+                return Err(invalid(format!(
+                    "truncated: tensor {} ends at byte {end} but the file has {file_len}",
+                    t.name
+                )));
+            }
+            own.insert(t.name, info);
+        }
         for (name, info) in &content.tensor_infos {
             let elems = info.shape.elem_count();
             let block = info.ggml_dtype.block_size();
@@ -85,6 +159,7 @@ impl GgufFile {
             path: path.to_path_buf(),
             mmap,
             content,
+            own,
         })
     }
 
@@ -197,23 +272,53 @@ impl GgufFile {
             .tensor_infos
             .iter()
             .map(|(name, info)| (name.as_str(), info.offset))
+            .chain(self.own.iter().map(|(n, i)| (n.as_str(), i.offset)))
             .collect();
         names.sort_by_key(|&(name, offset)| (offset, name));
         names.into_iter().map(|(name, _)| name).collect()
     }
 
-    /// The stored ggml type of tensor `name`, if present.
+    /// The stored ggml type of tensor `name`, if present and of a type candle
+    /// knows (see [`GgufFile::own_type`] for the others).
     pub fn tensor_dtype(&self, name: &str) -> Option<GgmlDType> {
         self.content.tensor_infos.get(name).map(|t| t.ggml_dtype)
     }
 
+    /// The type of tensor `name` if it is one Tern reads past candle.
+    pub fn own_type(&self, name: &str) -> Option<OwnType> {
+        self.own.get(name).map(|t| t.ty)
+    }
+
     /// Whether a tensor named `name` exists.
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.content.tensor_infos.contains_key(name)
+        self.content.tensor_infos.contains_key(name) || self.own.contains_key(name)
+    }
+
+    /// Tensor `name`'s type, shape and bytes if it is of an [`OwnType`]: the
+    /// one way such a tensor's data leaves the file.
+    pub fn own_tensor(&self, name: &str) -> Option<OwnTensorData<'_>> {
+        let info = self.own.get(name)?;
+        let start = (self.content.tensor_data_offset + info.offset) as usize;
+        // Bounds were checked at open.
+        let data = &self.mmap[start..start + info.bytes() as usize];
+        Some(OwnTensorData {
+            ty: info.ty,
+            dims: &info.dims,
+            data,
+        })
     }
 
     /// Reads tensor `name` from the mapping into a quantized tensor on the CPU.
     pub fn tensor(&self, name: &str) -> Result<QTensor> {
+        if let Some(t) = self.own.get(name) {
+            return Err(ModelError::BadTensor {
+                name: name.into(),
+                reason: format!(
+                    "{} is read only as a weight matrix of a llama-family model",
+                    t.ty.name()
+                ),
+            });
+        }
         if !self.has_tensor(name) {
             return Err(ModelError::BadTensor {
                 name: name.into(),
@@ -234,13 +339,17 @@ impl GgufFile {
     /// Drops the mapped pages of tensor `name` from this process's resident set
     /// once it has been copied out, so the weights are never resident twice.
     #[cfg(unix)]
-    fn release_pages(&self, name: &str) {
-        let Some(info) = self.content.tensor_infos.get(name) else {
+    pub(crate) fn release_pages(&self, name: &str) {
+        let (offset, len) = if let Some(info) = self.content.tensor_infos.get(name) {
+            let elems = info.shape.elem_count();
+            let len = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+            (info.offset, len)
+        } else if let Some(info) = self.own.get(name) {
+            (info.offset, info.bytes() as usize)
+        } else {
             return;
         };
-        let elems = info.shape.elem_count();
-        let len = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
-        let start = (self.content.tensor_data_offset + info.offset) as usize;
+        let start = (self.content.tensor_data_offset + offset) as usize;
         // SAFETY: the mapping is private and read-only and no reference into this
         // range outlives the copy just made; after MADV_DONTNEED a later read
         // simply faults the file's pages back in. Bounds were checked at open.
@@ -252,7 +361,7 @@ impl GgufFile {
     }
 
     #[cfg(not(unix))]
-    fn release_pages(&self, _name: &str) {}
+    pub(crate) fn release_pages(&self, _name: &str) {}
 
     /// The logical shape of tensor `name` (GGUF order reversed into row-major dims).
     pub fn tensor_dims(&self, name: &str) -> Option<Vec<usize>> {
@@ -260,6 +369,7 @@ impl GgufFile {
             .tensor_infos
             .get(name)
             .map(|t| t.shape.dims().to_vec())
+            .or_else(|| self.own.get(name).map(|t| t.dims.clone()))
     }
 
     /// A summary of the tensors: count and bytes per quantization type, total bytes
@@ -277,8 +387,16 @@ impl GgufFile {
             bytes += b;
             params += elems as u64;
         }
+        for info in self.own.values() {
+            let b = info.bytes();
+            let e = by_type.entry(info.ty.name().to_string()).or_default();
+            e.0 += 1;
+            e.1 += b;
+            bytes += b;
+            params += info.dims.iter().product::<usize>() as u64;
+        }
         TensorSummary {
-            tensors: self.content.tensor_infos.len(),
+            tensors: self.content.tensor_infos.len() + self.own.len(),
             bytes,
             params,
             by_type,

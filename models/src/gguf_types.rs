@@ -1,7 +1,9 @@
 //! ggml's tensor type ids by name, and a walk of a GGUF header's tensor
-//! directory that finds the first tensor of a type candle's reader cannot
-//! parse, so such a file is refused naming the tensor and its type (an
-//! IQ4_XS file says "IQ4_XS", not "unknown dtype 23").
+//! directory. The walk serves two ends: it names the first tensor of a type
+//! neither candle's reader nor Tern can read (an IQ2_XXS file says "IQ2_XXS",
+//! not "unknown dtype 16"), and it lists the tensors of the types Tern reads
+//! past candle ([`OwnType`]: IQ4_NL, IQ4_XS), whose type fields the loader
+//! masks before handing the header to candle's metadata reader.
 
 /// ggml's name for tensor type `id` (ggml.h's `ggml_type`), or `None` for an
 /// id ggml does not define.
@@ -48,6 +50,109 @@ fn candle_reads(id: u32) -> bool {
     matches!(id, 0..=3 | 6..=15 | 30)
 }
 
+/// A tensor type candle's `GgmlDType` lacks and Tern reads from the file's
+/// bytes itself (see `quant::iq4`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnType {
+    /// ggml type 20: 32 values per block, an f16 scale and 4-bit indices into
+    /// a fixed non-linear table.
+    Iq4Nl,
+    /// ggml type 23: 256-value super-blocks of eight 32-value sub-blocks with
+    /// 6-bit scales, values from IQ4_NL's table.
+    Iq4Xs,
+}
+
+impl OwnType {
+    /// The type for ggml type id `id`, if Tern reads it itself.
+    pub fn from_id(id: u32) -> Option<Self> {
+        match id {
+            20 => Some(Self::Iq4Nl),
+            23 => Some(Self::Iq4Xs),
+            _ => None,
+        }
+    }
+
+    /// ggml's type id.
+    pub const fn id(self) -> u32 {
+        match self {
+            Self::Iq4Nl => 20,
+            Self::Iq4Xs => 23,
+        }
+    }
+
+    /// ggml's name for the type.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Iq4Nl => "IQ4_NL",
+            Self::Iq4Xs => "IQ4_XS",
+        }
+    }
+
+    /// Values per block.
+    pub const fn block_values(self) -> usize {
+        match self {
+            Self::Iq4Nl => 32,
+            Self::Iq4Xs => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            Self::Iq4Nl => 18,
+            Self::Iq4Xs => 136,
+        }
+    }
+}
+
+/// One directory entry of a tensor whose type is an [`OwnType`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnTensor {
+    /// The tensor's name.
+    pub name: String,
+    /// Its type.
+    pub ty: OwnType,
+    /// Its shape, row-major (GGUF's order reversed, as candle's shapes).
+    pub dims: Vec<usize>,
+    /// Its data's offset from the start of the tensor data section.
+    pub offset: u64,
+    /// Where the type field sits in the header.
+    pub type_field_at: usize,
+}
+
+/// What [`own_tensors`] finds in a header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnDirectory {
+    /// The tensors of the types Tern reads itself, in directory order.
+    pub tensors: Vec<OwnTensor>,
+    /// Bytes from the file's start to the end of the tensor directory.
+    pub header_len: usize,
+}
+
+/// The tensors of [`OwnType`]s in a GGUF v2/v3 header; `None` when the header
+/// cannot be walked (candle's reader then reports it).
+pub fn own_tensors(header: &[u8]) -> Option<OwnDirectory> {
+    let mut tensors = Vec::new();
+    let header_len = walk(header, |name, dims, type_id, offset, at| {
+        if let Some(ty) = OwnType::from_id(type_id) {
+            let mut dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+            dims.reverse();
+            tensors.push(OwnTensor {
+                name: String::from_utf8_lossy(name).into_owned(),
+                ty,
+                dims,
+                offset,
+                type_field_at: at,
+            });
+        }
+        true
+    })?;
+    Some(OwnDirectory {
+        tensors,
+        header_len,
+    })
+}
+
 /// A tensor whose type candle's reader refuses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnreadableTensor {
@@ -80,10 +185,11 @@ struct Reader<'a> {
     at: usize,
 }
 
-impl Reader<'_> {
-    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         let end = self.at.checked_add(n)?;
-        let s = self.b.get(self.at..end)?;
+        let b: &'a [u8] = self.b;
+        let s = b.get(self.at..end)?;
         self.at = end;
         Some(s)
     }
@@ -93,7 +199,7 @@ impl Reader<'_> {
     fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
     }
-    fn string(&mut self) -> Option<&[u8]> {
+    fn string(&mut self) -> Option<&'a [u8]> {
         let n = usize::try_from(self.u64()?).ok()?;
         self.bytes(n)
     }
@@ -118,10 +224,10 @@ impl Reader<'_> {
     }
 }
 
-/// The first tensor in a GGUF v2/v3 header whose type candle's reader
-/// refuses; `None` when there is none or the header cannot be walked (the
-/// reader's own error then stands).
-pub fn first_unreadable_tensor(header: &[u8]) -> Option<UnreadableTensor> {
+/// Walks a GGUF v2/v3 header, calling `f(name, dims, type_id, offset,
+/// type_field_at)` per tensor until it returns false; the header's length
+/// (to the end of the tensor directory), or `None` if it cannot be walked.
+fn walk(header: &[u8], mut f: impl FnMut(&[u8], &[u64], u32, u64, usize) -> bool) -> Option<usize> {
     let mut r = Reader { b: header, at: 0 };
     if r.bytes(4)? != b"GGUF" || !(2..=3).contains(&r.u32()?) {
         return None;
@@ -133,19 +239,41 @@ pub fn first_unreadable_tensor(header: &[u8]) -> Option<UnreadableTensor> {
         r.skip_value(t, 0)?;
     }
     for _ in 0..tensors {
-        let name = String::from_utf8_lossy(r.string()?).into_owned();
-        let dims = r.u32()?;
-        if dims > 4 {
+        let name = r.string()?;
+        let n_dims = r.u32()?;
+        if n_dims > 4 {
             return None;
         }
-        r.bytes(8 * dims as usize)?;
+        let mut dims = [0u64; 4];
+        for d in dims.iter_mut().take(n_dims as usize) {
+            *d = r.u64()?;
+        }
+        let at = r.at;
         let type_id = r.u32()?;
-        r.u64()?;
-        if !candle_reads(type_id) {
-            return Some(UnreadableTensor { name, type_id });
+        let offset = r.u64()?;
+        if !f(name, &dims[..n_dims as usize], type_id, offset, at) {
+            return Some(r.at);
         }
     }
-    None
+    Some(r.at)
+}
+
+/// The first tensor in a GGUF v2/v3 header whose type neither candle's reader
+/// nor Tern ([`OwnType`]) reads; `None` when there is none or the header
+/// cannot be walked (the reader's own error then stands).
+pub fn first_unreadable_tensor(header: &[u8]) -> Option<UnreadableTensor> {
+    let mut found = None;
+    walk(header, |name, _, type_id, _, _| {
+        if candle_reads(type_id) || OwnType::from_id(type_id).is_some() {
+            return true;
+        }
+        found = Some(UnreadableTensor {
+            name: String::from_utf8_lossy(name).into_owned(),
+            type_id,
+        });
+        false
+    })?;
+    found
 }
 
 #[cfg(test)]
@@ -183,11 +311,11 @@ mod tests {
 
     #[test]
     fn names_the_first_tensor_of_an_unreadable_type() {
-        let h = header(&[("a.weight", 12), ("b.weight", 23), ("c.weight", 20)]);
+        let h = header(&[("a.weight", 23), ("b.weight", 16), ("c.weight", 20)]);
         let t = first_unreadable_tensor(&h).unwrap();
         assert_eq!(
             t.to_string(),
-            "tensor b.weight is IQ4_XS, a type Tern cannot read yet"
+            "tensor b.weight is IQ2_XXS, a type Tern cannot read yet"
         );
         let h = header(&[("a.weight", 99)]);
         assert!(first_unreadable_tensor(&h)
@@ -202,8 +330,33 @@ mod tests {
             first_unreadable_tensor(&header(&[("a", 0), ("b", 14), ("c", 30)])),
             None
         );
-        let h = header(&[("a.weight", 23)]);
+        let h = header(&[("a.weight", 16)]);
         assert_eq!(first_unreadable_tensor(&h[..h.len() - 20]), None);
         assert_eq!(first_unreadable_tensor(b"GGUF"), None);
+    }
+
+    #[test]
+    fn lists_the_iq4_tensors_with_their_type_fields() {
+        let h = header(&[("a", 0), ("b.weight", 20), ("c.weight", 23)]);
+        let dir = own_tensors(&h).unwrap();
+        assert_eq!(dir.header_len, h.len());
+        let got: Vec<_> = dir
+            .tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.ty))
+            .collect();
+        assert_eq!(
+            got,
+            [("b.weight", OwnType::Iq4Nl), ("c.weight", OwnType::Iq4Xs)]
+        );
+        for t in &dir.tensors {
+            assert_eq!(t.dims, [4, 256]);
+            let at = t.type_field_at;
+            assert_eq!(
+                u32::from_le_bytes(h[at..at + 4].try_into().unwrap()),
+                t.ty.id()
+            );
+        }
+        assert_eq!(own_tensors(&h[..h.len() - 3]), None);
     }
 }

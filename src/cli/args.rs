@@ -63,6 +63,8 @@ pub enum Command {
     ///   q4_0, q4_1, q5_0, q5_1, q8_0   32-value blocks (q8_0 is near-lossless)
     ///   q4_k_s, q4_k_m, q5_k_m, q6_k   K-quant mixes: 256-value super-blocks,
     ///                                  more bits where llama.cpp puts them
+    ///   iq4_nl, iq4_xs                 4-bit non-linear values (blocks of 32;
+    ///                                  super-blocks of 256 with 6-bit scales)
     ///   f16, bf16                      16-bit floats, no block quantization
     ///
     /// Every tensor gets the type and the bytes llama-quantize gives it

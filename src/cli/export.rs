@@ -25,7 +25,7 @@ pub struct ExportArgs {
     pub out: PathBuf,
     /// File type of the export, as `tern quantize --type` takes it: q8_0
     /// (near-lossless), q4_k_m (small, good), q4_0, q4_1, q5_0, q5_1, q4_k_s,
-    /// q5_k_m, q6_k, f16 or bf16.
+    /// q5_k_m, q6_k, iq4_nl, iq4_xs, f16 or bf16.
     #[arg(long, default_value = "q8_0")]
     pub quant: String,
     /// Base model to merge into (default: the one the run trained).

@@ -23,7 +23,7 @@ pub struct QuantizeArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// The file type: q4_0, q4_1, q5_0, q5_1, q8_0, f16, bf16, q4_k_m, q4_k_s,
-    /// q5_k_m or q6_k.
+    /// q5_k_m, q6_k, iq4_nl or iq4_xs.
     #[arg(long = "type", short = 't')]
     pub quant: String,
 }

@@ -17,16 +17,27 @@ use super::tiny::{write_tiny_model, TinySpec};
 #[allow(unused_imports)]
 pub use llama_cpp_sys_2::{
     llama_ftype, LLAMA_FTYPE_MOSTLY_BF16, LLAMA_FTYPE_MOSTLY_F16, LLAMA_FTYPE_MOSTLY_IQ4_NL,
-    LLAMA_FTYPE_MOSTLY_Q2_K, LLAMA_FTYPE_MOSTLY_Q3_K_M, LLAMA_FTYPE_MOSTLY_Q4_0,
-    LLAMA_FTYPE_MOSTLY_Q4_1, LLAMA_FTYPE_MOSTLY_Q4_K_M, LLAMA_FTYPE_MOSTLY_Q4_K_S,
-    LLAMA_FTYPE_MOSTLY_Q5_0, LLAMA_FTYPE_MOSTLY_Q5_1, LLAMA_FTYPE_MOSTLY_Q5_K_M,
-    LLAMA_FTYPE_MOSTLY_Q6_K, LLAMA_FTYPE_MOSTLY_Q8_0,
+    LLAMA_FTYPE_MOSTLY_IQ4_XS, LLAMA_FTYPE_MOSTLY_Q2_K, LLAMA_FTYPE_MOSTLY_Q3_K_M,
+    LLAMA_FTYPE_MOSTLY_Q4_0, LLAMA_FTYPE_MOSTLY_Q4_1, LLAMA_FTYPE_MOSTLY_Q4_K_M,
+    LLAMA_FTYPE_MOSTLY_Q4_K_S, LLAMA_FTYPE_MOSTLY_Q5_0, LLAMA_FTYPE_MOSTLY_Q5_1,
+    LLAMA_FTYPE_MOSTLY_Q5_K_M, LLAMA_FTYPE_MOSTLY_Q6_K, LLAMA_FTYPE_MOSTLY_Q8_0,
 };
 
 /// Quantizes the GGUF at `input` into `output` as `ftype` with llama.cpp's
 /// quantizer and its default parameters. Panics with llama.cpp's status on
 /// failure.
 pub fn quantize_gguf(input: &Path, output: &Path, ftype: llama_ftype) {
+    quantize_gguf_with(input, output, ftype, None)
+}
+
+/// [`quantize_gguf`], with the token embedding and output forced to `embd`
+/// when given (`llama-quantize --token-embedding-type --output-tensor-type`).
+pub fn quantize_gguf_with(
+    input: &Path,
+    output: &Path,
+    ftype: llama_ftype,
+    embd: Option<ggml_type>,
+) {
     let inp = CString::new(input.to_str().expect("utf-8 path")).expect("path");
     let out = CString::new(output.to_str().expect("utf-8 path")).expect("path");
     // SAFETY: plain C calls; the parameter struct is llama.cpp's own default,
@@ -35,6 +46,10 @@ pub fn quantize_gguf(input: &Path, output: &Path, ftype: llama_ftype) {
         let mut params = llama_cpp_sys_2::llama_model_quantize_default_params();
         params.ftype = ftype;
         params.nthread = 2;
+        if let Some(t) = embd {
+            params.token_embedding_type = t;
+            params.output_tensor_type = t;
+        }
         llama_cpp_sys_2::llama_model_quantize(inp.as_ptr(), out.as_ptr(), &params)
     };
     assert_eq!(

@@ -158,6 +158,37 @@ pub struct Llama {
     logit_softcap: Option<f32>,
 }
 
+/// A projection stored as a type candle cannot read (IQ4_NL, IQ4_XS): its
+/// bytes straight from the file into Tern's layer, or dequantized for the
+/// learner.
+fn own_weight(
+    file: &GgufFile,
+    name: &str,
+    t: crate::gguf::OwnTensorData<'_>,
+    dims: &[usize],
+    precision: Precision,
+) -> Result<Weight> {
+    let bad = |reason: String| ModelError::BadTensor {
+        name: name.into(),
+        reason,
+    };
+    if t.dims != dims {
+        return Err(bad(format!("expected shape {dims:?}, found {:?}", t.dims)));
+    }
+    let (rows, cols) = (dims[0], dims[1]);
+    let w = match precision {
+        Precision::Quantized => Weight::Quant(
+            QLinear::from_own(t.ty, rows, cols, t.data).map_err(|e| bad(e.to_string()))?,
+        ),
+        Precision::DenseF32 => Weight::Dense(
+            crate::quant::dequantize_own(t.ty, rows, cols, t.data)
+                .map_err(|e| bad(e.to_string()))?,
+        ),
+    };
+    file.release_pages(name);
+    Ok(w)
+}
+
 impl Llama {
     /// Loads the weights of `file` (already opened and validated) for serving.
     pub fn load(file: &GgufFile) -> Result<Self> {
@@ -200,7 +231,12 @@ impl Llama {
                 Precision::DenseF32 => Weight::Dense(crate::quant::dequantize(t)?),
             })
         };
-        let mm = |name: &str, dims: &[usize]| -> Result<Weight> { weight(name, qt(name, dims)?) };
+        let mm = |name: &str, dims: &[usize]| -> Result<Weight> {
+            match file.own_tensor(name) {
+                Some(t) => own_weight(file, name, t, dims, precision),
+                None => weight(name, qt(name, dims)?),
+            }
+        };
         let vec = |name: &str| -> Result<Tensor> { Ok(qt(name, &[d])?.dequantize(&Device::Cpu)?) };
         let embedding = mm("token_embd.weight", &[config.vocab_size, d])?;
         let output = if file.has_tensor("output.weight") {

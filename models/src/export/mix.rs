@@ -15,9 +15,11 @@
 //!   `use_more_bits` picks (the first and last eighth, and every third one
 //!   between); Q4_K_S gives the first four `attn_v` and the first eighth of
 //!   `ffn_down` Q5_K;
+//! - IQ4_NL and IQ4_XS give `attn_v` Q5_K when four or more query heads share
+//!   a KV head, and the first eighth of `ffn_down` Q5_K (no importance matrix);
 //! - a row length that is not whole blocks of the chosen type falls back:
-//!   Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, and to F16 when even 32 does
-//!   not divide it.
+//!   Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS to IQ4_NL, and to F16
+//!   when even 32 does not divide it.
 //!
 //! Counters run over the tensors in llama.cpp's order (layer number, then
 //! name), which [`Mix::plan`] follows.
@@ -29,6 +31,13 @@ use std::str::FromStr;
 use candle_core::quantized::GgmlDType;
 
 use crate::error::ModelError;
+use crate::gguf_types::OwnType;
+use crate::quant::WeightType;
+
+/// A candle type as a [`WeightType`].
+const fn g(t: GgmlDType) -> WeightType {
+    WeightType::Ggml(t)
+}
 
 /// A quantized file's type, as `llama-quantize` names it: the default type
 /// of its matrices and, for the K mixes, the rules that raise some of them.
@@ -56,11 +65,15 @@ pub enum QuantType {
     Q5KM,
     /// Q6_K throughout.
     Q6K,
+    /// IQ4_NL: 4-bit non-linear blocks of 32.
+    Iq4Nl,
+    /// IQ4_XS: 4-bit non-linear super-blocks of 256 with 6-bit sub-block scales.
+    Iq4Xs,
 }
 
 impl QuantType {
     /// Every type, in the order `--help` lists them.
-    pub const ALL: [QuantType; 11] = [
+    pub const ALL: [QuantType; 13] = [
         Self::Q4_0,
         Self::Q4_1,
         Self::Q5_0,
@@ -72,6 +85,8 @@ impl QuantType {
         Self::Q4KS,
         Self::Q5KM,
         Self::Q6K,
+        Self::Iq4Nl,
+        Self::Iq4Xs,
     ];
 
     /// The name llama.cpp's tools use, lower case.
@@ -88,6 +103,8 @@ impl QuantType {
             Self::Q4KS => "q4_k_s",
             Self::Q5KM => "q5_k_m",
             Self::Q6K => "q6_k",
+            Self::Iq4Nl => "iq4_nl",
+            Self::Iq4Xs => "iq4_xs",
         }
     }
 
@@ -97,18 +114,20 @@ impl QuantType {
     }
 
     /// The type most matrices get (`llama_ftype_get_default_type`).
-    pub fn ggml_dtype(self) -> GgmlDType {
+    pub fn default_type(self) -> WeightType {
         match self {
-            Self::Q4_0 => GgmlDType::Q4_0,
-            Self::Q4_1 => GgmlDType::Q4_1,
-            Self::Q5_0 => GgmlDType::Q5_0,
-            Self::Q5_1 => GgmlDType::Q5_1,
-            Self::Q8_0 => GgmlDType::Q8_0,
-            Self::F16 => GgmlDType::F16,
-            Self::BF16 => GgmlDType::BF16,
-            Self::Q4KM | Self::Q4KS => GgmlDType::Q4K,
-            Self::Q5KM => GgmlDType::Q5K,
-            Self::Q6K => GgmlDType::Q6K,
+            Self::Q4_0 => g(GgmlDType::Q4_0),
+            Self::Q4_1 => g(GgmlDType::Q4_1),
+            Self::Q5_0 => g(GgmlDType::Q5_0),
+            Self::Q5_1 => g(GgmlDType::Q5_1),
+            Self::Q8_0 => g(GgmlDType::Q8_0),
+            Self::F16 => g(GgmlDType::F16),
+            Self::BF16 => g(GgmlDType::BF16),
+            Self::Q4KM | Self::Q4KS => g(GgmlDType::Q4K),
+            Self::Q5KM => g(GgmlDType::Q5K),
+            Self::Q6K => g(GgmlDType::Q6K),
+            Self::Iq4Nl => WeightType::Own(OwnType::Iq4Nl),
+            Self::Iq4Xs => WeightType::Own(OwnType::Iq4Xs),
         }
     }
 
@@ -126,6 +145,8 @@ impl QuantType {
             Self::Q4KM => 15,
             Self::Q5KM => 17,
             Self::Q6K => 18,
+            Self::Iq4Nl => 25,
+            Self::Iq4Xs => 30,
             Self::BF16 => 32,
         }
     }
@@ -275,7 +296,7 @@ impl Mix {
         quant: QuantType,
         shape: ModelShape,
         tensors: &[(String, Vec<usize>, GgmlDType)],
-    ) -> (HashMap<String, GgmlDType>, usize) {
+    ) -> (HashMap<String, WeightType>, usize) {
         let mut mix = Mix {
             quant,
             shape,
@@ -300,11 +321,11 @@ impl Mix {
     }
 
     /// `llama_tensor_get_type` for one tensor, advancing the counters.
-    fn tensor_type(&mut self, name: &str, dims: &[usize], src: GgmlDType) -> GgmlDType {
+    fn tensor_type(&mut self, name: &str, dims: &[usize], src: GgmlDType) -> WeightType {
         if !allows_quantization(name, dims) {
-            return src;
+            return g(src);
         }
-        let default = self.quant.ggml_dtype();
+        let default = self.quant.default_type();
         if !self.quant.is_quantized() {
             return default;
         }
@@ -313,7 +334,7 @@ impl Mix {
     }
 
     /// `llama_tensor_get_type_impl`, for the file types Tern writes.
-    fn rules(&mut self, name: &str, dims: &[usize], default: GgmlDType) -> GgmlDType {
+    fn rules(&mut self, name: &str, dims: &[usize], default: WeightType) -> WeightType {
         use QuantType::*;
         let cat = category(name);
         let falcon = self.shape.arch == "falcon";
@@ -322,42 +343,47 @@ impl Mix {
         let mut t = default;
         if cat == Category::Output || (self.tied && cat == Category::TokenEmbd) {
             if falcon || !cols.is_multiple_of(t.block_size()) {
-                t = GgmlDType::Q8_0;
-            } else if t != GgmlDType::Q8_0 {
-                t = GgmlDType::Q6K;
+                t = g(GgmlDType::Q8_0);
+            } else if t != g(GgmlDType::Q8_0) {
+                t = g(GgmlDType::Q6K);
             }
         } else if cat == Category::AttnV {
             let more = use_more_bits(self.i_attn_v, self.n_attn_v);
-            if matches!(self.quant, Q4KM | Q5KM) && more {
-                t = GgmlDType::Q6K;
+            let n_gqa = self.shape.n_head / self.shape.n_head_kv.max(1);
+            if matches!(self.quant, Iq4Nl | Iq4Xs) && n_gqa >= 4 {
+                t = g(GgmlDType::Q5K);
+            } else if matches!(self.quant, Q4KM | Q5KM) && more {
+                t = g(GgmlDType::Q6K);
             } else if self.quant == Q4KS && self.i_attn_v < 4 {
-                t = GgmlDType::Q5K;
+                t = g(GgmlDType::Q5K);
             }
             let is_70b = self.shape.arch == "llama"
                 && n_layer == 80
                 && self.shape.n_head != self.shape.n_head_kv;
-            if is_70b && matches!(t, GgmlDType::Q3K | GgmlDType::Q4K) {
-                t = GgmlDType::Q5K;
+            if is_70b && matches!(t, WeightType::Ggml(GgmlDType::Q3K | GgmlDType::Q4K)) {
+                t = g(GgmlDType::Q5K);
             }
             self.i_attn_v += 1;
         } else if cat == Category::FfnDown {
             let i = self.i_ffn_down;
             if self.quant == Q4KM {
                 if falcon {
-                    t = if i < n_layer / 16 {
+                    t = g(if i < n_layer / 16 {
                         GgmlDType::Q6K
                     } else if use_more_bits(i, n_layer) {
                         GgmlDType::Q5K
                     } else {
                         GgmlDType::Q4K
-                    };
+                    });
                 } else if use_more_bits(i, n_layer) {
-                    t = GgmlDType::Q6K;
+                    t = g(GgmlDType::Q6K);
                 }
+            } else if matches!(self.quant, Iq4Nl | Iq4Xs) && i < n_layer / 8 {
+                t = g(GgmlDType::Q5K);
             } else if self.quant == Q5KM && use_more_bits(i, n_layer) {
-                t = GgmlDType::Q6K;
+                t = g(GgmlDType::Q6K);
             } else if self.quant == Q4KS && !falcon && i < n_layer / 8 {
-                t = GgmlDType::Q5K;
+                t = g(GgmlDType::Q5K);
             }
             self.i_ffn_down += 1;
         }
@@ -366,23 +392,24 @@ impl Mix {
 
     /// `tensor_type_fallback`: a type whose blocks do not divide the row length
     /// gives way to a 32-value one, or to F16.
-    fn fallback(&mut self, dims: &[usize], t: GgmlDType) -> GgmlDType {
+    fn fallback(&mut self, dims: &[usize], t: WeightType) -> WeightType {
         let cols = dims.last().copied().unwrap_or(0);
         if cols.is_multiple_of(t.block_size()) {
             return t;
         }
         self.fallbacks += 1;
         let r = match t {
-            GgmlDType::Q2K | GgmlDType::Q3K => GgmlDType::Q4_0,
-            GgmlDType::Q4K => GgmlDType::Q5_0,
-            GgmlDType::Q5K => GgmlDType::Q5_1,
-            GgmlDType::Q6K => GgmlDType::Q8_0,
+            WeightType::Ggml(GgmlDType::Q2K | GgmlDType::Q3K) => g(GgmlDType::Q4_0),
+            WeightType::Ggml(GgmlDType::Q4K) => g(GgmlDType::Q5_0),
+            WeightType::Ggml(GgmlDType::Q5K) => g(GgmlDType::Q5_1),
+            WeightType::Ggml(GgmlDType::Q6K) => g(GgmlDType::Q8_0),
+            WeightType::Own(OwnType::Iq4Xs) => WeightType::Own(OwnType::Iq4Nl),
             other => other,
         };
         if cols.is_multiple_of(r.block_size()) {
             r
         } else {
-            GgmlDType::F16
+            g(GgmlDType::F16)
         }
     }
 }

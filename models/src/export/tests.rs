@@ -199,7 +199,7 @@ fn export_types_parse_and_print() {
     let err = "q5_k".parse::<ExportQuant>().unwrap_err().to_string();
     assert_eq!(
         err,
-        "unknown quantization type `q5_k` (valid: q4_0, q4_1, q5_0, q5_1, q8_0, f16, bf16, q4_k_m, q4_k_s, q5_k_m, q6_k)"
+        "unknown quantization type `q5_k` (valid: q4_0, q4_1, q5_0, q5_1, q8_0, f16, bf16, q4_k_m, q4_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs)"
     );
 }
 
@@ -279,14 +279,21 @@ fn f16_and_q4_0_exports_load_and_stay_close() {
         let out = dir.path().join(format!("out-{quant}.gguf"));
         export_gguf(&src, &out, &HashMap::new(), quant).unwrap();
         let file = GgufFile::open(&out).unwrap();
-        assert_eq!(file.tensor_dtype(name), Some(quant.ggml_dtype()));
+        assert_eq!(
+            file.tensor_dtype(name).map(crate::quant::WeightType::Ggml),
+            Some(quant.default_type())
+        );
         assert_eq!(file.u32("general.file_type").unwrap(), quant.file_type());
         // The tied embedding is the output projection: never below 8 bits.
         let embd = match quant {
-            ExportQuant::Q4_0 => GgmlDType::Q8_0,
-            _ => quant.ggml_dtype(),
+            ExportQuant::Q4_0 => crate::quant::WeightType::Ggml(GgmlDType::Q8_0),
+            _ => quant.default_type(),
         };
-        assert_eq!(file.tensor_dtype("token_embd.weight"), Some(embd));
+        assert_eq!(
+            file.tensor_dtype("token_embd.weight")
+                .map(crate::quant::WeightType::Ggml),
+            Some(embd)
+        );
         let w_diff = rms(&(&weight - dequantized(&out, name)).unwrap()) / rms(&weight);
         let diff = max_abs_diff(&reference, &logits(&out));
         eprintln!(

@@ -12,6 +12,8 @@ use std::io::{self, Write};
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
 
+use crate::quant::WeightType;
+
 /// Alignment of the data section and of every tensor in it: GGUF's default, so
 /// the file needs no `general.alignment` key.
 pub const ALIGNMENT: u64 = 32;
@@ -24,7 +26,7 @@ pub struct TensorEntry {
     /// Logical shape, row-major (`[out, in]` for a matrix); GGUF stores it reversed.
     pub dims: Vec<usize>,
     /// Type the data is written in.
-    pub dtype: GgmlDType,
+    pub dtype: WeightType,
 }
 
 impl TensorEntry {
@@ -75,7 +77,11 @@ impl<W: Write> GgufWriter<W> {
             for &d in t.dims.iter().rev() {
                 this.put(&(d as u64).to_le_bytes())?;
             }
-            this.put(&ggml_type_id(t.dtype).to_le_bytes())?;
+            let id = match t.dtype {
+                WeightType::Ggml(d) => ggml_type_id(d),
+                WeightType::Own(o) => o.id(),
+            };
+            this.put(&id.to_le_bytes())?;
             this.put(&offset.to_le_bytes())?;
             offset += padded(t.bytes());
         }

@@ -42,6 +42,11 @@ pub enum WeightFormat {
     /// `d * q + m`, 5-bit `q`; dotted against Q8_1 activations. Packed one
     /// unsigned byte per value, computed as Q4_1 is (`ggml_vec_dot_q5_1_q8_1`).
     Q5_1,
+    /// IQ4_NL: `d * kvalues[q]`, 4-bit `q` indexing a fixed non-linear table of
+    /// signed bytes; dotted against Q8_0 activations. Packed as Q8_0 is, one
+    /// signed byte `kvalues[q]` per value: every ggml kernel for it looks the
+    /// table up into exactly those bytes first (see [`super::iq4`]).
+    Iq4Nl,
 }
 
 impl WeightFormat {
@@ -65,6 +70,7 @@ impl WeightFormat {
             Self::Q8_0 => 34,
             Self::Q5_0 => 22,
             Self::Q5_1 => 24,
+            Self::Iq4Nl => 18,
         }
     }
 
@@ -72,7 +78,7 @@ impl WeightFormat {
     pub const fn quant_bytes(self) -> usize {
         match self {
             Self::Q4_0 | Self::Q4_1 => 16,
-            Self::Q8_0 | Self::Q5_0 | Self::Q5_1 => 32,
+            Self::Q8_0 | Self::Q5_0 | Self::Q5_1 | Self::Iq4Nl => 32,
         }
     }
 
@@ -80,7 +86,7 @@ impl WeightFormat {
     pub const fn scale_words(self) -> usize {
         match self {
             Self::Q4_1 | Self::Q5_1 => 2,
-            Self::Q4_0 | Self::Q8_0 | Self::Q5_0 => 1,
+            Self::Q4_0 | Self::Q8_0 | Self::Q5_0 | Self::Iq4Nl => 1,
         }
     }
 
@@ -107,7 +113,8 @@ pub enum BlockOrder {
     VecDot,
     /// ggml-cpu's repacked `q4_0_8x8_q8_0` kernels (`ggml_gemm_q4_0_8x8_q8_0` on
     /// activation rows in whole groups of four, `ggml_gemv_q4_0_8x8_q8_0` on the
-    /// rest). Both compute each output as one chain over the blocks,
+    /// rest), and IQ4_NL's `iq4_nl_8x8_q8_0`, the same templates with a
+    /// different table. Both compute each output as one chain over the blocks,
     /// `acc = fma(isum, d_w * d_x, acc)` with `isum` the block's whole integer
     /// dot, and their activation quantizers (`ggml_quantize_mat_q8_0_4x8` and
     /// `quantize_row_q8_0`) give the same quants and scales, so one order
@@ -118,12 +125,13 @@ pub enum BlockOrder {
 impl BlockOrder {
     /// The order llama.cpp runs a `[rows, _]` matrix of `format` in on an AVX2
     /// build: with `use_extra_bufts` (on in-process) ggml-cpu's repack buffer
-    /// takes Q4_0 matrices whose row count is a multiple of 8
+    /// takes Q4_0 and IQ4_NL matrices whose row count is a multiple of 8
     /// (`ggml_repack_get_optimal_repack_type`); everything else stays plain. A
     /// tied output is no exception: llama.cpp loads the embedding a second time
     /// as the output, a MUL_MAT weight.
     pub fn llama_cpp(format: WeightFormat, rows: usize) -> Self {
-        if format == WeightFormat::Q4_0 && rows.is_multiple_of(8) {
+        let repacks = matches!(format, WeightFormat::Q4_0 | WeightFormat::Iq4Nl);
+        if repacks && rows.is_multiple_of(8) {
             Self::Repack
         } else {
             Self::VecDot
@@ -188,7 +196,8 @@ pub struct PackedWeights {
     pub quants: AlignedBytes,
     /// f16 scale bits, see the type's doc.
     pub scales: Vec<u16>,
-    /// The order its products follow ([`BlockOrder::Repack`] only for Q4_0).
+    /// The order its products follow ([`BlockOrder::Repack`] only for Q4_0
+    /// and IQ4_NL).
     pub order: BlockOrder,
 }
 
@@ -196,7 +205,7 @@ impl PackedWeights {
     /// Repacks `data`, the ggml serialization of a `[rows, cols]` matrix, whose
     /// products will follow `order`. Fails on a size mismatch rather than
     /// trusting the file, and on [`BlockOrder::Repack`] for a format other than
-    /// Q4_0.
+    /// Q4_0 and IQ4_NL.
     pub fn from_ggml(
         format: WeightFormat,
         rows: usize,
@@ -204,7 +213,9 @@ impl PackedWeights {
         data: &[u8],
         order: BlockOrder,
     ) -> Result<Self, String> {
-        if order == BlockOrder::Repack && format != WeightFormat::Q4_0 {
+        if order == BlockOrder::Repack
+            && !matches!(format, WeightFormat::Q4_0 | WeightFormat::Iq4Nl)
+        {
             return Err(format!("no repacked order for {format:?}"));
         }
         if !cols.is_multiple_of(QK) {
@@ -242,6 +253,12 @@ impl PackedWeights {
             let dst = &mut qdst[gb * GROUP * qb..(gb + 1) * GROUP * qb];
             match format {
                 WeightFormat::Q8_0 => dst[k * QK..(k + 1) * QK].copy_from_slice(qs),
+                WeightFormat::Iq4Nl => {
+                    let v = super::iq4::nl::expand(qs);
+                    for (d, v) in dst[k * QK..(k + 1) * QK].iter_mut().zip(v) {
+                        *d = v as u8;
+                    }
+                }
                 WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
                     let qh = u32::from_le_bytes([qs[0], qs[1], qs[2], qs[3]]);
                     let nib = &qs[4..];
@@ -289,7 +306,7 @@ impl PackedWeights {
 
     /// Quant `j` of block `b` of row `r`, as the integer the block's `d` scales:
     /// `q - 8` for Q4_0, `q - 16` for Q5_0, `q` for Q4_1 and Q5_1 (offset by `m`)
-    /// and Q8_0.
+    /// and Q8_0, `kvalues[q]` for IQ4_NL.
     #[inline(always)]
     pub fn quant(&self, r: usize, b: usize, j: usize) -> i32 {
         let qb = self.format.quant_bytes();
@@ -297,7 +314,9 @@ impl PackedWeights {
         let base = &self.quants.as_slice()[gb * GROUP * qb..];
         let k = r % GROUP;
         match self.format {
-            WeightFormat::Q8_0 | WeightFormat::Q5_0 => base[k * QK + j] as i8 as i32,
+            WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Iq4Nl => {
+                base[k * QK + j] as i8 as i32
+            }
             WeightFormat::Q5_1 => base[k * QK + j] as i32,
             WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
                 let v = ((base[(k / 2) * QK + j] >> (4 * (k % 2))) & 0x0F) as i32;

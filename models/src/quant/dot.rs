@@ -9,10 +9,13 @@
 //! FMAs. The scalar kernel mirrors the same order, so the two agree bit for bit and
 //! with llama.cpp's CPU path up to its compiler's choices.
 //!
-//! Q4_0 weights that llama.cpp repacks ([`BlockOrder::Repack`]) follow its
-//! `q4_0_8x8_q8_0` gemm/gemv instead: the same exact lane sums, totalled per
-//! block (`hadd`s across several outputs at once), then one FMA per block and
-//! output, `fma(isum, d_w * d_x, acc)`, with no final horizontal sum.
+//! Q4_0 and IQ4_NL weights that llama.cpp repacks ([`BlockOrder::Repack`])
+//! follow its `q4_0_8x8_q8_0` / `iq4_nl_8x8_q8_0` gemm/gemv instead: the same
+//! exact lane sums, totalled per block (`hadd`s across several outputs at once),
+//! then one FMA per block and output, `fma(isum, d_w * d_x, acc)`, with no final
+//! horizontal sum. IQ4_NL not repacked runs Q8_0's order (llamafile's
+//! `tinyBLAS_Q0_AVX`) from two activation rows on, and for one row
+//! `ggml_vec_dot_iq4_nl_q8_0`'s own (see [`super::iq4::nl`]).
 //!
 //! Tiling: for one to three activation rows the kernel dots one group of four
 //! interleaved weight rows (see [`PackedWeights`]) against one or two activation rows
@@ -29,7 +32,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::blocks::{BlockOrder, PackedWeights, QuantizedActs, GROUP, QK};
+use super::blocks::{BlockOrder, PackedWeights, QuantizedActs, WeightFormat, GROUP, QK};
 
 /// Which implementation computes. Asking for `Avx2` on a CPU without it gets the
 /// scalar kernel.
@@ -159,6 +162,31 @@ unsafe fn scalar_gemm_range(
             unsafe { scalar_repacked_group(&blocks, g, acts, cols.end, out) };
             continue;
         }
+        if iq4_nl_single(w, acts) {
+            for k in 0..GROUP.min(cols.end - g * GROUP) {
+                let dd: Vec<f32> = blocks
+                    .iter()
+                    .enumerate()
+                    .map(|(b, blk)| blk.d[k] * acts.d[b])
+                    .collect();
+                let lanes: Vec<[i32; 8]> = blocks
+                    .iter()
+                    .enumerate()
+                    .map(|(b, blk)| {
+                        std::array::from_fn(|l| {
+                            (4 * l..4 * l + 4)
+                                .map(|j| blk.q[k][j] as i32 * acts.qs[b].0[j] as i32)
+                                .sum()
+                        })
+                    })
+                    .collect();
+                let v = super::iq4::nl::vec_dot_order(&dd, &lanes);
+                // SAFETY: one activation row; `g * GROUP + k < cols.end <= out.stride`,
+                // in a column only this call writes (the caller's contract).
+                unsafe { *out.ptr.add(g * GROUP + k) = v };
+            }
+            continue;
+        }
         for r in 0..acts.rows {
             // Per row of the group, ggml's AVX2 order: 8 lanes of 4-quant integer
             // dots, each lane `fma(d_w * d_x, lane, acc)` over the blocks, then
@@ -190,6 +218,12 @@ unsafe fn scalar_gemm_range(
             }
         }
     }
+}
+
+/// Whether a product runs `ggml_vec_dot_iq4_nl_q8_0`'s order: an IQ4_NL
+/// matrix llama.cpp does not repack, against a single activation row.
+fn iq4_nl_single(w: &PackedWeights, acts: &QuantizedActs) -> bool {
+    w.format == WeightFormat::Iq4Nl && w.order == BlockOrder::VecDot && acts.rows == 1
 }
 
 /// Group `g`'s rows (unpacked `blocks`) against every activation row in
@@ -242,6 +276,12 @@ mod avx2 {
     /// Q4_0 in [`BlockOrder::Repack`]'s order: Q4_0's integer dots, each
     /// block's summed whole before its one FMA.
     const F_Q4_0_REPACK: u8 = 4;
+    /// Signed bytes (IQ4_NL) in [`BlockOrder::Repack`]'s order.
+    const F_Q8_0_REPACK: u8 = 5;
+    /// Signed bytes (IQ4_NL) in `ggml_vec_dot_iq4_nl_q8_0`'s order: even and
+    /// odd blocks in two accumulators, a last odd block added on its own. Used
+    /// for a single activation row only.
+    const F_IQ4_NL_VEC: u8 = 6;
     /// Groups per slab in the several-activation-rows path (16 weight rows: a few
     /// KiB that stay in L1 while every activation row passes them).
     const SLAB_GROUPS: usize = 4;
@@ -257,8 +297,18 @@ mod avx2 {
         f == F_Q4_0 || f == F_Q4_0_REPACK
     }
 
+    /// Whether the quants are one signed byte per value (in any order).
+    const fn signed_bytes(f: u8) -> bool {
+        f == F_Q8_0 || f == F_Q8_0_REPACK || f == F_IQ4_NL_VEC
+    }
+
+    /// Whether the products follow [`BlockOrder::Repack`].
+    const fn is_repack(f: u8) -> bool {
+        f == F_Q4_0_REPACK || f == F_Q8_0_REPACK
+    }
+
     const fn quant_bytes(f: u8) -> usize {
-        if f == F_Q8_0 || f == F_Q5_1 {
+        if signed_bytes(f) || f == F_Q5_1 {
             32
         } else {
             16
@@ -307,7 +357,7 @@ mod avx2 {
                 *o = (x, x);
             }
             out
-        } else if F == F_Q8_0 {
+        } else if signed_bytes(F) {
             let mut out = [(_mm256_setzero_si256(), _mm256_setzero_si256()); GROUP];
             for (k, o) in out.iter_mut().enumerate() {
                 let x = _mm256_load_si256(q.add(k * QK).cast());
@@ -415,6 +465,10 @@ mod avx2 {
         // Row k's scale `d` is lane `k` (Q4_1: `2k`; its `m` is lane `2k + 1`).
         let d_lane = |k: usize| if has_m(F) { 2 * k as i32 } else { k as i32 };
         let mut acc = [[_mm256_setzero_ps(); GROUP]; R];
+        // `ggml_vec_dot_iq4_nl_q8_0`'s odd blocks, and its unpaired last block's
+        // `(d_w * d_x, isum)` per row.
+        let mut acc_odd = [[_mm256_setzero_ps(); GROUP]; R];
+        let mut tail = [[(0f32, 0i32); GROUP]; R];
         // The repacked order's accumulators: lane `k` for row `4g + k`.
         let mut acc_rep = [_mm_setzero_ps(); R];
         let mut summs = [_mm256_setzero_ps(); R];
@@ -441,7 +495,27 @@ mod avx2 {
                 // d_w * d_x for each row at once, then broadcast row by row: the same
                 // products ggml forms one at a time.
                 let dv = _mm256_mul_ps(sv, _mm256_broadcast_ss(&*ad.add(a)));
-                if F == F_Q4_0_REPACK {
+                if F == F_IQ4_NL_VEC {
+                    for k in 0..GROUP {
+                        let dd = _mm256_permutevar8x32_ps(dv, _mm256_set1_epi32(k as i32));
+                        if b % 2 == 1 {
+                            acc_odd[ri][k] =
+                                _mm256_fmadd_ps(dd, pair::<F>(wv[k], y), acc_odd[ri][k]);
+                        } else if b + 1 < nb {
+                            acc[ri][k] = _mm256_fmadd_ps(dd, pair::<F>(wv[k], y), acc[ri][k]);
+                        } else {
+                            let t = totals4([
+                                pair_int::<F>(wv[k], y),
+                                _mm256_setzero_si256(),
+                                _mm256_setzero_si256(),
+                                _mm256_setzero_si256(),
+                            ]);
+                            tail[ri][k] = (lane(dv, k), _mm_cvtsi128_si32(t));
+                        }
+                    }
+                    continue;
+                }
+                if is_repack(F) {
                     // Lanes 0..4 of `dv` are the four rows' `d_w * d_x`.
                     let t = totals4(std::array::from_fn(|k| pair_int::<F>(wv[k], y)));
                     let dd = _mm256_castps256_ps128(dv);
@@ -459,9 +533,23 @@ mod avx2 {
             }
         }
         let mut out = [[0f32; GROUP]; R];
-        if F == F_Q4_0_REPACK {
+        if is_repack(F) {
             for (o, a) in out.iter_mut().zip(&acc_rep) {
                 _mm_storeu_ps(o.as_mut_ptr(), *a);
+            }
+            return out;
+        }
+        if F == F_IQ4_NL_VEC {
+            for ri in 0..R {
+                for k in 0..GROUP {
+                    let s = hsum8(_mm256_add_ps(acc[ri][k], acc_odd[ri][k]));
+                    let (dd, isum) = tail[ri][k];
+                    out[ri][k] = if nb % 2 == 1 {
+                        dd.mul_add(isum as f32, s)
+                    } else {
+                        s
+                    };
+                }
             }
             return out;
         }
@@ -497,7 +585,7 @@ mod avx2 {
     /// One weight row's block as [`pair`] wants it (see [`unpack`]).
     #[inline(always)]
     unsafe fn unpack_row<const F: u8>(q: *const u8, k: usize) -> (__m256i, __m256i) {
-        if F == F_Q8_0 {
+        if signed_bytes(F) {
             let x = _mm256_load_si256(q.add(k * QK).cast());
             (_mm256_sign_epi8(x, x), x)
         } else if F == F_Q5_1 {
@@ -611,12 +699,17 @@ mod avx2 {
                 }
             }
             let wv = unpack_row::<F>(wq.add(b * qstep), k);
-            if F == F_Q4_0_REPACK {
+            if is_repack(F) {
                 let mut p = [_mm256_setzero_si256(); 8];
                 for (r, p) in p.iter_mut().enumerate().take(R) {
                     let a = r * nb + b;
                     let y = _mm256_load_si256(aq.add(a * QK).cast());
-                    *p = pair_int::<F>(wv, (y, *chunk.offsets.as_ptr().add(a)));
+                    let off = if is_q4_0(F) {
+                        *chunk.offsets.as_ptr().add(a)
+                    } else {
+                        y
+                    };
+                    *p = pair_int::<F>(wv, (y, off));
                 }
                 let dd = _mm256_loadu_ps(dd.as_ptr().add(b * 8));
                 acc_rep = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8(p)), dd, acc_rep);
@@ -635,7 +728,7 @@ mod avx2 {
             }
         }
         let mut m = [0f32; 8];
-        if F == F_Q4_0_REPACK {
+        if is_repack(F) {
             _mm256_storeu_ps(m.as_mut_ptr(), acc_rep);
             return std::array::from_fn(|r| m[r]);
         }
@@ -771,6 +864,11 @@ mod avx2 {
             WeightFormat::Q4_1 => gemm_fmt::<F_Q4_1>(w, acts, cols, out),
             WeightFormat::Q8_0 | WeightFormat::Q5_0 => gemm_fmt::<F_Q8_0>(w, acts, cols, out),
             WeightFormat::Q5_1 => gemm_fmt::<F_Q5_1>(w, acts, cols, out),
+            WeightFormat::Iq4Nl if w.order == BlockOrder::Repack => {
+                gemm_fmt::<F_Q8_0_REPACK>(w, acts, cols, out)
+            }
+            WeightFormat::Iq4Nl if acts.rows == 1 => gemm_fmt::<F_IQ4_NL_VEC>(w, acts, cols, out),
+            WeightFormat::Iq4Nl => gemm_fmt::<F_Q8_0>(w, acts, cols, out),
         }
     }
 

@@ -20,6 +20,7 @@ use super::dot::{self, Kernel, OutPtr};
 use super::float::{HalfFormat, HalfWeights};
 use super::k::{llama_cpp_order, KFormat, KWeights};
 use super::pool::Pool;
+use crate::gguf_types::OwnType;
 
 /// Below this many (output, block, row) products a call runs on the caller alone:
 /// waking the pool would cost more than it saves.
@@ -28,11 +29,44 @@ const PARALLEL_MIN_BLOCK_DOTS: usize = 2048;
 /// descheduled mid-call costs the others little.
 const TASKS_PER_THREAD: usize = 4;
 
+/// A weight's stored type: one candle knows, or one Tern reads past it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightType {
+    /// A type of candle's `GgmlDType`.
+    Ggml(GgmlDType),
+    /// IQ4_NL or IQ4_XS (see [`super::iq4`]).
+    Own(OwnType),
+}
+
+impl WeightType {
+    /// Values per block.
+    pub fn block_size(self) -> usize {
+        match self {
+            Self::Ggml(t) => t.block_size(),
+            Self::Own(t) => t.block_values(),
+        }
+    }
+
+    /// Bytes per block.
+    pub fn type_size(self) -> usize {
+        match self {
+            Self::Ggml(t) => t.type_size(),
+            Self::Own(t) => t.block_bytes(),
+        }
+    }
+}
+
+impl From<GgmlDType> for WeightType {
+    fn from(t: GgmlDType) -> Self {
+        Self::Ggml(t)
+    }
+}
+
 /// A quantized linear layer (no bias) over a GGUF weight `[out, in]`.
 pub struct QLinear {
     out_dim: usize,
     in_dim: usize,
-    dtype: GgmlDType,
+    dtype: WeightType,
     imp: Imp,
 }
 
@@ -101,7 +135,36 @@ impl QLinear {
         Ok(Self {
             out_dim,
             in_dim,
-            dtype,
+            dtype: WeightType::Ggml(dtype),
+            imp,
+        })
+    }
+
+    /// Builds the layer from the bytes of an IQ4_NL or IQ4_XS matrix
+    /// `[out_dim, in_dim]` in ggml's layout (copied; the caller's buffer can
+    /// go), in the order llama.cpp runs it in. The one place such a weight's
+    /// bytes become a Tern weight.
+    pub fn from_own(ty: OwnType, out_dim: usize, in_dim: usize, data: &[u8]) -> Result<Self> {
+        let imp = match ty {
+            OwnType::Iq4Nl => {
+                let order = BlockOrder::llama_cpp(WeightFormat::Iq4Nl, out_dim);
+                Imp::Native(
+                    PackedWeights::from_ggml(WeightFormat::Iq4Nl, out_dim, in_dim, data, order)
+                        .map_err(candle_core::Error::msg)?,
+                )
+            }
+            OwnType::Iq4Xs => {
+                let order = llama_cpp_order(KFormat::Iq4Xs, out_dim);
+                Imp::K(
+                    KWeights::from_ggml(KFormat::Iq4Xs, out_dim, in_dim, data, order)
+                        .map_err(candle_core::Error::msg)?,
+                )
+            }
+        };
+        Ok(Self {
+            out_dim,
+            in_dim,
+            dtype: WeightType::Own(ty),
             imp,
         })
     }
@@ -116,8 +179,8 @@ impl QLinear {
         self.in_dim
     }
 
-    /// The weight's ggml dtype.
-    pub fn dtype(&self) -> GgmlDType {
+    /// The weight's stored type.
+    pub fn dtype(&self) -> WeightType {
         self.dtype
     }
 
@@ -221,6 +284,13 @@ pub fn dequantize(weight: QTensor) -> Result<Tensor> {
         }
     }
     weight.dequantize(&candle_core::Device::Cpu)
+}
+
+/// An IQ4_NL or IQ4_XS matrix `[rows, cols]` (ggml's bytes) as f32, ggml's
+/// `dequantize_row_iq4_*` bit for bit: the values [`QLinear::from_own`]'s
+/// kernels and lookups use.
+pub fn dequantize_own(ty: OwnType, rows: usize, cols: usize, data: &[u8]) -> Result<Tensor> {
+    QLinear::from_own(ty, rows, cols, data)?.to_dense()
 }
 
 /// The native product as a candle custom op, which hands us the input's CPU slice.

@@ -11,6 +11,8 @@
 //! - [`float`]: F16 and BF16 weights, in llama.cpp's two summation orders.
 //! - [`pool`]: the persistent worker pool the products run on.
 //! - [`k`]: the K-quant formats (256-value super-blocks, Q8_K activations).
+//! - [`iq4`]: IQ4_NL and IQ4_XS, the formats with a non-linear value table,
+//!   read past candle (its `GgmlDType` has no such types).
 //! - [`linear`]: the layer itself.
 //! - [`quantize`]: Tern's own quantizer, f32 into these formats as ggml's
 //!   reference quantizers write them.
@@ -18,6 +20,7 @@
 pub mod blocks;
 pub mod dot;
 pub mod float;
+pub mod iq4;
 pub mod k;
 pub mod linear;
 pub mod pool;
@@ -27,4 +30,4 @@ pub mod quantize;
 mod tests;
 
 pub use dot::{best_kernel, Kernel};
-pub use linear::{dequantize, QLinear};
+pub use linear::{dequantize, dequantize_own, QLinear, WeightType};

@@ -147,7 +147,7 @@ fn quant_matches_reference_candle_and_scalar() {
                 assert!(lin.is_native());
                 assert_eq!(
                     (lin.out_dim(), lin.in_dim(), lin.dtype()),
-                    (out, inp, dtype)
+                    (out, inp, super::WeightType::Ggml(dtype))
                 );
                 let mm = QMatMul::from_arc(qw).expect("qmatmul");
                 for &rows in &ROWS {

@@ -8,7 +8,7 @@
 //! takes exactly one K-quant: Q4_K weights with a row count divisible by 8
 //! (`q4_K_8x8_q8_K`; its Q2_K repack needs AVX-512). llamafile's sgemm takes no
 //! K-quant. So:
-//! - [`Order::VecDot`]: every other case (all Q2_K, Q3_K, Q5_K, Q6_K). A product
+//! - [`Order::VecDot`]: every other case (all Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS). A product
 //!   of 8 or more activation rows runs ggml-cpu's tiled K-quant matmul
 //!   (`ggml_compute_forward_mul_mat_tiled`, on by default,
 //!   `tiled/tiled-kernel.cpp`): per super-block the exact scaled integer dot `s1`,
@@ -46,6 +46,7 @@ use candle_core::quantized::GgmlDType;
 
 use super::blocks::AlignedBytes;
 use super::dot::{best_kernel, Kernel};
+use super::iq4::xs;
 use super::pool::Pool;
 use q8k::Q8KActs;
 
@@ -77,6 +78,10 @@ pub enum KFormat {
     Q5K,
     /// 6-bit quants, 16 sub-blocks of 16 with 8-bit scales.
     Q6K,
+    /// IQ4_XS: 4-bit indices into IQ4_NL's value table, 8 sub-blocks of 32
+    /// with 6-bit scales (see [`crate::quant::iq4::xs`]; candle has no such
+    /// dtype, so [`KFormat::from_ggml`] never gives it).
+    Iq4Xs,
 }
 
 impl KFormat {
@@ -100,6 +105,7 @@ impl KFormat {
             Self::Q4K => q4k::BLOCK_BYTES,
             Self::Q5K => q5k::BLOCK_BYTES,
             Self::Q6K => q6k::BLOCK_BYTES,
+            Self::Iq4Xs => xs::BLOCK_BYTES,
         }
     }
 }
@@ -214,6 +220,7 @@ impl KWeights {
                 KFormat::Q4K => q4k::dequantize_block(blk, o),
                 KFormat::Q5K => q5k::dequantize_block(blk, o),
                 KFormat::Q6K => q6k::dequantize_block(blk, o),
+                KFormat::Iq4Xs => xs::dequantize_block(blk, o),
             }
         }
     }
@@ -247,6 +254,7 @@ impl KWeights {
             KFormat::Q4K => q4k::dot(avx2, v, w, a),
             KFormat::Q5K => q5k::dot(avx2, v, w, a),
             KFormat::Q6K => q6k::dot(avx2, v, w, a),
+            KFormat::Iq4Xs => xs::dot(avx2, v, w, a),
         }
     }
 
@@ -281,6 +289,7 @@ impl KWeights {
                         KFormat::Q4K => q4k::dot_rows(avx2, v, w, a, o),
                         KFormat::Q5K => q5k::dot_rows(avx2, v, w, a, o),
                         KFormat::Q6K => q6k::dot_rows(avx2, v, w, a, o),
+                        KFormat::Iq4Xs => xs::dot_rows(avx2, v, w, a, o),
                     }
                     for (i, &val) in o.iter().enumerate() {
                         // SAFETY: `(r0 + i) * n + c < rows * n`, the buffer's

@@ -25,6 +25,12 @@ fn weights(rng: &mut StdRng, format: KFormat, out: usize, inp: usize, order: Ord
         KFormat::Q4K => GgmlDType::Q4K,
         KFormat::Q5K => GgmlDType::Q5K,
         KFormat::Q6K => GgmlDType::Q6K,
+        KFormat::Iq4Xs => {
+            // candle cannot quantize to IQ4_XS; every byte pattern is a valid
+            // block once `d` is a modest f16.
+            let data = crate::quant::iq4::tests::random_blocks(rng, out * inp / QK_K, 136);
+            return KWeights::from_ggml(format, out, inp, &data, order).expect("weights");
+        }
     };
     let w = Tensor::from_vec(random(rng, out * inp, -0.6, 1.0), (out, inp), &Device::Cpu)
         .expect("tensor");
@@ -41,6 +47,7 @@ fn cases() -> Vec<(KFormat, Order)> {
         (KFormat::Q4K, Order::Repack),
         (KFormat::Q5K, Order::VecDot),
         (KFormat::Q6K, Order::VecDot),
+        (KFormat::Iq4Xs, Order::VecDot),
     ]
 }
 

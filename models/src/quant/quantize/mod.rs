@@ -6,12 +6,14 @@
 //! - [`blocks32`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
 //! - [`kquants`]: Q4_K, Q5_K, Q6_K.
 //! - [`floats`]: F16, BF16.
+//! - [`iq4`]: IQ4_NL, IQ4_XS (bytes only: candle's `GgmlDType` lacks them).
 //!
 //! Which tensor gets which type is decided elsewhere (`export::mix`); this
 //! module only encodes and decodes rows.
 
 pub mod blocks32;
 pub mod floats;
+pub mod iq4;
 pub mod kquants;
 
 #[cfg(test)]
@@ -59,6 +61,16 @@ pub enum QuantizeError {
         /// The type's block size.
         block: usize,
     },
+    /// A row length that is not whole blocks of a type candle lacks.
+    #[error("{len} values are not whole {name} blocks of {block}")]
+    PartialOwn {
+        /// The type's name.
+        name: &'static str,
+        /// The number of values given.
+        len: usize,
+        /// The type's block size.
+        block: usize,
+    },
 }
 
 /// `x` (whole blocks of `dtype`) encoded as `dtype`, ggml's bytes.
@@ -92,6 +104,28 @@ pub fn quantize(dtype: GgmlDType, x: &[f32]) -> Result<Vec<u8>, QuantizeError> {
                 dtype,
             })
         }
+    }
+    Ok(out)
+}
+
+/// `x` (whole blocks of `t`) encoded as `t`, ggml's bytes: [`quantize`], plus
+/// the types candle lacks.
+pub fn quantize_to(t: super::WeightType, x: &[f32]) -> Result<Vec<u8>, QuantizeError> {
+    let own = match t {
+        super::WeightType::Ggml(dtype) => return quantize(dtype, x),
+        super::WeightType::Own(own) => own,
+    };
+    if !x.len().is_multiple_of(own.block_values()) {
+        return Err(QuantizeError::PartialOwn {
+            name: own.name(),
+            len: x.len(),
+            block: own.block_values(),
+        });
+    }
+    let mut out = Vec::with_capacity(x.len() / own.block_values() * own.block_bytes());
+    match own {
+        crate::gguf_types::OwnType::Iq4Nl => iq4::iq4_nl(x, &mut out),
+        crate::gguf_types::OwnType::Iq4Xs => iq4::iq4_xs(x, &mut out),
     }
     Ok(out)
 }
