@@ -210,7 +210,7 @@ fn tiny_agreement(
     embd: bool,
 ) -> (usize, usize, f32, usize) {
     use std::sync::Arc;
-    use tern_runtime::backend::{CandleBackend, LlamaCppBackend, LlamaCppOptions};
+    use tern_runtime::backend::{TernBackend, LlamaCppBackend, LlamaCppOptions};
     let dir = tempfile::tempdir().unwrap();
     let (path, count) = tiny_iq4(dir.path(), spec, ftype, own, embd);
     let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
@@ -218,7 +218,7 @@ fn tiny_agreement(
     let n = spec.context_length;
     let tokens: Vec<u32> = (0..n).map(|i| ((i * 37 + 11) % vocab) as u32).collect();
     let chunks = [n - 3, 1, 2];
-    let mut tern = CandleBackend::new(Arc::clone(&model));
+    let mut tern = TernBackend::new(Arc::clone(&model));
     let ours = forced(&mut tern, &tokens, &chunks, vocab);
     let opts = LlamaCppOptions {
         n_ctx: n as u32,
