@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tern_runtime::verify::{judge_python, Limits};
+use tern_solve::verify::{judge_python, Limits};
 
 fn judge(c: &mut Criterion) {
     let limits = Limits::default();

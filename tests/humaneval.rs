@@ -2,8 +2,8 @@
 //! ../shared/data as `tern eval` reads them. Every canonical solution must
 //! pass every one of its tests, and a stub that returns `None` must fail.
 
-use tern_runtime::tasks;
-use tern_runtime::verify::{judge_many, Limits};
+use tern_solve::tasks;
+use tern_solve::verify::{judge_many, Limits};
 
 use crate::support::repo_root;
 

@@ -210,7 +210,7 @@ fn tiny_agreement(
     embd: bool,
 ) -> (usize, usize, f32, usize) {
     use std::sync::Arc;
-    use tern_runtime::backend::{TernBackend, LlamaCppBackend, LlamaCppOptions};
+    use tern_runtime::backend::{LlamaCppBackend, LlamaCppOptions, TernBackend};
     let dir = tempfile::tempdir().unwrap();
     let (path, count) = tiny_iq4(dir.path(), spec, ftype, own, embd);
     let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());

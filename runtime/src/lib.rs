@@ -1,9 +1,11 @@
 //! `tern-runtime`: everything between a model and a caller.
 //!
 //! Tokenizer (GGUF vocabulary through `tokenizers`), chat template (minijinja),
-//! sampler, per-sequence KV caches, generation, perplexity, the
-//! continuous-batching engine and task-set evaluation. Callers (the CLI,
-//! the server, the trainer) talk to this crate; it never sees their wire types.
+//! sampler, per-sequence KV caches, backends, perplexity and the
+//! continuous-batching engine: the engine core. Its clients (best-of-N,
+//! reasoning, verification, tasks, evaluation) live in `tern-solve`, which
+//! depends on this crate and never the other way; the CLI, the server and the
+//! trainer talk to both, and this crate never sees their wire types.
 
 pub mod backend;
 pub mod chat;
@@ -11,18 +13,14 @@ pub mod chat_prompt;
 pub mod constraint;
 pub mod engine;
 pub mod error;
-pub mod eval;
 pub mod generate;
 pub mod kv;
 pub mod memory;
 pub mod model;
 pub mod perplexity;
-pub mod reasoning;
 pub mod sampler;
 pub mod size;
-pub mod tasks;
 pub mod tokenizer;
-pub mod verify;
 
 pub use error::{Result, RuntimeError};
 pub use model::LoadedModel;

@@ -6,7 +6,7 @@
 use std::future::Future;
 
 use tern_runtime::engine::{Event, KvUsage, RequestStream};
-use tern_runtime::reasoning::{Effort, LengthTally};
+use tern_solve::reasoning::{Effort, LengthTally};
 
 use crate::openai::usage::{ReasoningInfo, TernInfo, Usage};
 

@@ -269,7 +269,7 @@ pub struct BonArgs {
     /// majority (vote on extracted answers), synthesize (a CoT synthesizer reads
     /// the candidates and answers), or reward (unit tests from --tests).
     #[arg(long, default_value = "majority")]
-    pub aggregate: tern_runtime::reasoning::Aggregate,
+    pub aggregate: tern_solve::reasoning::Aggregate,
     /// Sample in waves and stop once the leading answer is the majority with
     /// probability >= 0.95 (Beta posterior).
     #[arg(long)]
@@ -301,12 +301,12 @@ pub struct BonArgs {
     /// 2048 reasoning tokens, then the answer is forced) or auto (answer
     /// probes every --probe-every tokens; stop once 3 agree; cap 2048).
     #[arg(long)]
-    pub reasoning_effort: Option<tern_runtime::reasoning::Effort>,
+    pub reasoning_effort: Option<tern_solve::reasoning::Effort>,
     /// The reasoning cap in tokens (replaces the effort's cap).
     #[arg(long)]
     pub thinking_budget: Option<usize>,
     /// Reasoning tokens between answer probes with --reasoning-effort auto.
-    #[arg(long, default_value_t = tern_runtime::reasoning::DEFAULT_PROBE_EVERY)]
+    #[arg(long, default_value_t = tern_solve::reasoning::DEFAULT_PROBE_EVERY)]
     pub probe_every: usize,
     /// A second model (path or registry name) that writes the synthesis for
     /// --aggregate synthesize, run as its own engine (default: --model).
@@ -366,7 +366,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
     /// Reasoning tokens between answer probes for length@auto.
-    #[arg(long, default_value_t = tern_runtime::reasoning::DEFAULT_PROBE_EVERY)]
+    #[arg(long, default_value_t = tern_solve::reasoning::DEFAULT_PROBE_EVERY)]
     pub probe_every: usize,
     /// A second model (path or registry name) that writes the synthesis for
     /// synthesize@N, run as its own engine (default: --model).

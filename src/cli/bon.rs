@@ -7,8 +7,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
-use tern_runtime::reasoning::{best_of_n_with, Aggregate, BonRequest, LengthPolicy};
 use tern_runtime::sampler::SamplingParams;
+use tern_solve::reasoning::{best_of_n_with, Aggregate, BonRequest, LengthPolicy};
 
 use super::args::BonArgs;
 use super::resolve;

@@ -3,14 +3,14 @@
 //! on a JSONL task file or a built-in generator,
 //! each line `{"question"|"prompt": ..., "answer": ...}` (GSM8K's `#### X`
 //! answers work as they are). The evaluation itself is
-//! `tern_runtime::eval`; this file reads the flags, words errors with them
+//! `tern_solve::eval`; this file reads the flags, words errors with them
 //! and prints.
 
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use tern_runtime::engine::{EngineConfig, EngineHandle};
-use tern_runtime::eval::{self, EvalError, Event, Records, Settings, Strategy, Totals};
+use tern_solve::eval::{self, EvalError, Event, Records, Settings, Strategy, Totals};
 
 use super::args::EvalArgs;
 use super::resolve;

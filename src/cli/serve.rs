@@ -118,7 +118,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
     };
     if a.allow_code_execution {
         // Refuse now rather than on the first request: never run code unsandboxed.
-        tern_runtime::verify::check().context("--allow-code-execution")?;
+        tern_solve::verify::check().context("--allow-code-execution")?;
     }
     let engine = EngineConfig {
         // llama.cpp allocates its whole cache up front: default it to 1 GiB

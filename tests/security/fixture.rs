@@ -170,9 +170,9 @@ fn cargo_home() -> String {
 }
 
 /// Why `attack`'s outcome breaks the sandbox's promise, if it does.
-pub fn judge_outcome(attack: &Attack, verdict: &tern_runtime::verify::Verdict) -> Option<String> {
-    use tern_runtime::verify::judge::STDERR_CAP;
-    use tern_runtime::verify::Verdict;
+pub fn judge_outcome(attack: &Attack, verdict: &tern_solve::verify::Verdict) -> Option<String> {
+    use tern_solve::verify::judge::STDERR_CAP;
+    use tern_solve::verify::Verdict;
     match (attack.expect, verdict) {
         (Expect::Refused, Verdict::Pass) => Some(format!("{}: the attack succeeded", attack.name)),
         (Expect::Refused, Verdict::Fail { reason }) => match &attack.reason {
@@ -197,8 +197,8 @@ pub fn judge_outcome(attack: &Attack, verdict: &tern_runtime::verify::Verdict) -
 }
 
 /// A one-line summary of a verdict, for the suite's printed table.
-pub fn summary(verdict: &tern_runtime::verify::Verdict) -> String {
-    use tern_runtime::verify::Verdict;
+pub fn summary(verdict: &tern_solve::verify::Verdict) -> String {
+    use tern_solve::verify::Verdict;
     match verdict {
         Verdict::Pass => "pass".into(),
         Verdict::Timeout => "timeout".into(),

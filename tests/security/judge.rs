@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use tern_runtime::tasks::Task;
-use tern_runtime::verify::{judge_many, Limits, Verdict};
+use tern_solve::tasks::Task;
+use tern_solve::verify::{judge_many, Limits, Verdict};
 use tern_trainer::rollout::{score, Rollout};
 
 use super::fixture::{attacks, judge_outcome, summary, tiny_model, Expect, Host};

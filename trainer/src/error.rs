@@ -10,7 +10,7 @@ pub enum TrainError {
     Config(String),
     /// The task source could not be read; nothing was trained.
     #[error(transparent)]
-    Task(#[from] tern_runtime::tasks::TaskError),
+    Task(#[from] tern_solve::tasks::TaskError),
     /// The memory cap cannot hold a phase of the run; `phase` names it.
     #[error("memory cap {cap}: {phase} needs about {needed}; {advice}")]
     MemoryCap {

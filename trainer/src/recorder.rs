@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tern_runtime::engine::EngineHandle;
-use tern_runtime::eval;
 use tern_runtime::kv::policy::KvPolicy;
-use tern_runtime::tasks::Task;
+use tern_solve::eval;
+use tern_solve::tasks::Task;
 
 use crate::config::TrainConfig;
 use crate::error::{Result, TrainError};

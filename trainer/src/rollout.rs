@@ -10,12 +10,12 @@ use tern_models::EvictionLog;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::chat_prompt::ContentTokens;
 use tern_runtime::engine::{EngineHandle, SubmitRequest};
-use tern_runtime::eval;
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
-use tern_runtime::tasks::Task;
-use tern_runtime::verify;
 use tern_runtime::LoadedModel;
+use tern_solve::eval;
+use tern_solve::tasks::Task;
+use tern_solve::verify;
 
 use crate::error::{Result, TrainError};
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 use tern_models::ModelConfig;
 use tern_runtime::engine::EngineHandle;
 use tern_runtime::kv::policy::KvPolicy;
-use tern_runtime::tasks::Task;
+use tern_solve::tasks::Task;
 
 use crate::config::{Algorithm, TrainConfig};
 use crate::correction::{self, Correction};

@@ -13,8 +13,8 @@ use tern_runtime::engine::DEFAULT_PREFILL_CHUNK;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::SeqCache;
-use tern_runtime::tasks::{self, Task};
 use tern_runtime::LoadedModel;
+use tern_solve::tasks::{self, Task};
 
 use crate::checkpoint::{self, Checkpoint, State};
 use crate::config::{Algorithm, LearnerKv, TrainConfig};

@@ -3,7 +3,7 @@
 //! adaptive length did when the request set a reasoning effort or budget).
 
 use serde::Serialize;
-use tern_runtime::reasoning::{Effort, LengthReport};
+use tern_solve::reasoning::{Effort, LengthReport};
 
 /// OpenAI's `usage`: token counts for the whole request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]

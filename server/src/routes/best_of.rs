@@ -10,7 +10,7 @@ use axum::Json;
 use serde_json::json;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineHandle, MAX_N};
-use tern_runtime::reasoning::{best_of_n_with, Aggregate, BonRequest, ReasoningError};
+use tern_solve::reasoning::{best_of_n_with, Aggregate, BonRequest, ReasoningError};
 
 use crate::openai::error::ApiError;
 use crate::openai::ResponseMeta;

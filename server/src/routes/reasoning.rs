@@ -6,7 +6,7 @@
 //! of the request's `n` choices: every choice reasons, and is probed, alone.
 
 use tern_runtime::model::LoadedModel;
-use tern_runtime::reasoning::{
+use tern_solve::reasoning::{
     think_spec, Effort, LengthPolicy, ANSWER_TOKENS, DEFAULT_PROBE_EVERY, MAX_THINKING_BUDGET,
 };
 

@@ -2,9 +2,9 @@
 //! `length@auto` mean, which strategies fit a task set, and which ones can
 //! share one set of samples per task.
 
-use crate::engine::MAX_N;
 use crate::reasoning::{Aggregate, Effort, LengthPolicy};
 use crate::tasks::Task;
+use tern_runtime::engine::MAX_N;
 
 use super::EvalError;
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use crate::reasoning::ReasoningError;
 use crate::tasks::TaskError;
 use crate::verify::JudgeError;
-use crate::RuntimeError;
+use tern_runtime::RuntimeError;
 
 /// An evaluation's failure.
 #[derive(Debug, thiserror::Error)]

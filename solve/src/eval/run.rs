@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::chat::ChatMessage;
-use crate::engine::EngineHandle;
-use crate::kv::policy::KvPolicy;
 use crate::reasoning::{best_of_n_shared, best_of_n_with, Aggregate, BonRequest};
-use crate::sampler::SamplingParams;
 use crate::tasks::{self, Task};
+use tern_runtime::chat::ChatMessage;
+use tern_runtime::engine::EngineHandle;
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::sampler::SamplingParams;
 
 use super::{share_samples, EvalError, Record, Records, Strategy, Totals};
 

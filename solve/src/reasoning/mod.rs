@@ -11,13 +11,13 @@ mod synthesize;
 
 use std::str::FromStr;
 
-use crate::chat::ChatMessage;
-use crate::chat_prompt::ContentTokens;
-use crate::engine::{EngineHandle, SubmitError, SubmitRequest};
-use crate::error::RuntimeError;
-use crate::kv::policy::KvPolicy;
-use crate::sampler::SamplingParams;
 use crate::verify::{self, Limits};
+use tern_runtime::chat::ChatMessage;
+use tern_runtime::chat_prompt::ContentTokens;
+use tern_runtime::engine::{EngineHandle, SubmitError, SubmitRequest};
+use tern_runtime::error::RuntimeError;
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::sampler::SamplingParams;
 
 pub use length::{
     adaptive_length, probe_answer, probes_agree, think_spec, Effort, LengthPolicy, LengthReport,
@@ -161,12 +161,12 @@ pub fn best_of_n_with(
     synthesizer: &EngineHandle,
     req: &BonRequest,
 ) -> Result<BonResult> {
-    if req.n == 0 || req.n > crate::engine::MAX_N {
+    if req.n == 0 || req.n > tern_runtime::engine::MAX_N {
         return Err(RuntimeError::InvalidParam {
             param: "n".into(),
             reason: format!(
                 "must be between 1 and {}, got {}",
-                crate::engine::MAX_N,
+                tern_runtime::engine::MAX_N,
                 req.n
             ),
         }

@@ -3,7 +3,7 @@
 //! stops it early once its answer has converged (DESIGN.md §5).
 //!
 //! The engine does the mechanics (a thinking budget, forked answer probes,
-//! forcing the answer suffix; see [`crate::engine::ThinkSpec`]); this file
+//! forcing the answer suffix; see [`tern_runtime::engine::ThinkSpec`]); this file
 //! decides the numbers and what "converged" means, turns the engine's probe
 //! and conclusion events into a [`LengthReport`], and runs one adaptive-length
 //! generation for the CLI and `tern eval` ([`adaptive_length`]). The server
@@ -12,15 +12,15 @@
 
 use std::str::FromStr;
 
-use crate::chat::ChatMessage;
-use crate::engine::{
+use crate::verify;
+use tern_runtime::chat::ChatMessage;
+use tern_runtime::engine::{
     Completion, ConvergenceRule, EngineHandle, ProbeSpec, SubmitRequest, ThinkSpec,
 };
-use crate::error::RuntimeError;
-use crate::kv::policy::KvPolicy;
-use crate::model::LoadedModel;
-use crate::sampler::SamplingParams;
-use crate::verify;
+use tern_runtime::error::RuntimeError;
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::model::LoadedModel;
+use tern_runtime::sampler::SamplingParams;
 
 use super::{chat_tokens, Result};
 
@@ -270,7 +270,7 @@ impl LengthTally {
         t
     }
 
-    /// Records an [`crate::engine::Event::Probe`].
+    /// Records an [`tern_runtime::engine::Event::Probe`].
     pub fn probe(&mut self, at: usize, text: &str, tokens: usize) {
         self.report.probes.push(ProbeRecord {
             at,
@@ -279,7 +279,7 @@ impl LengthTally {
         });
     }
 
-    /// Records an [`crate::engine::Event::Concluded`].
+    /// Records an [`tern_runtime::engine::Event::Concluded`].
     pub fn concluded(&mut self, at: usize, early: bool) {
         self.concluded_at = Some(at);
         self.report.stopped_early = early;
