@@ -11,6 +11,7 @@ pub mod config;
 pub mod correction;
 pub mod data;
 pub mod error;
+pub mod export;
 pub mod grpo;
 pub mod learner;
 pub mod logprob;
