@@ -268,7 +268,7 @@ pub enum SubmitError {
         limit: usize,
     },
     /// Even alone the request needs more KV memory than the engine has.
-    #[error("this request needs {needed} bytes of KV cache but the engine has {kv_memory} (--kv-memory); use a budgeted kv_policy, fewer tokens or a smaller n")]
+    #[error("this request needs {needed} bytes of KV cache but the engine has {kv_memory}; use a budgeted kv_policy, fewer tokens or a smaller n")]
     TooLarge {
         /// Bytes the request would reserve.
         needed: usize,

@@ -242,7 +242,9 @@ impl ApiError {
                 err
             }
             e @ SubmitError::TooLarge { .. } => {
-                Self::bad_request(e.to_string()).with_code("kv_memory_exceeded")
+                // The engine does not know the flag that sized it; the server does.
+                Self::bad_request(format!("{e} (the server's --kv-memory)"))
+                    .with_code("kv_memory_exceeded")
             }
             e @ SubmitError::Stopped => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, SERVER_ERROR, e.to_string())
