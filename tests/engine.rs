@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tern_runtime::backend::TernBackend;
 use tern_runtime::engine::FinishReason;
 use tern_runtime::engine::{
     ConvergenceRule, EngineConfig, EngineHandle, Event, ProbeSpec, SubmitError, SubmitRequest,
@@ -77,7 +78,9 @@ fn alone_in_chunks(
         prefill_chunk: chunk,
         kv_policy: req.kv_policy.clone(),
     };
-    generate(model, &g, |_| {}).unwrap().token_ids
+    generate(&mut TernBackend::new(model), model, &g, |_| {})
+        .unwrap()
+        .token_ids
 }
 
 fn small_config() -> EngineConfig {

@@ -8,6 +8,34 @@ use tern_runtime::LoadedModel;
 
 use crate::support::tiny::load_tiny as tiny;
 
+/// Runs `prompt` through `cache` straight on the model, `chunk` tokens per
+/// forward; returns the last token's logits.
+fn prefill(
+    model: &tern_runtime::LoadedModel,
+    cache: &mut SeqCache,
+    prompt: &[u32],
+    chunk: usize,
+) -> tern_runtime::Result<Tensor> {
+    let start = cache.seen();
+    let mut last = None;
+    for (i, piece) in prompt.chunks(chunk).enumerate() {
+        let is_last = (i + 1) * chunk >= prompt.len();
+        let mut batch = [SeqBatch {
+            tokens: piece,
+            start_pos: start + i * chunk,
+            cache,
+            logits: if is_last {
+                LogitsWanted::Last
+            } else {
+                LogitsWanted::None
+            },
+        }];
+        last = model.arch.forward(&mut batch)?.pop().flatten();
+    }
+    cache.finish_prefill()?;
+    Ok(last.expect("a non-empty prompt"))
+}
+
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     max_abs(&(a - b).unwrap())
 }
@@ -89,10 +117,10 @@ fn chunked_prefill_equals_one_shot() {
     let (_d, model) = tiny();
     let prompt: Vec<u32> = (0..40).map(|i| (i * 37 % 250 + 3) as u32).collect();
     let mut one = SeqCache::new(model.config());
-    let whole = tern_runtime::generate::prefill(&model, &mut one, &prompt, 512).unwrap();
+    let whole = prefill(&model, &mut one, &prompt, 512).unwrap();
     for chunk in [1, 7, 16] {
         let mut c = SeqCache::new(model.config());
-        let chunked = tern_runtime::generate::prefill(&model, &mut c, &prompt, chunk).unwrap();
+        let chunked = prefill(&model, &mut c, &prompt, chunk).unwrap();
         assert_eq!(c.len(), prompt.len());
         let diff = max_abs_diff(&whole, &chunked);
         assert!(diff < 1e-4, "chunk {chunk}: last logits differ by {diff}");
@@ -111,9 +139,9 @@ fn long_prefill_in_chunks_of_64_or_more_equals_one_shot_exactly() {
     let (_d, model) = tiny();
     let prompt: Vec<u32> = (0..150).map(|i| (i * 53 % 250 + 3) as u32).collect();
     let mut one = SeqCache::new(model.config());
-    let whole = tern_runtime::generate::prefill(&model, &mut one, &prompt, 512).unwrap();
+    let whole = prefill(&model, &mut one, &prompt, 512).unwrap();
     let mut c = SeqCache::new(model.config());
-    let chunked = tern_runtime::generate::prefill(&model, &mut c, &prompt, 75).unwrap();
+    let chunked = prefill(&model, &mut c, &prompt, 75).unwrap();
     assert_eq!(max_abs_diff(&whole, &chunked), 0.0);
 }
 

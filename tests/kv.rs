@@ -2,6 +2,7 @@
 //! per-head masks stay correct after eviction, and bad specs are clear errors.
 
 use tern_models::{KvStore, LogitsWanted, SeqBatch};
+use tern_runtime::backend::TernBackend;
 use tern_runtime::generate::{generate, GenerateRequest};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::SeqCache;
@@ -27,7 +28,7 @@ fn run(
         prefill_chunk: 16,
         kv_policy: policy.parse().unwrap(),
     };
-    generate(model, &req, |_| {}).unwrap()
+    generate(&mut TernBackend::new(model), model, &req, |_| {}).unwrap()
 }
 
 #[test]

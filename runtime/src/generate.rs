@@ -1,18 +1,16 @@
-//! Single-sequence generation straight on a KV cache, outside the engine:
-//! chunked prefill, then one token per forward until a stop token, a stop
-//! string or the token limit. Only `tern kv-eval` uses it (it needs the cache
-//! itself, to measure a policy's held bytes token by token); every other
+//! Single-sequence generation on a [`Backend`], without the engine's
+//! scheduler: chunked prefill, then one token per forward until a stop token, a
+//! stop string or the token limit. `tern kv-eval` uses it (one sequence at a
+//! time, its KV bytes read from the backend), and the engine's tests use it as
+//! the straight-line reference the batched engine must equal; every other
 //! caller goes through the engine (`crate::engine`), whose types it shares.
 
 use std::time::Instant;
 
-use candle_core::Tensor;
-use tern_models::{LogitsWanted, SeqBatch};
-
+use crate::backend::{Backend, LogitsWanted, Row, SeqId};
 use crate::engine::{FinishReason, StopMatcher, TokenLogprob};
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
-use crate::kv::SeqCache;
 use crate::model::LoadedModel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::StreamDecoder;
@@ -59,48 +57,64 @@ pub struct GenerateOutput {
     pub kv_bytes: usize,
     /// Bytes a full cache would have held for the same tokens.
     pub kv_bytes_full: usize,
-    /// Bytes of KV buffers allocated at the end (capacity, not just valid entries).
+    /// Bytes of KV buffers allocated at the end (capacity, not just valid
+    /// entries; what the backend holds them in).
     pub kv_bytes_allocated: usize,
 }
 
-/// Runs the prompt through `cache` in chunks; returns the last token's logits.
-pub fn prefill(
-    model: &LoadedModel,
-    cache: &mut SeqCache,
+/// Runs `prompt` into sequence `seq` from position `start` in chunks of
+/// `chunk`; returns the last token's logits.
+fn prefill(
+    backend: &mut dyn Backend,
+    seq: SeqId,
     prompt: &[u32],
+    start: usize,
     chunk: usize,
-) -> Result<Tensor> {
+) -> Result<Vec<f32>> {
     let chunk = chunk.max(1);
-    // The next position (a compressed or sliding cache holds fewer entries).
-    let start = cache.seen();
     let mut last = None;
     for (i, piece) in prompt.chunks(chunk).enumerate() {
         let is_last = (i + 1) * chunk >= prompt.len();
-        let mut batch = [SeqBatch {
+        let row = Row {
+            seq,
             tokens: piece,
             start_pos: start + i * chunk,
-            cache,
             logits: if is_last {
                 LogitsWanted::Last
             } else {
                 LogitsWanted::None
             },
-        }];
-        last = model.arch.forward(&mut batch)?.pop().flatten();
+        };
+        last = backend.forward(&[row])?.pop().flatten();
     }
-    cache.finish_prefill()?;
+    backend.finish_prefill(seq)?;
     last.ok_or(RuntimeError::EmptyPrompt)
 }
 
-/// Generates from `req.prompt`, calling `on_text` with each piece of text as it
-/// becomes complete UTF-8.
+/// Generates from `req.prompt` on `backend` (running `model`), calling
+/// `on_text` with each piece of text as it becomes complete UTF-8. The
+/// sequence is freed whatever happens.
 pub fn generate(
+    backend: &mut dyn Backend,
+    model: &LoadedModel,
+    req: &GenerateRequest,
+    on_text: impl FnMut(&str),
+) -> Result<GenerateOutput> {
+    req.sampling.validate()?;
+    model.check_prompt(req.prompt.len())?;
+    let seq = backend.new_seq(&req.kv_policy, req.prompt.len() + req.max_tokens)?;
+    let out = run(backend, seq, model, req, on_text);
+    backend.free(seq);
+    out
+}
+
+fn run(
+    backend: &mut dyn Backend,
+    seq: SeqId,
     model: &LoadedModel,
     req: &GenerateRequest,
     mut on_text: impl FnMut(&str),
 ) -> Result<GenerateOutput> {
-    req.sampling.validate()?;
-    model.check_prompt(req.prompt.len())?;
     let ctx = model.config().context_length;
     let stop_ids = if req.ignore_eos {
         Vec::new()
@@ -108,7 +122,6 @@ pub fn generate(
         model.stop_tokens()
     };
     let mut sampler = Sampler::new(req.sampling.clone());
-    let mut cache = SeqCache::with_policy(model.config(), req.kv_policy.clone());
     let mut history = req.prompt.clone();
     let mut out = GenerateOutput {
         text: String::new(),
@@ -127,13 +140,12 @@ pub fn generate(
     let mut stops = StopMatcher::new(req.stop.clone());
 
     let t0 = Instant::now();
-    let mut logits = prefill(model, &mut cache, &req.prompt, req.prefill_chunk)?;
+    let mut logits = prefill(backend, seq, &req.prompt, 0, req.prefill_chunk)?;
     out.prefill_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
     while out.token_ids.len() < req.max_tokens {
-        let row: Vec<f32> = logits.squeeze(0)?.to_vec1()?;
-        let s = sampler.sample(&row, &history);
+        let s = sampler.sample(&logits, &history);
         out.token_ids.push(s.token);
         out.logprobs.push(TokenLogprob {
             token: s.token,
@@ -158,15 +170,14 @@ pub fn generate(
         if out.token_ids.len() >= req.max_tokens || pos + 1 >= ctx {
             break;
         }
-        let mut batch = [SeqBatch {
+        let row = Row {
+            seq,
             tokens: &history[pos..],
             start_pos: pos,
-            cache: &mut cache,
             logits: LogitsWanted::Last,
-        }];
-        logits = model
-            .arch
-            .forward(&mut batch)?
+        };
+        logits = backend
+            .forward(&[row])?
             .pop()
             .flatten()
             .ok_or(RuntimeError::EmptyPrompt)?;
@@ -178,8 +189,9 @@ pub fn generate(
         out.text.push_str(&tail);
         on_text(&tail);
     }
-    out.kv_bytes = cache.peak_bytes();
-    out.kv_bytes_full = cache.full_bytes();
-    out.kv_bytes_allocated = cache.allocated_bytes();
+    let kv = backend.kv(seq);
+    out.kv_bytes = kv.peak;
+    out.kv_bytes_full = kv.full;
+    out.kv_bytes_allocated = kv.allocated;
     Ok(out)
 }

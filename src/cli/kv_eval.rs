@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
+use tern_runtime::backend::TernBackend;
 use tern_runtime::generate::{generate, GenerateRequest};
 use tern_runtime::kv::passkey;
 use tern_runtime::kv::policy::KvPolicy;
@@ -106,7 +107,7 @@ fn eval_passkey(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value
                         stop: Vec::new(),
                         kv_policy: p.clone(),
                     };
-                    let out = generate(model, &req, |_| {})?;
+                    let out = generate(&mut TernBackend::new(model), model, &req, |_| {})?;
                     let hit = passkey::is_correct(key, &out.text);
                     ok += hit as usize;
                     n += 1;
@@ -153,7 +154,7 @@ fn eval_memory(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value>
             prefill_chunk: 512,
             kv_policy: p.clone(),
         };
-        let out = generate(model, &req, |_| {})?;
+        let out = generate(&mut TernBackend::new(model), model, &req, |_| {})?;
         let ratio = out.kv_bytes_full as f64 / out.kv_bytes.max(1) as f64;
         eprintln!(
             "memory ctx {ctx}: {} of {} bytes",

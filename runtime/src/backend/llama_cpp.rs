@@ -323,6 +323,9 @@ impl Backend for LlamaCppBackend {
                 bytes: s.held * self.bytes_per_token,
                 peak: s.peak * self.bytes_per_token,
                 full: s.seen * self.bytes_per_token,
+                // llama.cpp's cells belong to its context, not to a sequence:
+                // what the sequence holds is what it takes.
+                allocated: s.held * self.bytes_per_token,
             })
             .unwrap_or_default()
     }

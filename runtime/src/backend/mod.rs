@@ -51,6 +51,8 @@ pub struct SeqKv {
     pub peak: usize,
     /// Bytes a full cache would hold for the same tokens.
     pub full: usize,
+    /// Bytes of the buffers holding them (capacity, not just valid entries).
+    pub allocated: usize,
 }
 
 /// A forward-pass implementation with per-sequence KV state.

@@ -164,6 +164,7 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for TernBackend<M> {
                 bytes: c.bytes(),
                 peak: c.peak_bytes(),
                 full: c.full_bytes(),
+                allocated: c.allocated_bytes(),
             })
             .unwrap_or_default()
     }
