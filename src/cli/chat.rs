@@ -69,7 +69,7 @@ pub fn run(a: &ChatArgs) -> Result<()> {
             }
         };
         println!();
-        history.push(ChatMessage::new("assistant", out.text));
+        history.push(ChatMessage::new("assistant", out.completion.text));
     }
     Ok(())
 }

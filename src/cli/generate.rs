@@ -9,7 +9,7 @@ use serde_json::json;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::chat_prompt::ContentTokens;
 use tern_runtime::engine::{
-    EngineConfig, EngineHandle, Event, FinishReason, KvUsage, SubmitRequest, TokenLogprob,
+    Completion, EngineConfig, EngineHandle, Event, FinishReason, KvUsage, SubmitRequest,
 };
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::{memory, LoadedModel};
@@ -53,16 +53,23 @@ pub fn content_tokens(allow: bool) -> ContentTokens {
     }
 }
 
-/// What one engine request produced, with its timings.
+/// What one engine request produced (its one completion, as the engine
+/// collected it), with the timings the CLI reports.
 pub struct Completed {
-    pub text: String,
-    pub token_ids: Vec<u32>,
-    pub logprobs: Vec<TokenLogprob>,
-    pub finish_reason: FinishReason,
+    pub completion: Completion,
     pub prompt_tokens: usize,
     pub prefill_secs: f64,
     pub decode_secs: f64,
-    pub kv: Option<KvUsage>,
+}
+
+impl Completed {
+    /// Why the completion ended (a completion cut off without a reason ran
+    /// out of tokens).
+    fn finish_reason(&self) -> FinishReason {
+        self.completion
+            .finish_reason
+            .unwrap_or(FinishReason::Length)
+    }
 }
 
 /// Submits one single-completion request and drains its events, calling
@@ -81,16 +88,11 @@ pub fn run_request(
     })?;
     let prefilled = prefilled.unwrap_or(t0);
     let prompt_tokens = collected.prompt_tokens;
-    let c = collected.into_completions().swap_remove(0);
     Ok(Completed {
-        text: c.text,
-        token_ids: c.tokens,
-        logprobs: c.logprobs,
-        finish_reason: c.finish_reason.unwrap_or(FinishReason::Length),
+        completion: collected.into_completions().swap_remove(0),
         prompt_tokens,
         prefill_secs: (prefilled - t0).as_secs_f64(),
         decode_secs: prefilled.elapsed().as_secs_f64(),
-        kv: c.kv,
     })
 }
 
@@ -140,10 +142,10 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
             let _ = stdout.flush();
         }
     })?;
-    let completion = out.token_ids.len();
+    let completion = out.completion.tokens.len();
     let prefill_tps = out.prompt_tokens as f64 / out.prefill_secs.max(1e-9);
     let decode_tps = completion.saturating_sub(1) as f64 / out.decode_secs.max(1e-9);
-    let kv = out.kv.clone().unwrap_or(KvUsage {
+    let kv = out.completion.kv.clone().unwrap_or(KvUsage {
         policy: a.kv.kv_policy.to_string(),
         bytes_peak: 0,
         bytes_final: 0,
@@ -153,6 +155,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     if json_mode {
         let tokenizer = &engine.model().tokenizer;
         let logprobs: Vec<_> = out
+            .completion
             .logprobs
             .iter()
             .map(|l| {
@@ -165,11 +168,11 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
             })
             .collect();
         let report = json!({
-            "text": out.text,
-            "token_ids": out.token_ids,
+            "text": out.completion.text,
+            "token_ids": out.completion.tokens,
             "prompt_tokens": out.prompt_tokens,
             "completion_tokens": completion,
-            "finish_reason": out.finish_reason,
+            "finish_reason": out.finish_reason(),
             "prefill_tokens_per_s": prefill_tps,
             "decode_tokens_per_s": decode_tps,
             "prefill_seconds": out.prefill_secs,
@@ -185,7 +188,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
         println!();
         eprintln!(
             "[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s decode; finish: {:?}]",
-            out.prompt_tokens, prefill_tps, completion, decode_tps, out.finish_reason
+            out.prompt_tokens, prefill_tps, completion, decode_tps, out.finish_reason()
         );
     }
     Ok(())
