@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_runtime::sampler::SamplingParams;
-use tern_solve::reasoning::{best_of_n_with, Aggregate, BonRequest, LengthPolicy};
+use tern_solve::reasoning::{best_of_n_with, lacks_tests, BonRequest, LengthPolicy};
 
 use super::args::BonArgs;
 use super::resolve;
@@ -28,7 +28,7 @@ pub fn run(a: &BonArgs) -> Result<()> {
             .collect(),
         None => Vec::new(),
     };
-    if a.aggregate == Aggregate::Reward && tests.is_empty() {
+    if lacks_tests(a.aggregate, &tests) {
         match &a.tests {
             Some(path) => bail!("--tests {} holds no tests", path.display()),
             None => bail!(

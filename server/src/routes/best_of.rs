@@ -10,7 +10,7 @@ use axum::Json;
 use serde_json::json;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineHandle, MAX_N};
-use tern_solve::reasoning::{best_of_n_with, Aggregate, BonRequest, ReasoningError};
+use tern_solve::reasoning::{best_of_n_with, lacks_tests, Aggregate, BonRequest, ReasoningError};
 
 use crate::openai::error::ApiError;
 use crate::openai::ResponseMeta;
@@ -58,7 +58,7 @@ pub fn request(
     if aggregate == Aggregate::Reward && !allow_code {
         return Err(ApiError::code_execution_disabled("tests"));
     }
-    if aggregate == Aggregate::Reward && tests.is_empty() {
+    if lacks_tests(aggregate, &tests) {
         return Err(ApiError::invalid_param(
             "tests",
             "aggregate `reward` needs `tests`: a list of Python assertions",

@@ -38,6 +38,14 @@ pub enum Aggregate {
     Reward,
 }
 
+/// Whether `aggregate` cannot run for want of tests: `reward` scores each
+/// candidate by the unit tests it passes. Every front end (the library's own
+/// guard, `tern bon`, the server) asks this one question and words the answer
+/// in its own terms (flags, JSON fields).
+pub fn lacks_tests(aggregate: Aggregate, tests: &[String]) -> bool {
+    aggregate == Aggregate::Reward && tests.is_empty()
+}
+
 impl FromStr for Aggregate {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
@@ -172,7 +180,7 @@ pub fn best_of_n_with(
         }
         .into());
     }
-    if req.aggregate == Aggregate::Reward && req.tests.is_empty() {
+    if lacks_tests(req.aggregate, &req.tests) {
         return Err(ReasoningError::Verify(
             "the reward aggregate needs unit tests to score candidates".into(),
         ));
