@@ -5,9 +5,9 @@
 //! nothing else: it never runs pip, draws progress bars or touches the network.
 //! Only the binary depends on this crate.
 
-pub mod catalog;
+mod catalog;
 mod error;
-pub mod pull;
+mod pull;
 
 pub use catalog::{entry, lookup, model_dir, RegistryEntry, WheelPart, DEFAULT_MODEL, REGISTRY};
 pub use error::{HubError, Result};

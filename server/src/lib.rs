@@ -13,23 +13,23 @@
 //! seam tests drive in process. Every request passes the [`origin`] check
 //! (Host and Origin) so web pages cannot drive a local server.
 
-pub mod auth;
-pub mod body;
-pub mod collect;
+mod auth;
+mod body;
+mod collect;
 pub mod duration;
-pub mod events;
-pub mod ids;
+mod events;
+mod ids;
 pub mod listener;
-pub mod logprobs;
-pub mod openai;
+mod logprobs;
+mod openai;
 pub mod origin;
-pub mod params;
-pub mod prometheus;
-pub mod prompt;
-pub mod routes;
+mod params;
+mod prometheus;
+mod prompt;
+mod routes;
 pub use tern_runtime::size;
-pub mod state;
-pub mod stream;
+mod state;
+mod stream;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -47,7 +47,8 @@ pub struct GenerationFields {
     pub stream_options: Option<StreamOptions>,
     /// `{"type": "text"}` or `{"type": "json_object"}`.
     pub response_format: Option<ResponseFormat>,
-    /// End-user id; accepted and ignored.
+    /// End-user id; accepted (so strict parsing takes it) and ignored.
+    #[allow(dead_code)]
     pub user: Option<String>,
     /// Tern extension: the KV cache policy spec for this request.
     pub kv_policy: Option<String>,
