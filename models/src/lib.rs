@@ -8,22 +8,22 @@
 
 pub mod arch;
 pub mod attention;
-pub mod batch;
-pub mod config;
-pub mod error;
-pub mod exact;
+mod batch;
+mod config;
+mod error;
+mod exact;
 pub mod export;
 pub mod flash;
 mod frozen;
 pub mod gguf;
 pub mod gguf_types;
-pub mod kv;
-pub mod lora;
+mod kv;
+mod lora;
 mod mask;
 pub mod quant;
 mod rope;
-pub mod visibility;
-pub mod weight;
+mod visibility;
+mod weight;
 
 pub use arch::{Llama, Model};
 pub use batch::{LogitsWanted, SeqBatch};
