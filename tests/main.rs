@@ -13,6 +13,7 @@ mod humaneval;
 mod iq4;
 mod kquant;
 mod kv;
+mod learner;
 mod plot;
 mod quantize;
 mod reasoning;

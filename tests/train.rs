@@ -239,7 +239,7 @@ fn real_model_cap_below_the_weights_is_refused_at_start() {
         "--model",
         model.to_str().unwrap(),
         "--memory-cap",
-        "300MiB",
+        "120MiB",
         "--out",
         out.to_str().unwrap(),
     ]);

@@ -49,6 +49,33 @@ pub struct Queries<'a> {
     /// A sliding-window layer's window: a row at `p` sees only entries at
     /// positions `p - window < k <= p` (llama.cpp's standard SWA mask).
     pub window: Option<u32>,
+    /// Which of llama.cpp's two kernels rounds these rows.
+    pub kernel: FlashKernel,
+}
+
+/// Which kernel's rounding a call reproduces. llama.cpp picks by the rows of
+/// its micro-batch; a learner scoring a sampled sequence again in one pass
+/// must instead pick what the sampler ran for those rows (one row at a time
+/// while decoding, the prompt's chunk size while prefilling).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlashKernel {
+    /// As llama.cpp chooses for this many rows ([`TILED_MIN_ROWS`]).
+    ByRows,
+    /// The f16-accumulating kernel whatever the row count (decode rows).
+    Rows,
+    /// The tiled f32 kernel whatever the row count.
+    Tiled,
+}
+
+impl FlashKernel {
+    /// Whether `n` rows run on the tiled kernel.
+    pub fn tiled(self, n: usize) -> bool {
+        match self {
+            FlashKernel::ByRows => n >= TILED_MIN_ROWS,
+            FlashKernel::Rows => false,
+            FlashKernel::Tiled => true,
+        }
+    }
 }
 
 /// What [`attend`] returns: the output `[n, H * head_dim]` and, when asked,
@@ -92,7 +119,7 @@ pub fn attend(
             scale,
             want_weights,
         };
-        let block = if n >= TILED_MIN_ROWS {
+        let block = if qs.kernel.tiled(n) {
             heads.tiled(rows)
         } else {
             heads.one_chunk(rows)
@@ -162,6 +189,34 @@ pub fn attend_tensors_windowed(
     scale: f32,
     want_weights: bool,
 ) -> Result<Option<Attended>> {
+    attend_tensors_as(
+        q,
+        q_pos,
+        k,
+        v,
+        k_pos,
+        replay,
+        window,
+        scale,
+        want_weights,
+        FlashKernel::ByRows,
+    )
+}
+
+/// [`attend_tensors_windowed`] on a chosen kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_tensors_as(
+    q: &Tensor,
+    q_pos: &[u32],
+    k: &Tensor,
+    v: &Tensor,
+    k_pos: &[&[u32]],
+    replay: Option<(&Visibility, usize)>,
+    window: Option<u32>,
+    scale: f32,
+    want_weights: bool,
+    kernel: FlashKernel,
+) -> Result<Option<Attended>> {
     if k.dims3()?.0 != k_pos.len() || v.dims3()?.0 != k_pos.len() {
         return Ok(None);
     }
@@ -183,6 +238,7 @@ pub fn attend_tensors_windowed(
                 group: q.len() / (n_kv * n * hd),
                 replay,
                 window,
+                kernel,
             };
             attend(&qs, kv, vv, k_pos, scale, want_weights)
         })

@@ -8,7 +8,10 @@
 
 use candle_core::Tensor;
 
+use std::ops::Range;
+
 use crate::error::Result;
+use crate::flash::FlashKernel;
 use crate::visibility::Visibility;
 
 /// A per-sequence key/value store the forward pass reads and writes, layer by layer.
@@ -57,6 +60,15 @@ pub trait KvStore: Send {
     /// once: a replayed eviction record, so a teacher-forced pass sees exactly
     /// what each query saw when the sequence was sampled under a KV policy.
     fn visibility(&self) -> Option<&Visibility> {
+        None
+    }
+
+    /// How the sampler ran this call's `n` query rows, when this cache scores
+    /// again a sequence a sampler produced (the learner's): runs of rows and
+    /// the attention kernel each ran on, so the rows round as they did then.
+    /// `None` (serving): the call chooses as llama.cpp would. A cache that
+    /// answers `Some` is also run in batch order, never beside the others.
+    fn sampled_kernels(&self, _n: usize) -> Option<Vec<(Range<usize>, FlashKernel)>> {
         None
     }
 }

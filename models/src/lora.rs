@@ -136,9 +136,15 @@ pub struct LoraAdapter {
 
 impl LoraAdapter {
     /// The adapter's contribution for `x` `[T, in]`: `[T, out]`.
+    ///
+    /// Each row is computed alone in one fixed order, so a token's delta is
+    /// the same decoded alone, in a batch, or in a learner's long pass.
     pub fn delta(&self, x: &Tensor) -> Result<Tensor> {
-        let h = x.matmul(&self.a.t()?)?;
-        Ok((h.matmul(&self.b.t()?)? * self.scale)?)
+        let op = crate::grad::LoraDelta {
+            scale: self.scale as f32,
+        };
+        Ok(x.contiguous()?
+            .apply_op3(&self.a.contiguous()?, &self.b.contiguous()?, op)?)
     }
 
     /// The dense update `scale * B A` `[out, in]`, for merging into a weight.

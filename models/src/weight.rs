@@ -1,6 +1,8 @@
 //! A projection's frozen base weight, held the way the caller needs it:
 //! Tern's quantized kernels for serving, or dense f32 for the learner.
 
+use std::sync::Arc;
+
 use candle_core::{Device, Tensor};
 
 use crate::error::Result;
@@ -18,8 +20,9 @@ pub enum Precision {
 
 /// A projection's frozen base weight.
 pub(crate) enum Weight {
-    /// Serving: Tern's quantized kernels on the GGUF blocks.
-    Quant(QLinear),
+    /// Serving (and the LoRA learner): Tern's quantized kernels on the GGUF
+    /// blocks.
+    Quant(Arc<QLinear>),
     /// Learning: the GGUF weight dequantized once to f32 `[out, in]`, so every op
     /// after it is differentiable.
     Dense(Tensor),
@@ -29,6 +32,10 @@ impl Weight {
     /// `x W^T` for `x` `[T, in]`.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(match self {
+            // A learner's activation: the same kernel, with an input gradient.
+            Weight::Quant(q) if x.track_op() => x
+                .contiguous()?
+                .apply_op1(crate::grad::QuantMatmul { w: q.clone() })?,
             Weight::Quant(q) => q.forward(x)?,
             // A trained weight needs candle's matmul (and its weight gradient);
             // a frozen one only passes gradients through to `x`.

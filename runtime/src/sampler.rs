@@ -374,6 +374,19 @@ pub fn log_softmax_at(logits: &[f32], token: u32) -> f32 {
     log_prob(clean(l), log_sum_exp_with_max(logits, max))
 }
 
+/// The log-probability of `token` under `logits` exactly as
+/// [`Sampler::sample`] reports it for a sampler with no bias or penalties:
+/// the same cleaning, maximum and f64 log-sum-exp, so a learner scoring a
+/// sampled sequence again gets the sampler's own number, bit for bit.
+pub fn logprob_of(logits: &[f32], token: u32) -> f32 {
+    let Some(&picked) = logits.get(token as usize) else {
+        return f32::NEG_INFINITY;
+    };
+    let cleaned: Vec<f32> = logits.iter().map(|&l| clean(l)).collect();
+    let lse = log_sum_exp_with_max(&cleaned, max_of(&cleaned));
+    log_prob(clean(picked), lse)
+}
+
 /// NaN becomes `-inf` (never chosen); `+inf` becomes `f32::MAX` so softmax stays defined.
 fn clean(x: f32) -> f32 {
     if x.is_nan() {

@@ -117,6 +117,14 @@ pub struct TrainArgs {
     /// visibility the rollout's KV policy gave it when it was sampled) [dense].
     #[arg(long)]
     pub learner_kv: Option<tern_trainer::config::LearnerKv>,
+    /// The LoRA learner's frozen base: gguf (the sampler's own quantized
+    /// kernels, one copy of the weights) or f32 (dequantized) [gguf].
+    #[arg(long)]
+    pub learner_weights: Option<tern_trainer::config::LearnerWeights>,
+    /// Recompute each block in the backward pass (true) or keep its
+    /// activations (false) [unset: recompute when the memory cap needs it].
+    #[arg(long)]
+    pub recompute: Option<bool>,
     /// Correction of sparse rollouts: none, tis or sparse-rl [none]
     /// (needs temperature 1: it compares with the sampler's log-probabilities).
     #[arg(long)]
@@ -240,6 +248,12 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
     if let Some(k) = a.learner_kv {
         c.learner_kv = k;
     }
+    if let Some(w) = a.learner_weights {
+        c.learner_weights = w;
+    }
+    if a.recompute.is_some() {
+        c.recompute = a.recompute;
+    }
     macro_rules! rho {
         ($($f:ident => $k:ident),*) => { $( if let Some(v) = a.$f { c.rho.$k = v; } )* };
     }
@@ -291,9 +305,11 @@ pub fn run(a: &TrainArgs) -> Result<()> {
                 plan.rollout_at_once,
                 plan.cap
                     .map(|c| format!(
-                        ", cap {} (learner peak estimate {})",
+                        ", cap {} (learner peak estimate {}, recompute {}; the cap binds on {})",
                         format_size(c as usize),
-                        format_size(plan.learner_peak as usize)
+                        format_size(plan.learner_peak as usize),
+                        if plan.recompute { "on" } else { "off" },
+                        plan.binds
                     ))
                     .unwrap_or_default()
             );

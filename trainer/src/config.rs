@@ -55,6 +55,29 @@ impl std::str::FromStr for LearnerKv {
     }
 }
 
+/// How the LoRA learner holds the frozen base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LearnerWeights {
+    /// The GGUF blocks on the sampler's own kernels (one copy shared with the
+    /// rollout engine; dense rollouts' log-probabilities equal pi_old).
+    Gguf,
+    /// Dequantized to f32 (the learner before the quantized one: ~5x the
+    /// weights' memory, and its own rounding).
+    F32,
+}
+
+impl std::str::FromStr for LearnerWeights {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "gguf" => Ok(LearnerWeights::Gguf),
+            "f32" => Ok(LearnerWeights::F32),
+            o => Err(format!("unknown learner_weights `{o}` (gguf or f32)")),
+        }
+    }
+}
+
 /// Every setting of a run. Field names are the TOML keys and the flag names
 /// (`group_size` = `--group-size`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -123,6 +146,11 @@ pub struct TrainConfig {
     /// The learner's attention: `dense`, or `sparse-replay` (the rollout
     /// policy's evictions replayed as masks).
     pub learner_kv: LearnerKv,
+    /// The LoRA learner's frozen base: `gguf` (the sampler's kernels) or `f32`.
+    pub learner_weights: LearnerWeights,
+    /// Recompute each block in the backward pass instead of keeping its
+    /// activations (unset: on when the memory cap needs it).
+    pub recompute: Option<bool>,
     /// Off-policy correction of sparse rollouts: none, tis or sparse-rl.
     pub correction: Correction,
     /// Correction thresholds (veto, rejection band, truncation cap, level).
@@ -169,6 +197,8 @@ impl Default for TrainConfig {
             checkpoint_every: 10,
             rollout_kv_policy: "full".into(),
             learner_kv: LearnerKv::Dense,
+            learner_weights: LearnerWeights::Gguf,
+            recompute: None,
             system_prompt: None,
             correction: Correction::None,
             rho: Thresholds::default(),

@@ -1,27 +1,37 @@
-//! The learner: the serving model's own forward (`tern_models::Model`) over
-//! dequantized f32 weights, teacher-forced over prompt + response with a full
-//! cache, with gradients into LoRA adapters (or every projection under full
-//! fine-tuning).
+//! The learner: the serving model's own forward (`tern_models::Model`),
+//! teacher-forced over prompt + response, with gradients into LoRA adapters
+//! (or every projection under full fine-tuning).
 //!
-//! Token log-probabilities come from [`crate::logprob`]'s chunked passes, and
-//! the gradient enters the graph at the final hidden states: for a loss whose
-//! derivative in each `log p_t` is `c_t`, backpropagating `sum(h * G)` with
+//! Under LoRA the frozen base stays in its GGUF format and the forward is the
+//! sampler's, op for op (`tern_models`' differentiable exact ops): the same
+//! quantized kernels, the same attention kernel per row as the sampler ran
+//! it, the sampler's log-softmax. A dense rollout's recorded log-probabilities
+//! are then the learner's pi_old exactly. The backward through a frozen
+//! quantized projection dequantizes its blocks a tile at a time. With
+//! recompute on, only each block's input is kept and the block is run again
+//! in the backward pass. Full fine-tuning runs on dequantized f32 weights.
+//!
+//! Token log-probabilities never build `[tokens, vocab]` logits: the gradient
+//! enters the graph at the final hidden states: for a loss whose derivative
+//! in each `log p_t` is `c_t`, backpropagating `sum(h * G)` with
 //! `G = c_t dlogp_t/dh_t` (detached) gives exactly the loss's parameter
-//! gradients without building `[tokens, vocab]` logits.
+//! gradients.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tern_models::{
-    EvictionLog, KvStore, LoraAdapter, LoraSet, LoraTarget, Precision, SeqBatch, Visibility,
-};
+use tern_models::quant::QLinear;
+use tern_models::{EvictionLog, LoraAdapter, LoraSet, LoraTarget, Precision};
+use tern_runtime::engine::EngineConfig;
 use tern_runtime::LoadedModel;
 
 use crate::error::{Result, TrainError};
 use crate::logprob;
+use crate::teacher::Teacher;
 
 /// One sequence to score: the prompt and the response whose tokens are scored.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,69 +58,9 @@ impl Sample {
 
     /// The part of the eviction record the prompt's own queries saw (prefill
     /// compression): equal for every fork of one prefilled prompt.
-    fn prompt_evictions(&self) -> Option<EvictionLog> {
+    pub(crate) fn prompt_evictions(&self) -> Option<EvictionLog> {
         let p = self.prompt.len() as u32;
         self.visibility.as_ref().map(|l| l.before(p))
-    }
-}
-
-/// Keys and values of a shared prompt, per layer, as its own pass computed them.
-type PrefixKv = Arc<Mutex<Vec<Option<(Tensor, Tensor)>>>>;
-
-/// A cache for teacher forcing: the whole sequence goes in one forward, so the
-/// keys to attend over are exactly the ones just computed. Several responses
-/// to one prompt share the prompt's pass: the prompt's cache publishes its
-/// keys and values layer by layer, and each response's cache prepends them
-/// (the prompt comes first in the batch, and the model runs a layer for every
-/// sequence before the next layer), so gradients from every response reach
-/// the one prompt computation.
-struct TeacherKv {
-    prefix: Option<PrefixKv>,
-    /// This cache is the prompt's and writes `prefix`.
-    publishes: bool,
-    prefix_len: usize,
-    positions: Vec<u32>,
-    visibility: Option<Visibility>,
-}
-
-impl KvStore for TeacherKv {
-    fn append(
-        &mut self,
-        layer: usize,
-        k: &Tensor,
-        v: &Tensor,
-        positions: &[u32],
-    ) -> tern_models::Result<(Tensor, Tensor)> {
-        self.positions.clear();
-        match &self.prefix {
-            Some(prefix) if self.publishes => {
-                prefix.lock().unwrap_or_else(|p| p.into_inner())[layer] =
-                    Some((k.clone(), v.clone()));
-                self.positions.extend_from_slice(positions);
-                Ok((k.clone(), v.clone()))
-            }
-            Some(prefix) => {
-                let shared = prefix.lock().unwrap_or_else(|p| p.into_inner())[layer].clone();
-                let (pk, pv) = shared.ok_or_else(|| {
-                    candle_core::Error::Msg("a response ran before its prompt".into())
-                })?;
-                self.positions.extend(0..self.prefix_len as u32);
-                self.positions.extend_from_slice(positions);
-                Ok((Tensor::cat(&[&pk, k], 1)?, Tensor::cat(&[&pv, v], 1)?))
-            }
-            None => {
-                self.positions.extend_from_slice(positions);
-                Ok((k.clone(), v.clone()))
-            }
-        }
-    }
-
-    fn positions(&self, _layer: usize, _head: usize) -> &[u32] {
-        &self.positions
-    }
-
-    fn visibility(&self) -> Option<&Visibility> {
-        self.visibility.as_ref()
     }
 }
 
@@ -138,13 +88,27 @@ pub struct Learner {
     /// The rollouts' sampling temperature: log-probabilities are of the
     /// tempered policy `softmax(z / T)`, the one that produced the samples.
     temperature: f64,
+    /// The rollout engine's prefill chunk: which attention kernel each prompt
+    /// row was computed on.
+    prompt_chunk: usize,
+    /// Keep only each block's input and run the block again in the backward.
+    recompute: bool,
+}
+
+/// The projection onto the vocabulary, as the learner reads it.
+enum Output<'a> {
+    /// Dequantized f32 `[vocab, D]` (full fine-tuning).
+    Dense(&'a Tensor),
+    /// The GGUF matrix on the sampler's kernel.
+    Quant(&'a QLinear),
 }
 
 impl Learner {
-    /// Loads `path` as f32 and adds LoRA adapters on `targets` of every block
-    /// (rank `rank`, scale `alpha / rank`; `A` small random from `seed`, `B`
-    /// zero, so step 0 is the base model), or, with `targets` empty, makes every
-    /// block weight trainable (full fine-tuning).
+    /// Loads `path` and adds LoRA adapters on `targets` of every block (rank
+    /// `rank`, scale `alpha / rank`; `A` small random from `seed`, `B` zero, so
+    /// step 0 is the base model) over the quantized base, or, with `targets`
+    /// empty, makes every block weight trainable over f32 weights (full
+    /// fine-tuning).
     pub fn load(
         path: &Path,
         targets: &[LoraTarget],
@@ -152,38 +116,87 @@ impl Learner {
         alpha: f64,
         seed: u64,
     ) -> Result<Learner> {
-        let mut model = LoadedModel::load_as(path, Precision::DenseF32)?;
-        let mut full = Vec::new();
-        let lora = if targets.is_empty() {
-            full = model.arch.make_trainable()?;
-            None
-        } else {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x10_5a);
-            let mut vars = Vec::new();
-            for layer in 0..model.arch.config().n_layer {
-                for &t in targets {
-                    let (out, inp) = model.arch.projection_shape(t);
-                    // Kaiming-uniform-like bound for A, as LoRA initialises it.
-                    let bound = (1.0 / inp as f64).sqrt() as f32;
-                    let a: Vec<f32> = (0..rank * inp)
-                        .map(|_| rng.gen_range(-bound..bound))
-                        .collect();
-                    let a = Var::from_vec(a, (rank, inp), &Device::Cpu)?;
-                    let b = Var::zeros((out, rank), DType::F32, &Device::Cpu)?;
-                    vars.push(((layer, t), a, b));
-                }
+        Self::load_as(path, targets, rank, alpha, seed, Precision::Quantized)
+    }
+
+    /// [`Learner::load`] with the LoRA base held as `base` (full fine-tuning
+    /// is always f32).
+    pub fn load_as(
+        path: &Path,
+        targets: &[LoraTarget],
+        rank: usize,
+        alpha: f64,
+        seed: u64,
+        base: Precision,
+    ) -> Result<Learner> {
+        if targets.is_empty() {
+            let mut model = LoadedModel::load_as(path, Precision::DenseF32)?;
+            let full = model.arch.make_trainable()?;
+            return Ok(Self::assemble(Arc::new(model), None, full));
+        }
+        let model = Arc::new(LoadedModel::load_as(path, base)?);
+        Self::lora(model, targets, rank, alpha, seed)
+    }
+
+    /// LoRA adapters over a model already loaded for serving (the rollout
+    /// engine's): one copy of the quantized weights serves both.
+    pub fn with_model(
+        model: Arc<LoadedModel>,
+        targets: &[LoraTarget],
+        rank: usize,
+        alpha: f64,
+        seed: u64,
+    ) -> Result<Learner> {
+        if targets.is_empty() || model.arch.precision() != Precision::Quantized {
+            return Err(TrainError::Config(
+                "LoRA over a served model needs targets and quantized weights".into(),
+            ));
+        }
+        Self::lora(model, targets, rank, alpha, seed)
+    }
+
+    fn lora(
+        model: Arc<LoadedModel>,
+        targets: &[LoraTarget],
+        rank: usize,
+        alpha: f64,
+        seed: u64,
+    ) -> Result<Learner> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x10_5a);
+        let mut vars = Vec::new();
+        for layer in 0..model.arch.config().n_layer {
+            for &t in targets {
+                let (out, inp) = model.arch.projection_shape(t);
+                // Kaiming-uniform-like bound for A, as LoRA initialises it.
+                let bound = (1.0 / inp as f64).sqrt() as f32;
+                let a: Vec<f32> = (0..rank * inp)
+                    .map(|_| rng.gen_range(-bound..bound))
+                    .collect();
+                let a = Var::from_vec(a, (rank, inp), &Device::Cpu)?;
+                let b = Var::zeros((out, rank), DType::F32, &Device::Cpu)?;
+                vars.push(((layer, t), a, b));
             }
-            Some(TrainLora {
-                vars,
-                scale: alpha / rank as f64,
-            })
+        }
+        let lora = TrainLora {
+            vars,
+            scale: alpha / rank as f64,
         };
-        Ok(Learner {
-            model: Arc::new(model),
+        Ok(Self::assemble(model, Some(lora), Vec::new()))
+    }
+
+    fn assemble(
+        model: Arc<LoadedModel>,
+        lora: Option<TrainLora>,
+        full: Vec<(String, Var)>,
+    ) -> Learner {
+        Learner {
+            model,
             lora,
             full,
             temperature: 1.0,
-        })
+            prompt_chunk: EngineConfig::default().prompt_chunk(),
+            recompute: false,
+        }
     }
 
     /// Scores the policy at sampling temperature `t` (> 0) from now on.
@@ -191,9 +204,31 @@ impl Learner {
         self.temperature = t;
     }
 
-    /// The dense model (tokenizer and template included).
+    /// The rollout engine's prompt chunk ([`EngineConfig::prompt_chunk`]), so
+    /// prompt rows are scored on the attention kernel they were sampled with.
+    pub fn set_prompt_chunk(&mut self, chunk: usize) {
+        self.prompt_chunk = chunk.max(1);
+    }
+
+    /// Recompute each block in the backward pass instead of keeping its
+    /// activations (LoRA only: full fine-tuning keeps them).
+    pub fn set_recompute(&mut self, on: bool) {
+        self.recompute = on;
+    }
+
+    /// Whether blocks are recomputed in the backward pass.
+    pub fn recomputes(&self) -> bool {
+        self.recompute && self.quantized()
+    }
+
+    /// The model (tokenizer and template included).
     pub fn model(&self) -> &Arc<LoadedModel> {
         &self.model
+    }
+
+    /// Whether the frozen base runs on the sampler's quantized kernels.
+    pub fn quantized(&self) -> bool {
+        self.model.arch.precision() == Precision::Quantized
     }
 
     /// Every trainable parameter with a stable name (checkpoint keys).
@@ -266,118 +301,71 @@ impl Learner {
         Ok(Some(Arc::new(copy)))
     }
 
-    /// Final hidden states of the rows that predict each response token, `[R, D]`,
-    /// and those tokens. Consecutive samples with the same prompt (a rollout
-    /// group) share one pass over it.
-    fn response_hidden(
-        &self,
-        samples: &[&Sample],
-        adapters: Option<&LoraSet>,
-    ) -> Result<(Tensor, Vec<u32>)> {
-        let n_layer = self.model.arch.config().n_layer;
-        // Batch entries: per run of samples sharing a prompt, the prompt, then
-        // each response but its last token (nothing predicts past it).
-        let mut inputs: Vec<(&[u32], usize)> = Vec::new();
-        let mut caches: Vec<TeacherKv> = Vec::new();
-        // Per sample: (entry of its prompt, entry of its response if any).
-        let mut places: Vec<(usize, Option<usize>)> = Vec::with_capacity(samples.len());
-        let mut current: Option<(usize, PrefixKv, Option<EvictionLog>)> = None;
-        for s in samples {
-            let p = s.prompt.len();
-            let seen = s.prompt_evictions();
-            let shares = matches!(&current, Some((e, _, ev))
-                if inputs[*e].0 == s.prompt.as_slice() && *ev == seen);
-            if !shares {
-                let prefix: PrefixKv = Arc::new(Mutex::new(vec![None; n_layer]));
-                inputs.push((&s.prompt, 0));
-                caches.push(TeacherKv {
-                    prefix: Some(prefix.clone()),
-                    publishes: true,
-                    prefix_len: 0,
-                    positions: Vec::new(),
-                    visibility: seen.as_ref().map(|l| l.visibility(p)),
-                });
-                current = Some((inputs.len() - 1, prefix, seen));
-            }
-            let (prompt_entry, prefix, _) = current.as_ref().expect("set above");
-            let rest = &s.response[..s.response.len().saturating_sub(1)];
-            let response_entry = if rest.is_empty() {
-                None
-            } else {
-                inputs.push((rest, p));
-                caches.push(TeacherKv {
-                    prefix: Some(prefix.clone()),
-                    publishes: false,
-                    prefix_len: p,
-                    positions: Vec::new(),
-                    visibility: s
-                        .visibility
-                        .as_ref()
-                        .map(|l| l.visibility(p + s.response.len())),
-                });
-                Some(inputs.len() - 1)
-            };
-            places.push((*prompt_entry, response_entry));
+    fn output(&self) -> Result<Output<'_>> {
+        let d = self.model.arch.decoder();
+        if let Some(q) = d.quant_output() {
+            return Ok(Output::Quant(q));
         }
-        let mut offsets = Vec::with_capacity(inputs.len());
-        let mut off = 0usize;
-        for (t, _) in &inputs {
-            offsets.push(off);
-            off += t.len();
-        }
-        let mut batch: Vec<SeqBatch<'_>> = inputs
-            .iter()
-            .zip(caches.iter_mut())
-            .map(|(&(t, start), c)| SeqBatch {
-                tokens: t,
-                start_pos: start,
-                cache: c as &mut dyn KvStore,
-                logits: tern_models::LogitsWanted::None,
-            })
-            .collect();
-        let h = self.model.arch.hidden_with(&mut batch, adapters)?; // [T, D]
-        drop(batch);
-        let mut rows = Vec::new();
-        let mut targets = Vec::new();
-        for (s, &(pe, re)) in samples.iter().zip(&places) {
-            for (j, &y) in s.response.iter().enumerate() {
-                let row = match (j, re) {
-                    (0, _) => offsets[pe] + s.prompt.len() - 1,
-                    (j, Some(re)) => offsets[re] + j - 1,
-                    (_, None) => unreachable!("a response longer than one token has an entry"),
-                };
-                rows.push(row as u32);
-                targets.push(y);
-            }
-        }
-        let idx = Tensor::from_vec(rows, targets.len(), &Device::Cpu)?;
-        let h = h.index_select(&idx, 0)?;
-        // z / T = (h / T) W^T: scaling the rows tempers the logits, and the
-        // gradient flows back through the scale.
-        let h = if self.temperature == 1.0 {
-            h
-        } else {
-            (h * (1.0 / self.temperature))?
-        };
-        Ok((h, targets))
-    }
-
-    fn output(&self) -> Result<&Tensor> {
         self.model
             .arch
             .dense_output()
-            .ok_or_else(|| TrainError::Config("the learner needs dense weights".into()))
+            .map(Output::Dense)
+            .ok_or_else(|| TrainError::Config("the learner has no output projection".into()))
+    }
+
+    /// Pass 1 over the selected hidden states `h` (detached).
+    fn stats(&self, h: &Tensor, targets: &[u32]) -> Result<logprob::RowStats> {
+        match self.output()? {
+            Output::Dense(w) => logprob::row_stats(h, w, targets),
+            Output::Quant(w) => logprob::quant_row_stats(h, w, targets, self.temperature),
+        }
+    }
+
+    /// Pass 2: `G = c_t d log p_t / d h_t`.
+    fn grad_hidden(
+        &self,
+        h: &Tensor,
+        targets: &[u32],
+        stats: &logprob::RowStats,
+        coef: &[f64],
+    ) -> Result<Tensor> {
+        match self.output()? {
+            Output::Dense(w) => logprob::grad_hidden(h, w, targets, stats, coef),
+            Output::Quant(w) => {
+                logprob::quant_grad_hidden(h, w, targets, stats, coef, self.temperature)
+            }
+        }
+    }
+
+    /// The rows of the final hidden states that predict response tokens;
+    /// on the dense path divided by the temperature (`z / T = (h / T) W^T`;
+    /// the quantized path tempers the served logits themselves).
+    fn select(&self, h: &Tensor, rows: &[u32]) -> Result<Tensor> {
+        let idx = Tensor::from_slice(rows, rows.len(), &Device::Cpu)?;
+        let h = h.index_select(&idx, 0)?;
+        Ok(if self.quantized() || self.temperature == 1.0 {
+            h
+        } else {
+            (h * (1.0 / self.temperature))?
+        })
     }
 
     /// Log-probabilities of every response token, no gradients; with
     /// `base` the adapters are left out (the reference model of the KL term).
     pub fn score(&self, samples: &[Sample], micro: usize, base: bool) -> Result<Vec<Vec<f64>>> {
         let adapters = if base { None } else { self.adapter_set(false) };
+        let n_layer = self.model.arch.config().n_layer;
         let mut out = Vec::with_capacity(samples.len());
         for chunk in samples.chunks(micro.max(1)) {
             let refs: Vec<&Sample> = chunk.iter().collect();
-            let (h, targets) = self.response_hidden(&refs, adapters.as_ref())?;
-            let stats = logprob::row_stats(&h.detach(), self.output()?, &targets)?;
+            let mut teacher = Teacher::new(&refs, n_layer, self.prompt_chunk);
+            let (rows, targets) = (teacher.rows.clone(), teacher.targets.clone());
+            let h = self
+                .model
+                .arch
+                .hidden_with(&mut teacher.batch(), adapters.as_ref())?;
+            let h = self.select(&h.detach(), &rows)?;
+            let stats = self.stats(&h, &targets)?;
             split_rows(&stats.logprobs(), chunk, &mut out);
         }
         Ok(out)
@@ -399,13 +387,35 @@ impl Learner {
         let mut logprobs: Vec<Vec<f64>> = Vec::with_capacity(samples.len());
         let (mut loss, mut tokens) = (0f64, 0usize);
         let live = self.adapter_set(true);
-        let w = self.output()?;
+        let frozen = self.adapter_set(false);
+        let n_layer = self.model.arch.config().n_layer;
+        let decoder = self.model.arch.decoder();
         let mut base = 0;
         for chunk in samples.chunks(micro.max(1)) {
             let refs: Vec<&Sample> = chunk.iter().collect();
-            let (h, targets) = self.response_hidden(&refs, live.as_ref())?;
+            let mut teacher = Teacher::new(&refs, n_layer, self.prompt_chunk);
+            let (rows, targets) = (teacher.rows.clone(), teacher.targets.clone());
+            let mut batch = teacher.batch();
+            // With recompute: the blocks' inputs, and the last block's output
+            // as the variable the backward starts from.
+            let mut kept: Option<(Vec<Tensor>, Var, tern_models::Trunk)> = None;
+            let h = if self.recomputes() {
+                let (mut x, trunk) = decoder.trunk_start(&mut batch)?;
+                let mut inputs = Vec::with_capacity(n_layer);
+                for layer in 0..n_layer {
+                    inputs.push(x.clone());
+                    x = decoder.trunk_layer(layer, &x, &trunk, &mut batch, frozen.as_ref())?;
+                }
+                let last = Var::from_tensor(&x)?;
+                let h = decoder.final_norm(last.as_tensor())?;
+                kept = Some((inputs, last, trunk));
+                h
+            } else {
+                self.model.arch.hidden_with(&mut batch, live.as_ref())?
+            };
+            let h = self.select(&h, &rows)?;
             let hd = h.detach();
-            let stats = logprob::row_stats(&hd, w, &targets)?;
+            let stats = self.stats(&hd, &targets)?;
             let lp = stats.logprobs();
             let mut coef = Vec::with_capacity(lp.len());
             let mut row = 0;
@@ -420,15 +430,36 @@ impl Learner {
             tokens += lp.len();
             split_rows(&lp, chunk, &mut logprobs);
             if coef.iter().any(|&c| c != 0.0) {
-                let g = logprob::grad_hidden(&hd, w, &targets, &stats, &coef)?;
-                let surrogate = (h * g)?.sum_all()?;
-                let store = surrogate.backward()?;
-                for ((_, var), acc) in params.iter().zip(grads.iter_mut()) {
-                    if let Some(g) = store.get(var.as_tensor()) {
-                        *acc = Some(match acc.take() {
-                            Some(a) => (a + g)?,
-                            None => g.clone(),
-                        });
+                let g = self.grad_hidden(&hd, &targets, &stats, &coef)?;
+                let store = (h * g)?.sum_all()?.backward()?;
+                add_grads(&params, &store, &mut grads)?;
+                if let Some((inputs, last, trunk)) = kept {
+                    // Backward block by block: run each again from its kept
+                    // input with the live adapters, and push the gradient
+                    // of its output through it.
+                    let mut g =
+                        store
+                            .get(last.as_tensor())
+                            .map(|t| t.detach())
+                            .ok_or_else(|| {
+                                TrainError::Config("no gradient reached the trunk".into())
+                            })?;
+                    drop(store);
+                    for layer in (0..n_layer).rev() {
+                        let x = Var::from_tensor(&inputs[layer])?;
+                        let y = decoder.trunk_layer(
+                            layer,
+                            x.as_tensor(),
+                            &trunk,
+                            &mut batch,
+                            live.as_ref(),
+                        )?;
+                        let store = (y * &g)?.sum_all()?.backward()?;
+                        add_grads(&params, &store, &mut grads)?;
+                        match store.get(x.as_tensor()) {
+                            Some(gx) => g = gx.detach(),
+                            None => break,
+                        }
                     }
                 }
             }
@@ -452,6 +483,24 @@ impl Learner {
             },
         ))
     }
+}
+
+/// Adds the gradients `store` holds for `params` into `acc`.
+fn add_grads(
+    params: &[(String, &Var)],
+    store: &GradStore,
+    acc: &mut [Option<Tensor>],
+) -> Result<()> {
+    for ((_, var), acc) in params.iter().zip(acc.iter_mut()) {
+        if let Some(g) = store.get(var.as_tensor()) {
+            let g = g.detach();
+            *acc = Some(match acc.take() {
+                Some(a) => (a + g)?,
+                None => g,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Appends one `Vec` per sample of `chunk`, cut from the flat per-row values.

@@ -22,6 +22,7 @@ mod optim;
 pub mod recorder;
 pub mod rollout;
 mod step;
+mod teacher;
 pub mod train;
 
 pub use config::{Algorithm, TrainConfig};

@@ -8,6 +8,8 @@
 //! expectation; each pass holds one `[rows, CHUNK]` block of logits.
 
 use candle_core::{DType, Device, Tensor};
+use tern_models::quant::QLinear;
+use tern_runtime::sampler::logprob_of;
 
 use crate::error::Result;
 
@@ -98,6 +100,92 @@ pub fn grad_hidden(
     let wy = w.index_select(&idx, 0)?; // [R, D]
     let c = Tensor::from_vec(
         coef.iter().map(|&c| c as f32).collect::<Vec<_>>(),
+        (rows, 1),
+        &dev,
+    )?;
+    Ok((wy - expect)?.broadcast_mul(&c)?)
+}
+
+/// Rows of hidden states projected at once on the quantized path: `[32, vocab]`
+/// f32 logits at a time.
+pub const ROW_CHUNK: usize = 32;
+
+/// Pass 1 on the sampler's own output kernel: each row's logits are the
+/// served logits bit for bit (`w` is the GGUF matrix on Tern's quantized
+/// kernel), and at temperature 1 each `log p` is the sampler's own number
+/// ([`tern_runtime::sampler::logprob_of`]). At another temperature the
+/// logits are divided by it in f32 and the log-sum-exp taken in f64.
+pub fn quant_row_stats(
+    h: &Tensor,
+    w: &QLinear,
+    targets: &[u32],
+    temperature: f64,
+) -> Result<RowStats> {
+    let rows = targets.len();
+    let mut lse = Vec::with_capacity(rows);
+    let mut target_logit = Vec::with_capacity(rows);
+    let mut start = 0;
+    while start < rows {
+        let n = ROW_CHUNK.min(rows - start);
+        let logits: Vec<Vec<f32>> = w.forward(&h.narrow(0, start, n)?)?.to_vec2()?;
+        for (row, &y) in logits.iter().zip(&targets[start..start + n]) {
+            if temperature == 1.0 {
+                // The sampler's log p; expressed as (target logit, lse) with
+                // the target logit exact, so `logprobs()` returns that number.
+                let lp = logprob_of(row, y) as f64;
+                let z = row.get(y as usize).copied().unwrap_or(f32::NAN) as f64;
+                target_logit.push(z);
+                lse.push(z - lp);
+            } else {
+                let inv = (1.0 / temperature) as f32;
+                let scaled: Vec<f32> = row.iter().map(|&z| z * inv).collect();
+                let m = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+                let sum: f64 = scaled.iter().map(|&z| (z as f64 - m).exp()).sum();
+                target_logit.push(scaled.get(y as usize).copied().unwrap_or(f32::NAN) as f64);
+                lse.push(m + sum.ln());
+            }
+        }
+        start += n;
+    }
+    Ok(RowStats { lse, target_logit })
+}
+
+/// Pass 2 on the quantized output: `coef_t * d log p_t / d h_t`, `[R, D]`,
+/// as [`grad_hidden`] computes it, over blocks of the weight dequantized
+/// [`CHUNK`] vocabulary rows at a time (the weight is never whole in f32).
+/// The probabilities are those of the dequantized weight: the served
+/// logits differ from them only by the activations' 8-bit rounding, which,
+/// like every rounding here, passes the gradient straight through.
+pub fn quant_grad_hidden(
+    h: &Tensor,
+    w: &QLinear,
+    targets: &[u32],
+    stats: &RowStats,
+    coef: &[f64],
+    temperature: f64,
+) -> Result<Tensor> {
+    let rows = targets.len();
+    let (vocab, d) = (w.out_dim(), w.in_dim());
+    let dev = Device::Cpu;
+    let inv = 1.0 / temperature;
+    let lse = Tensor::from_vec(
+        stats.lse.iter().map(|&l| l as f32).collect::<Vec<_>>(),
+        (rows, 1),
+        &dev,
+    )?;
+    let mut expect = Tensor::zeros((rows, d), DType::F32, &dev)?;
+    let mut start = 0;
+    while start < vocab {
+        let n = CHUNK.min(vocab - start);
+        let ids: Vec<u32> = (start as u32..(start + n) as u32).collect();
+        let wc = w.rows(&ids)?; // [n, D]
+        let p = (h.matmul(&wc.t()?)? * inv)?.broadcast_sub(&lse)?.exp()?; // [R, n]
+        expect = (expect + p.matmul(&wc)?)?;
+        start += n;
+    }
+    let wy = w.rows(targets)?; // [R, D]
+    let c = Tensor::from_vec(
+        coef.iter().map(|&c| (c * inv) as f32).collect::<Vec<_>>(),
         (rows, 1),
         &dev,
     )?;

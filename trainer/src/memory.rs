@@ -17,7 +17,8 @@ pub const PLAN_SHARE: f64 = 0.85;
 /// What one phase is expected to need at its peak.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Estimate {
-    /// Dense f32 weights of the learner.
+    /// Dense f32 weights of the learner (0 when the LoRA learner shares the
+    /// rollout engine's quantized weights).
     pub learner_weights: u64,
     /// The rollout engine's quantized weights.
     pub rollout_weights: u64,
@@ -25,11 +26,25 @@ pub struct Estimate {
     pub trainable_state: u64,
     /// Activations kept for the backward pass, per token of a micro-batch.
     pub activation_per_token: u64,
+    /// The same with recompute: each block's input, plus one block's
+    /// activations while it runs again.
+    pub recompute_per_token: u64,
+    /// Width of the attention rows the backward builds, per head (0 for the
+    /// f32 learner, whose graph keeps them per layer instead: see
+    /// [`Estimate::learner_peak`]).
+    attention_layers: u64,
 }
 
 impl Estimate {
-    /// Estimates from the model's shape, its GGUF size and the trainable count.
-    pub fn new(cfg: &ModelConfig, gguf_bytes: u64, trainable_params: u64) -> Estimate {
+    /// Estimates from the model's shape, its GGUF size, the trainable count
+    /// and whether the learner holds its own f32 copy of the weights
+    /// (`f32_base`: full fine-tuning or `learner_weights = "f32"`).
+    pub fn new(
+        cfg: &ModelConfig,
+        gguf_bytes: u64,
+        trainable_params: u64,
+        f32_base: bool,
+    ) -> Estimate {
         let (d, f, kvd, l) = (
             cfg.n_embd as u64,
             cfg.n_ff as u64,
@@ -37,38 +52,65 @@ impl Estimate {
             cfg.n_layer as u64,
         );
         let params = tern_models::arch::parameter_count(cfg);
+        // f32 values alive per token and layer at the backward's peak (the
+        // forward's saved tensors plus the gradients in flight): about 55 of
+        // width D, 11 of width F and the K/V rows. Calibrated on SmolLM2-135M
+        // (6 MB per token) and the tiny test model with the f32 learner.
+        let per_layer = if f32_base {
+            4 * (55 * d + 11 * f + 4 * kvd)
+        } else {
+            // The quantized learner's ops keep their inputs only: 1.2 MB
+            // per token measured on SmolLM2-135M at 720 tokens, 2.7 MB at
+            // 240 (the peak then has fixed parts); sized by the latter.
+            4 * (22 * d + 6 * f + 4 * kvd)
+        };
         Estimate {
-            learner_weights: params * 4,
+            learner_weights: if f32_base { params * 4 } else { 0 },
             rollout_weights: gguf_bytes,
             // value, accumulated gradient, two moments, one transient gradient
             trainable_state: trainable_params * 4 * 5,
-            // f32 values alive per token and layer at the backward's peak (the
-            // forward's saved tensors plus the gradients in flight): about 55 of
-            // width D, 11 of width F and the K/V rows. Calibrated on SmolLM2-135M
-            // (6 MB per token) and the tiny test model.
-            activation_per_token: l * 4 * (55 * d + 11 * f + 4 * kvd),
+            activation_per_token: l * per_layer,
+            // Each block's input (and its gradient in flight), plus one block
+            // run again with the output gradient's chunks: measured 335 KB
+            // per token on SmolLM2-135M.
+            recompute_per_token: l * 4 * d * 2 + 2 * per_layer,
+            attention_layers: if f32_base { l } else { 1 },
         }
     }
 
-    /// Peak while loading: both models plus one f32 copy of the embedding
-    /// being dequantized.
+    /// Peak while loading: the rollout model, plus for an f32 learner its
+    /// weights and one f32 copy of the embedding being dequantized.
     pub fn load_peak(&self, cfg: &ModelConfig) -> u64 {
-        BASE_BYTES
-            + self.learner_weights
-            + self.rollout_weights
-            + (cfg.vocab_size * cfg.n_embd * 4) as u64
+        let dequantizing = if self.learner_weights > 0 {
+            (cfg.vocab_size * cfg.n_embd * 4) as u64
+        } else {
+            0
+        };
+        BASE_BYTES + self.learner_weights + self.rollout_weights + dequantizing
     }
 
     /// Peak of a learner pass over `tokens` tokens in sequences of at most
-    /// `seq_len`: fixed state, activations, attention rows and logit chunks.
-    pub fn learner_peak(&self, cfg: &ModelConfig, tokens: u64, seq_len: u64) -> u64 {
-        let attn = cfg.n_layer as u64 * cfg.n_head as u64 * seq_len * tokens * 4 * 4;
+    /// `seq_len`: fixed state, activations (kept or recomputed), attention
+    /// rows and logit chunks.
+    pub fn learner_peak(
+        &self,
+        cfg: &ModelConfig,
+        tokens: u64,
+        seq_len: u64,
+        recompute: bool,
+    ) -> u64 {
+        let attn = self.attention_layers * cfg.n_head as u64 * seq_len * tokens * 4 * 4;
         let logits = tokens * CHUNK as u64 * 4 * 3;
+        let act = if recompute {
+            self.recompute_per_token
+        } else {
+            self.activation_per_token
+        };
         BASE_BYTES
             + self.learner_weights
             + self.rollout_weights
             + self.trainable_state
-            + self.activation_per_token * tokens
+            + act * tokens
             + attn
             + logits
     }
@@ -88,6 +130,11 @@ pub struct Plan {
     /// Rollout sequences the engine can decode at once in that KV memory
     /// under the run's policy (filled in by the caller, who knows the policy).
     pub rollout_at_once: usize,
+    /// Whether the learner recomputes blocks in its backward pass.
+    pub recompute: bool,
+    /// What takes most of the cap beyond the weights and trainable state:
+    /// the learner's activations or the rollout KV cache.
+    pub binds: &'static str,
 }
 
 /// Picks the micro-batch (largest up to `max_micro` or the forced one) and the
@@ -101,20 +148,30 @@ pub fn plan(
     max_micro: usize,
     forced_micro: Option<usize>,
     rollout_kv_full: usize,
+    recompute: Option<bool>,
 ) -> Result<Plan> {
     let seq = seq_len as u64;
-    let peak_for = |m: usize| est.learner_peak(cfg, m as u64 * seq, seq);
     let Some(cap) = cap else {
         let m = forced_micro.unwrap_or(max_micro.min(4));
+        let r = recompute.unwrap_or(false);
         return Ok(Plan {
             cap: None,
             micro_batch: m,
             rollout_kv_bytes: rollout_kv_full.max(1 << 20),
-            learner_peak: peak_for(m),
+            learner_peak: est.learner_peak(cfg, m as u64 * seq, seq, r),
             rollout_at_once: 0,
+            recompute: r,
+            binds: "nothing (no cap)",
         });
     };
     let usable = (cap as f64 * PLAN_SHARE) as u64;
+    // Recompute when asked, or when keeping activations would not let the
+    // largest wanted micro-batch fit (it costs one more forward per block).
+    let want = forced_micro.unwrap_or(max_micro.max(1)) as u64;
+    let recompute = recompute.unwrap_or_else(|| {
+        est.learner_peak(cfg, want * seq, seq, false) > usable && est.learner_weights == 0
+    });
+    let peak_for = |m: usize| est.learner_peak(cfg, m as u64 * seq, seq, recompute);
     let refuse = |phase: &'static str, needed: u64, advice: &str| TrainError::MemoryCap {
         cap: format_size(cap as usize),
         phase,
@@ -123,7 +180,7 @@ pub fn plan(
     };
     if est.load_peak(cfg) > usable {
         return Err(refuse(
-            "loading the weights (learner f32 + rollout model)",
+            "loading the weights",
             est.load_peak(cfg),
             "raise --memory-cap or use a smaller model",
         ));
@@ -166,12 +223,20 @@ pub fn plan(
             "raise --memory-cap or use a sparse --rollout-kv-policy",
         ));
     }
+    let rollout_kv_bytes = kv.min(rollout_kv_full.max(1 << 20));
+    let activations = peak_for(micro).saturating_sub(fixed);
     Ok(Plan {
         cap: Some(cap),
         micro_batch: micro,
-        rollout_kv_bytes: kv.min(rollout_kv_full.max(1 << 20)),
+        rollout_kv_bytes,
         learner_peak: peak_for(micro),
         rollout_at_once: 0,
+        recompute,
+        binds: if rollout_kv_bytes as u64 >= activations {
+            "the rollout KV cache"
+        } else {
+            "the learner's activations"
+        },
     })
 }
 
@@ -217,20 +282,20 @@ mod tests {
     #[test]
     fn a_cap_below_the_weights_is_refused_at_load() {
         let c = smollm();
-        let e = Estimate::new(&c, 100 << 20, 1 << 20);
-        let err = plan(&c, &e, Some(256 << 20), 100, 8, None, 1 << 20).unwrap_err();
+        let e = Estimate::new(&c, 100 << 20, 1 << 20, true);
+        let err = plan(&c, &e, Some(256 << 20), 100, 8, None, 1 << 20, None).unwrap_err();
         assert!(err.to_string().contains("loading the weights"), "{err}");
     }
 
     #[test]
     fn bigger_caps_allow_bigger_micro_batches() {
         let c = smollm();
-        let e = Estimate::new(&c, 100 << 20, 5 << 20);
-        let small = plan(&c, &e, Some(2 << 30), 100, 16, None, 1 << 20).unwrap();
-        let big = plan(&c, &e, Some(8 << 30), 100, 16, None, 1 << 20).unwrap();
+        let e = Estimate::new(&c, 100 << 20, 5 << 20, true);
+        let small = plan(&c, &e, Some(2 << 30), 100, 16, None, 1 << 20, None).unwrap();
+        let big = plan(&c, &e, Some(8 << 30), 100, 16, None, 1 << 20, None).unwrap();
         assert!(small.micro_batch >= 1 && big.micro_batch > small.micro_batch);
         assert!(small.learner_peak <= (2u64 << 30));
-        let forced = plan(&c, &e, Some(2 << 30), 100, 16, Some(64), 1 << 20);
+        let forced = plan(&c, &e, Some(2 << 30), 100, 16, Some(64), 1 << 20, None);
         assert!(forced.unwrap_err().to_string().contains("micro-batch"));
     }
 }

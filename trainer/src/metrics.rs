@@ -46,6 +46,10 @@ pub struct StepMetrics {
     pub rho: Option<RhoStats>,
     /// Wall seconds of the step.
     pub seconds: f64,
+    /// Wall seconds of the learner's passes (pi_old scoring, gradients and
+    /// the update): `learner_tokens / learner_seconds` is its throughput.
+    #[serde(default)]
+    pub learner_seconds: f64,
 }
 
 /// Per-step statistics of `rho = pi_old / pi_sparse`.

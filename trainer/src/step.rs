@@ -107,6 +107,7 @@ pub fn run(
         peak_estimate_bytes: 0,
         rho: None,
         seconds: 0.0,
+        learner_seconds: 0.0,
     };
     let mut pass_rates = Vec::new();
     let mut batch = match cfg.algorithm {
@@ -127,6 +128,7 @@ pub fn run(
         Algorithm::Sft => sft_batch(ctx, learner, picks)?,
     };
 
+    let learning = Instant::now();
     let corrected = correct(ctx, learner, &mut batch, &mut m)?;
     // Per sample: pi_old if already known, and the correction's weights.
     let n_fresh = batch.samples.len();
@@ -167,6 +169,7 @@ pub fn run(
     } else {
         Vec::new()
     };
+    m.learner_seconds = learning.elapsed().as_secs_f64();
     m.peak_rss_bytes = memory::check(ctx.cap, "the optimizer update")?;
     m.seconds = t0.elapsed().as_secs_f64();
     Ok(Outcome {
@@ -338,7 +341,9 @@ fn update(
         }
         tokens = tokens.max(fed);
     }
-    m.peak_estimate_bytes = ctx.est.learner_peak(ctx.mcfg, tokens, longest);
+    m.peak_estimate_bytes = ctx
+        .est
+        .learner_peak(ctx.mcfg, tokens, longest, ctx.plan.recompute);
     let n_tokens = grpo::counted_tokens(samples.iter().map(|s| s.response.len()), weights_per);
     let inv = 1.0 / n_tokens.max(1) as f64;
     let refs = if cfg.kl_coef > 0.0 && !cfg.full {

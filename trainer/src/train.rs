@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tern_models::{GgufFile, ModelConfig};
+use tern_models::{GgufFile, ModelConfig, Precision};
 use tern_runtime::engine::DEFAULT_PREFILL_CHUNK;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_runtime::kv::policy::KvPolicy;
@@ -17,6 +17,7 @@ use tern_runtime::LoadedModel;
 use tern_solve::tasks::{self, Task};
 
 use crate::checkpoint::{self, Checkpoint, State};
+use crate::config::LearnerWeights;
 use crate::config::{Algorithm, LearnerKv, TrainConfig};
 use crate::data::{self, DataState, ReplayBuffer};
 use crate::error::{Result, TrainError};
@@ -60,7 +61,7 @@ fn estimate(cfg: &TrainConfig, model_path: &Path) -> Result<(ModelConfig, Estima
     drop(gguf);
     let gguf_bytes = std::fs::metadata(model_path)?.len();
     let trainable: u64 = if cfg.full {
-        let e = Estimate::new(&mcfg, 0, 0);
+        let e = Estimate::new(&mcfg, 0, 0, true);
         (e.learner_weights / 4).saturating_sub((mcfg.vocab_size * mcfg.n_embd) as u64)
     } else {
         let per_layer: usize = cfg
@@ -73,7 +74,8 @@ fn estimate(cfg: &TrainConfig, model_path: &Path) -> Result<(ModelConfig, Estima
             .sum();
         (per_layer * mcfg.n_layer) as u64
     };
-    let est = Estimate::new(&mcfg, gguf_bytes, trainable);
+    let f32_base = cfg.full || cfg.learner_weights == LearnerWeights::F32;
+    let est = Estimate::new(&mcfg, gguf_bytes, trainable, f32_base);
     Ok((mcfg, est))
 }
 
@@ -115,6 +117,7 @@ fn plan_memory(
         batch_seqs,
         cfg.micro_batch,
         batch_seqs * per_seq,
+        if cfg.full { Some(false) } else { cfg.recompute },
     )?;
     plan.rollout_at_once = (plan.rollout_kv_bytes / per_seq).min(batch_seqs);
     // A group is one engine request: it must fit whole.
@@ -168,7 +171,7 @@ pub fn train(
     let (mcfg, est) = estimate(cfg, model_path)?;
     if let Some(c) = cap {
         // Refuse a cap that cannot even hold the weights before loading them.
-        memory::plan(&mcfg, &est, Some(c), 1, 1, Some(1), 0)?;
+        memory::plan(&mcfg, &est, Some(c), 1, 1, Some(1), 0, Some(true))?;
     }
     let mut rec = Recorder::new(&cfg.out, progress);
 
@@ -185,13 +188,27 @@ pub fn train(
             ..EngineConfig::default()
         },
     );
-    let mut learner = Learner::load(
-        model_path,
-        &cfg.targets(),
-        cfg.lora_rank,
-        cfg.lora_alpha,
-        cfg.seed,
-    )?;
+    let mut learner = if cfg.full || cfg.learner_weights == LearnerWeights::F32 {
+        Learner::load_as(
+            model_path,
+            &cfg.targets(),
+            cfg.lora_rank,
+            cfg.lora_alpha,
+            cfg.seed,
+            Precision::DenseF32,
+        )?
+    } else {
+        // One copy of the quantized weights serves the rollouts and the learner.
+        Learner::with_model(
+            engine.model().clone(),
+            &cfg.targets(),
+            cfg.lora_rank,
+            cfg.lora_alpha,
+            cfg.seed,
+        )?
+    };
+    learner.set_prompt_chunk(engine.config().prompt_chunk());
+    learner.set_recompute(plan.recompute);
     learner.set_temperature(cfg.temperature as f64);
     memory::check(cap, "loading the weights")?;
     rec.note(format!(

@@ -177,9 +177,9 @@ fn own_weight(
     }
     let (rows, cols) = (dims[0], dims[1]);
     let w = match precision {
-        Precision::Quantized => Weight::Quant(
+        Precision::Quantized => Weight::Quant(Arc::new(
             QLinear::from_own(t.ty, rows, cols, t.data).map_err(|e| bad(e.to_string()))?,
-        ),
+        )),
         Precision::DenseF32 => Weight::Dense(
             crate::quant::dequantize_own(t.ty, rows, cols, t.data)
                 .map_err(|e| bad(e.to_string()))?,
@@ -222,10 +222,12 @@ impl Llama {
         let weight = |name: &str, t: QTensor| -> Result<Weight> {
             Ok(match precision {
                 Precision::Quantized => {
-                    Weight::Quant(QLinear::from_qtensor(t).map_err(|e| ModelError::BadTensor {
-                        name: name.into(),
-                        reason: e.to_string(),
-                    })?)
+                    Weight::Quant(Arc::new(QLinear::from_qtensor(t).map_err(|e| {
+                        ModelError::BadTensor {
+                            name: name.into(),
+                            reason: e.to_string(),
+                        }
+                    })?))
                 }
                 // The served values exactly, so the learner is the sampler's policy.
                 Precision::DenseF32 => Weight::Dense(crate::quant::dequantize(t)?),
@@ -483,6 +485,15 @@ impl Llama {
         }
     }
 
+    /// The quantized output projection `[vocab, D]` (the token embedding when
+    /// tied), for a learner that scores with the sampler's own kernel.
+    pub fn quant_output(&self) -> Option<&Arc<QLinear>> {
+        match self.output.as_ref().unwrap_or(&self.embedding) {
+            Weight::Quant(q) => Some(q),
+            Weight::Dense(_) => None,
+        }
+    }
+
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
         &self.config
@@ -532,6 +543,13 @@ impl Llama {
     fn norm(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         let eps = self.config.rms_eps;
         Ok(match self.precision {
+            // A learner's activation: the same rounding, with a gradient.
+            Precision::Quantized if x.track_op() => {
+                x.contiguous()?.apply_op1(crate::grad::RmsNorm {
+                    w: w.to_vec1()?,
+                    eps,
+                })?
+            }
             Precision::Quantized => {
                 let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
                 let ws: Vec<f32> = w.to_vec1()?;
@@ -564,6 +582,60 @@ impl Llama {
         layout: &BatchLayout,
         adapters: Option<&LoraSet>,
     ) -> Result<Tensor> {
+        let (mut x, rows) = self.embed(batch, layout)?;
+        for layer in 0..self.blocks.len() {
+            x = self.layer(layer, &x, &rows, batch, layout, adapters)?;
+        }
+        Ok(x)
+    }
+
+    /// Starts a forward pass block by block (a learner that recomputes each
+    /// block in its backward pass): the embeddings `[T, D]` and what every
+    /// block of this batch reads.
+    pub fn trunk_start(&self, batch: &mut [SeqBatch<'_>]) -> Result<(Tensor, Trunk)> {
+        let layout = plan(&self.config, batch)?;
+        let (x, rows) = self.embed(batch, &layout)?;
+        Ok((x, Trunk { layout, rows }))
+    }
+
+    /// Block `layer` of a pass [`Llama::trunk_start`] began, on the residual
+    /// stream `x` `[T, D]`; the caches see the layer's keys as a whole pass would.
+    pub fn trunk_layer(
+        &self,
+        layer: usize,
+        x: &Tensor,
+        trunk: &Trunk,
+        batch: &mut [SeqBatch<'_>],
+        adapters: Option<&LoraSet>,
+    ) -> Result<Tensor> {
+        self.layer(layer, x, &trunk.rows, batch, &trunk.layout, adapters)
+    }
+
+    /// The output norm of the residual stream: the hidden states the output
+    /// projection reads.
+    pub fn final_norm(&self, x: &Tensor) -> Result<Tensor> {
+        self.norm(x, &self.output_norm)
+    }
+
+    /// One block with the RoPE angles of its kind (global or sliding).
+    fn layer(
+        &self,
+        layer: usize,
+        x: &Tensor,
+        rows: &TrunkRows,
+        batch: &mut [SeqBatch<'_>],
+        layout: &BatchLayout,
+        adapters: Option<&LoraSet>,
+    ) -> Result<Tensor> {
+        let rope = match (&rows.local, self.sliding_window(layer)) {
+            (Some(local), Some(_)) => local,
+            _ => &rows.global,
+        };
+        self.block_forward(layer, &self.blocks[layer], x, rope, batch, layout, adapters)
+    }
+
+    /// The token embeddings of the batch and its RoPE angles.
+    fn embed(&self, batch: &[SeqBatch<'_>], layout: &BatchLayout) -> Result<(Tensor, TrunkRows)> {
         let ids: Vec<u32> = batch
             .iter()
             .flat_map(|s| s.tokens.iter().copied())
@@ -584,14 +656,7 @@ impl Llama {
             let scaled: Vec<f32> = xs.iter().map(|&v| v * s).collect();
             x = Tensor::from_vec(scaled, x.shape(), x.device())?;
         }
-        for (layer, block) in self.blocks.iter().enumerate() {
-            let rope = match (&local, self.sliding_window(layer)) {
-                (Some(local), Some(_)) => local,
-                _ => &global,
-            };
-            x = self.block_forward(layer, block, &x, rope, batch, layout, adapters)?;
-        }
-        Ok(x)
+        Ok((x, TrunkRows { global, local }))
     }
 
     /// The angles of the batch's positions from one pair of RoPE tables.
@@ -602,8 +667,8 @@ impl Llama {
         // read out once for every layer.
         let angles = match self.precision {
             Precision::Quantized => Some((
-                cos.flatten_all()?.to_vec1::<f32>()?,
-                sin.flatten_all()?.to_vec1::<f32>()?,
+                Arc::new(cos.flatten_all()?.to_vec1::<f32>()?),
+                Arc::new(sin.flatten_all()?.to_vec1::<f32>()?),
             )),
             Precision::DenseF32 => None,
         };
@@ -669,6 +734,15 @@ impl Llama {
             // Serving: llama.cpp's rounding (see `exact`).
             Some((cos, sin)) => {
                 let turn = |t: Tensor, heads: usize| -> Result<Tensor> {
+                    if t.track_op() {
+                        let op = crate::grad::Rope {
+                            cos: cos.clone(),
+                            sin: sin.clone(),
+                            head_dim: c.head_dim,
+                            neox,
+                        };
+                        return to_heads(t.contiguous()?.apply_op1(op)?, heads);
+                    }
                     let mut xs: Vec<f32> = t.flatten_all()?.to_vec1()?;
                     if neox {
                         crate::exact::rope_neox(&mut xs, c.head_dim, cos, sin);
@@ -683,6 +757,7 @@ impl Llama {
         // Gemma and Phi-3 scale the rotated queries themselves, in f32.
         let q = match self.query_scale {
             Some(s) if dense => (q * s as f64)?,
+            Some(s) if q.track_op() => q.apply_op1(crate::grad::Scale(s))?,
             Some(s) => {
                 let xs: Vec<f32> = q.flatten_all()?.to_vec1()?;
                 let scaled: Vec<f32> = xs.iter().map(|&v| v * s).collect();
@@ -703,12 +778,22 @@ impl Llama {
             // learner stays in f32.
             let (ks, vs) = if dense {
                 (ks, vs)
+            } else if ks.track_op() || vs.track_op() {
+                // The learner: the gradient stays f32.
+                (
+                    ks.apply_op1(crate::grad::RoundF16)?,
+                    vs.apply_op1(crate::grad::RoundF16)?,
+                )
             } else {
                 (round_f16(&ks)?, round_f16(&vs)?)
             };
             self.attention(layer, &qs, &ks, &vs, q_pos, &mut *seq.cache)
         };
-        let outs: Vec<Tensor> = if dense || batch.len() < 2 {
+        // A learner's caches share a prompt's pass layer by layer: in order.
+        let ordered = batch
+            .iter()
+            .any(|s| s.cache.sampled_kernels(s.tokens.len()).is_some());
+        let outs: Vec<Tensor> = if dense || ordered || batch.len() < 2 {
             batch
                 .iter_mut()
                 .zip(&layout.offsets)
@@ -754,6 +839,12 @@ impl Llama {
         let gate = proj(LoraTarget::Gate, &h)?; // [T, F]
         let up = proj(LoraTarget::Up, &h)?;
         let sw = match (dense, self.features.mlp) {
+            (false, mlp) if gate.track_op() || up.track_op() => gate.contiguous()?.apply_op2(
+                &up.contiguous()?,
+                crate::grad::Glu {
+                    gelu: mlp == Mlp::GeluTanh,
+                },
+            )?,
             (true, Mlp::Silu) => (candle_nn::ops::silu(&gate)? * up)?,
             (true, Mlp::GeluTanh) => (gate.gelu()? * up)?,
             (false, mlp) => {
@@ -797,6 +888,27 @@ impl Llama {
             None => (1.0 / (c.head_dim as f64).sqrt()) as f32,
         };
         let window = self.sliding_window(layer).map(|w| w as u32);
+        // A sequence scored again: each row on the kernel the sampler ran
+        // for it, with gradients when the learner asks.
+        if let Some(segments) = cache.sampled_kernels(n).filter(|_| serving) {
+            let op = {
+                let view: &dyn KvStore = &*cache;
+                crate::grad::Attention {
+                    q_pos: q_pos.to_vec(),
+                    k_pos: (0..c.n_kv_head)
+                        .map(|h| view.positions(layer, h).to_vec())
+                        .collect(),
+                    replay: view.visibility().map(|v| (Arc::new(v.clone()), layer)),
+                    window,
+                    scale,
+                    segments,
+                }
+            };
+            let out = q.contiguous()?.apply_op3(&kc, &vc, op)?;
+            drop((kc, vc));
+            cache.after_attention(layer)?;
+            return Ok(out);
+        }
         // llama.cpp's numerics (see `flash`), except one new token over a long
         // cache, where llama.cpp's own result depends on its thread count and
         // speed matters most: there the vectorized decode below.
@@ -940,6 +1052,22 @@ fn query_scale(head_dim: usize) -> f32 {
     1.0 / (head_dim as f32).sqrt()
 }
 
+/// What every block of one batch reads besides the residual stream: where
+/// each sequence sits and the RoPE angles ([`Llama::trunk_start`]).
+pub struct Trunk {
+    layout: BatchLayout,
+    rows: TrunkRows,
+}
+
+/// The batch's RoPE angles for global and (if any) sliding-window layers.
+struct TrunkRows {
+    global: RopeRows,
+    local: Option<RopeRows>,
+}
+
+/// One table's angles for a batch's rows, shared with the learner's ops.
+type Angles = Arc<Vec<f32>>;
+
 /// One batch's RoPE angles from one pair of tables.
 struct RopeRows {
     /// `[T, hd/2]` f32.
@@ -947,7 +1075,7 @@ struct RopeRows {
     /// `[T, hd/2]` f32.
     sin: Tensor,
     /// The same, read out for serving's loops.
-    angles: Option<(Vec<f32>, Vec<f32>)>,
+    angles: Option<(Angles, Angles)>,
 }
 
 /// Cached positions from which one new token's attention takes the

@@ -27,7 +27,7 @@ use crate::gguf::GgufFile;
 use crate::lora::{LoraSet, LoraTarget};
 use crate::weight::Precision;
 
-pub use llama::Llama;
+pub use llama::{Llama, Trunk};
 
 /// `general.architecture` values Tern runs, in the order `tern info` lists them.
 pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "phi3", "gemma3"];
@@ -159,6 +159,18 @@ impl Model {
             | Model::Qwen3(m)
             | Model::Phi3(m)
             | Model::Gemma3(m) => m.make_trainable(),
+        }
+    }
+
+    /// The decoder every architecture so far is built on (the llama
+    /// family's, with its features): where a learner steps block by block.
+    pub fn decoder(&self) -> &Llama {
+        match self {
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m,
         }
     }
 

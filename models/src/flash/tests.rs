@@ -89,6 +89,7 @@ impl Case {
             group: self.group,
             replay: None,
             window: None,
+            kernel: FlashKernel::ByRows,
         };
         attend(&qs, &kv, &vv, &k_pos, 0.125, want)
     }
@@ -181,6 +182,7 @@ fn future_entries_are_invisible() {
             group: case.group,
             replay: None,
             window: None,
+            kernel: FlashKernel::ByRows,
         };
         attend(&qs, &kv, &vv, &k_pos, 0.125, true)
     };

@@ -28,6 +28,8 @@ const PARALLEL_MIN_BLOCK_DOTS: usize = 2048;
 /// Tasks per thread a call's output columns are split into, so a thread that was
 /// descheduled mid-call costs the others little.
 const TASKS_PER_THREAD: usize = 4;
+/// Weight rows dequantized at a time by [`QLinear::backward_input`].
+const BACKWARD_TILE_ROWS: usize = 256;
 
 /// A weight's stored type: one candle knows, or one Tern reads past it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,6 +222,39 @@ impl QLinear {
     pub fn to_dense(&self) -> Result<Tensor> {
         let ids: Vec<u32> = (0..self.out_dim as u32).collect();
         self.rows(&ids)
+    }
+
+    /// `g W` for `g` `[T, out]`: the gradient of `x W^T` with respect to `x`,
+    /// from blocks dequantized a tile of rows at a time, so a frozen
+    /// quantized weight is never held as f32 whole (the learner's backward).
+    pub fn backward_input(&self, g: &Tensor) -> Result<Tensor> {
+        let (t, out) = g.dims2()?;
+        if out != self.out_dim {
+            bail!(
+                "QLinear [{}, {}] backward given a gradient of shape {:?}",
+                self.out_dim,
+                self.in_dim,
+                g.dims()
+            );
+        }
+        let g = g.to_dtype(DType::F32)?;
+        let mut acc: Option<Tensor> = None;
+        let mut start = 0;
+        while start < out {
+            let n = BACKWARD_TILE_ROWS.min(out - start);
+            let ids: Vec<u32> = (start as u32..(start + n) as u32).collect();
+            let w = self.rows(&ids)?; // [n, in]
+            let part = g.narrow(1, start, n)?.contiguous()?.matmul(&w)?; // [T, in]
+            acc = Some(match acc {
+                Some(a) => (a + part)?,
+                None => part,
+            });
+            start += n;
+        }
+        match acc {
+            Some(a) => Ok(a),
+            None => Tensor::zeros((t, self.in_dim), DType::F32, &candle_core::Device::Cpu),
+        }
     }
 
     /// `x W^T` for `x` `[.., in]` (any float dtype, computed in f32): returns

@@ -467,3 +467,74 @@ fn quant_half_layers_match_scalar_and_candle() {
         }
     }
 }
+
+/// The learner's backward through a frozen quantized projection: `g W` from
+/// blocks dequantized a tile at a time equals `g` times the whole weight
+/// dequantized to f32, for every format a GGUF projection may hold.
+#[test]
+fn quant_backward_input_equals_the_dequantized_weights_gradient() {
+    use super::WeightType;
+    use crate::gguf_types::OwnType;
+    let mut rng = StdRng::seed_from_u64(41);
+    let types = [
+        WeightType::Ggml(GgmlDType::Q4_0),
+        WeightType::Ggml(GgmlDType::Q4_1),
+        WeightType::Ggml(GgmlDType::Q5_0),
+        WeightType::Ggml(GgmlDType::Q5_1),
+        WeightType::Ggml(GgmlDType::Q8_0),
+        WeightType::Ggml(GgmlDType::Q2K),
+        WeightType::Ggml(GgmlDType::Q3K),
+        WeightType::Ggml(GgmlDType::Q4K),
+        WeightType::Ggml(GgmlDType::Q5K),
+        WeightType::Ggml(GgmlDType::Q6K),
+        WeightType::Ggml(GgmlDType::F16),
+        WeightType::Ggml(GgmlDType::BF16),
+        WeightType::Own(OwnType::Iq4Nl),
+        WeightType::Own(OwnType::Iq4Xs),
+    ];
+    // 300 output rows: more than one tile of the backward.
+    let (out, inp, rows) = (300, 512, 7);
+    for t in types {
+        let w = random(&mut rng, out * inp, -0.7, 1.0);
+        let lin = match t {
+            WeightType::Own(own) => {
+                let bytes = super::quantize::quantize_to(t, &w).expect("quantize");
+                QLinear::from_own(own, out, inp, &bytes).expect("own")
+            }
+            WeightType::Ggml(dtype) => {
+                let wt = Tensor::from_vec(w, (out, inp), &Device::Cpu).expect("w");
+                QLinear::from_qtensor(QTensor::quantize(&wt, dtype).expect("quantize"))
+                    .expect("linear")
+            }
+        };
+        let g = Tensor::from_vec(
+            random(&mut rng, rows * out, -1.0, 1.0),
+            (rows, out),
+            &Device::Cpu,
+        )
+        .expect("g");
+        let ours: Vec<f32> = lin
+            .backward_input(&g)
+            .expect("backward")
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let dense = lin.to_dense().expect("dense");
+        let want: Vec<f32> = g
+            .matmul(&dense)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let scale = max_abs(&want);
+        assert!(scale > 0.0, "{t:?}");
+        for (a, b) in ours.iter().zip(&want) {
+            assert!(
+                (a - b).abs() <= 1e-5 * scale,
+                "{t:?}: {a} vs {b} (scale {scale})"
+            );
+        }
+    }
+}
