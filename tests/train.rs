@@ -770,3 +770,69 @@ fn real_gemma3_lora_sft_under_a_cap_exports_for_llama_cpp() {
         "the backends disagree on the export"
     );
 }
+
+/// A random-weight model of Llama-3.2-1B's shape (16 layers, 2048 wide,
+/// 32 query and 8 KV heads, 8192 MLP, Llama 3's 128,256-token vocabulary;
+/// Q4_0), written at test time, takes one LoRA GRPO step (rollouts; random
+/// weights earn no reward, so no group carries a learner signal) and one
+/// LoRA SFT step (the learner's forward and backward) under
+/// `--memory-cap 3GiB`. Minutes on two cores: run with `--ignored`; with
+/// `TERN_RECORD=dir` each step's metrics line is copied there.
+#[test]
+#[ignore]
+fn llama32_1b_shape_lora_steps_fit_3gib() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("llama32-1b-shape.gguf");
+    let spec = TinySpec {
+        n_layer: 16,
+        n_embd: 2048,
+        n_head: 32,
+        n_kv_head: 8,
+        n_ff: 8192,
+        context_length: 2048,
+        head_dim: Some(64),
+        rope_base: Some(500_000.0),
+        chat_template: false,
+        weight_dtype: candle_core::quantized::GgmlDType::Q4_0,
+        ..TinySpec::default()
+    };
+    let vocab = crate::vocab::llama3_vocab();
+    crate::support::tiny::write_tiny_model_with(&path, &spec, Some(&vocab));
+    for algorithm in ["grpo", "sft"] {
+        let out = dir.path().join(algorithm);
+        let o = train(&[
+            "--model",
+            path.to_str().unwrap(),
+            "--task",
+            "arithmetic:count=20,seed=3",
+            "--algorithm",
+            algorithm,
+            "--steps",
+            "1",
+            "--group-size",
+            "4",
+            "--prompts-per-step",
+            "2",
+            "--max-new-tokens",
+            "16",
+            "--memory-cap",
+            "3GiB",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        ok(&o);
+        let m = &metrics(&out)[0];
+        let peak = m["peak_rss_bytes"].as_u64().unwrap();
+        assert!(peak < 3 << 30, "{algorithm}: peak {peak}");
+        if algorithm == "sft" {
+            assert!(m["learner_tokens"].as_u64().unwrap() > 0, "{m}");
+        }
+        if let Some(rec) = std::env::var_os("TERN_RECORD") {
+            let line = format!("{{\"algorithm\":\"{algorithm}\",\"metrics\":{m}}}\n");
+            let file = Path::new(&rec).join("llama32-1b-shape-steps.jsonl");
+            let mut all = std::fs::read_to_string(&file).unwrap_or_default();
+            all.push_str(&line);
+            std::fs::write(&file, all).unwrap();
+        }
+    }
+}

@@ -71,7 +71,7 @@ fn vocab_from(path: &Path, pre: &'static str, bos: &str, eos: &str, add_bos: boo
 }
 
 /// Llama 3.2's vocabulary as its GGUFs declare it.
-fn llama3_vocab() -> TinyVocab {
+pub(crate) fn llama3_vocab() -> TinyVocab {
     vocab_from(
         &real_vocab("llama3"),
         "llama-bpe",

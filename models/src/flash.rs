@@ -189,34 +189,6 @@ pub fn attend_tensors_windowed(
     scale: f32,
     want_weights: bool,
 ) -> Result<Option<Attended>> {
-    attend_tensors_as(
-        q,
-        q_pos,
-        k,
-        v,
-        k_pos,
-        replay,
-        window,
-        scale,
-        want_weights,
-        FlashKernel::ByRows,
-    )
-}
-
-/// [`attend_tensors_windowed`] on a chosen kernel.
-#[allow(clippy::too_many_arguments)]
-pub fn attend_tensors_as(
-    q: &Tensor,
-    q_pos: &[u32],
-    k: &Tensor,
-    v: &Tensor,
-    k_pos: &[&[u32]],
-    replay: Option<(&Visibility, usize)>,
-    window: Option<u32>,
-    scale: f32,
-    want_weights: bool,
-    kernel: FlashKernel,
-) -> Result<Option<Attended>> {
     if k.dims3()?.0 != k_pos.len() || v.dims3()?.0 != k_pos.len() {
         return Ok(None);
     }
@@ -238,7 +210,7 @@ pub fn attend_tensors_as(
                 group: q.len() / (n_kv * n * hd),
                 replay,
                 window,
-                kernel,
+                kernel: FlashKernel::ByRows,
             };
             attend(&qs, kv, vv, k_pos, scale, want_weights)
         })

@@ -1,5 +1,19 @@
 //! Process memory readings (Linux `/proc`), for reports and memory caps.
 
+/// Hands freed heap memory back to the OS. glibc keeps what a thread freed
+/// in that thread's arena, where another thread cannot use it: the rollout
+/// engine's KV cache, freed when its sequences finish, would otherwise still
+/// be resident while the trainer's learner allocates its activations, and a
+/// memory cap planned for one phase at a time would count both.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns unused pages of the allocator's own
+    // arenas; it touches no live allocation.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Peak resident set size of this process in bytes (`VmHWM`), if readable.
 pub fn peak_rss_bytes() -> Option<u64> {
     status_kb("VmHWM:").map(|kb| kb * 1024)

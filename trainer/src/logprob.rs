@@ -79,28 +79,54 @@ pub fn grad_hidden(
     stats: &RowStats,
     coef: &[f64],
 ) -> Result<Tensor> {
-    let rows = targets.len();
-    let (vocab, d) = w.dims2()?;
+    let (vocab, _) = w.dims2()?;
+    let idx = Tensor::from_slice(targets, targets.len(), &Device::Cpu)?;
+    let wy = w.index_select(&idx, 0)?;
+    expectation_grad(
+        h,
+        vocab,
+        |s, n| Ok(w.narrow(0, s, n)?),
+        wy,
+        stats,
+        coef,
+        1.0,
+    )
+}
+
+/// `coef_t / T * (W[y_t] - E_{p_t}[W])` with `p_t = exp(h_t W^T / T - lse_t)`,
+/// the weight read [`CHUNK`] rows at a time by `rows(start, n)`; `wy` holds
+/// the targets' rows.
+fn expectation_grad(
+    h: &Tensor,
+    vocab: usize,
+    rows: impl Fn(usize, usize) -> Result<Tensor>,
+    wy: Tensor,
+    stats: &RowStats,
+    coef: &[f64],
+    temperature: f64,
+) -> Result<Tensor> {
+    let (r, d) = h.dims2()?;
     let dev = Device::Cpu;
+    let inv = 1.0 / temperature;
     let lse = Tensor::from_vec(
         stats.lse.iter().map(|&l| l as f32).collect::<Vec<_>>(),
-        (rows, 1),
+        (r, 1),
         &dev,
     )?;
-    let mut expect = Tensor::zeros((rows, d), DType::F32, &dev)?;
+    let mut expect = Tensor::zeros((r, d), DType::F32, &dev)?;
     let mut start = 0;
     while start < vocab {
         let n = CHUNK.min(vocab - start);
-        let wc = w.narrow(0, start, n)?;
-        let p = h.matmul(&wc.t()?)?.broadcast_sub(&lse)?.exp()?; // [R, n]
+        let wc = rows(start, n)?; // [n, D]
+        let z = h.matmul(&wc.t()?)?;
+        let z = if inv == 1.0 { z } else { (z * inv)? };
+        let p = z.broadcast_sub(&lse)?.exp()?; // [R, n]
         expect = (expect + p.matmul(&wc)?)?;
         start += n;
     }
-    let idx = Tensor::from_slice(targets, rows, &dev)?;
-    let wy = w.index_select(&idx, 0)?; // [R, D]
     let c = Tensor::from_vec(
-        coef.iter().map(|&c| c as f32).collect::<Vec<_>>(),
-        (rows, 1),
+        coef.iter().map(|&c| (c * inv) as f32).collect::<Vec<_>>(),
+        (r, 1),
         &dev,
     )?;
     Ok((wy - expect)?.broadcast_mul(&c)?)
@@ -164,32 +190,12 @@ pub fn quant_grad_hidden(
     coef: &[f64],
     temperature: f64,
 ) -> Result<Tensor> {
-    let rows = targets.len();
-    let (vocab, d) = (w.out_dim(), w.in_dim());
-    let dev = Device::Cpu;
-    let inv = 1.0 / temperature;
-    let lse = Tensor::from_vec(
-        stats.lse.iter().map(|&l| l as f32).collect::<Vec<_>>(),
-        (rows, 1),
-        &dev,
-    )?;
-    let mut expect = Tensor::zeros((rows, d), DType::F32, &dev)?;
-    let mut start = 0;
-    while start < vocab {
-        let n = CHUNK.min(vocab - start);
-        let ids: Vec<u32> = (start as u32..(start + n) as u32).collect();
-        let wc = w.rows(&ids)?; // [n, D]
-        let p = (h.matmul(&wc.t()?)? * inv)?.broadcast_sub(&lse)?.exp()?; // [R, n]
-        expect = (expect + p.matmul(&wc)?)?;
-        start += n;
-    }
-    let wy = w.rows(targets)?; // [R, D]
-    let c = Tensor::from_vec(
-        coef.iter().map(|&c| (c * inv) as f32).collect::<Vec<_>>(),
-        (rows, 1),
-        &dev,
-    )?;
-    Ok((wy - expect)?.broadcast_mul(&c)?)
+    let rows = |s: usize, n: usize| -> Result<Tensor> {
+        let ids: Vec<u32> = (s as u32..(s + n) as u32).collect();
+        Ok(w.rows(&ids)?)
+    };
+    let wy = w.rows(targets)?;
+    expectation_grad(h, w.out_dim(), rows, wy, stats, coef, temperature)
 }
 
 #[cfg(test)]

@@ -128,6 +128,8 @@ pub fn run(
         Algorithm::Sft => sft_batch(ctx, learner, picks)?,
     };
 
+    // The rollouts' KV is free now: let the learner's activations have it.
+    tern_runtime::memory::release_free_memory();
     let learning = Instant::now();
     let corrected = correct(ctx, learner, &mut batch, &mut m)?;
     // Per sample: pi_old if already known, and the correction's weights.
@@ -170,6 +172,8 @@ pub fn run(
         Vec::new()
     };
     m.learner_seconds = learning.elapsed().as_secs_f64();
+    // And the learner's activations for the next step's rollouts.
+    tern_runtime::memory::release_free_memory();
     m.peak_rss_bytes = memory::check(ctx.cap, "the optimizer update")?;
     m.seconds = t0.elapsed().as_secs_f64();
     Ok(Outcome {

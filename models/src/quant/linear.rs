@@ -28,8 +28,12 @@ const PARALLEL_MIN_BLOCK_DOTS: usize = 2048;
 /// Tasks per thread a call's output columns are split into, so a thread that was
 /// descheduled mid-call costs the others little.
 const TASKS_PER_THREAD: usize = 4;
-/// Weight rows dequantized at a time by [`QLinear::backward_input`].
+/// Weight rows dequantized at a time by [`QLinear::backward_input`] when
+/// the weight is larger than [`BACKWARD_WHOLE_VALUES`].
 const BACKWARD_TILE_ROWS: usize = 256;
+/// Up to this many values (16 MB of f32) a weight is dequantized whole for
+/// its backward.
+const BACKWARD_WHOLE_VALUES: usize = 4 << 20;
 
 /// A weight's stored type: one candle knows, or one Tern reads past it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,23 +242,35 @@ impl QLinear {
             );
         }
         let g = g.to_dtype(DType::F32)?;
+        if t == 0 {
+            return Tensor::zeros((0, self.in_dim), DType::F32, &candle_core::Device::Cpu);
+        }
+        // A projection's weight dequantized whole is a few MB and one
+        // matmul; a vocabulary-sized one goes a tile of rows at a time.
+        let tile = if out * self.in_dim <= BACKWARD_WHOLE_VALUES {
+            out
+        } else {
+            BACKWARD_TILE_ROWS
+        };
         let mut acc: Option<Tensor> = None;
         let mut start = 0;
         while start < out {
-            let n = BACKWARD_TILE_ROWS.min(out - start);
+            let n = tile.min(out - start);
             let ids: Vec<u32> = (start as u32..(start + n) as u32).collect();
             let w = self.rows(&ids)?; // [n, in]
-            let part = g.narrow(1, start, n)?.contiguous()?.matmul(&w)?; // [T, in]
+            let gs = if n == out {
+                g.clone()
+            } else {
+                g.narrow(1, start, n)?.contiguous()?
+            };
+            let part = gs.matmul(&w)?; // [T, in]
             acc = Some(match acc {
                 Some(a) => (a + part)?,
                 None => part,
             });
             start += n;
         }
-        match acc {
-            Some(a) => Ok(a),
-            None => Tensor::zeros((t, self.in_dim), DType::F32, &candle_core::Device::Cpu),
-        }
+        acc.ok_or_else(|| candle_core::Error::Msg("empty weight".into()))
     }
 
     /// `x W^T` for `x` `[.., in]` (any float dtype, computed in f32): returns
