@@ -141,3 +141,58 @@ fn recomputed_blocks_give_the_stored_activations_gradients() {
     }
     assert!(reached > 0, "the loss reached no parameter");
 }
+
+/// A dense run under a correction measures the sampler against pi_old:
+/// with the learner on the sampler's own numbers every ratio is exactly 1
+/// and nothing is rejected, step after step (adapters trained in between).
+#[test]
+fn a_dense_runs_rho_is_exactly_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, &TinySpec::default());
+    let out = dir.path().join("run");
+    let o = crate::support::tern(
+        &[
+            "train",
+            "--model",
+            path.to_str().unwrap(),
+            "--task",
+            "arithmetic:count=40,seed=2",
+            "--steps",
+            "3",
+            "--group-size",
+            "8",
+            "--prompts-per-step",
+            "4",
+            "--max-new-tokens",
+            "24",
+            "--correction",
+            "sparse-rl",
+            "--lora-rank",
+            "4",
+            "--lr",
+            "1e-2",
+            "--seed",
+            "11",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let mut measured = 0;
+    for l in lines.lines() {
+        let m: serde_json::Value = serde_json::from_str(l).unwrap();
+        let rho = &m["rho"];
+        if rho.is_null() {
+            continue;
+        }
+        measured += 1;
+        assert_eq!(rho["min_rho"].as_f64(), Some(1.0), "{m}");
+        assert_eq!(rho["mean_rho"].as_f64(), Some(1.0), "{m}");
+        assert_eq!(rho["kl_old_sparse"].as_f64(), Some(0.0), "{m}");
+        assert_eq!(rho["rejected_tokens"].as_u64(), Some(0), "{m}");
+    }
+    assert!(measured >= 2, "rho measured on {measured} steps");
+}
