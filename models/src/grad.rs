@@ -316,14 +316,28 @@ impl CustomOp3 for LoraDelta {
             );
         }
         let rows = x.len() / inp.max(1);
+        // B transposed, so each rank's column runs along the outputs and the
+        // update below vectorizes across them; every output still sums its
+        // rank terms in one fixed order.
+        let mut bt = vec![0f32; rank * outp];
+        for (o, row) in b.chunks_exact(rank).enumerate() {
+            for (k, &v) in row.iter().enumerate() {
+                bt[k * outp + o] = v;
+            }
+        }
         let mut y = vec![0f32; rows * outp];
         let mut h = vec![0f32; rank];
         for (xr, yr) in x.chunks_exact(inp).zip(y.chunks_exact_mut(outp)) {
             for (k, hk) in h.iter_mut().enumerate() {
                 *hk = dot8(xr, &a[k * inp..(k + 1) * inp]);
             }
-            for (o, yo) in yr.iter_mut().enumerate() {
-                *yo = dot8(&h, &b[o * rank..(o + 1) * rank]) * self.scale;
+            for (k, &hk) in h.iter().enumerate() {
+                for (yo, &bv) in yr.iter_mut().zip(&bt[k * outp..(k + 1) * outp]) {
+                    *yo = hk.mul_add(bv, *yo);
+                }
+            }
+            for yo in yr.iter_mut() {
+                *yo *= self.scale;
             }
         }
         let mut dims = lx.dims().to_vec();
