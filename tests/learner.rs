@@ -14,8 +14,8 @@ use tern_runtime::sampler::SamplingParams;
 use tern_runtime::LoadedModel;
 use tern_trainer::learner::{Learner, Sample};
 
-use crate::support::real_model;
 use crate::support::tiny::{write_tiny_model, TinySpec};
+use crate::support::{real_gemma, real_model};
 
 /// Gives every adapter's `B` small seeded values, so the adapters change
 /// the model (a fresh adapter's `B` is zero).
@@ -99,6 +99,55 @@ fn real_model_dense_rollouts_are_the_learners_pi_old_bit_for_bit() {
     rollouts_equal_scores(&engine, &learner, &prompt, 4);
 }
 
+/// Gemma 3's Q4_K_M runs on llama.cpp's repacked K-quant kernels, whose
+/// order for a batch's leftover rows differs from the grouped rows': the
+/// learner's one pass and the sampler's prefill and decode batches group
+/// rows differently, so scores differ by that rounding only. A wrong mask,
+/// position, kernel plan or adapter would move them by far more.
+#[test]
+fn real_gemma3_learner_scores_within_kernel_rounding_of_the_sampler() {
+    let model = Arc::new(LoadedModel::load(&real_gemma()).unwrap());
+    let engine = EngineHandle::spawn(model.clone(), EngineConfig::default());
+    let all = tern_models::LoraTarget::parse_list("all").unwrap();
+    let learner = Learner::with_model(model.clone(), &all, 8, 16.0, 1).unwrap();
+    let prompt = model
+        .tokenizer
+        .encode("Question: What is 7 + 5?\nAnswer:", true, true)
+        .unwrap();
+    let sampling = SamplingParams {
+        temperature: 1.0,
+        seed: 3,
+        ..SamplingParams::default()
+    };
+    let mut req = SubmitRequest::new(prompt.clone(), sampling, 40);
+    req.n = 8;
+    req.logprobs = true;
+    let done = engine
+        .submit(req)
+        .unwrap()
+        .collect_blocking()
+        .unwrap()
+        .into_completions();
+    let samples: Vec<Sample> = done
+        .iter()
+        .map(|c| Sample::new(prompt.clone(), c.tokens.clone()))
+        .collect();
+    let scored = learner.score(&samples, 8, false).unwrap();
+    let (mut n, mut sum, mut worst) = (0usize, 0f64, 0f64);
+    for (c, s) in done.iter().zip(&scored) {
+        for (rec, lp) in c.logprobs.iter().zip(s) {
+            let d = (rec.logprob as f64 - lp).abs();
+            n += 1;
+            sum += d;
+            worst = worst.max(d);
+        }
+    }
+    let mean = sum / n as f64;
+    eprintln!("gemma3 q4_k_m: {n} tokens, mean |d log p| {mean:.5}, worst {worst:.5}");
+    assert!(n > 100, "{n} tokens");
+    assert!(worst < 0.5 && mean < 0.05, "mean {mean}, worst {worst}");
+}
+
 #[test]
 fn recomputed_blocks_give_the_stored_activations_gradients() {
     let dir = tempfile::tempdir().unwrap();
@@ -140,59 +189,4 @@ fn recomputed_blocks_give_the_stored_activations_gradients() {
         assert_eq!(a, b, "a parameter's gradient differs");
     }
     assert!(reached > 0, "the loss reached no parameter");
-}
-
-/// A dense run under a correction measures the sampler against pi_old:
-/// with the learner on the sampler's own numbers every ratio is exactly 1
-/// and nothing is rejected, step after step (adapters trained in between).
-#[test]
-fn a_dense_runs_rho_is_exactly_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_tiny_model(&path, &TinySpec::default());
-    let out = dir.path().join("run");
-    let o = crate::support::tern(
-        &[
-            "train",
-            "--model",
-            path.to_str().unwrap(),
-            "--task",
-            "arithmetic:count=40,seed=2",
-            "--steps",
-            "3",
-            "--group-size",
-            "8",
-            "--prompts-per-step",
-            "4",
-            "--max-new-tokens",
-            "24",
-            "--correction",
-            "sparse-rl",
-            "--lora-rank",
-            "4",
-            "--lr",
-            "1e-2",
-            "--seed",
-            "11",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let lines = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
-    let mut measured = 0;
-    for l in lines.lines() {
-        let m: serde_json::Value = serde_json::from_str(l).unwrap();
-        let rho = &m["rho"];
-        if rho.is_null() {
-            continue;
-        }
-        measured += 1;
-        assert_eq!(rho["min_rho"].as_f64(), Some(1.0), "{m}");
-        assert_eq!(rho["mean_rho"].as_f64(), Some(1.0), "{m}");
-        assert_eq!(rho["kl_old_sparse"].as_f64(), Some(0.0), "{m}");
-        assert_eq!(rho["rejected_tokens"].as_u64(), Some(0), "{m}");
-    }
-    assert!(measured >= 2, "rho measured on {measured} steps");
 }

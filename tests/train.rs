@@ -328,6 +328,52 @@ fn mismatched_sparse_sampler_is_measured_and_corrected() {
     assert_eq!(r["rejected_tokens"], 0, "{r}");
 }
 
+/// A dense run under a correction measures the sampler against pi_old:
+/// with the learner on the sampler's own numbers every ratio is exactly 1
+/// and nothing is rejected, step after step (adapters trained in between).
+#[test]
+fn a_dense_runs_rho_is_exactly_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let out = dir.path().join("run");
+    ok(&train(&[
+        "--model",
+        &model,
+        "--task",
+        "arithmetic:count=40,seed=2",
+        "--steps",
+        "3",
+        "--max-new-tokens",
+        "24",
+        "--correction",
+        "sparse-rl",
+        "--lora-rank",
+        "4",
+        "--lr",
+        "1e-2",
+        "--seed",
+        "11",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    let measured: Vec<_> = metrics(&out)
+        .into_iter()
+        .filter(|m| !m["rho"].is_null())
+        .collect();
+    assert!(
+        measured.len() >= 2,
+        "rho measured on {} steps",
+        measured.len()
+    );
+    for m in &measured {
+        let rho = &m["rho"];
+        assert_eq!(rho["min_rho"].as_f64(), Some(1.0), "{m}");
+        assert_eq!(rho["mean_rho"].as_f64(), Some(1.0), "{m}");
+        assert_eq!(rho["kl_old_sparse"].as_f64(), Some(0.0), "{m}");
+        assert_eq!(rho["rejected_tokens"].as_u64(), Some(0), "{m}");
+    }
+}
+
 /// A trained checkpoint exported at f16 computes what the base model with
 /// the adapters computes (the merge is exact up to f16 rounding), and the
 /// export is a model `tern generate` runs.

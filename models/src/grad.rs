@@ -1,7 +1,8 @@
 //! The sampler's own operations with gradients: each op's forward is the
 //! exact serving computation ([`crate::exact`], [`crate::flash`], Tern's
 //! quantized kernels), so a learner running them scores a sampled sequence
-//! with the sampler's numbers bit for bit; each backward is the plain f32
+//! with the sampler's numbers, bit for bit wherever a kernel gives a row the
+//! same result in a batch of any size; each backward is the plain f32
 //! derivative of the real-valued function the op rounds (the rounding itself
 //! passes gradients straight through, as quantization-aware training does).
 //!
@@ -9,7 +10,8 @@
 //! (`Tensor::track_op`); serving keeps its direct calls.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use candle_core::{
     bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, Device, Layout, Result, Shape, Tensor,
@@ -17,6 +19,7 @@ use candle_core::{
 
 use crate::attention::CacheView;
 use crate::flash::{self, FlashKernel, Queries};
+use crate::quant::pool::Pool;
 use crate::quant::QLinear;
 use crate::visibility::Visibility;
 
@@ -282,6 +285,9 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// Rows of a LoRA delta one pool work item computes.
+const LORA_ROWS_PER_ITEM: usize = 8;
+
 /// A LoRA adapter's contribution `scale * (x A^T) B^T`, each output row
 /// computed on its own in a fixed order: the same numbers whether a row is
 /// decoded alone, beside others, or teacher-forced in a long pass (a general
@@ -326,8 +332,9 @@ impl CustomOp3 for LoraDelta {
             }
         }
         let mut y = vec![0f32; rows * outp];
-        let mut h = vec![0f32; rank];
-        for (xr, yr) in x.chunks_exact(inp).zip(y.chunks_exact_mut(outp)) {
+        // Rows are independent: a long pass (prefill, the learner) splits
+        // them across the pool, each row's numbers the same wherever it runs.
+        let one_row = |xr: &[f32], yr: &mut [f32], h: &mut [f32]| {
             for (k, hk) in h.iter_mut().enumerate() {
                 *hk = dot8(xr, &a[k * inp..(k + 1) * inp]);
             }
@@ -339,7 +346,29 @@ impl CustomOp3 for LoraDelta {
             for yo in yr.iter_mut() {
                 *yo *= self.scale;
             }
+        };
+        let items: Vec<Mutex<(&[f32], &mut [f32])>> = x
+            .chunks(LORA_ROWS_PER_ITEM * inp)
+            .zip(y.chunks_mut(LORA_ROWS_PER_ITEM * outp))
+            .map(Mutex::new)
+            .collect();
+        let next = AtomicUsize::new(0);
+        let job = || {
+            let mut h = vec![0f32; rank];
+            while let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let mut item = item.lock().unwrap_or_else(|e| e.into_inner());
+                let (xs, ys) = &mut *item;
+                for (xr, yr) in xs.chunks_exact(inp).zip(ys.chunks_exact_mut(outp)) {
+                    one_row(xr, yr, &mut h);
+                }
+            }
+        };
+        if items.len() > 1 {
+            Pool::global().run(&job);
+        } else {
+            job();
         }
+        drop(items);
         let mut dims = lx.dims().to_vec();
         if let Some(last) = dims.last_mut() {
             *last = outp;

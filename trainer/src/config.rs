@@ -60,7 +60,8 @@ impl std::str::FromStr for LearnerKv {
 #[serde(rename_all = "lowercase")]
 pub enum LearnerWeights {
     /// The GGUF blocks on the sampler's own kernels (one copy shared with the
-    /// rollout engine; dense rollouts' log-probabilities equal pi_old).
+    /// rollout engine; dense rollouts' log-probabilities equal pi_old where
+    /// the weights' kernels give a row the same result in any batch).
     Gguf,
     /// Dequantized to f32 (the learner before the quantized one: ~5x the
     /// weights' memory, and its own rounding).

@@ -6,7 +6,11 @@
 //! sampler's, op for op (`tern_models`' differentiable exact ops): the same
 //! quantized kernels, the same attention kernel per row as the sampler ran
 //! it, the sampler's log-softmax. A dense rollout's recorded log-probabilities
-//! are then the learner's pi_old exactly. The backward through a frozen
+//! are then the learner's pi_old exactly, wherever the weights' kernels give
+//! a row the same result in any batch (Q4_1, Q8_0: SmolLM2). Kernels that
+//! take a different order for a batch's leftover rows (the repacked K-quants
+//! of Gemma 3's Q4_K_M) differ by that rounding, as llama.cpp's own batched
+//! and single-row results do. The backward through a frozen
 //! quantized projection dequantizes its blocks a tile at a time. With
 //! recompute on, only each block's input is kept and the block is run again
 //! in the backward pass. Full fine-tuning runs on dequantized f32 weights.
