@@ -283,30 +283,93 @@ fn invalid_requests_are_refused_with_the_reason() {
     assert_eq!(collect(engine.submit(base).unwrap())[0].0.len(), 5);
 }
 
+/// Text and finish reason of a single-completion request.
+fn text_of(mut s: tern_runtime::engine::RequestStream) -> (String, Option<FinishReason>) {
+    let (mut text, mut finish) = (String::new(), None);
+    while let Some(ev) = s.blocking_recv() {
+        match ev {
+            Event::Token { text: t, .. } => text.push_str(&t),
+            Event::Done { finish_reason, .. } => finish = Some(finish_reason),
+            _ => {}
+        }
+    }
+    (text, finish)
+}
+
 #[test]
-fn json_constraint_keeps_every_output_a_json_prefix() {
+fn json_object_constraint_gives_one_object() {
     let (_d, model) = load_tiny();
+    let grammar = model
+        .grammar(&tern_runtime::constraint::Constraint::JsonObject)
+        .unwrap();
     let engine = EngineHandle::spawn(Arc::new(model), small_config());
     for seed in 0..4 {
         let mut req = SubmitRequest::new(prompt(seed, 6), sampling(1.0, seed as u64), 60);
-        req.constraint = Some(tern_runtime::constraint::Constraint::JsonObject);
-        let mut s = engine.submit(req).unwrap();
-        let (mut text, mut finish) = (String::new(), None);
-        while let Some(ev) = s.blocking_recv() {
-            match ev {
-                Event::Token { text: t, .. } => text.push_str(&t),
-                Event::Done { finish_reason, .. } => finish = Some(finish_reason),
-                _ => {}
-            }
-        }
-        let mut p = tern_runtime::constraint::JsonPrefix::new();
-        assert!(p.advance(text.as_bytes()), "not a JSON prefix: {text:?}");
+        req.constraint = Some(grammar.clone());
+        let (text, finish) = text_of(engine.submit(req).unwrap());
         assert!(text.starts_with('{'), "{text:?}");
         if finish == Some(FinishReason::Stop) {
             let v: serde_json::Value = serde_json::from_str(&text).expect("complete JSON");
             assert!(v.is_object());
         }
     }
+}
+
+#[test]
+fn a_json_schema_holds_on_every_sample_of_a_random_model() {
+    let (_d, model) = load_tiny();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "answer": {"enum": ["yes", "no"]},
+            "n": {"type": "integer", "minimum": 0, "maximum": 99},
+            "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}
+        },
+        "required": ["answer", "n", "tags"],
+        "additionalProperties": false
+    });
+    let grammar = model
+        .grammar(&tern_runtime::constraint::Constraint::JsonSchema(schema))
+        .unwrap();
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    for seed in 0..6 {
+        let mut req = SubmitRequest::new(prompt(seed, 6), sampling(1.0, seed as u64), 60);
+        req.constraint = Some(grammar.clone());
+        let (text, finish) = text_of(engine.submit(req).unwrap());
+        // A random model never chooses to write this: every token was forced
+        // into the schema, and the bounded schema ends well within 60 tokens.
+        assert_eq!(finish, Some(FinishReason::Stop), "{text:?}");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("complete JSON");
+        assert!(
+            ["yes", "no"].contains(&v["answer"].as_str().unwrap()),
+            "{text}"
+        );
+        assert!(v["n"].as_u64().unwrap() <= 99, "{text}");
+        let tags = v["tags"].as_array().unwrap();
+        assert!(
+            tags.len() <= 2 && tags.iter().all(|t| t.is_boolean()),
+            "{text}"
+        );
+        assert_eq!(v.as_object().unwrap().len(), 3, "{text}");
+    }
+}
+
+#[test]
+fn a_schema_the_engine_cannot_enforce_is_refused_by_name() {
+    let (_d, model) = load_tiny();
+    let bad = serde_json::json!({"type": "object", "properties": {"a": {"type": "strin"}}});
+    let e = model
+        .grammar(&tern_runtime::constraint::Constraint::JsonSchema(bad))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("strin"), "{e}");
+    let e = model
+        .grammar(&tern_runtime::constraint::Constraint::Lark(
+            "start: undefined_rule".into(),
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("undefined_rule"), "{e}");
 }
 
 /// Every event of one single-completion request, in order.

@@ -31,6 +31,9 @@ pub enum RuntimeError {
     /// The prompt tokenized to nothing.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// An output constraint (schema or grammar) cannot be enforced.
+    #[error("{0}")]
+    Constraint(String),
     /// A request parameter is out of range.
     #[error("invalid parameter `{param}`: {reason}")]
     InvalidParam { param: String, reason: String },

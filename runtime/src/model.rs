@@ -1,11 +1,13 @@
 //! A model ready to run: weights, tokenizer and chat template loaded from one GGUF.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use tern_models::{GgufFile, Model, ModelConfig, Precision};
 
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::chat_prompt::{encode_chat, ContentTokens};
+use crate::constraint::{Constraint, Grammar, Grammars};
 use crate::error::{Result, RuntimeError};
 use crate::tokenizer::Tokenizer;
 
@@ -23,6 +25,8 @@ pub struct LoadedModel {
     pub template: Option<ChatTemplate>,
     /// Ids that end generation ([`LoadedModel::stop_tokens`]).
     stop: Vec<u32>,
+    /// The constraint compiler over this vocabulary, built on first use.
+    grammars: OnceLock<std::result::Result<Grammars, String>>,
 }
 
 /// End-of-turn and end-of-text tokens of the common families, matched by
@@ -91,7 +95,21 @@ impl LoadedModel {
             tokenizer,
             template,
             stop,
+            grammars: OnceLock::new(),
         })
+    }
+
+    /// Compiles an output constraint against this model's vocabulary (the
+    /// vocabulary's index is built by the first call and kept).
+    pub fn grammar(&self, c: &Constraint) -> Result<Grammar> {
+        let grammars = self
+            .grammars
+            .get_or_init(|| Grammars::new(&self.tokenizer, &self.stop).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| RuntimeError::Constraint(e.clone()))?;
+        grammars
+            .compile(c)
+            .map_err(|e| RuntimeError::Constraint(e.to_string()))
     }
 
     /// The model's hyper-parameters.

@@ -51,6 +51,9 @@ pub struct Plan {
     pub stream: bool,
     /// Add the usage chunk at the end of the stream.
     pub include_usage: bool,
+    /// The output constraint to compile against the model, and the field
+    /// it came from (compiled by [`compile_constraint`] before submitting).
+    pub constraint: Option<(Constraint, &'static str)>,
 }
 
 /// Validates everything and builds the engine request.
@@ -65,7 +68,7 @@ pub fn plan(
     let stop = stops(f)?;
     let n = count(f)?;
     let kv_policy = kv_policy(f, default_policy)?;
-    let constraint = response_format(f)?;
+    let constraint = constraint(f)?;
     check_prompt(
         input.prompt.len(),
         input.prompt_param,
@@ -81,14 +84,35 @@ pub fn plan(
     submit.stop = stop;
     submit.n = n;
     submit.kv_policy = kv_policy;
-    submit.constraint = constraint;
     submit.logprobs = input.logprobs.is_some();
     submit.ignore_eos = f.ignore_eos.unwrap_or(false);
     Ok(Plan {
         submit,
         stream,
         include_usage,
+        constraint,
     })
+}
+
+/// Compiles the plan's constraint against `model` (off the async threads:
+/// a large schema takes a while) into its engine request; a schema or
+/// grammar that cannot be enforced is a 400 naming its field.
+pub async fn compile_constraint(
+    plan: &mut Plan,
+    model: &std::sync::Arc<tern_runtime::LoadedModel>,
+) -> Result<(), ApiError> {
+    let Some((c, param)) = plan.constraint.take() else {
+        return Ok(());
+    };
+    let model = std::sync::Arc::clone(model);
+    let grammar = crate::prompt::off_thread(move || {
+        model
+            .grammar(&c)
+            .map_err(|e| ApiError::invalid_param(param, format!("{param}: {e}")))
+    })
+    .await?;
+    plan.submit.constraint = Some(grammar);
+    Ok(())
 }
 
 /// `max_completion_tokens` wins over the older `max_tokens` when both are set.
@@ -266,17 +290,64 @@ fn kv_policy(f: &GenerationFields, default: &KvPolicy) -> Result<KvPolicy, ApiEr
     Ok(policy)
 }
 
-fn response_format(f: &GenerationFields) -> Result<Option<Constraint>, ApiError> {
-    match f.response_format.as_ref().map(|r| r.kind.as_str()) {
-        None | Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(Constraint::JsonObject)),
-        Some("json_schema") => Err(ApiError::unsupported(
-            "response_format",
-            "response_format `json_schema`",
+/// `response_format` or the `grammar` extension (not both).
+fn constraint(f: &GenerationFields) -> Result<Option<(Constraint, &'static str)>, ApiError> {
+    let format = response_format(f)?;
+    match (&f.grammar, format) {
+        (None, c) => Ok(c),
+        (Some(_), Some(_)) => Err(ApiError::invalid_param(
+            "grammar",
+            "give either `grammar` or a JSON `response_format`, not both",
         )),
-        Some(other) => Err(ApiError::invalid_param(
+        (Some(g), None) if g.trim().is_empty() => {
+            Err(ApiError::invalid_param("grammar", "`grammar` is empty"))
+        }
+        (Some(g), None) if g.contains("::=") => Err(ApiError::invalid_param(
+            "grammar",
+            "`grammar` looks like GBNF (`::=`); Tern reads llguidance's Lark dialect: \
+             write rules as `name: ...` with `start` as the first rule",
+        )),
+        (Some(g), None) => Ok(Some((Constraint::Lark(g.clone()), "grammar"))),
+    }
+}
+
+fn response_format(f: &GenerationFields) -> Result<Option<(Constraint, &'static str)>, ApiError> {
+    let Some(r) = &f.response_format else {
+        return Ok(None);
+    };
+    match r.kind.as_str() {
+        "text" => Ok(None),
+        "json_object" => Ok(Some((Constraint::JsonObject, "response_format"))),
+        "json_schema" => {
+            let Some(spec) = &r.json_schema else {
+                return Err(ApiError::invalid_param(
+                    "response_format.json_schema",
+                    "response_format of type `json_schema` needs a `json_schema` object",
+                ));
+            };
+            let name_ok = spec.name.as_deref().is_some_and(|n| {
+                !n.is_empty()
+                    && n.len() <= 64
+                    && n.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            });
+            if !name_ok {
+                return Err(ApiError::invalid_param(
+                    "response_format.json_schema.name",
+                    "response_format.json_schema.name is required: 1 to 64 of a-z, A-Z, 0-9, `_` and `-`",
+                ));
+            }
+            let schema = spec.schema.clone().unwrap_or(serde_json::Value::Bool(true));
+            Ok(Some((
+                Constraint::JsonSchema(schema),
+                "response_format.json_schema.schema",
+            )))
+        }
+        other => Err(ApiError::invalid_param(
             "response_format",
-            format!("response_format.type must be `text` or `json_object`, got `{other}`"),
+            format!(
+                "response_format.type must be `text`, `json_object` or `json_schema`, got `{other}`"
+            ),
         )),
     }
 }
@@ -411,7 +482,21 @@ mod tests {
             (r#"{"kv_policy": "snapkv:budget=x"}"#, "kv_policy"),
             (
                 r#"{"response_format": {"type": "json_schema"}}"#,
-                "response_format",
+                "response_format.json_schema",
+            ),
+            (
+                r#"{"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}"#,
+                "response_format.json_schema.name",
+            ),
+            (
+                r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "a b"}}}"#,
+                "response_format.json_schema.name",
+            ),
+            (r#"{"grammar": " "}"#, "grammar"),
+            (r#"{"grammar": "root ::= \"a\""}"#, "grammar"),
+            (
+                r#"{"grammar": "start: \"a\"", "response_format": {"type": "json_object"}}"#,
+                "grammar",
             ),
             (r#"{"response_format": {"type": "xml"}}"#, "response_format"),
             (
@@ -463,8 +548,42 @@ mod tests {
         assert_eq!(s.n, 3);
         assert_eq!(s.max_tokens, 90);
         assert_eq!(s.kv_policy.name(), "snapkv");
-        assert_eq!(s.constraint, Some(Constraint::JsonObject));
+        assert_eq!(
+            p.constraint,
+            Some((Constraint::JsonObject, "response_format"))
+        );
         assert!(p.stream && p.include_usage);
+    }
+
+    #[test]
+    fn a_schema_or_grammar_reaches_the_plan_with_its_field() {
+        let p = run(
+            r#"{"response_format": {"type": "json_schema", "json_schema":
+                {"name": "point", "strict": true, "schema": {"type": "object"}}}}"#,
+            10,
+        )
+        .unwrap();
+        assert_eq!(
+            p.constraint,
+            Some((
+                Constraint::JsonSchema(serde_json::json!({"type": "object"})),
+                "response_format.json_schema.schema"
+            ))
+        );
+        let p = run(r#"{"grammar": "start: \"yes\" | \"no\""}"#, 10).unwrap();
+        assert_eq!(
+            p.constraint,
+            Some((
+                Constraint::Lark("start: \"yes\" | \"no\"".into()),
+                "grammar"
+            ))
+        );
+        assert_eq!(
+            run(r#"{"response_format": {"type": "text"}}"#, 10)
+                .unwrap()
+                .constraint,
+            None
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub(super) fn start_completions(
             seeded(&r.req, 0),
             &r.req.prompt,
             r.req.stop.clone(),
-            r.req.constraint,
+            r.req.constraint.clone(),
         )
         .with_deferred_stops(r.req.stop_after_content.clone()),
     );
@@ -53,7 +53,7 @@ pub(super) fn start_completions(
                 seeded(&r.req, i),
                 &r.req.prompt,
                 r.req.stop.clone(),
-                r.req.constraint,
+                r.req.constraint.clone(),
             )
             .with_deferred_stops(r.req.stop_after_content.clone()),
         );

@@ -35,7 +35,7 @@ pub(crate) use stop::StopMatcher;
 pub use think::{ConvergenceRule, ProbeSpec, ThinkSpec};
 
 use crate::backend::{Backend, TernBackend};
-use crate::constraint::Constraint;
+use crate::constraint::Grammar;
 use crate::error::RuntimeError;
 use crate::kv::policy::KvPolicy;
 use crate::kv::SeqCache;
@@ -139,8 +139,9 @@ pub struct SubmitRequest {
     pub kv_policy: KvPolicy,
     /// Completions sharing the prompt: prefilled once, the cache forked `n` ways.
     pub n: usize,
-    /// A constraint on the output (JSON), enforced while sampling.
-    pub constraint: Option<Constraint>,
+    /// A compiled constraint on the output (JSON, a schema, a grammar),
+    /// enforced while sampling; each completion advances its own copy.
+    pub constraint: Option<Grammar>,
     /// Record each sampled token's log-probability in [`Event::Token`].
     pub logprobs: bool,
     /// A thinking budget (and answer probes) for each completion; `max_tokens`

@@ -9,7 +9,7 @@ use tern_models::EvictionLog;
 
 use super::{FinishReason, StopMatcher, TokenLogprob};
 use crate::backend::{SeqId, SeqKv};
-use crate::constraint::{Constraint, JsonPrefix};
+use crate::constraint::Grammar;
 use crate::kv::policy::KvPolicy;
 use crate::model::LoadedModel;
 use crate::sampler::{Sampler, SamplingParams};
@@ -54,7 +54,7 @@ pub(super) struct Completion {
     sampler: Sampler,
     decoder: StreamDecoder,
     stops: StopMatcher,
-    json: Option<JsonPrefix>,
+    grammar: Option<Grammar>,
     /// Scratch for constrained resampling.
     masked: Vec<f32>,
     /// Text of forced tokens, sent with the next token's text.
@@ -72,7 +72,7 @@ impl Completion {
         sampling: SamplingParams,
         prompt: &[u32],
         stop: Vec<String>,
-        constraint: Option<Constraint>,
+        grammar: Option<Grammar>,
     ) -> Self {
         Self {
             index,
@@ -87,7 +87,7 @@ impl Completion {
             sampler: Sampler::new(sampling),
             decoder: StreamDecoder::new(),
             stops: StopMatcher::new(stop),
-            json: constraint.map(|Constraint::JsonObject| JsonPrefix::new()),
+            grammar,
             masked: Vec::new(),
             pending_text: String::new(),
             deferred_stops: Vec::new(),
@@ -151,24 +151,25 @@ impl Completion {
     fn sample_step(&mut self, logits: &[f32], lim: &Limits) -> Stepped {
         let tok = &lim.model.tokenizer;
         let mut s = self.sampler.sample(logits, &self.history);
-        if let Some(json) = &self.json {
-            // Leading whitespace is valid JSON but lets a model stall forever
-            // before the object: the first token must open it.
-            let started = self.generated > 0;
-            let ok =
-                |bytes: &[u8]| json.accepts(bytes) && (started || !bytes[0].is_ascii_whitespace());
-            if !ok(tok.bytes_of(s.token, false)) {
-                // Resample from the distribution restricted to tokens that keep
-                // the output a valid JSON prefix (only when the free choice fails,
-                // so the common case costs nothing).
+        if let Some(g) = &mut self.grammar {
+            if !g.allows(s.token) {
+                // Draw again from the distribution restricted to what the
+                // grammar allows (only when the free draw fails, so the
+                // common case never computes a mask).
+                let Some(mask) = g.mask() else {
+                    return self.end_unconstrainable(lim);
+                };
                 self.masked.clear();
                 self.masked.extend(logits.iter().enumerate().map(|(t, &l)| {
-                    if ok(tok.bytes_of(t as u32, false)) {
+                    if mask.is_allowed(t as u32) {
                         l
                     } else {
                         f32::NEG_INFINITY
                     }
                 }));
+                if self.masked.iter().all(|l| *l == f32::NEG_INFINITY) {
+                    return self.end_unconstrainable(lim);
+                }
                 s = self.sampler.sample(&self.masked, &self.history);
             }
         }
@@ -190,10 +191,10 @@ impl Completion {
             out.finish = Some(FinishReason::Stop);
             return out;
         }
-        if let Some(json) = &mut self.json {
-            if !json.advance(tok.bytes_of(token, false)) {
-                // No token could continue the JSON (every candidate was
-                // banned): end without claiming the output is complete.
+        if let Some(g) = &mut self.grammar {
+            if !g.commit(token) {
+                // The grammar refused what it had allowed: end without
+                // claiming the output is complete.
                 out.finish = Some(FinishReason::Length);
                 out.text = self.stops.flush(self.decoder.finish());
                 return out;
@@ -210,9 +211,9 @@ impl Completion {
         if !self.deferred_stops.is_empty() && !piece.trim().is_empty() {
             self.stops.add(std::mem::take(&mut self.deferred_stops));
         }
-        let complete_json = self.json.as_ref().is_some_and(JsonPrefix::is_complete);
+        let complete = self.grammar.as_ref().is_some_and(Grammar::is_complete);
         let ctx = lim.model.config().context_length;
-        if complete_json {
+        if complete {
             out.finish = Some(FinishReason::Stop);
         } else if self.generated >= lim.max_tokens.min(self.limit.unwrap_or(usize::MAX))
             || self.history.len() >= ctx
@@ -224,5 +225,16 @@ impl Completion {
             out.text.push_str(&tail);
         }
         out
+    }
+
+    /// Ends a completion no token can continue (the grammar allows nothing
+    /// the model can emit): a length stop, not a claim of completeness.
+    fn end_unconstrainable(&mut self, lim: &Limits) -> Stepped {
+        Stepped {
+            token: lim.stop_ids.first().copied().unwrap_or(0),
+            text: self.stops.flush(self.decoder.finish()),
+            logprob: None,
+            finish: Some(FinishReason::Length),
+        }
     }
 }

@@ -45,8 +45,12 @@ pub struct GenerationFields {
     pub stream: Option<bool>,
     /// Streaming options (`include_usage`).
     pub stream_options: Option<StreamOptions>,
-    /// `{"type": "text"}` or `{"type": "json_object"}`.
+    /// `{"type": "text"}`, `{"type": "json_object"}` or
+    /// `{"type": "json_schema", "json_schema": {...}}`.
     pub response_format: Option<ResponseFormat>,
+    /// Tern extension (llama-server's field name): a grammar in
+    /// llguidance's Lark dialect the output must match.
+    pub grammar: Option<String>,
     /// End-user id; accepted (so strict parsing takes it) and ignored.
     #[allow(dead_code)]
     pub user: Option<String>,
@@ -69,6 +73,23 @@ pub struct ResponseFormat {
     /// `text`, `json_object` or `json_schema`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The schema of a `json_schema` format.
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+/// `response_format.json_schema`.
+#[derive(Debug, Deserialize)]
+pub struct JsonSchemaFormat {
+    /// The format's name (`a-z`, `A-Z`, `0-9`, `_`, `-`; at most 64).
+    pub name: Option<String>,
+    /// The JSON schema; absent means any JSON value.
+    pub schema: Option<serde_json::Value>,
+    /// Accepted: Tern always enforces the schema, strict or not.
+    #[allow(dead_code)]
+    pub strict: Option<bool>,
+    /// Accepted and unused (the model sees only what the prompt says).
+    #[allow(dead_code)]
+    pub description: Option<String>,
 }
 
 /// `stop`: one string or a list of strings.

@@ -79,6 +79,12 @@ pub async fn chat_completions(
         system_fingerprint: system_fingerprint(),
     };
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {
+        if let Some((_, param)) = &plan.constraint {
+            return Err(ApiError::invalid_param(
+                *param,
+                "structured outputs cannot be combined with best_of (candidates are aggregated as free text)",
+            ));
+        }
         let synthesizer = state.synthesizer(own.synthesizer_model.as_deref())?;
         let mut req = best_of::request(
             best_of,
@@ -93,6 +99,7 @@ pub async fn chat_completions(
         let prompt_tokens = plan.submit.prompt.len();
         return best_of::respond(engine, synthesizer, req, meta, prompt_tokens).await;
     }
+    params::compile_constraint(&mut plan, &model).await?;
     let vocab: Arc<dyn Vocab> = model;
     let events = engine
         .submit(plan.submit)

@@ -56,7 +56,8 @@ pub async fn completions(
         max_tokens: (shared.max_tokens, "max_tokens"),
         logprobs,
     };
-    let plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
+    let mut plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
+    params::compile_constraint(&mut plan, &model).await?;
     let tally = Tally::new(
         plan.submit.n,
         plan.submit.prompt.len(),
