@@ -2,15 +2,15 @@
 //! vocabulary (49,152 tokens), walking one fixed JSON answer token by token:
 //! the full token mask (what a sampler needs when the free draw is refused)
 //! and the per-token check of the drawn token (the common path), for
-//! llguidance (`Grammar`, JSON object schema) against the hand-written JSON
-//! prefix checker it replaced (`JsonPrefix`, which tested each token's
-//! bytes). Needs the real model (`tern pull`). Run:
+//! llguidance (`Grammar`, JSON object schema). The hand-written JSON prefix
+//! checker it replaced was timed beside it at commit 2857b1f
+//! (docs/BENCHMARKS.md). Needs the real model (`tern pull`). Run:
 //! `cargo bench --bench constraint -- --noplot`.
 
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tern_runtime::constraint::{Constraint, JsonPrefix};
+use tern_runtime::constraint::Constraint;
 use tern_runtime::LoadedModel;
 
 const MODEL: &str = "models/cache/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -25,7 +25,6 @@ fn bench(c: &mut Criterion) {
     let model = LoadedModel::load(Path::new(MODEL)).unwrap();
     let tok = &model.tokenizer;
     let ids = tok.encode(ANSWER, false, false).unwrap();
-    let vocab = tok.vocab_size() as u32;
     let grammar = model.grammar(&Constraint::JsonObject).unwrap();
     let mut g = c.benchmark_group("constraint_per_token");
     g.throughput(Throughput::Elements(ids.len() as u64));
@@ -41,34 +40,12 @@ fn bench(c: &mut Criterion) {
             allowed
         })
     });
-    g.bench_function("json_prefix_full_mask", |b| {
-        b.iter(|| {
-            let mut p = JsonPrefix::new();
-            let mut allowed = 0;
-            for &t in &ids {
-                allowed += (0..vocab)
-                    .filter(|&v| p.accepts(tok.bytes_of(v, false)))
-                    .count();
-                assert!(p.advance(tok.bytes_of(t, false)));
-            }
-            allowed
-        })
-    });
     g.bench_function("llguidance_check_drawn", |b| {
         b.iter(|| {
             let mut gr = grammar.clone();
             for &t in &ids {
                 assert!(gr.allows(t));
                 assert!(gr.commit(t));
-            }
-        })
-    });
-    g.bench_function("json_prefix_check_drawn", |b| {
-        b.iter(|| {
-            let mut p = JsonPrefix::new();
-            for &t in &ids {
-                assert!(p.accepts(tok.bytes_of(t, false)));
-                assert!(p.advance(tok.bytes_of(t, false)));
             }
         })
     });

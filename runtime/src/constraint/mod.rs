@@ -11,7 +11,6 @@
 //! accepted free draw of an allowed token has probability p(t), a rejected
 //! one is redrawn with p(t)/Z) at a fraction of the cost.
 
-pub mod json;
 mod vocab;
 
 use std::fmt;
@@ -21,8 +20,6 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{SimpleVob, TokEnv};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
-
-pub use json::JsonPrefix;
 
 use crate::tokenizer::Tokenizer;
 
