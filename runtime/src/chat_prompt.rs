@@ -15,7 +15,10 @@
 //! control-token text, and refused otherwise (a clear error naming the flag
 //! that allows it), never silently parsed.
 
-use crate::chat::{ChatMessage, ChatTemplate};
+use serde_json::Value;
+
+use crate::chat::conversation::normalize_messages;
+use crate::chat::{ChatMessage, ChatTemplate, RenderOptions};
 use crate::error::{Result, RuntimeError};
 use crate::tokenizer::Tokenizer;
 
@@ -60,17 +63,56 @@ pub fn encode_chat(
     add_generation_prompt: bool,
     content: ContentTokens,
 ) -> Result<Vec<u32>> {
-    let rendered = template.render(messages, add_generation_prompt)?;
+    let messages = serde_json::to_value(messages)
+        .map_err(|e| RuntimeError::Template(format!("messages: {e}")))?;
+    let opts = RenderOptions {
+        add_generation_prompt,
+        ..RenderOptions::default()
+    };
+    encode_conversation(template, tokenizer, &messages, &opts, content)
+}
+
+/// As [`encode_chat`] for OpenAI-style `messages` (tool calls and results
+/// included) rendered with `opts` (a tool list). Message content is kept as
+/// text as above; tool names, call arguments and definitions are written by
+/// the template, so under [`ContentTokens::Text`] they may not hold
+/// control-token text at all.
+pub fn encode_conversation(
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    messages: &Value,
+    opts: &RenderOptions,
+    content: ContentTokens,
+) -> Result<Vec<u32>> {
+    let messages =
+        normalize_messages(messages, &template.caps()).map_err(RuntimeError::Template)?;
+    let rendered = template.render_conversation(&messages, opts)?;
     let add_bos = !starts_with_bos(tokenizer, &rendered);
     if content == ContentTokens::Special {
         return tokenizer.encode(&rendered, add_bos, true);
     }
-    let pieces = match cut(template, messages, add_generation_prompt, &rendered)? {
+    let list = messages.as_array().map(Vec::as_slice).unwrap_or_default();
+    let contents: Vec<String> = list
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    // What the template writes verbatim besides the content: calls and tools.
+    let mut written: Vec<String> = list
+        .iter()
+        .filter_map(|m| m.get("tool_calls"))
+        .map(Value::to_string)
+        .collect();
+    written.extend(opts.tools.as_ref().map(Value::to_string));
+    if written.iter().any(|w| has_control_text(tokenizer, w)) {
+        return Err(RuntimeError::Template(
+            "a tool call or tool definition contains control-token text; remove it or start \
+             the server with --allow-special-tokens-in-content"
+                .into(),
+        ));
+    }
+    let pieces = match cut(template, &messages, &contents, opts, &rendered)? {
         Some(pieces) => pieces,
-        None if messages
-            .iter()
-            .any(|m| has_control_text(tokenizer, &m.content)) =>
-        {
+        None if contents.iter().any(|c| has_control_text(tokenizer, c)) => {
             return Err(RuntimeError::Template(
                 "a message contains control-token text and this chat template transforms \
                  message content, so it cannot be kept as plain text; remove it or start the \
@@ -95,26 +137,28 @@ pub fn encode_chat(
 /// template's output cannot be lined up with its marked render.
 fn cut<'r>(
     template: &ChatTemplate,
-    messages: &[ChatMessage],
-    add_generation_prompt: bool,
+    messages: &Value,
+    contents: &[String],
+    opts: &RenderOptions,
     rendered: &'r str,
 ) -> Result<Option<Vec<Piece<'r>>>> {
-    if messages.iter().any(|m| m.content.contains([OPEN, CLOSE])) {
+    if contents.iter().any(|c| c.contains([OPEN, CLOSE])) {
         return Ok(None);
     }
-    let marked: Vec<ChatMessage> = messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| ChatMessage::new(m.role.clone(), marker(i)))
-        .collect();
-    let Ok(marked_render) = template.render(&marked, add_generation_prompt) else {
+    let mut marked = messages.clone();
+    if let Some(list) = marked.as_array_mut() {
+        for (i, m) in list.iter_mut().enumerate() {
+            m["content"] = Value::String(marker(i));
+        }
+    }
+    let Ok(marked_render) = template.render_conversation(&marked, opts) else {
         // A template that inspects content may reject the markers.
         return Ok(None);
     };
-    let Some(shape) = parse_shape(&marked_render, messages.len()) else {
+    let Some(shape) = parse_shape(&marked_render, contents.len()) else {
         return Ok(None);
     };
-    Ok(line_up(&shape, messages, rendered))
+    Ok(line_up(&shape, contents, rendered))
 }
 
 fn marker(i: usize) -> String {
@@ -150,11 +194,7 @@ fn parse_shape(marked: &str, n_messages: usize) -> Option<Vec<Shape>> {
 /// Walks `rendered` along `shape`: template text must match exactly, each
 /// message's content as given or trimmed (whichever the text that follows
 /// confirms). `None` if the walk does not cover `rendered` exactly.
-fn line_up<'r>(
-    shape: &[Shape],
-    messages: &[ChatMessage],
-    rendered: &'r str,
-) -> Option<Vec<Piece<'r>>> {
+fn line_up<'r>(shape: &[Shape], contents: &[String], rendered: &'r str) -> Option<Vec<Piece<'r>>> {
     let mut pieces = Vec::with_capacity(shape.len());
     let mut pos = 0;
     for (k, part) in shape.iter().enumerate() {
@@ -168,7 +208,7 @@ fn line_up<'r>(
                 t.len()
             }
             Shape::Message(i) => {
-                let c = messages[*i].content.as_str();
+                let c = contents[*i].as_str();
                 let next = match shape.get(k + 1) {
                     Some(Shape::Template(t)) => Some(t.as_str()),
                     _ => None,
@@ -224,14 +264,19 @@ mod tests {
     fn pieces_of(src: &str, messages: &[ChatMessage]) -> Option<Vec<(bool, String)>> {
         let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
         let rendered = t.render(messages, true).unwrap();
-        cut(&t, messages, true, &rendered).unwrap().map(|p| {
-            p.into_iter()
-                .map(|p| match p {
-                    Piece::Template(s) => (false, s.to_string()),
-                    Piece::Content(s) => (true, s.to_string()),
-                })
-                .collect()
-        })
+        let value = serde_json::to_value(messages).unwrap();
+        let contents: Vec<String> = messages.iter().map(|m| m.content.clone()).collect();
+        let opts = RenderOptions::default();
+        cut(&t, &value, &contents, &opts, &rendered)
+            .unwrap()
+            .map(|p| {
+                p.into_iter()
+                    .map(|p| match p {
+                        Piece::Template(s) => (false, s.to_string()),
+                        Piece::Content(s) => (true, s.to_string()),
+                    })
+                    .collect()
+            })
     }
 
     #[test]

@@ -146,6 +146,46 @@ impl LoadedModel {
         )
     }
 
+    /// OpenAI-style `messages` (tool calls and results included) and an
+    /// optional tool list through the chat template, tokenized as
+    /// [`LoadedModel::chat_prompt`] does. A template without a tools section
+    /// gets them the documented default way
+    /// ([`crate::chat::tools::fold_into_messages`]).
+    pub fn conversation_prompt(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        content: ContentTokens,
+    ) -> Result<Vec<u32>> {
+        let template = self.chat_template()?;
+        let caps = template.caps();
+        let has_calls = messages
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m.get("tool_calls").is_some_and(|c| !c.is_null()) || m["role"] == "tool");
+        let fold = (tools.is_some() && !caps.tools) || (has_calls && !caps.tool_calls);
+        let (messages, tools) = if fold {
+            (
+                crate::chat::tools::fold_into_messages(messages, tools),
+                None,
+            )
+        } else {
+            (messages.clone(), tools.cloned())
+        };
+        let opts = crate::chat::RenderOptions {
+            tools,
+            ..crate::chat::RenderOptions::default()
+        };
+        crate::chat_prompt::encode_conversation(
+            template,
+            &self.tokenizer,
+            &messages,
+            &opts,
+            content,
+        )
+    }
+
     /// Checks that a prompt of `prompt_tokens` is non-empty and leaves room
     /// in the context for at least one token (see [`check_prompt`]).
     pub fn check_prompt(&self, prompt_tokens: usize) -> Result<()> {

@@ -30,6 +30,7 @@ mod routes;
 pub use tern_runtime::size;
 mod state;
 mod stream;
+mod tools;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -61,6 +61,99 @@ pub fn chat_messages(messages: Option<Vec<WireMessage>>) -> Result<Vec<ChatMessa
         .collect()
 }
 
+/// Whether a conversation carries tool calls or tool results (then it goes
+/// through the tool-aware template path even without `tools`).
+pub fn has_tool_turns(messages: &Value) -> bool {
+    messages.as_array().into_iter().flatten().any(|m| {
+        m.get("role").and_then(Value::as_str) == Some("tool")
+            || m.get("tool_calls").is_some_and(|c| !c.is_null())
+    })
+}
+
+/// Checks a conversation with tool turns field by field (what the template
+/// path would otherwise report less precisely).
+pub fn check_tool_conversation(messages: &Value) -> Result<(), ApiError> {
+    let list = match messages {
+        Value::Array(list) if !list.is_empty() => list,
+        Value::Array(_) => {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "`messages` must contain at least one message",
+            ))
+        }
+        Value::Null => {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "Missing required parameter: `messages`",
+            ))
+        }
+        _ => {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "`messages` must be an array",
+            ))
+        }
+    };
+    for (i, m) in list.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+        let field = |f: &str| format!("messages[{i}].{f}");
+        match role {
+            "system" | "developer" | "user" => {
+                content_text(&m["content"], "user", i)?;
+            }
+            "assistant" => {
+                let calls = m.get("tool_calls").filter(|c| !c.is_null());
+                if calls.is_none() {
+                    content_text(&m["content"], "assistant", i)?;
+                }
+                for (k, c) in calls
+                    .map(|c| c.as_array().cloned().unwrap_or_default())
+                    .unwrap_or_default()
+                    .iter()
+                    .enumerate()
+                {
+                    let f = &c["function"];
+                    if f["name"].as_str().is_none_or(|n| n.is_empty()) {
+                        return Err(ApiError::invalid_param(
+                            field(&format!("tool_calls[{k}].function.name")),
+                            "a tool call needs its function's `name`",
+                        ));
+                    }
+                    let args_ok = match &f["arguments"] {
+                        Value::String(a) => serde_json::from_str::<Value>(a).is_ok(),
+                        Value::Object(_) => true,
+                        _ => false,
+                    };
+                    if !args_ok {
+                        return Err(ApiError::invalid_param(
+                            field(&format!("tool_calls[{k}].function.arguments")),
+                            "a tool call's `arguments` must be JSON text",
+                        ));
+                    }
+                }
+            }
+            "tool" => {
+                if m["tool_call_id"].as_str().is_none_or(|s| s.is_empty()) {
+                    return Err(ApiError::invalid_param(
+                        field("tool_call_id"),
+                        "a `tool` message needs the `tool_call_id` it answers",
+                    ));
+                }
+                content_text(&m["content"], "user", i)?;
+            }
+            other => {
+                return Err(ApiError::invalid_param(
+                    field("role"),
+                    format!(
+                        "unknown role `{other}` in messages[{i}]; expected system, developer, user, assistant or tool"
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A message's text: a string, or a list of `{"type": "text", "text": ...}`
 /// parts joined by newlines; `null` only for an assistant turn.
 fn content_text(content: &Value, role: &str, i: usize) -> Result<String, ApiError> {

@@ -38,9 +38,11 @@ pub trait ChunkFormat: Send + 'static {
         text: String,
         logprob: Option<TokenLogprob>,
     ) -> Option<String>;
-    /// The chunk that finishes choice `index`; `tern` is set on the stream's
-    /// last finishing chunk when no usage chunk follows.
-    fn finish(&mut self, index: usize, reason: FinishReason, tern: Option<TernInfo>) -> String;
+    /// The chunks that finish choice `index` (the last one carries the
+    /// finish reason); `tern` is set on the stream's last finishing chunk
+    /// when no usage chunk follows.
+    fn finish(&mut self, index: usize, reason: FinishReason, tern: Option<TernInfo>)
+        -> Vec<String>;
     /// The last chunk with `include_usage`: no choices, the usage and `tern`.
     fn usage(&mut self, usage: Usage, tern: TernInfo) -> String;
 }
@@ -108,7 +110,7 @@ impl<F: ChunkFormat> StreamState<F> {
                 if self.tally.finish(index, completion_tokens, kv) {
                     let last = self.tally.all_done();
                     let tern = (last && !self.include_usage).then(|| self.tally.tern());
-                    out.push(self.format.finish(index, finish_reason, tern));
+                    out.extend(self.format.finish(index, finish_reason, tern));
                     if last {
                         if self.include_usage {
                             out.push(self.format.usage(self.tally.usage(), self.tally.tern()));
@@ -196,8 +198,13 @@ mod tests {
         ) -> Option<String> {
             (!text.is_empty()).then(|| json!({"index": index, "text": text}).to_string())
         }
-        fn finish(&mut self, index: usize, reason: FinishReason, tern: Option<TernInfo>) -> String {
-            json!({"finish": index, "reason": reason, "tern": tern.is_some()}).to_string()
+        fn finish(
+            &mut self,
+            index: usize,
+            reason: FinishReason,
+            tern: Option<TernInfo>,
+        ) -> Vec<String> {
+            vec![json!({"finish": index, "reason": reason, "tern": tern.is_some()}).to_string()]
         }
         fn usage(&mut self, usage: Usage, _: TernInfo) -> String {
             json!({"usage": usage.total_tokens}).to_string()

@@ -25,6 +25,10 @@ pub struct Caps {
     /// Tool-call arguments are read as an object (`arguments.city`, or
     /// `arguments | tojson` of a mapping) rather than as JSON text.
     pub object_arguments: bool,
+    /// A tool list is rendered for the model (the template has a tools
+    /// section; without one the caller writes the tools into the system
+    /// prompt itself).
+    pub tools: bool,
 }
 
 impl Default for Caps {
@@ -33,6 +37,7 @@ impl Default for Caps {
             system_role: true,
             tool_calls: true,
             object_arguments: false,
+            tools: false,
         }
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod conversation;
 pub mod pyjson;
+pub mod tools;
 
 use minijinja::value::Kwargs;
 use minijinja::{Environment, Error, ErrorKind, Value as JinjaValue};
@@ -81,6 +82,7 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     caps: Caps,
+    tool_syntax: tools::ToolSyntax,
 }
 
 const TEMPLATE_NAME: &str = "chat";
@@ -108,6 +110,7 @@ impl ChatTemplate {
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
             caps: Caps::default(),
+            tool_syntax: tools::ToolSyntax::of_template(source),
         };
         template.caps = template.probe_caps();
         Ok(template)
@@ -117,6 +120,12 @@ impl ChatTemplate {
     /// when it was compiled.
     pub fn caps(&self) -> Caps {
         self.caps
+    }
+
+    /// How this model family writes tool calls (Hermes blocks unless the
+    /// template writes Llama 3's JSON call).
+    pub fn tool_syntax(&self) -> tools::ToolSyntax {
+        self.tool_syntax
     }
 
     /// Renders `messages`; with `add_generation_prompt` the output ends with the
@@ -205,6 +214,12 @@ impl ChatTemplate {
             caps.tool_calls = out.contains(TOOL);
             caps.object_arguments = out.contains(ARG);
         }
+        let user = json!([{"role": "user", "content": "User message"}]);
+        let tools = json!([{"type": "function", "function": {
+            "name": TOOL, "description": "", "parameters": {"type": "object", "properties": {}}}}]);
+        caps.tools = self
+            .render_raw(&user, Some(&tools), &opts)
+            .is_ok_and(|out| out.contains(TOOL));
         caps
     }
 }

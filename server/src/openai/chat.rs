@@ -18,8 +18,13 @@ pub struct ChatFields {
     pub logprobs: Option<bool>,
     /// Alternatives per token, `0..=20` (requires `logprobs`).
     pub top_logprobs: Option<i64>,
-    /// Tool definitions; tool calling is not supported.
+    /// Tool definitions (`{"type": "function", "function": {...}}`).
     pub tools: Option<Vec<serde_json::Value>>,
+    /// `none`, `auto` (default), `required` or `{"type": "function",
+    /// "function": {"name": ...}}`.
+    pub tool_choice: Option<serde_json::Value>,
+    /// Whether one answer may hold several calls (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// Legacy function definitions; not supported.
     pub functions: Option<Vec<serde_json::Value>>,
     /// Tern extension: sample this many candidates (1-16) and return the
@@ -83,8 +88,11 @@ pub struct ChatChoice {
 pub struct AssistantMessage {
     /// Always `assistant`.
     pub role: &'static str,
-    /// The generated text.
-    pub content: String,
+    /// The generated text (`null` when the answer is only tool calls).
+    pub content: Option<String>,
+    /// The tool calls the answer makes, when it makes some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<crate::tools::ToolCallOut>>,
 }
 
 /// One `chat.completion.chunk` of a stream.
@@ -125,6 +133,9 @@ pub struct Delta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Tool calls, each whole in one delta.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<crate::tools::ToolCallDelta>>,
 }
 
 /// OpenAI's chat logprobs: `{"content": [...]}`.

@@ -27,6 +27,8 @@ use crate::prompt;
 use crate::routes::{best_of, reasoning};
 use crate::state::{limits, AppState};
 use crate::stream::{sse_response, ChunkFormat, StreamState};
+use crate::tools::{self, ToolCallDelta, ToolPlan};
+use tern_runtime::chat::tools::ToolSyntax;
 
 /// The chat completions handler.
 pub async fn chat_completions(
@@ -37,22 +39,46 @@ pub async fn chat_completions(
     let shared: GenerationFields = fields(&body)?;
     let own: ChatFields = fields(&body)?;
     state.check_model(shared.model.as_deref())?;
-    if own.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::unsupported("tools", "tool calling"));
-    }
     if own.functions.as_ref().is_some_and(|f| !f.is_empty()) {
-        return Err(ApiError::unsupported("functions", "function calling"));
+        return Err(ApiError::unsupported(
+            "functions",
+            "the legacy `functions` field (send `tools`)",
+        ));
     }
-    let messages = prompt::chat_messages(own.messages)?;
+    let tool_plan = tools::plan(
+        own.tools.as_ref(),
+        own.tool_choice.as_ref(),
+        own.parallel_tool_calls,
+    )?;
     let logprobs = params::chat_logprobs(own.logprobs, own.top_logprobs)?;
     let model = Arc::clone(engine.model());
     let max_tokens = params::merge_max_tokens(shared.max_tokens, own.max_completion_tokens);
     let content = state.content_tokens();
-    let (ids, messages) = {
+    let tool_turns = prompt::has_tool_turns(&body["messages"]);
+    let (ids, messages) = if tool_plan.is_some() || tool_turns {
+        // Tool definitions, calls and results go through the template (or
+        // Tern's default tool prompt where it has no tools section).
+        prompt::check_tool_conversation(&body["messages"])?;
+        let model = Arc::clone(&model);
+        let raw = body["messages"].clone();
+        let list = tool_plan.as_ref().map(|t| t.tools.clone());
+        let ids = prompt::off_thread(move || {
+            model
+                .conversation_prompt(&raw, list.as_ref(), content)
+                .map_err(|e| ApiError::from_runtime(e, "messages"))
+        })
+        .await?;
+        (ids, Vec::new())
+    } else {
+        let messages = prompt::chat_messages(own.messages)?;
         let model = Arc::clone(&model);
         prompt::off_thread(move || Ok((prompt::chat_prompt(&model, &messages, content)?, messages)))
             .await?
     };
+    let syntax = model
+        .template
+        .as_ref()
+        .map_or(ToolSyntax::Hermes, |t| t.tool_syntax());
     let input = EndpointInput {
         prompt: ids,
         prompt_param: "messages",
@@ -60,6 +86,15 @@ pub async fn chat_completions(
         logprobs,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
+    if let Some(forced) = tool_plan.as_ref().and_then(|t| t.constraint(syntax)) {
+        if plan.constraint.is_some() {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                "a forced tool call (`required` or a named function) cannot be combined with a JSON `response_format` or `grammar`",
+            ));
+        }
+        plan.constraint = Some(forced);
+    }
     let tally = Tally::new(
         plan.submit.n,
         plan.submit.prompt.len(),
@@ -79,6 +114,12 @@ pub async fn chat_completions(
         system_fingerprint: system_fingerprint(),
     };
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {
+        if tool_plan.is_some() || tool_turns {
+            return Err(ApiError::invalid_param(
+                "best_of",
+                "best_of cannot be combined with tools (candidates are aggregated as free text)",
+            ));
+        }
         if let Some((_, param)) = &plan.constraint {
             return Err(ApiError::invalid_param(
                 *param,
@@ -110,6 +151,8 @@ pub async fn chat_completions(
             include_usage: plan.include_usage,
             vocab,
             logprobs: logprobs.is_some(),
+            tools: tool_plan.map(|t| (t, syntax)),
+            held: Vec::new(),
         };
         return Ok(sse_response(
             events,
@@ -122,6 +165,7 @@ pub async fn chat_completions(
         collected,
         logprobs.is_some(),
         vocab.as_ref(),
+        tool_plan.as_ref().map(|t| (t, syntax)),
     ))
     .into_response())
 }
@@ -132,25 +176,41 @@ fn completion(
     c: Collected,
     logprobs: bool,
     vocab: &dyn Vocab,
+    tools: Option<(&ToolPlan, ToolSyntax)>,
 ) -> ChatCompletion {
     let choices = c
         .choices
         .into_iter()
         .enumerate()
-        .map(|(index, choice)| ChatChoice {
-            index,
-            message: AssistantMessage {
-                role: "assistant",
-                content: choice.text,
-            },
-            logprobs: logprobs.then(|| ChatLogprobs {
-                content: choice
-                    .logprobs
-                    .iter()
-                    .filter_map(|lp| chat_entry(vocab, lp))
-                    .collect(),
-            }),
-            finish_reason: finish_name(choice.finish_reason),
+        .map(|(index, choice)| {
+            let mut finish_reason = finish_name(choice.finish_reason);
+            let message = match tools.map(|(t, syntax)| t.answer(syntax, &choice.text)) {
+                Some(a) if !a.calls.is_empty() => {
+                    finish_reason = "tool_calls";
+                    AssistantMessage {
+                        role: "assistant",
+                        content: a.content,
+                        tool_calls: Some(a.calls),
+                    }
+                }
+                _ => AssistantMessage {
+                    role: "assistant",
+                    content: Some(choice.text),
+                    tool_calls: None,
+                },
+            };
+            ChatChoice {
+                index,
+                message,
+                logprobs: logprobs.then(|| ChatLogprobs {
+                    content: choice
+                        .logprobs
+                        .iter()
+                        .filter_map(|lp| chat_entry(vocab, lp))
+                        .collect(),
+                }),
+                finish_reason,
+            }
         })
         .collect();
     ChatCompletion {
@@ -171,6 +231,11 @@ pub struct ChatFormat {
     pub vocab: Arc<dyn Vocab>,
     /// Whether content chunks carry logprobs.
     pub logprobs: bool,
+    /// The request's tools: each choice's text is then held back and sent
+    /// at its finish, as prose and whole tool calls.
+    pub tools: Option<(ToolPlan, ToolSyntax)>,
+    /// Text held back per choice (with tools).
+    pub held: Vec<String>,
 }
 
 impl ChatFormat {
@@ -195,6 +260,7 @@ impl ChunkFormat for ChatFormat {
         let delta = Delta {
             role: Some("assistant"),
             content: Some(String::new()),
+            tool_calls: None,
         };
         Some(self.chunk(
             Some(ChunkChoice {
@@ -221,6 +287,13 @@ impl ChunkFormat for ChatFormat {
         } else {
             None
         };
+        if self.tools.is_some() {
+            if self.held.len() <= index {
+                self.held.resize(index + 1, String::new());
+            }
+            self.held[index].push_str(&text);
+            return None;
+        }
         if text.is_empty() && entry.is_none() {
             return None;
         }
@@ -229,6 +302,7 @@ impl ChunkFormat for ChatFormat {
             delta: Delta {
                 role: None,
                 content: Some(text),
+                tool_calls: None,
             },
             logprobs: entry.map(|e| ChatLogprobs { content: vec![e] }),
             finish_reason: None,
@@ -236,14 +310,59 @@ impl ChunkFormat for ChatFormat {
         Some(self.chunk(Some(choice), None, None))
     }
 
-    fn finish(&mut self, index: usize, reason: FinishReason, tern: Option<TernInfo>) -> String {
+    fn finish(
+        &mut self,
+        index: usize,
+        reason: FinishReason,
+        tern: Option<TernInfo>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut finish_reason = finish_name(Some(reason));
+        if let Some((plan, syntax)) = &self.tools {
+            let text = self
+                .held
+                .get_mut(index)
+                .map(std::mem::take)
+                .unwrap_or_default();
+            let answer = plan.answer(*syntax, &text);
+            let delta = |content: Option<String>, tool_calls| Delta {
+                role: None,
+                content,
+                tool_calls,
+            };
+            if let Some(content) = answer.content.filter(|c| !c.is_empty()) {
+                out.push(delta(Some(content), None));
+            }
+            if !answer.calls.is_empty() {
+                finish_reason = "tool_calls";
+            }
+            for (i, call) in answer.calls.into_iter().enumerate() {
+                out.push(delta(None, Some(vec![ToolCallDelta { index: i, call }])));
+            }
+        }
+        let mut chunks: Vec<String> = out
+            .into_iter()
+            .map(|delta| {
+                self.chunk(
+                    Some(ChunkChoice {
+                        index,
+                        delta,
+                        logprobs: None,
+                        finish_reason: None,
+                    }),
+                    None,
+                    None,
+                )
+            })
+            .collect();
         let choice = ChunkChoice {
             index,
             delta: Delta::default(),
             logprobs: None,
-            finish_reason: Some(finish_name(Some(reason))),
+            finish_reason: Some(finish_reason),
         };
-        self.chunk(Some(choice), None, tern)
+        chunks.push(self.chunk(Some(choice), None, tern));
+        chunks
     }
 
     fn usage(&mut self, usage: Usage, tern: TernInfo) -> String {
@@ -271,6 +390,8 @@ mod tests {
             include_usage,
             vocab: Arc::new(Letters),
             logprobs: true,
+            tools: None,
+            held: Vec::new(),
         }
     }
 
@@ -306,6 +427,49 @@ mod tests {
             .flat_map(|e| s.on_event(e))
             .map(|p| serde_json::from_str(&p).unwrap_or(Value::String(p)))
             .collect()
+    }
+
+    #[test]
+    fn a_streamed_tool_call_arrives_as_whole_calls_then_tool_calls_finish() {
+        let tools = vec![serde_json::json!({"type": "function", "function": {"name": "add"}})];
+        let plan = crate::tools::plan(Some(&tools), None, None)
+            .unwrap()
+            .unwrap();
+        let mut f = format(false);
+        f.tools = Some((plan, ToolSyntax::Hermes));
+        let mut s = StreamState::new(f, Tally::new(1, 4, "full".into()), false);
+        let text =
+            "Sure.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+        let mut events = vec![Event::Prefilled { prompt_tokens: 4 }];
+        for piece in text.split_inclusive(' ') {
+            events.push(Event::Token {
+                index: 0,
+                token: 7,
+                text: piece.into(),
+                logprob: None,
+            });
+        }
+        events.push(Event::Done {
+            index: 0,
+            finish_reason: FinishReason::Stop,
+            completion_tokens: 5,
+            kv: kv(10, 40),
+        });
+        let v: Vec<Value> = events
+            .into_iter()
+            .flat_map(|e| s.on_event(e))
+            .map(|p| serde_json::from_str(&p).unwrap_or(Value::String(p)))
+            .collect();
+        // opening, prose, one call, finish, [DONE]
+        assert_eq!(v.len(), 5, "{v:?}");
+        assert_eq!(v[1]["choices"][0]["delta"]["content"], "Sure.");
+        let call = &v[2]["choices"][0]["delta"]["tool_calls"][0];
+        assert_eq!(call["index"], 0);
+        assert_eq!(call["type"], "function");
+        assert_eq!(call["function"]["name"], "add");
+        assert_eq!(call["function"]["arguments"], r#"{"a":1}"#);
+        assert!(call["id"].as_str().unwrap().starts_with("call_"));
+        assert_eq!(v[3]["choices"][0]["finish_reason"], "tool_calls");
     }
 
     #[test]

@@ -194,14 +194,19 @@ impl ChunkFormat for CompletionFormat {
         Some(self.chunk(Some(choice), None, None))
     }
 
-    fn finish(&mut self, index: usize, reason: FinishReason, tern: Option<TernInfo>) -> String {
+    fn finish(
+        &mut self,
+        index: usize,
+        reason: FinishReason,
+        tern: Option<TernInfo>,
+    ) -> Vec<String> {
         let choice = CompletionChoice {
             index,
             text: String::new(),
             logprobs: None,
             finish_reason: Some(finish_name(Some(reason))),
         };
-        self.chunk(Some(choice), None, tern)
+        vec![self.chunk(Some(choice), None, tern)]
     }
 
     fn usage(&mut self, usage: Usage, tern: TernInfo) -> String {
