@@ -409,3 +409,27 @@ async fn model_retrieve_by_id() {
         .assert_error(404, Some("model"));
     assert_eq!(e["code"], "model_not_found");
 }
+
+#[tokio::test]
+async fn embedding_requests_are_bounded_by_the_queue_limit() {
+    let mut none = config();
+    none.engine.max_queue = 0;
+    let s = ready(none);
+    let r = post(
+        &s.app,
+        "/v1/embeddings",
+        &json!({"model": MODEL, "input": "x"}),
+    )
+    .await;
+    assert_eq!(r.status, 429, "{}", r.text);
+    assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(r.headers["retry-after"], "1");
+
+    // One place: each answered request gives it back before its answer.
+    let mut one = config();
+    one.engine.max_queue = 1;
+    let s = ready(one);
+    for i in 0..5 {
+        assert_eq!(embed(&s.app, json!(format!("request {i}"))).await.len(), 1);
+    }
+}

@@ -173,18 +173,15 @@ impl EmbedJob {
         let _ = self.reply.send(Err(message));
     }
 
-    fn is_done(&self) -> bool {
+    /// Whether every input is pooled.
+    pub(super) fn is_done(&self) -> bool {
         self.inputs.iter().all(|s| s.vector.is_some())
     }
 
-    /// Sends the vectors if every input is pooled; gives the job back otherwise.
-    pub(super) fn try_finish(self) -> Option<Self> {
-        if !self.is_done() {
-            return Some(self);
-        }
+    /// Sends the vectors (call once [`EmbedJob::is_done`]).
+    pub(super) fn answer(self) {
         let vectors = self.inputs.into_iter().filter_map(|s| s.vector).collect();
         let _ = self.reply.send(Ok(vectors));
-        None
     }
 }
 

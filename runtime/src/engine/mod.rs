@@ -27,7 +27,7 @@ mod sequence;
 mod stop;
 mod think;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
@@ -339,6 +339,9 @@ struct Shared {
     policies: Option<&'static [&'static str]>,
     /// Whether the backend exposes hidden states (embeddings).
     embeds: bool,
+    /// Embedding requests submitted and not answered yet: bounded by
+    /// `max_queue` like waiting generation requests.
+    embeds_pending: AtomicUsize,
     config: EngineConfig,
     metrics: EngineMetrics,
     admission: admission::Admission,
@@ -375,6 +378,7 @@ impl EngineHandle {
             backend_name: backend.name(),
             policies: backend.supported_policies(),
             embeds: backend.embeds(),
+            embeds_pending: AtomicUsize::new(0),
             model,
             config,
             metrics,
@@ -446,6 +450,11 @@ impl EngineHandle {
         self.shared.admission.pending()
     }
 
+    /// Embedding requests submitted and not answered yet.
+    pub fn embeds_pending(&self) -> usize {
+        self.shared.embeds_pending.load(Ordering::Acquire)
+    }
+
     /// Bytes of KV memory `req` would reserve: its `n` sequences' worst case
     /// under its policy (see [`SeqCache::reservation_bytes`]).
     pub fn reservation(&self, req: &SubmitRequest) -> usize {
@@ -495,10 +504,18 @@ impl EngineHandle {
             }));
         }
         embed::validate(&self.shared.model, &req)?;
+        let limit = self.shared.config.max_queue;
+        let pending = &self.shared.embeds_pending;
+        let waiting = pending.fetch_add(1, Ordering::AcqRel);
+        if waiting >= limit {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::QueueFull { waiting, limit });
+        }
         let (job, rx) = embed::EmbedJob::new(req);
-        self.tx
-            .send(Command::Embed(job))
-            .map_err(|_| SubmitError::Stopped)?;
+        if self.tx.send(Command::Embed(job)).is_err() {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::Stopped);
+        }
         Ok(rx)
     }
 

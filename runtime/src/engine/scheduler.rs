@@ -298,8 +298,10 @@ impl Engine {
         let (cancelled, live): (Vec<EmbedJob>, Vec<EmbedJob>) = std::mem::take(&mut self.embeds)
             .into_iter()
             .partition(EmbedJob::is_cancelled);
+        let pending = &self.shared.embeds_pending;
         for mut job in cancelled {
             job.free(backend);
+            pending.fetch_sub(1, Ordering::AcqRel);
         }
         self.embeds = live;
         let cfg = &self.shared.config;
@@ -315,11 +317,20 @@ impl Engine {
             Ok(Err(e)) => Some(format!("embedding failed: {e}")),
             Err(_) => Some("embedding failed: internal error in the engine".to_string()),
         };
+        // A request leaves the count before its answer is sent, so a caller
+        // that submits again on receiving it finds its place free.
         let jobs = std::mem::take(&mut self.embeds);
         for (i, job) in jobs.into_iter().enumerate() {
             match &message {
-                Some(m) if chunks.iter().any(|c| c.job() == i) => job.fail(backend, m.clone()),
-                _ => self.embeds.extend(job.try_finish()),
+                Some(m) if chunks.iter().any(|c| c.job() == i) => {
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                    job.fail(backend, m.clone());
+                }
+                _ if job.is_done() => {
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                    job.answer();
+                }
+                _ => self.embeds.push(job),
             }
         }
     }
