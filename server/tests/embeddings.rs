@@ -298,6 +298,7 @@ async fn bad_embedding_input_is_a_400_naming_the_field() {
 async fn embeddings_and_generation_run_together() {
     let s = ready(config());
     let completion = json!({"model": MODEL, "prompt": "hello", "max_tokens": 16, "temperature": 0, "ignore_eos": true});
+    let alone = post(&s.app, "/v1/completions", &completion).await.json();
     let inputs: Vec<String> = (0..12).map(|i| format!("input number {i}")).collect();
     let embedding = json!({"model": MODEL, "input": inputs});
     let gen = post(&s.app, "/v1/completions", &completion);
@@ -305,6 +306,8 @@ async fn embeddings_and_generation_run_together() {
     let (g, e) = tokio::join!(gen, emb);
     assert_eq!(g.status, 200, "{}", g.text);
     assert_eq!(g.json()["usage"]["completion_tokens"], 16);
+    // Embedding forwards between its steps leave the generation as it was.
+    assert_eq!(g.json()["choices"][0]["text"], alone["choices"][0]["text"]);
     assert_eq!(e.status, 200, "{}", e.text);
     assert_eq!(vectors(&e.json()).len(), 12);
 }

@@ -16,6 +16,8 @@ import struct
 import openai
 import pytest
 
+from conftest import API_KEY, MODEL, running_server
+
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Paris is the capital of France.", "ok"]
 
 
@@ -129,3 +131,26 @@ def test_embed_unknown_model_is_not_found(client):
     with pytest.raises(openai.NotFoundError) as e:
         client.embeddings.create(model="text-embedding-3-small", input="x")
     assert e.value.code == "model_not_found"
+
+
+@pytest.fixture(scope="module")
+def last_client():
+    """A second server started with `--embedding-pooling last`."""
+    extra = ("--kv-memory", "512MiB", "--embedding-pooling", "last")
+    with running_server(MODEL, "smollm2-135m-instruct", extra) as url:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0, timeout=120.0)
+        yield c
+        c.close()
+
+
+def test_embed_last_token_pooling_flag(client, last_client, model_id, http):
+    ids = http.post("/tokenize", json={"content": TEXTS[0], "add_special": True}).json()["tokens"]
+    # One token: the last token's state is the mean.
+    _, (mean_one,) = floats(client, model_id, ids[:1])
+    _, (last_one,) = floats(last_client, model_id, ids[:1])
+    assert max_diff(mean_one, last_one) < 1e-6
+    # Several: a unit vector that is not the mean.
+    _, (mean_all,) = floats(client, model_id, ids)
+    _, (last_all,) = floats(last_client, model_id, ids)
+    assert abs(norm(last_all) - 1.0) < 1e-5
+    assert max_diff(mean_all, last_all) > 1e-3
