@@ -28,6 +28,13 @@ pub enum RuntimeError {
         max_tokens: usize,
         context_length: usize,
     },
+    /// An input to embed is longer than the model reads at once.
+    #[error("input {index} has {tokens} tokens but this model reads at most {context_length}; shorten it or split it")]
+    InputLength {
+        index: usize,
+        tokens: usize,
+        context_length: usize,
+    },
     /// The prompt tokenized to nothing.
     #[error("the prompt is empty")]
     EmptyPrompt,

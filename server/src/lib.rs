@@ -1,8 +1,9 @@
 //! `tern-server`: an OpenAI-compatible HTTP API over the `tern-runtime` engine.
 //!
-//! Routes: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`
-//! (JSON or server-sent events), `GET /health`, `GET /metrics` (Prometheus) and
-//! `GET /` (a chat page). OpenAI's wire types live in [`openai`] and never
+//! Routes: `GET /v1/models` (and `/v1/models/{id}`), `POST /v1/chat/completions`,
+//! `POST /v1/completions` (JSON or server-sent events), `POST /v1/embeddings`,
+//! `POST /tokenize` and `/detokenize` (llama-server's shapes), `GET /health`,
+//! `GET /metrics` (Prometheus) and `GET /` (a chat page). OpenAI's wire types live in [`openai`] and never
 //! reach the runtime: handlers turn them into a `SubmitRequest`
 //! ([`params`], [`prompt`]) and the engine's events back into responses
 //! ([`collect`], [`stream`]); every failure is one [`openai::error::ApiError`].
@@ -17,9 +18,11 @@ mod auth;
 mod body;
 mod collect;
 pub mod duration;
+mod embedding;
 mod events;
 mod ids;
 pub mod listener;
+mod llama_api;
 mod logprobs;
 mod openai;
 pub mod origin;
@@ -41,7 +44,7 @@ use axum::http::{HeaderValue, Method};
 use axum::routing::{get, post};
 use axum::Router;
 use tern_runtime::chat_prompt::ContentTokens;
-use tern_runtime::engine::{EngineConfig, EngineHandle};
+use tern_runtime::engine::{EngineConfig, EngineHandle, Pooling};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::LoadedModel;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
@@ -83,6 +86,8 @@ pub struct ServerConfig {
     pub allow_code_execution: bool,
     /// Connection cap and timeouts.
     pub connections: ConnectionLimits,
+    /// How `/v1/embeddings` pools an input's token states (`--embedding-pooling`).
+    pub embedding_pooling: Pooling,
 }
 
 impl ServerConfig {
@@ -103,6 +108,7 @@ impl ServerConfig {
             content_tokens: ContentTokens::Text,
             allow_code_execution: false,
             connections: ConnectionLimits::default(),
+            embedding_pooling: Pooling::Mean,
         }
     }
 }
@@ -218,13 +224,18 @@ pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 /// The HTTP routes over `state`, with body limit, auth, Host/Origin and CORS
 /// layers (CORS outermost, so preflights are answered first).
 pub fn router(state: AppState) -> Router {
-    use routes::{chat, completions, health, metrics, models, ui};
+    use routes::{chat, completions, embeddings, health, metrics, models, tokenize, ui};
     let require_key = || axum::middleware::from_fn_with_state(state.clone(), auth::require_api_key);
     let v1 = Router::new()
         .route("/v1/models", get(models::list))
         .route("/v1/models/{id}", get(models::retrieve))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        // llama-server's tokenizer routes: behind the key like /v1, since
+        // they run on the served model too.
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route_layer(require_key());
     let metrics = Router::new().route("/metrics", get(metrics::metrics));
     let metrics = if state.metrics_public() {

@@ -260,7 +260,7 @@ pub fn completion_prompt(model: &LoadedModel, prompt: &Value) -> Result<Vec<u32>
 
 /// Encodes with control-token text parsed; BOS as the tokenizer wants it,
 /// unless `text` already starts with it.
-fn encode(model: &LoadedModel, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
+pub fn encode(model: &LoadedModel, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
     let tok = &model.tokenizer;
     let starts_with_bos = tok
         .bos()

@@ -7,7 +7,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tern_runtime::engine::EngineHandle;
+use tern_runtime::engine::{EngineHandle, Pooling};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::LoadedModel;
 
@@ -35,6 +35,7 @@ struct Inner {
     content_tokens: ContentTokens,
     allow_code_execution: bool,
     body_timeout: Duration,
+    embedding_pooling: Pooling,
     engine: OnceLock<EngineHandle>,
     synthesizer: OnceLock<(String, EngineHandle)>,
 }
@@ -54,6 +55,7 @@ impl AppState {
             content_tokens: config.content_tokens,
             allow_code_execution: config.allow_code_execution,
             body_timeout: config.connections.body_timeout,
+            embedding_pooling: config.embedding_pooling,
             engine: OnceLock::new(),
             synthesizer: OnceLock::new(),
         }))
@@ -161,6 +163,11 @@ impl AppState {
     /// Longest a request body may take to arrive.
     pub fn body_timeout(&self) -> Duration {
         self.0.body_timeout
+    }
+
+    /// How embeddings pool an input's token states.
+    pub fn embedding_pooling(&self) -> Pooling {
+        self.0.embedding_pooling
     }
 
     /// `model` must be given and name the served model.

@@ -3,6 +3,7 @@
 
 mod api;
 mod connections;
+mod embeddings;
 mod errors;
 mod lifecycle;
 mod security;

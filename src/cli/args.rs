@@ -596,6 +596,33 @@ pub struct ServeArgs {
     /// finish before the server exits anyway.
     #[arg(long, default_value = "30s", value_parser = tern_server::duration::parse_duration)]
     pub shutdown_grace: std::time::Duration,
+    /// How POST /v1/embeddings turns an input's tokens into one vector. The
+    /// model reads the input once; each token then has a final hidden state
+    /// (after the output norm), and pooling picks how those become one
+    /// vector, which is then scaled to unit length. `mean` suits most
+    /// models and inputs; `last` suits models trained to sum up a text in
+    /// its final position (their cards say so, often with an end token the
+    /// client appends).
+    #[arg(long, value_enum, default_value = "mean")]
+    pub embedding_pooling: EmbeddingPooling,
+}
+
+/// `--embedding-pooling`: how token states become one embedding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EmbeddingPooling {
+    /// The average over every token of the input.
+    Mean,
+    /// The last token's state alone.
+    Last,
+}
+
+impl From<EmbeddingPooling> for tern_runtime::engine::Pooling {
+    fn from(p: EmbeddingPooling) -> Self {
+        match p {
+            EmbeddingPooling::Mean => Self::Mean,
+            EmbeddingPooling::Last => Self::Last,
+        }
+    }
 }
 
 /// `tern plot`.

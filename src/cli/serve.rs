@@ -152,6 +152,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
             body_timeout: a.body_timeout,
             shutdown_grace: a.shutdown_grace,
         },
+        embedding_pooling: a.embedding_pooling.into(),
     })
 }
 

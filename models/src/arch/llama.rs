@@ -538,6 +538,17 @@ impl Llama {
         self.norm(&x, &self.output_norm)
     }
 
+    /// Every new token's final hidden state after the output norm, `[T, D]` f32
+    /// in batch order, with the model's own adapters: what an embedding pools.
+    /// Unlike [`Llama::hidden_with`] it is not refused under a logit soft-cap,
+    /// since the cap acts on logits and no logits are made here.
+    pub fn hidden(&self, batch: &mut [SeqBatch<'_>]) -> Result<Tensor> {
+        let adapters = self.adapters();
+        let layout = plan(&self.config, batch)?;
+        let x = self.trunk(batch, &layout, adapters.as_deref())?;
+        self.norm(&x, &self.output_norm)
+    }
+
     /// RMSNorm: candle's fused kernel when serving, the differentiable form when
     /// learning.
     fn norm(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {

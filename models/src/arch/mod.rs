@@ -218,6 +218,20 @@ impl Model {
         }
     }
 
+    /// Every new token's final hidden state after the output norm, `[T, D]`
+    /// f32 in batch order: what an embedding pools. [`Model::forward`] returns
+    /// logits only, and the embeddings endpoint needs the states before the
+    /// output projection.
+    pub fn hidden(&self, batch: &mut [SeqBatch<'_>]) -> Result<Tensor> {
+        match self {
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.hidden(batch),
+        }
+    }
+
     /// Every new token's final hidden state after the output norm, `[T, D]`:
     /// what the learner projects onto the vocabulary chunk by chunk.
     pub fn hidden_with(

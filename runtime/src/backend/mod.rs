@@ -68,6 +68,21 @@ pub trait Backend: Send {
     /// Runs one ragged step; per row, the logits it asked for, row-major
     /// (`vocab` values per returned token).
     fn forward(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>>;
+    /// Runs one ragged step and returns, per row, every new token's final
+    /// hidden state after the output norm, row-major (`n_embd` values per
+    /// token): what embeddings pool. Backends that cannot expose hidden
+    /// states refuse (see [`Backend::embeds`]).
+    fn hidden(&mut self, _rows: &[Row<'_>]) -> Result<Vec<Vec<f32>>> {
+        Err(RuntimeError::Backend(format!(
+            "the {} backend cannot compute embeddings (use the tern backend)",
+            self.name()
+        )))
+    }
+    /// Whether [`Backend::hidden`] works, so an embedding request is refused
+    /// before it is queued rather than failing inside the engine.
+    fn embeds(&self) -> bool {
+        false
+    }
     /// Called once a sequence's prompt has been read (end-of-prompt compression).
     fn finish_prefill(&mut self, seq: SeqId) -> Result<()>;
     /// A copy of `seq` that evolves independently (shared-prompt best-of-N).

@@ -39,6 +39,45 @@ impl<M: Deref<Target = LoadedModel>> TernBackend<M> {
         id
     }
 
+    /// Runs `run` over `rows` as one ragged batch, each row with its
+    /// sequence's cache. The caches are taken out so each row can hold its own
+    /// `&mut`, and go back whatever happens.
+    fn with_batch<T>(
+        &mut self,
+        rows: &[Row<'_>],
+        run: impl FnOnce(&LoadedModel, &mut [SeqBatch<'_>]) -> Result<T>,
+    ) -> Result<T> {
+        let mut caches: Vec<SeqCache> = Vec::with_capacity(rows.len());
+        for r in rows {
+            match self.seqs.remove(&r.seq) {
+                Some(c) => caches.push(c),
+                None => {
+                    for (r, c) in rows.iter().zip(caches) {
+                        self.seqs.insert(r.seq, c);
+                    }
+                    return Err(Self::unknown(r.seq));
+                }
+            }
+        }
+        let result = {
+            let mut batch: Vec<SeqBatch> = rows
+                .iter()
+                .zip(caches.iter_mut())
+                .map(|(r, cache)| SeqBatch {
+                    tokens: r.tokens,
+                    start_pos: r.start_pos,
+                    cache,
+                    logits: r.logits,
+                })
+                .collect();
+            run(&self.model, &mut batch)
+        };
+        for (r, c) in rows.iter().zip(caches) {
+            self.seqs.insert(r.seq, c);
+        }
+        result
+    }
+
     fn unknown(seq: SeqId) -> RuntimeError {
         RuntimeError::InvalidParam {
             param: "seq".into(),
@@ -73,43 +112,37 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for TernBackend<M> {
     }
 
     fn forward(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>> {
-        // Take the caches out so each row can hold its own `&mut`; they go back
-        // whatever happens.
-        let mut caches: Vec<SeqCache> = Vec::with_capacity(rows.len());
-        for r in rows {
-            match self.seqs.remove(&r.seq) {
-                Some(c) => caches.push(c),
-                None => {
-                    for (r, c) in rows.iter().zip(caches) {
-                        self.seqs.insert(r.seq, c);
-                    }
-                    return Err(Self::unknown(r.seq));
-                }
-            }
-        }
-        let result = {
-            let mut batch: Vec<SeqBatch> = rows
-                .iter()
-                .zip(caches.iter_mut())
-                .map(|(r, cache)| SeqBatch {
-                    tokens: r.tokens,
-                    start_pos: r.start_pos,
-                    cache,
-                    logits: r.logits,
-                })
-                .collect();
-            self.model.arch.forward(&mut batch)
-        };
-        for (r, c) in rows.iter().zip(caches) {
-            self.seqs.insert(r.seq, c);
-        }
-        result?
+        self.with_batch(rows, |model, batch| Ok(model.arch.forward(batch)?))?
             .into_iter()
             .map(|t| {
                 t.map(|t| Ok(t.flatten_all()?.to_vec1::<f32>()?))
                     .transpose()
             })
             .collect()
+    }
+
+    fn hidden(&mut self, rows: &[Row<'_>]) -> Result<Vec<Vec<f32>>> {
+        let h = self.with_batch(rows, |model, batch| Ok(model.arch.hidden(batch)?))?;
+        let d = self.model.config().n_embd;
+        let all: Vec<f32> = h
+            .to_dtype(candle_core::DType::F32)?
+            .flatten_all()?
+            .to_vec1()?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut at = 0;
+        for r in rows {
+            let end = at + r.tokens.len() * d;
+            let slice = all.get(at..end).ok_or_else(|| {
+                RuntimeError::Backend("hidden states shorter than the batch".into())
+            })?;
+            out.push(slice.to_vec());
+            at = end;
+        }
+        Ok(out)
+    }
+
+    fn embeds(&self) -> bool {
+        true
     }
 
     fn finish_prefill(&mut self, seq: SeqId) -> Result<()> {

@@ -9,11 +9,14 @@
 //! events. A request whose receiver is dropped is cancelled at the next step and
 //! its cache freed. The server, the CLI, best-of-N and the trainer all come in
 //! through [`EngineHandle::submit`], and read whole completions through
-//! [`Collector`] (`collect`).
+//! [`Collector`] (`collect`). Embedding requests ([`EngineHandle::embed`])
+//! share the thread: one bounded embedding forward runs between generation
+//! steps (see `embed`).
 
 mod admission;
 mod apply;
 mod collect;
+mod embed;
 mod metrics;
 mod output;
 mod plan;
@@ -24,11 +27,12 @@ mod sequence;
 mod stop;
 mod think;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 pub use collect::{Collected, Collector, Completion, Conclusion, ProbeOutput};
+pub use embed::{l2_normalize, EmbedReceiver, EmbedRequest, Embeddings, Pooling};
 pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, MetricsSnapshot, PolicyKv};
 pub use output::{FinishReason, TokenLogprob};
 pub(crate) use stop::StopMatcher;
@@ -310,6 +314,8 @@ enum Command {
     Submit(Box<Pending>),
     /// Several requests the engine takes in together (see `submit_all`).
     SubmitAll(Vec<Pending>),
+    /// An embedding request (see `embed`).
+    Embed(embed::EmbedJob),
     /// New adapters for every later step, tagged with a version; the result goes
     /// back on `ack` once the engine has switched.
     SetAdapters {
@@ -332,6 +338,11 @@ struct Shared {
     model: Arc<LoadedModel>,
     backend_name: &'static str,
     policies: Option<&'static [&'static str]>,
+    /// Whether the backend exposes hidden states (embeddings).
+    embeds: bool,
+    /// Embedding requests submitted and not answered yet: bounded by
+    /// `max_queue` like waiting generation requests.
+    embeds_pending: AtomicUsize,
     config: EngineConfig,
     metrics: EngineMetrics,
     admission: admission::Admission,
@@ -367,6 +378,8 @@ impl EngineHandle {
         let shared = Arc::new(Shared {
             backend_name: backend.name(),
             policies: backend.supported_policies(),
+            embeds: backend.embeds(),
+            embeds_pending: AtomicUsize::new(0),
             model,
             config,
             metrics,
@@ -438,6 +451,11 @@ impl EngineHandle {
         self.shared.admission.pending()
     }
 
+    /// Embedding requests submitted and not answered yet.
+    pub fn embeds_pending(&self) -> usize {
+        self.shared.embeds_pending.load(Ordering::Acquire)
+    }
+
     /// Bytes of KV memory `req` would reserve: its `n` sequences' worst case
     /// under its policy (see [`SeqCache::reservation_bytes`]).
     pub fn reservation(&self, req: &SubmitRequest) -> usize {
@@ -467,6 +485,39 @@ impl EngineHandle {
             return Err(SubmitError::Stopped);
         }
         Ok(stream)
+    }
+
+    /// Validates `req` and queues it for the engine thread, which runs its
+    /// inputs between generation steps (batched with other embedding
+    /// requests' inputs); the vectors arrive on the returned receiver, one
+    /// per input, L2-normalised.
+    pub fn embed(&self, req: EmbedRequest) -> Result<EmbedReceiver, SubmitError> {
+        if self.shared.stopped.load(Ordering::Relaxed) {
+            return Err(SubmitError::Stopped);
+        }
+        if !self.shared.embeds {
+            return Err(SubmitError::Invalid(RuntimeError::InvalidParam {
+                param: "model".into(),
+                reason: format!(
+                    "the {} backend cannot compute embeddings (serve with the tern backend)",
+                    self.shared.backend_name
+                ),
+            }));
+        }
+        embed::validate(&self.shared.model, &req)?;
+        let limit = self.shared.config.max_queue;
+        let pending = &self.shared.embeds_pending;
+        let waiting = pending.fetch_add(1, Ordering::AcqRel);
+        if waiting >= limit {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::QueueFull { waiting, limit });
+        }
+        let (job, rx) = embed::EmbedJob::new(req);
+        if self.tx.send(Command::Embed(job)).is_err() {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::Stopped);
+        }
+        Ok(rx)
     }
 
     /// Validates every request and queues them as one unit: the engine takes

@@ -11,6 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use super::apply::{emit_step, start_completions, step_probe, think_pass};
+use super::embed::{plan_batch, run_batch, EmbedJob};
 use super::metrics::PolicyKv;
 use super::plan::{plan, Slot, StepPlan};
 use super::prefix::PrefixCache;
@@ -24,6 +25,8 @@ struct Engine {
     backend: Box<dyn Backend>,
     waiting: VecDeque<Pending>,
     running: Vec<Running>,
+    /// Embedding requests, in arrival order, until their last input is pooled.
+    embeds: Vec<EmbedJob>,
     /// KV bytes reserved by running requests and cached prefixes together.
     reserved: usize,
     prefixes: PrefixCache,
@@ -37,11 +40,12 @@ pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Rece
         backend,
         waiting: VecDeque::new(),
         running: Vec::new(),
+        embeds: Vec::new(),
         reserved: 0,
         prefixes: PrefixCache::new(shared_prefix_capacity),
     };
     loop {
-        if engine.running.is_empty() && engine.waiting.is_empty() {
+        if engine.running.is_empty() && engine.waiting.is_empty() && engine.embeds.is_empty() {
             engine.publish_metrics();
             match rx.recv() {
                 Ok(cmd) => engine.intake(cmd),
@@ -58,6 +62,10 @@ pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Rece
         if !engine.running.is_empty() {
             engine.step();
         }
+        // At most one bounded embedding forward between two generation steps.
+        if !engine.embeds.is_empty() {
+            engine.embed_step();
+        }
         engine.publish_metrics();
     }
     engine.shared.stopped.store(true, Ordering::Relaxed);
@@ -68,6 +76,7 @@ impl Engine {
         match cmd {
             Command::Submit(p) => self.waiting.push_back(*p),
             Command::SubmitAll(ps) => self.waiting.extend(ps),
+            Command::Embed(job) => self.embeds.push(job),
             Command::SetAdapters {
                 version,
                 adapters,
@@ -279,6 +288,51 @@ impl Engine {
         }
         self.finish_done();
         Ok(())
+    }
+
+    /// One embedding forward over the queued inputs (about `step_tokens`
+    /// tokens), then answers every request whose inputs are all pooled. A
+    /// failure ends the requests that had inputs in the forward.
+    fn embed_step(&mut self) {
+        let backend = self.backend.as_mut();
+        let (cancelled, live): (Vec<EmbedJob>, Vec<EmbedJob>) = std::mem::take(&mut self.embeds)
+            .into_iter()
+            .partition(EmbedJob::is_cancelled);
+        let pending = &self.shared.embeds_pending;
+        for mut job in cancelled {
+            job.free(backend);
+            pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.embeds = live;
+        let cfg = &self.shared.config;
+        let chunks = plan_batch(&self.embeds, cfg.prompt_chunk(), cfg.step_tokens);
+        if chunks.is_empty() {
+            return;
+        }
+        let d = self.shared.model.config().n_embd;
+        let jobs = &mut self.embeds;
+        let outcome = catch_unwind(AssertUnwindSafe(|| run_batch(jobs, &chunks, backend, d)));
+        let message = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("embedding failed: {e}")),
+            Err(_) => Some("embedding failed: internal error in the engine".to_string()),
+        };
+        // A request leaves the count before its answer is sent, so a caller
+        // that submits again on receiving it finds its place free.
+        let jobs = std::mem::take(&mut self.embeds);
+        for (i, job) in jobs.into_iter().enumerate() {
+            match &message {
+                Some(m) if chunks.iter().any(|c| c.job() == i) => {
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                    job.fail(backend, m.clone());
+                }
+                _ if job.is_done() => {
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                    job.answer();
+                }
+                _ => self.embeds.push(job),
+            }
+        }
     }
 
     /// Offers running request `ri`'s just-prefilled prompt to the prefix cache.

@@ -264,6 +264,7 @@ impl ApiError {
             e @ RuntimeError::ContextLength { .. } => {
                 Self::context_length(prompt_param, e.to_string())
             }
+            e @ RuntimeError::InputLength { .. } => Self::context_length("input", e.to_string()),
             e @ (RuntimeError::EmptyPrompt
             | RuntimeError::Template(_)
             | RuntimeError::Tokenizer(_)) => Self::invalid_param(prompt_param, e.to_string()),

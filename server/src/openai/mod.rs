@@ -6,6 +6,7 @@
 
 pub mod chat;
 pub mod completion;
+pub mod embedding;
 pub mod error;
 pub mod models;
 pub mod request;

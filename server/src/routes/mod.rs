@@ -4,10 +4,12 @@
 pub mod best_of;
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod health;
 pub mod metrics;
 pub mod models;
 pub mod reasoning;
+pub mod tokenize;
 pub mod ui;
 
 use axum::http::Uri;
