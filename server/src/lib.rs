@@ -31,6 +31,7 @@ mod prometheus;
 mod prompt;
 mod routes;
 pub use tern_runtime::size;
+mod response_store;
 mod state;
 mod stream;
 mod tools;
@@ -54,6 +55,9 @@ pub use state::AppState;
 
 /// Default largest request body: 4 MiB.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
+
+/// Default bound of the in-memory Responses store.
+pub const DEFAULT_RESPONSES_STORE: usize = 1024;
 
 /// Everything `serve` needs besides the model itself.
 #[derive(Clone, Debug)]
@@ -88,6 +92,9 @@ pub struct ServerConfig {
     pub connections: ConnectionLimits,
     /// How `/v1/embeddings` pools an input's token states (`--embedding-pooling`).
     pub embedding_pooling: Pooling,
+    /// Most `/v1/responses` results kept for `previous_response_id` and
+    /// `GET` (`--responses-store`; the oldest go first).
+    pub responses_store: usize,
 }
 
 impl ServerConfig {
@@ -109,6 +116,7 @@ impl ServerConfig {
             allow_code_execution: false,
             connections: ConnectionLimits::default(),
             embedding_pooling: Pooling::Mean,
+            responses_store: DEFAULT_RESPONSES_STORE,
         }
     }
 }
@@ -224,7 +232,7 @@ pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 /// The HTTP routes over `state`, with body limit, auth, Host/Origin and CORS
 /// layers (CORS outermost, so preflights are answered first).
 pub fn router(state: AppState) -> Router {
-    use routes::{chat, completions, embeddings, health, metrics, models, tokenize, ui};
+    use routes::{chat, completions, embeddings, health, metrics, models, responses, tokenize, ui};
     let require_key = || axum::middleware::from_fn_with_state(state.clone(), auth::require_api_key);
     let v1 = Router::new()
         .route("/v1/models", get(models::list))
@@ -232,6 +240,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         // llama-server's tokenizer routes: behind the key like /v1, since
         // they run on the served model too.
         .route("/tokenize", post(tokenize::tokenize))

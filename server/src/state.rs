@@ -17,6 +17,7 @@ use crate::ids::unix_now;
 use crate::openai::error::ApiError;
 use crate::origin::HostPolicy;
 use crate::params::ModelLimits;
+use crate::response_store::ResponseStore;
 use crate::{Cors, ServerConfig};
 
 /// Shared state, cheap to clone into every handler.
@@ -36,6 +37,7 @@ struct Inner {
     allow_code_execution: bool,
     body_timeout: Duration,
     embedding_pooling: Pooling,
+    responses: Arc<ResponseStore>,
     engine: OnceLock<EngineHandle>,
     synthesizer: OnceLock<(String, EngineHandle)>,
 }
@@ -56,6 +58,7 @@ impl AppState {
             allow_code_execution: config.allow_code_execution,
             body_timeout: config.connections.body_timeout,
             embedding_pooling: config.embedding_pooling,
+            responses: Arc::new(ResponseStore::new(config.responses_store)),
             engine: OnceLock::new(),
             synthesizer: OnceLock::new(),
         }))
@@ -97,6 +100,16 @@ impl AppState {
                 .with_code("model_not_found"))
             }
         }
+    }
+
+    /// Stored `/v1/responses` results.
+    pub fn responses(&self) -> &ResponseStore {
+        &self.0.responses
+    }
+
+    /// The same store, shared with a stream that stores at its end.
+    pub fn responses_arc(&self) -> Arc<ResponseStore> {
+        Arc::clone(&self.0.responses)
     }
 
     /// Whether the model has loaded.

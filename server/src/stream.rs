@@ -28,16 +28,12 @@ pub const DONE: &str = "[DONE]";
 
 /// How one endpoint writes its chunks (each a JSON string).
 pub trait ChunkFormat: Send + 'static {
-    /// The chunk that opens choice `index` (chat: the `role` delta), if any.
-    fn opening(&mut self, index: usize) -> Option<String>;
-    /// New text of choice `index` and its token's log-probability; `None`
-    /// when there is nothing worth a chunk.
-    fn content(
-        &mut self,
-        index: usize,
-        text: String,
-        logprob: Option<TokenLogprob>,
-    ) -> Option<String>;
+    /// The chunks that open choice `index` (chat: the `role` delta), if any.
+    fn opening(&mut self, index: usize) -> Vec<String>;
+    /// The chunks for new text of choice `index` and its token's
+    /// log-probability; none when there is nothing worth a chunk.
+    fn content(&mut self, index: usize, text: String, logprob: Option<TokenLogprob>)
+        -> Vec<String>;
     /// The chunks that finish choice `index` (the last one carries the
     /// finish reason); `tern` is set on the stream's last finishing chunk
     /// when no usage chunk follows.
@@ -187,16 +183,14 @@ mod tests {
     struct Probe;
 
     impl ChunkFormat for Probe {
-        fn opening(&mut self, index: usize) -> Option<String> {
-            Some(json!({"open": index}).to_string())
+        fn opening(&mut self, index: usize) -> Vec<String> {
+            vec![json!({"open": index}).to_string()]
         }
-        fn content(
-            &mut self,
-            index: usize,
-            text: String,
-            _: Option<TokenLogprob>,
-        ) -> Option<String> {
-            (!text.is_empty()).then(|| json!({"index": index, "text": text}).to_string())
+        fn content(&mut self, index: usize, text: String, _: Option<TokenLogprob>) -> Vec<String> {
+            (!text.is_empty())
+                .then(|| json!({"index": index, "text": text}).to_string())
+                .into_iter()
+                .collect()
         }
         fn finish(
             &mut self,

@@ -95,12 +95,14 @@ pub fn plan(
             "none" => return Ok(None),
             "auto" => Choice::Auto,
             "required" => Choice::Required,
-            other => return Err(ApiError::invalid_param(
-                "tool_choice",
-                format!(
+            other => {
+                return Err(ApiError::invalid_param(
+                    "tool_choice",
+                    format!(
                     "tool_choice must be `none`, `auto`, `required` or a function, got `{other}`"
                 ),
-            )),
+                ))
+            }
         },
         Some(v) => {
             let name = v

@@ -605,6 +605,14 @@ pub struct ServeArgs {
     /// client appends).
     #[arg(long, value_enum, default_value = "mean")]
     pub embedding_pooling: EmbeddingPooling,
+    /// How many POST /v1/responses results the server keeps in memory, so
+    /// a client can continue a conversation with `previous_response_id` or
+    /// read one back with GET /v1/responses/{id}. The oldest are forgotten
+    /// first; a request naming a forgotten one gets a 404 (never a silently
+    /// shorter conversation). Requests with `store: false` are not kept; 0
+    /// keeps none.
+    #[arg(long, default_value_t = tern_server::DEFAULT_RESPONSES_STORE)]
+    pub responses_store: usize,
 }
 
 /// `--embedding-pooling`: how token states become one embedding.

@@ -153,6 +153,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
             shutdown_grace: a.shutdown_grace,
         },
         embedding_pooling: a.embedding_pooling.into(),
+        responses_store: a.responses_store,
     })
 }
 

@@ -128,6 +128,14 @@ impl ApiError {
         .with_code("not_found")
     }
 
+    /// A 404 for something the request names that this server does not hold
+    /// (a stored response that never existed or was evicted).
+    pub fn not_found(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, INVALID_REQUEST, message)
+            .with_param(param)
+            .with_code("not_found")
+    }
+
     /// A 405 for a known path called with the wrong method.
     pub fn method_not_allowed() -> Self {
         Self::new(

@@ -256,13 +256,13 @@ impl ChatFormat {
 }
 
 impl ChunkFormat for ChatFormat {
-    fn opening(&mut self, index: usize) -> Option<String> {
+    fn opening(&mut self, index: usize) -> Vec<String> {
         let delta = Delta {
             role: Some("assistant"),
             content: Some(String::new()),
             tool_calls: None,
         };
-        Some(self.chunk(
+        vec![self.chunk(
             Some(ChunkChoice {
                 index,
                 delta,
@@ -271,7 +271,7 @@ impl ChunkFormat for ChatFormat {
             }),
             None,
             None,
-        ))
+        )]
     }
 
     fn content(
@@ -279,7 +279,7 @@ impl ChunkFormat for ChatFormat {
         index: usize,
         text: String,
         logprob: Option<TokenLogprob>,
-    ) -> Option<String> {
+    ) -> Vec<String> {
         let entry = if self.logprobs {
             logprob
                 .as_ref()
@@ -292,10 +292,10 @@ impl ChunkFormat for ChatFormat {
                 self.held.resize(index + 1, String::new());
             }
             self.held[index].push_str(&text);
-            return None;
+            return Vec::new();
         }
         if text.is_empty() && entry.is_none() {
-            return None;
+            return Vec::new();
         }
         let choice = ChunkChoice {
             index,
@@ -307,7 +307,7 @@ impl ChunkFormat for ChatFormat {
             logprobs: entry.map(|e| ChatLogprobs { content: vec![e] }),
             finish_reason: None,
         };
-        Some(self.chunk(Some(choice), None, None))
+        vec![self.chunk(Some(choice), None, None)]
     }
 
     fn finish(

@@ -163,9 +163,9 @@ impl CompletionFormat {
 }
 
 impl ChunkFormat for CompletionFormat {
-    fn opening(&mut self, _index: usize) -> Option<String> {
+    fn opening(&mut self, _index: usize) -> Vec<String> {
         // Text completions have no role to announce.
-        None
+        Vec::new()
     }
 
     fn content(
@@ -173,7 +173,7 @@ impl ChunkFormat for CompletionFormat {
         index: usize,
         text: String,
         logprob: Option<TokenLogprob>,
-    ) -> Option<String> {
+    ) -> Vec<String> {
         let mut lps = None;
         if let (Some(builders), Some(lp)) = (&mut self.logprobs, &logprob) {
             if let Some(b) = builders.get_mut(index) {
@@ -183,7 +183,7 @@ impl ChunkFormat for CompletionFormat {
             }
         }
         if text.is_empty() && lps.is_none() {
-            return None;
+            return Vec::new();
         }
         let choice = CompletionChoice {
             index,
@@ -191,7 +191,7 @@ impl ChunkFormat for CompletionFormat {
             logprobs: lps,
             finish_reason: None,
         };
-        Some(self.chunk(Some(choice), None, None))
+        vec![self.chunk(Some(choice), None, None)]
     }
 
     fn finish(

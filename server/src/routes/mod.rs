@@ -9,6 +9,7 @@ pub mod health;
 pub mod metrics;
 pub mod models;
 pub mod reasoning;
+pub mod responses;
 pub mod tokenize;
 pub mod ui;
 

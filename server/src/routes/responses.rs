@@ -1,0 +1,624 @@
+//! `POST /v1/responses` (OpenAI's Responses API, which Codex and the Agents
+//! SDK speak), `GET` and `DELETE /v1/responses/{id}`.
+//!
+//! A request becomes a chat conversation (the stored conversation of
+//! `previous_response_id`, then `input`'s messages, function calls and
+//! function outputs, with `instructions` as the system turn), runs through
+//! the same prompt, constraint, tool and engine path as chat completions,
+//! and is answered as a `response` object whose `output` holds one message
+//! and/or function calls; streamed as Responses events.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tern_runtime::chat::tools::ToolSyntax;
+use tern_runtime::engine::{FinishReason, TokenLogprob};
+
+use crate::body::{fields, JsonBody};
+use crate::collect::collect;
+use crate::events::Tally;
+use crate::ids::{random_u64, unix_now};
+use crate::openai::error::ApiError;
+use crate::openai::request::GenerationFields;
+use crate::openai::usage::{TernInfo, Usage};
+use crate::params::{self, EndpointInput};
+use crate::prompt;
+use crate::response_store::{ResponseStore, Stored};
+use crate::state::{limits, AppState};
+use crate::stream::{sse_response, ChunkFormat, StreamState};
+use crate::tools::{self, ToolPlan};
+
+/// The Responses-only fields (sampling ones are read as chat's).
+#[derive(Debug, Default, Deserialize)]
+struct ResponseFields {
+    input: Option<Value>,
+    instructions: Option<String>,
+    tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    text: Option<Value>,
+    store: Option<bool>,
+    previous_response_id: Option<String>,
+    max_output_tokens: Option<i64>,
+    stream: Option<bool>,
+    metadata: Option<Value>,
+}
+
+/// Everything a finished response is built from.
+struct Context {
+    id: String,
+    created: u64,
+    model: String,
+    echo: Value,
+    conversation: Value,
+    tools: Option<(ToolPlan, ToolSyntax)>,
+    store: Option<Arc<ResponseStore>>,
+    prompt_tokens: usize,
+}
+
+/// `POST /v1/responses`.
+pub async fn create(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?.clone();
+    let own: ResponseFields = fields(&body)?;
+    let model_field = body.get("model").and_then(Value::as_str);
+    state.check_model(model_field)?;
+    let chat_tools = own.tools.as_ref().map(|t| chat_tools(t)).transpose()?;
+    let tool_plan = tools::plan(
+        chat_tools.as_ref(),
+        own.tool_choice.as_ref().map(chat_tool_choice).as_ref(),
+        own.parallel_tool_calls,
+    )?;
+    // The conversation: what the previous response held, then the input.
+    let mut conversation: Vec<Value> = match &own.previous_response_id {
+        Some(prev) => match state.responses().get(prev) {
+            Some(s) => s.conversation.as_array().cloned().unwrap_or_default(),
+            None => {
+                return Err(ApiError::not_found(
+                    "previous_response_id",
+                    format!("no stored response `{prev}` (never stored, deleted, or evicted from the --responses-store)"),
+                ))
+            }
+        },
+        None => Vec::new(),
+    };
+    conversation.extend(input_messages(own.input.as_ref())?);
+    let mut messages = conversation.clone();
+    if let Some(i) = own.instructions.as_ref().filter(|i| !i.is_empty()) {
+        messages.insert(0, json!({"role": "system", "content": i}));
+    }
+    let messages = Value::Array(messages);
+    prompt::check_tool_conversation(&messages).map_err(|e| rename_param(e, "input"))?;
+    let model = Arc::clone(engine.model());
+    let content = state.content_tokens();
+    let ids = {
+        let model = Arc::clone(&model);
+        let list = tool_plan.as_ref().map(|t| t.tools.clone());
+        prompt::off_thread(move || {
+            model
+                .conversation_prompt(&messages, list.as_ref(), content)
+                .map_err(|e| ApiError::from_runtime(e, "input"))
+        })
+        .await?
+    };
+    // Sampling fields as chat reads them; `text.format` as response_format.
+    let mut gen = json!({});
+    for k in [
+        "temperature",
+        "top_p",
+        "seed",
+        "top_k",
+        "min_p",
+        "kv_policy",
+    ] {
+        if let Some(v) = body.get(k) {
+            gen[k] = v.clone();
+        }
+    }
+    if let Some(f) = own.text.as_ref().and_then(|t| t.get("format")) {
+        gen["response_format"] = response_format(f)?;
+    }
+    let shared: GenerationFields = fields(&gen)?;
+    let input = EndpointInput {
+        prompt: ids,
+        prompt_param: "input",
+        max_tokens: (own.max_output_tokens, "max_output_tokens"),
+        logprobs: None,
+    };
+    let mut plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
+    let syntax = model
+        .template
+        .as_ref()
+        .map_or(ToolSyntax::Hermes, |t| t.tool_syntax());
+    if let Some(forced) = tool_plan.as_ref().and_then(|t| t.constraint(syntax)) {
+        if plan.constraint.is_some() {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                "a forced tool call cannot be combined with a JSON `text.format`",
+            ));
+        }
+        plan.constraint = Some(forced);
+    }
+    params::compile_constraint(&mut plan, &model).await?;
+    let prompt_tokens = plan.submit.prompt.len();
+    let tally = Tally::new(1, prompt_tokens, plan.submit.kv_policy.to_string());
+    let echo = json!({
+        "instructions": own.instructions,
+        "tools": own.tools.clone().unwrap_or_default(),
+        "tool_choice": own.tool_choice.clone().unwrap_or(json!("auto")),
+        "parallel_tool_calls": own.parallel_tool_calls.unwrap_or(true),
+        "text": own.text.clone().unwrap_or(json!({"format": {"type": "text"}})),
+        "previous_response_id": own.previous_response_id,
+        "temperature": body.get("temperature").cloned().unwrap_or(json!(1.0)),
+        "top_p": body.get("top_p").cloned().unwrap_or(json!(1.0)),
+        "max_output_tokens": own.max_output_tokens,
+        "metadata": own.metadata.clone().unwrap_or(json!({})),
+        "store": own.store.unwrap_or(true),
+    });
+    let ctx = Context {
+        id: format!("resp_{:016x}{:016x}", random_u64(), random_u64()),
+        created: unix_now(),
+        model: state.model_id().to_string(),
+        echo,
+        conversation: Value::Array(conversation),
+        tools: tool_plan.map(|t| (t, syntax)),
+        store: own.store.unwrap_or(true).then(|| state.responses_arc()),
+        prompt_tokens,
+    };
+    let events = engine
+        .submit(plan.submit)
+        .map_err(|e| ApiError::from_submit(e, "input"))?;
+    if own.stream.unwrap_or(false) {
+        let format = ResponsesFormat {
+            ctx,
+            text: String::new(),
+            tokens: 0,
+            seq: 0,
+            started_message: false,
+        };
+        return Ok(sse_response(events, StreamState::new(format, tally, false)));
+    }
+    let collected = collect(events, tally).await?;
+    let choice = collected.choices.into_iter().next().unwrap_or_default();
+    let usage = collected.tally.usage();
+    let response = finish(
+        &ctx,
+        &choice.text,
+        choice.finish_reason,
+        usage.completion_tokens,
+    );
+    Ok(Json(response).into_response())
+}
+
+/// `GET /v1/responses/{id}`.
+pub async fn retrieve(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    match state.responses().get(&id) {
+        Some(s) => Ok(Json(s.response).into_response()),
+        None => Err(missing(&id)),
+    }
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    if state.responses().remove(&id) {
+        Ok(Json(json!({"id": id, "object": "response.deleted", "deleted": true})).into_response())
+    } else {
+        Err(missing(&id))
+    }
+}
+
+fn missing(id: &str) -> ApiError {
+    ApiError::not_found(
+        "response_id",
+        format!("no stored response `{id}` (never stored, deleted, or evicted)"),
+    )
+}
+
+fn rename_param(mut e: ApiError, to: &str) -> ApiError {
+    if let Some(p) = &e.param {
+        e.param = Some(p.replacen("messages", to, 1));
+        e.message = e.message.replacen("messages", to, 1);
+    }
+    e
+}
+
+/// Responses tools (`{"type": "function", "name", "parameters", ...}`) in
+/// chat's shape; other tool types are refused by name.
+fn chat_tools(list: &[Value]) -> Result<Vec<Value>, ApiError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let kind = t.get("type").and_then(Value::as_str).unwrap_or_default();
+            if kind != "function" {
+                return Err(ApiError::invalid_param(
+                    format!("tools[{i}].type"),
+                    format!("tools[{i}]: only `function` tools are supported, not `{kind}`"),
+                ));
+            }
+            let mut f = serde_json::Map::new();
+            for k in ["name", "description", "parameters"] {
+                if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+                    f.insert(k.into(), v.clone());
+                }
+            }
+            Ok(json!({"type": "function", "function": f}))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e: ApiError| {
+            let param = e.param.clone().unwrap_or_default().replace(".function", "");
+            e.with_param(param)
+        })
+}
+
+/// `{"type": "function", "name": ...}` as chat's tool_choice.
+fn chat_tool_choice(c: &Value) -> Value {
+    match c.get("name") {
+        Some(name) => json!({"type": "function", "function": {"name": name}}),
+        None => c.clone(),
+    }
+}
+
+/// `text.format` as chat's `response_format`.
+fn response_format(f: &Value) -> Result<Value, ApiError> {
+    match f.get("type").and_then(Value::as_str) {
+        Some("text") | None => Ok(json!({"type": "text"})),
+        Some("json_object") => Ok(json!({"type": "json_object"})),
+        Some("json_schema") => Ok(json!({"type": "json_schema", "json_schema": {
+            "name": f.get("name"), "schema": f.get("schema"), "strict": f.get("strict")}})),
+        Some(other) => Err(ApiError::invalid_param(
+            "text.format.type",
+            format!(
+                "text.format.type must be `text`, `json_object` or `json_schema`, got `{other}`"
+            ),
+        )),
+    }
+}
+
+/// `input` (a string, or a list of messages and function-call items) as
+/// chat messages.
+fn input_messages(input: Option<&Value>) -> Result<Vec<Value>, ApiError> {
+    let bad = |i: usize, what: &str| {
+        ApiError::invalid_param(format!("input[{i}]"), format!("input[{i}]: {what}"))
+    };
+    match input {
+        None | Some(Value::Null) => Err(ApiError::invalid_param(
+            "input",
+            "Missing required parameter: `input`",
+        )),
+        Some(Value::String(s)) => Ok(vec![json!({"role": "user", "content": s})]),
+        Some(Value::Array(items)) if items.is_empty() => Err(ApiError::invalid_param(
+            "input",
+            "`input` must not be empty",
+        )),
+        Some(Value::Array(items)) => {
+            let mut out: Vec<Value> = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let kind = item
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("message");
+                match kind {
+                    "message" => {
+                        let role = item
+                            .get("role")
+                            .and_then(Value::as_str)
+                            .ok_or_else(|| bad(i, "a message needs a `role`"))?;
+                        let text = match item.get("content") {
+                            Some(Value::String(s)) => s.clone(),
+                            Some(Value::Array(parts)) => {
+                                let mut t = Vec::new();
+                                for p in parts {
+                                    match p.get("type").and_then(Value::as_str) {
+                                        Some("input_text" | "output_text" | "text") => t.push(
+                                            p.get("text")
+                                                .and_then(Value::as_str)
+                                                .unwrap_or_default()
+                                                .to_string(),
+                                        ),
+                                        other => {
+                                            return Err(bad(
+                                                i,
+                                                &format!(
+                                                    "content part type `{}` is not supported",
+                                                    other.unwrap_or("?")
+                                                ),
+                                            ))
+                                        }
+                                    }
+                                }
+                                t.join("\n")
+                            }
+                            _ => {
+                                return Err(bad(
+                                    i,
+                                    "a message needs `content` (text or text parts)",
+                                ))
+                            }
+                        };
+                        out.push(json!({"role": role, "content": text}));
+                    }
+                    "function_call" => {
+                        let call = json!({"id": item.get("call_id"), "type": "function", "function": {
+                            "name": item.get("name"), "arguments": item.get("arguments")}});
+                        match out.last_mut() {
+                            Some(last)
+                                if last["role"] == "assistant"
+                                    && last.get("tool_calls").is_some() =>
+                            {
+                                if let Some(a) = last["tool_calls"].as_array_mut() {
+                                    a.push(call);
+                                }
+                            }
+                            _ => out.push(
+                                json!({"role": "assistant", "content": null, "tool_calls": [call]}),
+                            ),
+                        }
+                    }
+                    "function_call_output" => {
+                        let output = match item.get("output") {
+                            Some(Value::String(s)) => s.clone(),
+                            Some(v) => v.to_string(),
+                            None => return Err(bad(i, "a function_call_output needs `output`")),
+                        };
+                        out.push(json!({"role": "tool", "tool_call_id": item.get("call_id"), "content": output}));
+                    }
+                    other => {
+                        return Err(bad(
+                            i,
+                            &format!("input items of type `{other}` are not supported"),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        Some(_) => Err(ApiError::invalid_param(
+            "input",
+            "`input` must be a string or a list of items",
+        )),
+    }
+}
+
+/// The output items for `text` and what the conversation gains.
+fn output_items(ctx: &Context, text: &str) -> (Vec<Value>, Vec<Value>) {
+    let (content, calls) = match &ctx.tools {
+        Some((plan, syntax)) => {
+            let a = plan.answer(*syntax, text);
+            (a.content, a.calls)
+        }
+        None => (Some(text.to_string()), Vec::new()),
+    };
+    let mut items = Vec::new();
+    let mut turns = Vec::new();
+    if let Some(text) = content
+        .as_ref()
+        .filter(|c| !c.is_empty() || calls.is_empty())
+    {
+        items.push(json!({
+            "type": "message", "id": format!("msg_{:016x}", random_u64()), "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }));
+    }
+    for c in &calls {
+        items.push(json!({
+            "type": "function_call", "id": format!("fc_{:016x}", random_u64()), "call_id": c.id,
+            "name": c.function.name, "arguments": c.function.arguments, "status": "completed",
+        }));
+    }
+    let mut turn = json!({"role": "assistant", "content": content.clone().unwrap_or_default()});
+    if !calls.is_empty() {
+        turn["tool_calls"] = serde_json::to_value(&calls).unwrap_or_default();
+    }
+    turns.push(turn);
+    (items, turns)
+}
+
+/// The finished response object (stored when `store` is on).
+fn finish(ctx: &Context, text: &str, reason: Option<FinishReason>, output_tokens: usize) -> Value {
+    let (items, turns) = output_items(ctx, text);
+    let incomplete = reason == Some(FinishReason::Length);
+    let mut r = json!({
+        "id": ctx.id, "object": "response", "created_at": ctx.created,
+        "status": if incomplete { "incomplete" } else { "completed" },
+        "incomplete_details": if incomplete { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+        "error": null, "model": ctx.model, "output": items,
+        "usage": {
+            "input_tokens": ctx.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": ctx.prompt_tokens + output_tokens,
+        },
+    });
+    if let (Some(o), Some(e)) = (r.as_object_mut(), ctx.echo.as_object()) {
+        for (k, v) in e {
+            o.insert(k.clone(), v.clone());
+        }
+    }
+    if let Some(store) = &ctx.store {
+        let mut conversation = ctx.conversation.as_array().cloned().unwrap_or_default();
+        conversation.extend(turns);
+        store.insert(
+            ctx.id.clone(),
+            Stored {
+                response: r.clone(),
+                conversation: Value::Array(conversation),
+            },
+        );
+    }
+    r
+}
+
+/// Writes Responses stream events (`response.created`, text deltas, the
+/// items, `response.completed`).
+struct ResponsesFormat {
+    ctx: Context,
+    text: String,
+    tokens: usize,
+    seq: u64,
+    started_message: bool,
+}
+
+impl ResponsesFormat {
+    fn event(&mut self, kind: &str, mut body: Value) -> String {
+        body["type"] = json!(kind);
+        body["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        body.to_string()
+    }
+
+    fn skeleton(&self, status: &str) -> Value {
+        let mut r = json!({"id": self.ctx.id, "object": "response", "created_at": self.ctx.created,
+            "status": status, "model": self.ctx.model, "output": [], "error": null,
+            "incomplete_details": null, "usage": null});
+        if let (Some(o), Some(e)) = (r.as_object_mut(), self.ctx.echo.as_object()) {
+            for (k, v) in e {
+                o.insert(k.clone(), v.clone());
+            }
+        }
+        r
+    }
+}
+
+const MSG: &str = "msg_stream";
+
+impl ChunkFormat for ResponsesFormat {
+    fn opening(&mut self, _index: usize) -> Vec<String> {
+        let r = self.skeleton("in_progress");
+        vec![
+            self.event("response.created", json!({"response": r.clone()})),
+            self.event("response.in_progress", json!({"response": r})),
+        ]
+    }
+
+    fn content(&mut self, _index: usize, text: String, _: Option<TokenLogprob>) -> Vec<String> {
+        self.tokens += 1;
+        self.text.push_str(&text);
+        // With tools the text is read whole at the end (it may be a call).
+        if self.ctx.tools.is_some() || text.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        if !self.started_message {
+            self.started_message = true;
+            out.push(self.event("response.output_item.added", json!({"output_index": 0,
+                "item": {"type": "message", "id": MSG, "status": "in_progress", "role": "assistant", "content": []}})));
+            out.push(self.event("response.content_part.added", json!({"item_id": MSG, "output_index": 0,
+                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})));
+        }
+        out.push(self.event(
+            "response.output_text.delta",
+            json!({"item_id": MSG, "output_index": 0,
+            "content_index": 0, "delta": text, "logprobs": []}),
+        ));
+        out
+    }
+
+    fn finish(&mut self, _index: usize, reason: FinishReason, _: Option<TernInfo>) -> Vec<String> {
+        let text = std::mem::take(&mut self.text);
+        let mut response = finish(&self.ctx, &text, Some(reason), self.tokens);
+        let mut out = Vec::new();
+        if self.ctx.tools.is_none() && !self.started_message {
+            // An empty answer still announces its message.
+            self.started_message = true;
+            out.push(self.event("response.output_item.added", json!({"output_index": 0,
+                "item": {"type": "message", "id": MSG, "status": "in_progress", "role": "assistant", "content": []}})));
+        }
+        let items = response["output"]
+            .as_array_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let mut final_items = Vec::new();
+        for (i, mut item) in items.into_iter().enumerate() {
+            if item["type"] == "message" && self.ctx.tools.is_none() {
+                item["id"] = json!(MSG);
+                let t = item["content"][0]["text"].clone();
+                out.push(self.event(
+                    "response.output_text.done",
+                    json!({"item_id": MSG, "output_index": i,
+                    "content_index": 0, "text": t, "logprobs": []}),
+                ));
+                out.push(self.event(
+                    "response.content_part.done",
+                    json!({"item_id": MSG, "output_index": i,
+                    "content_index": 0, "part": item["content"][0].clone()}),
+                ));
+            } else {
+                let mut added = item.clone();
+                added["status"] = json!("in_progress");
+                if item["type"] == "function_call" {
+                    added["arguments"] = json!("");
+                }
+                out.push(self.event(
+                    "response.output_item.added",
+                    json!({"output_index": i, "item": added}),
+                ));
+                if item["type"] == "function_call" {
+                    let id = item["id"].clone();
+                    out.push(self.event(
+                        "response.function_call_arguments.delta",
+                        json!({"item_id": id,
+                        "output_index": i, "delta": item["arguments"].clone()}),
+                    ));
+                    out.push(self.event("response.function_call_arguments.done", json!({"item_id": id,
+                        "output_index": i, "arguments": item["arguments"].clone(), "name": item["name"].clone()})));
+                } else {
+                    let part = item["content"][0].clone();
+                    let id = item["id"].clone();
+                    out.push(self.event("response.content_part.added", json!({"item_id": id, "output_index": i,
+                        "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})));
+                    out.push(self.event(
+                        "response.output_text.delta",
+                        json!({"item_id": id, "output_index": i,
+                        "content_index": 0, "delta": part["text"].clone(), "logprobs": []}),
+                    ));
+                    out.push(self.event(
+                        "response.output_text.done",
+                        json!({"item_id": id, "output_index": i,
+                        "content_index": 0, "text": part["text"].clone(), "logprobs": []}),
+                    ));
+                    out.push(self.event(
+                        "response.content_part.done",
+                        json!({"item_id": id, "output_index": i,
+                        "content_index": 0, "part": part}),
+                    ));
+                }
+            }
+            out.push(self.event(
+                "response.output_item.done",
+                json!({"output_index": i, "item": item.clone()}),
+            ));
+            final_items.push(item);
+        }
+        response["output"] = Value::Array(final_items);
+        if let Some(store) = &self.ctx.store {
+            // Store what the client saw (the message's stream id).
+            if let Some(mut s) = store.get(&self.ctx.id) {
+                s.response = response.clone();
+                store.insert(self.ctx.id.clone(), s);
+            }
+        }
+        let kind = if response["status"] == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        out.push(self.event(kind, json!({"response": response})));
+        out
+    }
+
+    fn usage(&mut self, _: Usage, _: TernInfo) -> String {
+        String::new()
+    }
+}
