@@ -238,3 +238,64 @@ fn a_template_error_is_reported_by_both() {
     };
     assert!(render_chat_llama_cpp(&source, "<bos>", "<eos>", &msgs, &req).is_err());
 }
+
+/// Each family's template: which tool syntax it writes, whether it lists
+/// tools itself, and fixed model outputs in its syntax read back as calls
+/// (malformed ones as text).
+#[test]
+fn tool_calls_are_read_in_each_familys_syntax() {
+    use tern_runtime::chat::tools::ToolSyntax;
+    let chatml = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+    let cases = [
+        ("qwen3", qwen3_template(), ToolSyntax::Hermes, true),
+        (
+            "llama3.2",
+            template("llama3.2-instruct.jinja"),
+            ToolSyntax::Llama3,
+            true,
+        ),
+        (
+            "chatml without tools (the default)",
+            chatml.to_string(),
+            ToolSyntax::Hermes,
+            false,
+        ),
+    ];
+    for (name, source, syntax, lists_tools) in cases {
+        let t = ChatTemplate::new(&source, "<s>", "</s>").unwrap();
+        assert_eq!(t.tool_syntax(), syntax, "{name}");
+        assert_eq!(t.caps().tools, lists_tools, "{name}");
+        if lists_tools {
+            let opts = RenderOptions {
+                tools: Some(tools()),
+                ..RenderOptions::default()
+            };
+            let out = t
+                .render_conversation(&json!([{"role": "user", "content": "Weather?"}]), &opts)
+                .unwrap();
+            assert!(out.contains("get_weather"), "{name}: {out}");
+        }
+    }
+    let qwen_out = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>";
+    let p = ToolSyntax::Hermes.parse(qwen_out);
+    assert_eq!(p.calls.len(), 1);
+    assert_eq!(p.calls[0].arguments, json!({"city": "Paris", "unit": "c"}));
+    let llama_out = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
+    let p = ToolSyntax::Llama3.parse(llama_out);
+    assert_eq!(p.calls[0].name, "get_weather");
+    assert_eq!(p.calls[0].arguments, json!({"city": "Paris"}));
+    for (syntax, broken) in [
+        (
+            ToolSyntax::Hermes,
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par",
+        ),
+        (
+            ToolSyntax::Llama3,
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": ",
+        ),
+    ] {
+        let p = syntax.parse(broken);
+        assert!(p.calls.is_empty(), "{broken}");
+        assert_eq!(p.content, broken.trim());
+    }
+}
