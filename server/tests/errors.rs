@@ -93,8 +93,13 @@ async fn bad_parameters_name_their_field() {
         (json!({"logprobs": 2}), "logprobs"),
         (
             json!({"response_format": {"type": "json_schema", "json_schema": {}}}),
-            "response_format",
+            "response_format.json_schema.name",
         ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}}),
+            "response_format.json_schema.schema",
+        ),
+        (json!({"grammar": "start: missing_rule"}), "grammar"),
         (json!({"kv_policy": "snapkv:budget=lots"}), "kv_policy"),
         (json!({"kv_policy": 7}), "kv_policy"),
         (
@@ -109,7 +114,7 @@ async fn bad_parameters_name_their_field() {
         ),
         (
             json!({"messages": [{"role": "tool", "content": "x"}]}),
-            "messages[0].role",
+            "messages[0].tool_call_id",
         ),
         (
             json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
@@ -119,7 +124,14 @@ async fn bad_parameters_name_their_field() {
             json!({"messages": [{"role": "user", "content": 1}]}),
             "messages[0].content",
         ),
-        (json!({"tools": [{"type": "function"}]}), "tools"),
+        (
+            json!({"tools": [{"type": "function"}]}),
+            "tools[0].function",
+        ),
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+            "tool_choice",
+        ),
         (json!({"model": ""}), "model"),
         (json!({"reasoning_effort": "extreme"}), "reasoning_effort"),
         (json!({"reasoning_effort": 2}), "reasoning_effort"),
