@@ -186,7 +186,11 @@ fn completion(
             let mut finish_reason = finish_name(choice.finish_reason);
             let message = match tools.map(|(t, syntax)| t.answer(syntax, &choice.text)) {
                 Some(a) if !a.calls.is_empty() => {
-                    finish_reason = "tool_calls";
+                    // An answer cut by max_tokens stays `length`: the client
+                    // should know more calls may have been coming.
+                    if choice.finish_reason != Some(FinishReason::Length) {
+                        finish_reason = "tool_calls";
+                    }
                     AssistantMessage {
                         role: "assistant",
                         content: a.content,
@@ -333,7 +337,7 @@ impl ChunkFormat for ChatFormat {
             if let Some(content) = answer.content.filter(|c| !c.is_empty()) {
                 out.push(delta(Some(content), None));
             }
-            if !answer.calls.is_empty() {
+            if !answer.calls.is_empty() && reason != FinishReason::Length {
                 finish_reason = "tool_calls";
             }
             for (i, call) in answer.calls.into_iter().enumerate() {
