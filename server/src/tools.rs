@@ -203,6 +203,19 @@ pub struct Answer {
     pub calls: Vec<ToolCallOut>,
 }
 
+impl Answer {
+    /// `tool_calls` for an answer that makes calls and ended on its own; an
+    /// answer cut by the token limit stays `length` (more calls may have
+    /// been coming).
+    pub fn finish_reason(&self, generated: &'static str) -> &'static str {
+        if !self.calls.is_empty() && generated != "length" {
+            "tool_calls"
+        } else {
+            generated
+        }
+    }
+}
+
 /// One call in `message.tool_calls`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ToolCallOut {
@@ -305,6 +318,8 @@ mod tests {
         );
         assert_eq!(a.content, None);
         assert_eq!(a.calls.len(), 1);
+        assert_eq!(a.finish_reason("stop"), "tool_calls");
+        assert_eq!(a.finish_reason("length"), "length");
         assert_eq!(a.calls[0].function.arguments, r#"{"city":"Oslo"}"#);
         assert!(a.calls[0].id.starts_with("call_"));
         let unknown = "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>";

@@ -148,6 +148,10 @@ async fn bad_parameters_name_their_field() {
             "n",
         ),
         (json!({"best_of": 0}), "best_of"),
+        (
+            json!({"reasoning_effort": "low", "response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
         (json!({"best_of": 17}), "best_of"),
         (
             json!({"best_of": 2, "aggregate": "synthesize", "synthesizer_model": "nope"}),

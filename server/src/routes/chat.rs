@@ -106,6 +106,16 @@ pub async fn chat_completions(
         max_tokens_given: max_tokens.0.is_some(),
     };
     let (tally, length) = reasoning::apply(reasoning_fields, &model, &mut plan, tally)?;
+    if plan.submit.think.is_some() {
+        if let Some((_, param)) = &plan.constraint {
+            // Reasoning writes free text and then a forced answer line; a
+            // grammar over the whole output would constrain both.
+            return Err(ApiError::invalid_param(
+                *param,
+                "structured outputs and forced tool calls cannot be combined with reasoning_effort or thinking_budget_tokens",
+            ));
+        }
+    }
     let meta = ResponseMeta {
         id: response_id("chatcmpl"),
         object: "chat.completion",
@@ -186,11 +196,7 @@ fn completion(
             let mut finish_reason = finish_name(choice.finish_reason);
             let message = match tools.map(|(t, syntax)| t.answer(syntax, &choice.text)) {
                 Some(a) if !a.calls.is_empty() => {
-                    // An answer cut by max_tokens stays `length`: the client
-                    // should know more calls may have been coming.
-                    if choice.finish_reason != Some(FinishReason::Length) {
-                        finish_reason = "tool_calls";
-                    }
+                    finish_reason = a.finish_reason(finish_reason);
                     AssistantMessage {
                         role: "assistant",
                         content: a.content,
@@ -259,6 +265,19 @@ impl ChatFormat {
     }
 }
 
+impl ChatFormat {
+    /// A chunk carrying `delta` for choice `index` (no logprobs, not its last).
+    fn delta_chunk(&self, index: usize, delta: Delta) -> String {
+        let choice = ChunkChoice {
+            index,
+            delta,
+            logprobs: None,
+            finish_reason: None,
+        };
+        self.chunk(Some(choice), None, None)
+    }
+}
+
 impl ChunkFormat for ChatFormat {
     fn opening(&mut self, index: usize) -> Vec<String> {
         let delta = Delta {
@@ -266,16 +285,7 @@ impl ChunkFormat for ChatFormat {
             content: Some(String::new()),
             tool_calls: None,
         };
-        vec![self.chunk(
-            Some(ChunkChoice {
-                index,
-                delta,
-                logprobs: None,
-                finish_reason: None,
-            }),
-            None,
-            None,
-        )]
+        vec![self.delta_chunk(index, delta)]
     }
 
     fn content(
@@ -334,11 +344,9 @@ impl ChunkFormat for ChatFormat {
                 content,
                 tool_calls,
             };
+            finish_reason = answer.finish_reason(finish_reason);
             if let Some(content) = answer.content.filter(|c| !c.is_empty()) {
                 out.push(delta(Some(content), None));
-            }
-            if !answer.calls.is_empty() && reason != FinishReason::Length {
-                finish_reason = "tool_calls";
             }
             for (i, call) in answer.calls.into_iter().enumerate() {
                 out.push(delta(None, Some(vec![ToolCallDelta { index: i, call }])));
@@ -346,18 +354,7 @@ impl ChunkFormat for ChatFormat {
         }
         let mut chunks: Vec<String> = out
             .into_iter()
-            .map(|delta| {
-                self.chunk(
-                    Some(ChunkChoice {
-                        index,
-                        delta,
-                        logprobs: None,
-                        finish_reason: None,
-                    }),
-                    None,
-                    None,
-                )
-            })
+            .map(|delta| self.delta_chunk(index, delta))
             .collect();
         let choice = ChunkChoice {
             index,

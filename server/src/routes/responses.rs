@@ -88,13 +88,16 @@ pub async fn create(
         },
         None => Vec::new(),
     };
-    conversation.extend(input_messages(own.input.as_ref())?);
+    let new_turns = input_messages(own.input.as_ref())?;
+    // (The stored part was checked when it was sent.)
+    prompt::check_tool_conversation(&Value::Array(new_turns.clone()))
+        .map_err(|e| rename_param(e, "input"))?;
+    conversation.extend(new_turns);
     let mut messages = conversation.clone();
     if let Some(i) = own.instructions.as_ref().filter(|i| !i.is_empty()) {
         messages.insert(0, json!({"role": "system", "content": i}));
     }
     let messages = Value::Array(messages);
-    prompt::check_tool_conversation(&messages).map_err(|e| rename_param(e, "input"))?;
     let model = Arc::clone(engine.model());
     let content = state.content_tokens();
     let ids = {
@@ -618,6 +621,8 @@ impl ChunkFormat for ResponsesFormat {
         out
     }
 
+    /// Never called: Responses streams carry usage in `response.completed`
+    /// and are built without `include_usage`.
     fn usage(&mut self, _: Usage, _: TernInfo) -> String {
         String::new()
     }
