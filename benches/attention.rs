@@ -40,7 +40,18 @@ fn bench(c: &mut Criterion) {
         let v = vb.narrow(1, 0, len).unwrap();
         let q = Tensor::randn(0f32, 1.0, (KV * GROUP, 1, HD), &dev).unwrap();
         g.bench_function(format!("in_place/{len}"), |b| {
-            b.iter(|| decode_tensors(&q, &k, &v, GROUP, scale as f32, false).unwrap())
+            b.iter(|| {
+                decode_tensors(
+                    &q,
+                    &k,
+                    &v,
+                    tern_models::KvDtype::F32,
+                    GROUP,
+                    scale as f32,
+                    false,
+                )
+                .unwrap()
+            })
         });
         g.bench_function(format!("tensor_ops/{len}"), |b| {
             b.iter(|| tensor_path(&q, &k, &v, scale))

@@ -65,7 +65,7 @@ fn decode_step(c: &mut Criterion) {
             .map(|i| 1000 + (i * 31) % 40_000)
             .collect();
         let seq = backend
-            .new_seq(&KvPolicy::Full, prompt.len() + 4096)
+            .new_seq(&KvPolicy::Full, Default::default(), prompt.len() + 4096)
             .expect("a sequence");
         backend
             .forward(&[Row {
@@ -116,7 +116,9 @@ fn batched_decode_step(c: &mut Criterion) {
             let prompt: Vec<u32> = (0..64u32)
                 .map(|i| 1000 + (i * 31 + s as u32 * 7) % 40_000)
                 .collect();
-            let seq = backend.new_seq(&KvPolicy::Full, 4096).expect("a sequence");
+            let seq = backend
+                .new_seq(&KvPolicy::Full, Default::default(), 4096)
+                .expect("a sequence");
             backend
                 .forward(&[Row {
                     seq,

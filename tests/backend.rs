@@ -258,7 +258,9 @@ fn forced_logits(
 ) -> Vec<Vec<f32>> {
     use tern_runtime::backend::{LogitsWanted, Row};
     use tern_runtime::kv::policy::KvPolicy;
-    let seq = backend.new_seq(&KvPolicy::Full, tokens.len()).unwrap();
+    let seq = backend
+        .new_seq(&KvPolicy::Full, Default::default(), tokens.len())
+        .unwrap();
     let mut out = Vec::new();
     for (i, chunk) in tokens.chunks(512).enumerate() {
         let rows = [Row {
@@ -303,6 +305,7 @@ fn teacher_forced_logits_agree_across_backends() {
         n_ctx: 1088,
         n_seq_max: 1,
         n_threads: 2,
+        kv_dtype: Default::default(),
     };
     let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
     let theirs = forced_logits(&mut llama, &tokens, vocab);
@@ -400,6 +403,7 @@ fn model_agreement(
         n_ctx: n as u32,
         n_seq_max: 1,
         n_threads: 2,
+        kv_dtype: Default::default(),
     };
     let mut llama = LlamaCppBackend::load(path, model.config(), &opts).unwrap();
     let theirs = forced_logits(&mut llama, &tokens, vocab);

@@ -77,6 +77,7 @@ fn alone_in_chunks(
         stop: Vec::new(),
         prefill_chunk: chunk,
         kv_policy: req.kv_policy.clone(),
+        kv_dtype: Default::default(),
     };
     generate(&mut TernBackend::new(model), model, &g, |_| {})
         .unwrap()
@@ -213,8 +214,14 @@ fn admission_waits_for_kv_memory_and_the_queue_is_bounded() {
     let (_d, model) = load_tiny();
     let mut req = SubmitRequest::new(prompt(2, 8), sampling(1.0, 2), 200);
     req.ignore_eos = true;
-    let one =
-        tern_runtime::kv::SeqCache::reservation_bytes(model.config(), &req.kv_policy, 8, 200, 16);
+    let one = tern_runtime::kv::SeqCache::reservation_bytes(
+        model.config(),
+        &req.kv_policy,
+        req.kv_dtype,
+        8,
+        200,
+        16,
+    );
     let engine = EngineHandle::spawn(
         Arc::new(model),
         EngineConfig {

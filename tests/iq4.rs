@@ -224,6 +224,7 @@ fn tiny_agreement(
         n_ctx: n as u32,
         n_seq_max: 1,
         n_threads: 2,
+        kv_dtype: Default::default(),
     };
     let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
     let theirs = forced(&mut llama, &tokens, &chunks, vocab);

@@ -539,7 +539,9 @@ pub(crate) fn forced(
 ) -> Vec<Vec<f32>> {
     use tern_runtime::backend::{LogitsWanted, Row};
     use tern_runtime::kv::policy::KvPolicy;
-    let seq = backend.new_seq(&KvPolicy::Full, tokens.len()).unwrap();
+    let seq = backend
+        .new_seq(&KvPolicy::Full, Default::default(), tokens.len())
+        .unwrap();
     let mut out = Vec::new();
     let mut start = 0;
     for &len in chunks {
@@ -597,6 +599,7 @@ fn tiny_kquant_agreement(pick: impl Fn(&str) -> Option<(GgmlDType, i32)>) -> (us
         n_ctx: n as u32,
         n_seq_max: 1,
         n_threads: 2,
+        kv_dtype: Default::default(),
     };
     let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
     let theirs = forced(&mut llama, &tokens, &chunks, vocab);

@@ -27,6 +27,7 @@ fn run(
         stop: Vec::new(),
         prefill_chunk: 16,
         kv_policy: policy.parse().unwrap(),
+        kv_dtype: Default::default(),
     };
     generate(&mut TernBackend::new(model), model, &req, |_| {}).unwrap()
 }

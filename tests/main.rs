@@ -13,6 +13,7 @@ mod humaneval;
 mod iq4;
 mod kquant;
 mod kv;
+mod kv_dtype;
 mod learner;
 mod plot;
 mod quantize;

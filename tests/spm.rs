@@ -189,6 +189,7 @@ fn check_against_llama_cpp(path: &Path) -> Vec<(String, bool)> {
         n_ctx: 256,
         n_seq_max: 1,
         n_threads: 2,
+        kv_dtype: Default::default(),
     };
     let llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
 

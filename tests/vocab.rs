@@ -128,6 +128,7 @@ fn check(arch: &'static str, vocab: &TinyVocab, special_text: &str) {
         n_ctx: 256,
         n_seq_max: 1,
         n_threads: 2,
+        kv_dtype: Default::default(),
     };
     let llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
     let mut differ = Vec::new();

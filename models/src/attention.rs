@@ -15,14 +15,25 @@
 //! V product does, then `sum w v`); only the order inside each 64-element dot
 //! product differs, so results agree to float rounding.
 
-use candle_core::{CpuStorage, Layout, Storage, Tensor};
+use candle_core::{CpuStorage, Layout, Storage, Tensor, D};
 use half::f16;
 
 use crate::error::Result;
+use crate::kv_dtype::{dequantize_row, KvDtype};
 
-/// A read-only `[heads, len, head_dim]` f32 view of a CPU tensor's storage.
+/// The rows behind a [`CacheView`], in the cache's storage type.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    /// ggml quant blocks of this type, addressed in bytes.
+    Blocks(KvDtype, &'a [u8]),
+}
+
+/// A read-only `[heads, len, head_dim]` view of a cache tensor's storage, in
+/// whatever type the cache stores ([`KvDtype`]), read in place.
 pub struct CacheView<'a> {
-    data: &'a [f32],
+    data: Rows<'a>,
     offset: usize,
     head_stride: usize,
     pos_stride: usize,
@@ -32,9 +43,44 @@ pub struct CacheView<'a> {
 }
 
 impl<'a> CacheView<'a> {
-    /// The view of `data` laid out as `layout` (`[heads, len, head_dim]`);
+    /// The view of f32 `data` laid out as `layout` (`[heads, len, head_dim]`);
     /// `None` unless each row is contiguous.
     pub fn new(data: &'a [f32], layout: &Layout) -> Option<Self> {
+        Self::over(
+            Rows::F32(data),
+            data.len(),
+            layout,
+            layout.dims().get(2).copied()?,
+        )
+    }
+
+    /// The view of a cache tensor's storage holding rows of `dtype` with
+    /// `head_dim` values each; `None` when the storage is not what `dtype`
+    /// keeps or a row is not contiguous.
+    pub fn of(
+        storage: &'a Storage,
+        layout: &Layout,
+        dtype: KvDtype,
+        head_dim: usize,
+    ) -> Option<Self> {
+        let (rows, n) = match (storage, dtype) {
+            (Storage::Cpu(CpuStorage::F32(v)), KvDtype::F32) => (Rows::F32(v.as_slice()), v.len()),
+            (Storage::Cpu(CpuStorage::F16(v)), KvDtype::F16) => (Rows::F16(v.as_slice()), v.len()),
+            (Storage::Cpu(CpuStorage::U8(v)), KvDtype::Q8_0 | KvDtype::Q4_0) => {
+                if layout.dims().get(2) != Some(&dtype.row_bytes(head_dim)) {
+                    return None;
+                }
+                (Rows::Blocks(dtype, v.as_slice()), v.len())
+            }
+            _ => return None,
+        };
+        if !matches!(rows, Rows::Blocks(..)) && layout.dims().get(2) != Some(&head_dim) {
+            return None;
+        }
+        Self::over(rows, n, layout, head_dim)
+    }
+
+    fn over(data: Rows<'a>, n: usize, layout: &Layout, head_dim: usize) -> Option<Self> {
         let dims = layout.dims();
         let stride = layout.stride();
         if dims.len() != 3 || stride[2] != 1 {
@@ -46,14 +92,14 @@ impl<'a> CacheView<'a> {
             head_stride: stride[0],
             pos_stride: stride[1],
             len: dims[1],
-            head_dim: dims[2],
+            head_dim,
         };
         // The last element must lie inside the buffer.
         let last = view.offset
             + (dims[0].max(1) - 1) * view.head_stride
             + (dims[1].max(1) - 1) * view.pos_stride
             + dims[2];
-        (last <= data.len()).then_some(view)
+        (last <= n).then_some(view)
     }
 
     /// Elements per row.
@@ -61,19 +107,79 @@ impl<'a> CacheView<'a> {
         self.head_dim
     }
 
-    /// Row `pos` of head `head`.
+    /// The storage type of the rows.
+    pub fn dtype(&self) -> KvDtype {
+        match self.data {
+            Rows::F32(_) => KvDtype::F32,
+            Rows::F16(_) => KvDtype::F16,
+            Rows::Blocks(d, _) => d,
+        }
+    }
+
     #[inline]
-    pub(crate) fn row(&self, head: usize, pos: usize) -> &[f32] {
-        let at = self.offset + head * self.head_stride + pos * self.pos_stride;
-        &self.data[at..at + self.head_dim]
+    fn at(&self, head: usize, pos: usize) -> usize {
+        self.offset + head * self.head_stride + pos * self.pos_stride
+    }
+
+    /// Row `pos` of head `head` as f32: the stored row itself for f32, else
+    /// widened or dequantized into `scratch` (`head_dim` long).
+    #[inline]
+    pub(crate) fn row<'s>(&'s self, head: usize, pos: usize, scratch: &'s mut [f32]) -> &'s [f32] {
+        let at = self.at(head, pos);
+        let hd = self.head_dim;
+        match self.data {
+            Rows::F32(d) => &d[at..at + hd],
+            Rows::F16(d) => {
+                widen(&d[at..at + hd], &mut scratch[..hd]);
+                &scratch[..hd]
+            }
+            Rows::Blocks(dtype, d) => {
+                dequantize_row(dtype, &d[at..at + dtype.row_bytes(hd)], &mut scratch[..hd]);
+                &scratch[..hd]
+            }
+        }
+    }
+
+    /// The stored bytes of row `pos` of head `head` (quantized types only).
+    #[inline]
+    pub(crate) fn blocks(&self, head: usize, pos: usize) -> &[u8] {
+        match self.data {
+            Rows::Blocks(dtype, d) => {
+                let at = self.at(head, pos);
+                &d[at..at + dtype.row_bytes(self.head_dim)]
+            }
+            _ => &[],
+        }
     }
 }
 
-/// The f32 slice behind a CPU f32 tensor's storage, for [`CacheView::new`].
-pub fn f32_storage(storage: &Storage) -> Option<&[f32]> {
-    match storage {
-        Storage::Cpu(CpuStorage::F32(v)) => Some(v.as_slice()),
-        _ => None,
+/// f16 values widened to f32 (exact), eight at a time with F16C where the
+/// build has it.
+#[inline]
+pub(crate) fn widen(src: &[f16], dst: &mut [f32]) {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "f16c",
+        target_feature = "avx"
+    ))]
+    if src.len() == dst.len() {
+        use std::arch::x86_64::*;
+        let chunks = src.len() / 8;
+        // SAFETY: F16C and AVX are enabled at compile time; each load reads 8
+        // halves and each store writes 8 floats inside the equal-length slices.
+        unsafe {
+            for i in 0..chunks {
+                let h = _mm_loadu_si128(src.as_ptr().add(8 * i) as *const __m128i);
+                _mm256_storeu_ps(dst.as_mut_ptr().add(8 * i), _mm256_cvtph_ps(h));
+            }
+        }
+        for i in 8 * chunks..src.len() {
+            dst[i] = src[i].to_f32();
+        }
+        return;
+    }
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.to_f32();
     }
 }
 
@@ -97,11 +203,12 @@ pub fn decode(
     let mut out = vec![0f32; q.len()];
     let mut observed = want_weights.then(|| Vec::with_capacity(n_kv * group * len));
     let mut w = vec![0f32; group * len];
+    let mut scratch = vec![0f32; hd];
     for h in 0..n_kv {
         let qh = &q[h * group * hd..(h + 1) * group * hd];
         // Scores: each key row read once for the group's query heads.
         for pos in 0..len {
-            let key = k.row(h, pos);
+            let key = k.row(h, pos, &mut scratch);
             for j in 0..group {
                 w[j * len + pos] = dot(&qh[j * hd..(j + 1) * hd], key) * scale;
             }
@@ -118,7 +225,7 @@ pub fn decode(
         // Output: each value row read once for the group.
         let oh = &mut out[h * group * hd..(h + 1) * group * hd];
         for pos in 0..len {
-            let value = v.row(h, pos);
+            let value = v.row(h, pos, &mut scratch);
             for j in 0..group {
                 axpy(w[j * len + pos], value, &mut oh[j * hd..(j + 1) * hd]);
             }
@@ -198,19 +305,22 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
 /// What [`decode`] returns: the output and, when asked, the softmax rows.
 pub type Decoded = (Vec<f32>, Option<Vec<f32>>);
 
-/// Runs [`decode`] on cache tensors `k`, `v` (`[KV, C, hd]` views) for query
-/// `q` (`[H, 1, hd]`). `None` when a tensor is not a CPU f32 view this path
-/// reads in place (the caller then takes the tensor path).
+/// Runs [`decode`] on cache tensors `k`, `v` (`[KV, C, hd]` views of
+/// `dtype` storage) for query `q` (`[H, 1, hd]`). `None` when a tensor is not
+/// a CPU view this path reads in place (the caller then takes the tensor path).
+#[allow(clippy::too_many_arguments)]
 pub fn decode_tensors(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
+    dtype: KvDtype,
     group: usize,
     scale: f32,
     want_weights: bool,
 ) -> Result<Option<Decoded>> {
+    let hd = q.dim(D::Minus1)?;
     let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
-    Ok(with_views(k, v, |kv, vv| {
+    Ok(with_views(k, v, dtype, hd, |kv, vv| {
         let fits = kv.len == vv.len
             && kv.head_dim == vv.head_dim
             && q.len().is_multiple_of(group * kv.head_dim);
@@ -219,17 +329,20 @@ pub fn decode_tensors(
     .flatten())
 }
 
-/// Runs `f` on in-place views of the cache tensors `k`, `v`; `None` unless
-/// both are CPU f32 tensors with contiguous rows.
+/// Runs `f` on in-place views of the cache tensors `k`, `v` holding rows of
+/// `head_dim` values stored as `dtype`; `None` unless both are CPU tensors of
+/// that storage with contiguous rows.
 pub fn with_views<R>(
     k: &Tensor,
     v: &Tensor,
+    dtype: KvDtype,
+    head_dim: usize,
     f: impl FnOnce(&CacheView<'_>, &CacheView<'_>) -> R,
 ) -> Option<R> {
     let (ks, kl) = k.storage_and_layout();
     let (vs, vl) = v.storage_and_layout();
-    let (kd, vd) = (f32_storage(&ks)?, f32_storage(&vs)?);
-    let (kv, vv) = (CacheView::new(kd, kl)?, CacheView::new(vd, vl)?);
+    let kv = CacheView::of(&ks, kl, dtype, head_dim)?;
+    let vv = CacheView::of(&vs, vl, dtype, head_dim)?;
     Some(f(&kv, &vv))
 }
 
@@ -268,7 +381,7 @@ mod tests {
         let v = vb.narrow(1, 0, len).unwrap();
         let q = Tensor::randn(0f32, 1.0, (n_kv * group, 1, hd), &dev).unwrap();
         let scale = 1.0 / (hd as f64).sqrt();
-        let (got, w) = decode_tensors(&q, &k, &v, group, scale as f32, true)
+        let (got, w) = decode_tensors(&q, &k, &v, KvDtype::F32, group, scale as f32, true)
             .unwrap()
             .expect("a CPU f32 view is read in place");
         let want = reference(&q, &k, &v, group, scale);

@@ -39,6 +39,17 @@ pub enum ModelError {
         /// What Tern does support there.
         supported: String,
     },
+    /// A KV cache storage type this model's shape cannot use (block types need
+    /// heads of a multiple of 32 values).
+    #[error(
+        "kv_dtype `{dtype}` stores blocks of 32 values, but this model's heads have {head_dim}"
+    )]
+    KvDtypeShape {
+        /// The storage type asked for.
+        dtype: String,
+        /// Values per head row.
+        head_dim: usize,
+    },
     /// An export replacement names a tensor the source file does not have.
     #[error("cannot replace tensor `{name}`: {path} has no such tensor{hint}")]
     UnknownTensor {

@@ -25,6 +25,7 @@ use half::f16;
 use crate::attention::{exp_nonpositive, with_views, CacheView};
 use crate::error::Result;
 use crate::exact::expf_poly;
+use crate::kv_dtype::{KvDtype, QueryBlocks};
 use crate::quant::pool::Pool;
 use crate::visibility::Visibility;
 
@@ -119,7 +120,10 @@ pub fn attend(
             scale,
             want_weights,
         };
-        let block = if qs.kernel.tiled(n) {
+        // llama.cpp reads a quantized cache with the per-row kernel only.
+        let block = if k.dtype().is_quantized() {
+            heads.one_chunk_blocks(rows)
+        } else if qs.kernel.tiled(n) {
             heads.tiled(rows)
         } else {
             heads.one_chunk(rows)
@@ -172,17 +176,30 @@ pub fn attend_tensors(
     scale: f32,
     want_weights: bool,
 ) -> Result<Option<Attended>> {
-    attend_tensors_windowed(q, q_pos, k, v, k_pos, replay, None, scale, want_weights)
+    attend_tensors_windowed(
+        q,
+        q_pos,
+        k,
+        v,
+        KvDtype::F32,
+        k_pos,
+        replay,
+        None,
+        scale,
+        want_weights,
+    )
 }
 
-/// [`attend_tensors`] for a sliding-window layer: each row sees only the
-/// entries less than `window` positions behind it (`None`: every earlier one).
+/// [`attend_tensors`] over a cache stored as `dtype`, for any layer: on a
+/// sliding-window layer each row sees only the entries less than `window`
+/// positions behind it (`None`: every earlier one).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_tensors_windowed(
     q: &Tensor,
     q_pos: &[u32],
     k: &Tensor,
     v: &Tensor,
+    dtype: KvDtype,
     k_pos: &[&[u32]],
     replay: Option<(&Visibility, usize)>,
     window: Option<u32>,
@@ -192,10 +209,11 @@ pub fn attend_tensors_windowed(
     if k.dims3()?.0 != k_pos.len() || v.dims3()?.0 != k_pos.len() {
         return Ok(None);
     }
+    let head_dim = q.dim(candle_core::D::Minus1)?;
     let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
     let n_kv = k_pos.len();
     let n = q_pos.len();
-    Ok(with_views(k, v, |kv, vv| {
+    Ok(with_views(k, v, dtype, head_dim, |kv, vv| {
         let hd = kv.head_dim();
         let fits = n > 0
             && n_kv > 0
@@ -278,6 +296,7 @@ impl Heads<'_, '_> {
         };
         let mut scores = vec![0f32; if self.want_weights { len } else { 0 }];
         let mut acc = vec![0u16; hd];
+        let (mut ks, mut vs_row) = (vec![0f32; hd], vec![0f32; hd]);
         for j in 0..self.qs.group {
             for i in rows.clone() {
                 let q_pos = self.qs.pos[i];
@@ -288,7 +307,7 @@ impl Heads<'_, '_> {
                     if !self.sees(q_pos, kp) {
                         continue;
                     }
-                    let score = dot_f16(self.k.row(self.kvh, c), &q16) * self.scale;
+                    let score = dot_f16(self.k.row(self.kvh, c, &mut ks), &q16) * self.scale;
                     if self.want_weights {
                         scores[c] = score;
                     }
@@ -300,7 +319,7 @@ impl Heads<'_, '_> {
                     } else {
                         vs = (score - max).exp();
                     }
-                    f16x::mad(&mut acc, self.v.row(self.kvh, c), vs);
+                    f16x::mad(&mut acc, self.v.row(self.kvh, c, &mut vs_row), vs);
                     // llama.cpp's build contracts `S*ms + vs` into one fused op.
                     sum = sum.mul_add(ms, vs);
                 }
@@ -308,6 +327,58 @@ impl Heads<'_, '_> {
                 block
                     .out
                     .extend(acc.iter().map(|&a| f16::from_bits(a).to_f32() * inv));
+                if self.want_weights {
+                    self.weights_of(&scores, q_pos, max, sum, &mut block.weights);
+                }
+            }
+        }
+        block
+    }
+
+    /// llama.cpp's per-row kernel over a quantized cache: the query
+    /// quantized to Q8_0 blocks, each score the block dot of the stored key
+    /// against it, values dequantized and accumulated in f32.
+    fn one_chunk_blocks(&self, rows: std::ops::Range<usize>) -> Block {
+        let hd = self.k.head_dim();
+        let len = self.k.len;
+        let dtype = self.k.dtype();
+        let mut block = Block {
+            out: Vec::with_capacity(self.qs.group * rows.len() * hd),
+            weights: Vec::new(),
+        };
+        let mut scores = vec![0f32; if self.want_weights { len } else { 0 }];
+        let mut acc = vec![0f32; hd];
+        let mut value = vec![0f32; hd];
+        for j in 0..self.qs.group {
+            for i in rows.clone() {
+                let q_pos = self.qs.pos[i];
+                let qb = QueryBlocks::new(self.query(j, i));
+                acc.fill(0.0);
+                let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+                for (c, &kp) in self.k_pos[..len].iter().enumerate() {
+                    if !self.sees(q_pos, kp) {
+                        continue;
+                    }
+                    let score = qb.dot(dtype, self.k.blocks(self.kvh, c)) * self.scale;
+                    if self.want_weights {
+                        scores[c] = score;
+                    }
+                    let (mut ms, mut vs) = (1f32, 1f32);
+                    if score > max {
+                        ms = (max - score).exp();
+                        max = score;
+                        acc.iter_mut().for_each(|a| *a *= ms);
+                    } else {
+                        vs = (score - max).exp();
+                    }
+                    let v = self.v.row(self.kvh, c, &mut value);
+                    for (a, &x) in acc.iter_mut().zip(v) {
+                        *a = x.mul_add(vs, *a);
+                    }
+                    sum = sum.mul_add(ms, vs);
+                }
+                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+                block.out.extend(acc.iter().map(|&a| a * inv));
                 if self.want_weights {
                     self.weights_of(&scores, q_pos, max, sum, &mut block.weights);
                 }
@@ -331,6 +402,10 @@ impl Heads<'_, '_> {
         let mut sum = vec![0f32; n_rows];
         let mut scores = vec![0f32; if self.want_weights { n_rows * len } else { 0 }];
         let mut kt = vec![0f32; hd * KV_TILE];
+        let mut row = vec![0f32; hd];
+        // Value rows of the tile as f32, unless the cache is f32 already.
+        let direct = self.v.dtype() == KvDtype::F32;
+        let mut vt = vec![0f32; if direct { 0 } else { hd * KV_TILE }];
         let last_pos = rows.clone().map(|i| self.qs.pos[i]).max().unwrap_or(0);
         let mut p = [0f32; KV_TILE];
         for start in (0..len).step_by(KV_TILE) {
@@ -341,8 +416,12 @@ impl Heads<'_, '_> {
                 continue;
             }
             for t in 0..tile {
-                for (kk, &x) in self.k.row(self.kvh, start + t).iter().enumerate() {
+                for (kk, &x) in self.k.row(self.kvh, start + t, &mut row).iter().enumerate() {
                     kt[kk * KV_TILE + t] = x;
+                }
+                if !direct {
+                    let r = self.v.row(self.kvh, start + t, &mut row);
+                    vt[t * hd..(t + 1) * hd].copy_from_slice(r);
                 }
             }
             for j in 0..group {
@@ -384,7 +463,11 @@ impl Heads<'_, '_> {
                     }
                     let tile_sum: f64 = p.chunks_exact(8).map(|l| hsum8(l) as f64).sum();
                     sum[r] = (sum[r] as f64 + tile_sum) as f32;
-                    tile_values(a, &p[..tile], |t| self.v.row(self.kvh, start + t));
+                    if direct {
+                        tile_values(a, &p[..tile], |t| self.v.row(self.kvh, start + t, &mut []));
+                    } else {
+                        tile_values(a, &p[..tile], |t| &vt[t * hd..(t + 1) * hd]);
+                    }
                 }
             }
         }

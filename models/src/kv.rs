@@ -12,6 +12,7 @@ use std::ops::Range;
 
 use crate::error::Result;
 use crate::flash::FlashKernel;
+use crate::kv_dtype::KvDtype;
 use crate::visibility::Visibility;
 
 /// A per-sequence key/value store the forward pass reads and writes, layer by layer.
@@ -21,7 +22,8 @@ pub trait KvStore: Send {
     ///
     /// `k`, `v`: `[n_kv_head, n_new, head_dim]` f32, keys after RoPE.
     /// `positions`: the original position of each new token.
-    /// Returns `(keys, values)`, each `[n_kv_head, n_cached, head_dim]` f32.
+    /// Returns `(keys, values)`, each `[n_kv_head, n_cached, ..]` in the
+    /// storage of [`KvStore::dtype`].
     fn append(
         &mut self,
         layer: usize,
@@ -29,6 +31,13 @@ pub trait KvStore: Send {
         v: &Tensor,
         positions: &[u32],
     ) -> Result<(Tensor, Tensor)>;
+
+    /// How the tensors [`KvStore::append`] returns store their rows: f32
+    /// (`[KV, C, head_dim]`), f16 (same shape), or ggml quant blocks (`u8`
+    /// `[KV, C, row_bytes]`). The attention kernels read each in place.
+    fn dtype(&self) -> KvDtype {
+        KvDtype::F32
+    }
 
     /// Original positions of the cached entries of `layer` and KV head `head`
     /// (after the last `append`), in the order `append` returned them; used to

@@ -19,6 +19,7 @@ pub mod gguf;
 pub mod gguf_types;
 mod grad;
 mod kv;
+pub mod kv_dtype;
 mod lora;
 mod mask;
 pub mod quant;
@@ -34,6 +35,7 @@ pub use export::{export_gguf, quantize_gguf, ExportQuant, ExportReport, QuantTyp
 pub use flash::FlashKernel;
 pub use gguf::GgufFile;
 pub use kv::KvStore;
+pub use kv_dtype::KvDtype;
 pub use lora::{LoraAdapter, LoraSet, LoraTarget};
 pub use visibility::{EvictionLog, Visibility};
 pub use weight::Precision;

@@ -14,6 +14,7 @@ use crate::kv::policy::KvPolicy;
 use crate::model::LoadedModel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::StreamDecoder;
+use tern_models::KvDtype;
 
 /// What to generate and how.
 #[derive(Debug, Clone)]
@@ -32,6 +33,8 @@ pub struct GenerateRequest {
     pub prefill_chunk: usize,
     /// How the KV cache is compressed while generating.
     pub kv_policy: KvPolicy,
+    /// How the KV cache stores keys and values.
+    pub kv_dtype: KvDtype,
 }
 
 /// The result of one generation.
@@ -102,7 +105,11 @@ pub fn generate(
 ) -> Result<GenerateOutput> {
     req.sampling.validate()?;
     model.check_prompt(req.prompt.len())?;
-    let seq = backend.new_seq(&req.kv_policy, req.prompt.len() + req.max_tokens)?;
+    let seq = backend.new_seq(
+        &req.kv_policy,
+        req.kv_dtype,
+        req.prompt.len() + req.max_tokens,
+    )?;
     let out = run(backend, seq, model, req, on_text);
     backend.free(seq);
     out

@@ -12,6 +12,7 @@ use crate::backend::{Backend, LogitsWanted, Row, SeqId, TernBackend};
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
 use crate::model::LoadedModel;
+use tern_models::KvDtype;
 
 /// The outcome of a perplexity run.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -34,13 +35,15 @@ pub struct PerplexityReport {
     pub kv_bytes_full: usize,
     /// The policy, as its spec string.
     pub kv_policy: String,
+    /// How the cache stored keys and values.
+    pub kv_dtype: KvDtype,
     /// The backend that ran it (`candle`, `llama-cpp`).
     pub backend: String,
 }
 
 /// Scores `tokens` in windows of `ctx` with the KV cache compressed by
-/// `policy`, on Tern's own backend; `on_chunk(i, n, running_ppl)` reports
-/// progress after each window.
+/// `policy` and stored as f16 (the default), on Tern's own backend;
+/// `on_chunk(i, n, running_ppl)` reports progress after each window.
 pub fn perplexity(
     model: &LoadedModel,
     tokens: &[u32],
@@ -48,8 +51,20 @@ pub fn perplexity(
     policy: &KvPolicy,
     on_chunk: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityReport> {
+    perplexity_stored(model, tokens, ctx, policy, KvDtype::default(), on_chunk)
+}
+
+/// [`perplexity`] with the cache stored as `dtype`.
+pub fn perplexity_stored(
+    model: &LoadedModel,
+    tokens: &[u32],
+    ctx: usize,
+    policy: &KvPolicy,
+    dtype: KvDtype,
+    on_chunk: impl FnMut(usize, usize, f64),
+) -> Result<PerplexityReport> {
     let mut backend = TernBackend::new(model);
-    perplexity_on(&mut backend, model, tokens, ctx, policy, on_chunk)
+    perplexity_on(&mut backend, model, tokens, ctx, policy, dtype, on_chunk)
 }
 
 /// [`perplexity`] on any backend; `model` supplies the context length and BOS.
@@ -64,6 +79,7 @@ pub fn perplexity_on(
     tokens: &[u32],
     ctx: usize,
     policy: &KvPolicy,
+    dtype: KvDtype,
     mut on_chunk: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityReport> {
     let max_ctx = model.config().context_length;
@@ -99,7 +115,7 @@ pub fn perplexity_on(
         if let Some(b) = bos {
             window[0] = b;
         }
-        let seq = backend.new_seq(policy, ctx)?;
+        let seq = backend.new_seq(policy, dtype, ctx)?;
         let result = score_window(backend, seq, &window, first, policy);
         let kv = backend.kv(seq);
         backend.free(seq);
@@ -124,6 +140,7 @@ pub fn perplexity_on(
         kv_bytes,
         kv_bytes_full,
         kv_policy: policy.to_string(),
+        kv_dtype: dtype,
         backend: backend.name().to_string(),
     })
 }

@@ -125,6 +125,7 @@ impl Tally {
         let kv = || self.done.iter().flatten().map(|(_, kv)| kv);
         TernInfo {
             kv_policy: self.policy.clone(),
+            kv_dtype: kv().next().map(|k| k.dtype.to_string()).unwrap_or_default(),
             kv_bytes: kv().map(|k| k.bytes_peak).max().unwrap_or(0),
             kv_bytes_full: kv().map(|k| k.bytes_full).max().unwrap_or(0),
             prompt_tokens: self.prompt_tokens,
@@ -148,6 +149,7 @@ pub(crate) mod tests {
     pub fn kv(peak: usize, full: usize) -> KvUsage {
         KvUsage {
             policy: "full".into(),
+            dtype: Default::default(),
             bytes_peak: peak,
             bytes_final: peak,
             bytes_full: full,

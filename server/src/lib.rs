@@ -47,6 +47,7 @@ use axum::Router;
 use tern_runtime::chat_prompt::ContentTokens;
 use tern_runtime::engine::{EngineConfig, EngineHandle, Pooling};
 use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::kv::KvDtype;
 use tern_runtime::LoadedModel;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
@@ -70,6 +71,8 @@ pub struct ServerConfig {
     pub model_id: String,
     /// KV policy of requests that do not name one.
     pub kv_policy: KvPolicy,
+    /// KV storage type of requests that do not name one (`--kv-dtype`).
+    pub kv_dtype: KvDtype,
     /// How the engine schedules (KV memory, queue, batch sizes).
     pub engine: EngineConfig,
     /// When set, `/v1/*` requires `Authorization: Bearer <key>`.
@@ -106,6 +109,7 @@ impl ServerConfig {
             port,
             model_id: model_id.into(),
             kv_policy: KvPolicy::Full,
+            kv_dtype: KvDtype::default(),
             engine: EngineConfig::default(),
             api_key: None,
             cors: Cors::Off,

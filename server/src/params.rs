@@ -8,6 +8,7 @@
 use tern_runtime::constraint::Constraint;
 use tern_runtime::engine::{SubmitRequest, MAX_N};
 use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::{SamplingParams, MAX_TOP_LOGPROBS};
 use tern_runtime::RuntimeError;
 
@@ -61,13 +62,19 @@ pub fn plan(
     f: &GenerationFields,
     input: EndpointInput,
     limits: ModelLimits,
-    default_policy: &KvPolicy,
+    (default_policy, default_dtype): (&KvPolicy, KvDtype),
 ) -> Result<Plan, ApiError> {
     let (stream, include_usage) = streaming(f)?;
     let sampling = sampling(f, input.logprobs, limits.vocab_size)?;
     let stop = stops(f)?;
     let n = count(f)?;
     let kv_policy = kv_policy(f, default_policy)?;
+    let kv_dtype = match &f.kv_dtype {
+        None => default_dtype,
+        Some(name) => name
+            .parse::<KvDtype>()
+            .map_err(|e| ApiError::invalid_param("kv_dtype", e.to_string()))?,
+    };
     let constraint = constraint(f)?;
     check_prompt(
         input.prompt.len(),
@@ -84,6 +91,7 @@ pub fn plan(
     submit.stop = stop;
     submit.n = n;
     submit.kv_policy = kv_policy;
+    submit.kv_dtype = kv_dtype;
     submit.logprobs = input.logprobs.is_some();
     submit.ignore_eos = f.ignore_eos.unwrap_or(false);
     Ok(Plan {
@@ -437,7 +445,7 @@ mod tests {
             max_tokens: (f.max_tokens, "max_tokens"),
             logprobs: None,
         };
-        plan(&f, input, LIMITS, &KvPolicy::Full)
+        plan(&f, input, LIMITS, (&KvPolicy::Full, KvDtype::F16))
     }
 
     fn param_of(body: &str) -> Option<String> {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tern_runtime::engine::{EngineHandle, Pooling};
 use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::kv::KvDtype;
 use tern_runtime::LoadedModel;
 
 use tern_runtime::chat_prompt::ContentTokens;
@@ -28,6 +29,7 @@ struct Inner {
     model_id: String,
     created: u64,
     kv_policy: KvPolicy,
+    kv_dtype: KvDtype,
     api_key: Option<String>,
     max_body: usize,
     cors: Cors,
@@ -49,6 +51,7 @@ impl AppState {
             model_id: config.model_id.clone(),
             created: unix_now(),
             kv_policy: config.kv_policy.clone(),
+            kv_dtype: config.kv_dtype,
             api_key: config.api_key.clone(),
             max_body: config.max_body,
             cors: config.cors.clone(),
@@ -135,6 +138,11 @@ impl AppState {
     /// The KV policy of requests that do not name one.
     pub fn kv_policy(&self) -> &KvPolicy {
         &self.0.kv_policy
+    }
+
+    /// The KV policy and storage type of requests that name neither.
+    pub fn kv_defaults(&self) -> (&KvPolicy, KvDtype) {
+        (&self.0.kv_policy, self.0.kv_dtype)
     }
 
     /// The key `/v1/*` requests must present, if one is set.

@@ -123,6 +123,17 @@ pub struct KvArgs {
     /// Missing keys take defaults.
     #[arg(long, default_value = "full", value_parser = parse_policy)]
     pub kv_policy: tern_runtime::kv::policy::KvPolicy,
+    /// How the KV cache stores keys and values: f16 (llama.cpp's default;
+    /// 23,040 bytes a token for SmolLM2), q8_0 (about half of f16), q4_0
+    /// (about a quarter), or f32 (twice f16, the same numbers). Stacks with
+    /// any --kv-policy. The llama-cpp backend takes it when it loads.
+    #[arg(long, default_value = "f16", value_parser = parse_dtype)]
+    pub kv_dtype: tern_runtime::kv::KvDtype,
+}
+
+fn parse_dtype(s: &str) -> Result<tern_runtime::kv::KvDtype, String> {
+    s.parse()
+        .map_err(|e: tern_models::kv_dtype::UnknownKvDtype| e.to_string())
 }
 
 fn parse_policy(s: &str) -> Result<tern_runtime::kv::policy::KvPolicy, String> {
@@ -438,6 +449,11 @@ pub struct BenchArgs {
     /// snapkv:budget=256` beside a full-cache llama.cpp at depth 4096.
     #[arg(long, value_name = "SPEC")]
     pub also_policy: Vec<tern_runtime::kv::policy::KvPolicy>,
+    /// Also measure Tern's own backend with its cache stored as this type
+    /// (f32, f16, q8_0, q4_0), under --kv-policy, in the same interleaved run
+    /// (repeatable), e.g. `--also-kv-dtype f32` beside the f16 default.
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
+    pub also_kv_dtype: Vec<tern_runtime::kv::KvDtype>,
     /// Skip the memory-bandwidth measurement (and the floor it gives).
     #[arg(long)]
     pub no_bandwidth: bool,

@@ -36,6 +36,8 @@ pub struct Sizing {
     pub n_ctx: usize,
     /// Sequences held at once.
     pub n_seq: usize,
+    /// How llama.cpp's cache stores keys and values (Tern's is per sequence).
+    pub kv_dtype: tern_runtime::kv::KvDtype,
 }
 
 /// Builds the backend `kind` for the model at `path`; `model` is Tern's load of
@@ -67,6 +69,7 @@ fn open_llama_cpp(
         n_ctx: sizing.n_ctx.min(u32::MAX as usize) as u32,
         n_seq_max: sizing.n_seq.clamp(1, 256) as u32,
         n_threads: threads,
+        kv_dtype: sizing.kv_dtype,
     };
     Ok(Box::new(LlamaCppBackend::load(
         path,

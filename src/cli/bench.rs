@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use tern_models::GgufFile;
 use tern_runtime::backend::{Backend, LogitsWanted, Row as StepRow};
 use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::kv::KvDtype;
 use tern_runtime::{memory, LoadedModel};
 
 use super::args::BenchArgs;
@@ -30,6 +31,8 @@ use super::resolve;
 struct Row {
     backend: String,
     kv_policy: String,
+    #[serde(default)]
+    kv_dtype: KvDtype,
     depth: usize,
     pp_tokens_per_s: Option<f64>,
     tg_tokens_per_s: f64,
@@ -88,12 +91,13 @@ fn argmax(v: &[f32]) -> u32 {
 /// prompt after `depth` tokens, and tg decoding `n_gen` tokens after `depth`.
 fn measure(b: &mut dyn Backend, a: &BenchArgs, vocab: usize, rep: u64) -> Result<Vec<Row>> {
     let policy = &a.kv.kv_policy;
+    let dtype = a.kv.kv_dtype;
     let mut rows = Vec::new();
     for &depth in &a.depths {
         let pp = if a.n_prompt > 0 {
             // A fresh `n_prompt`-token prompt after `depth` untimed tokens.
             let prompt = tokens(depth + a.n_prompt, vocab, rep + 1);
-            let seq = b.new_seq(policy, prompt.len())?;
+            let seq = b.new_seq(policy, dtype, prompt.len())?;
             feed(b, seq, &prompt[..depth], 0)?;
             let t = Instant::now();
             feed(b, seq, &prompt[depth..], depth)?;
@@ -105,7 +109,7 @@ fn measure(b: &mut dyn Backend, a: &BenchArgs, vocab: usize, rep: u64) -> Result
         };
         // `n_gen` greedy tokens decoded on top of `depth` tokens of context.
         let prompt = tokens(depth.max(1), vocab, 100 + rep);
-        let seq = b.new_seq(policy, prompt.len() + a.n_gen + 1)?;
+        let seq = b.new_seq(policy, dtype, prompt.len() + a.n_gen + 1)?;
         let mut logits = feed(b, seq, &prompt, 0)?.context("no logits after prefill")?;
         b.finish_prefill(seq)?;
         let t = Instant::now();
@@ -125,6 +129,7 @@ fn measure(b: &mut dyn Backend, a: &BenchArgs, vocab: usize, rep: u64) -> Result
         rows.push(Row {
             backend: b.name().to_string(),
             kv_policy: policy.to_string(),
+            kv_dtype: dtype,
             depth,
             pp_tokens_per_s: pp,
             tg_tokens_per_s: tg,
@@ -143,6 +148,7 @@ fn run_here(a: &BenchArgs, kind: BackendKind, path: &Path, rep: u64) -> Result<V
     let sizing = Sizing {
         n_ctx: max_depth + a.n_prompt.max(a.n_gen) + 64,
         n_seq: 2,
+        kv_dtype: a.kv.kv_dtype,
     };
     let mut b = backend::open(kind, path, &model, &sizing)?;
     if kind != BackendKind::Tern {
@@ -157,11 +163,11 @@ fn run_here(a: &BenchArgs, kind: BackendKind, path: &Path, rep: u64) -> Result<V
     Ok(rows)
 }
 
-/// Runs one (repetition, backend, policy) in a child process and reads its rows.
+/// Runs one (repetition, backend, policy, storage) in a child process and
+/// reads its rows.
 fn run_child(
     a: &BenchArgs,
-    kind: BackendKind,
-    policy: &KvPolicy,
+    (kind, policy, dtype): &(BackendKind, KvPolicy, KvDtype),
     path: &Path,
     rep: u64,
 ) -> Result<Vec<Row>> {
@@ -172,6 +178,7 @@ fn run_child(
         .args(["--model", &path.to_string_lossy()])
         .args(["--backends", kind.name()])
         .args(["--kv-policy", &policy.to_string()])
+        .args(["--kv-dtype", dtype.name()])
         .args(["--depths", &depths.join(",")])
         .args(["--n-prompt", &a.n_prompt.to_string()])
         .args(["--n-gen", &a.n_gen.to_string()]);
@@ -207,13 +214,24 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         return Ok(());
     }
     let reps = a.reps.max(1);
-    // Every backend under the main policy, then Tern's under each extra one.
-    let mut configs: Vec<(BackendKind, KvPolicy)> = a
+    // Every backend under the main policy and storage, then Tern's under
+    // each extra policy and each extra storage type.
+    let main_dtype = a.kv.kv_dtype;
+    let mut configs: Vec<(BackendKind, KvPolicy, KvDtype)> = a
         .backends
         .iter()
-        .map(|&k| (k, a.kv.kv_policy.clone()))
+        .map(|&k| (k, a.kv.kv_policy.clone(), main_dtype))
         .collect();
-    configs.extend(a.also_policy.iter().map(|p| (BackendKind::Tern, p.clone())));
+    configs.extend(
+        a.also_policy
+            .iter()
+            .map(|p| (BackendKind::Tern, p.clone(), main_dtype)),
+    );
+    configs.extend(
+        a.also_kv_dtype
+            .iter()
+            .map(|&d| (BackendKind::Tern, a.kv.kv_policy.clone(), d)),
+    );
     let floor = if a.no_bandwidth {
         None
     } else {
@@ -222,11 +240,18 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     // runs[config][rep] = rows over depths
     let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); configs.len()];
     for rep in 0..reps as u64 {
-        for (ci, (kind, policy)) in configs.iter().enumerate() {
+        for (ci, config) in configs.iter().enumerate() {
             if !a.model.json {
-                eprintln!("run {}/{}: {} {}", rep + 1, reps, kind.name(), policy);
+                let (kind, policy, dtype) = config;
+                eprintln!(
+                    "run {}/{}: {} {} ({dtype})",
+                    rep + 1,
+                    reps,
+                    kind.name(),
+                    policy
+                );
             }
-            runs[ci].push(run_child(a, *kind, policy, &path, rep)?);
+            runs[ci].push(run_child(a, config, &path, rep)?);
         }
     }
     let mut rows = Vec::new();
@@ -312,9 +337,12 @@ fn print_table(rows: &[Row], a: &BenchArgs, floor: Option<&Floor>) {
     let main_policy = a.kv.kv_policy.to_string();
     for r in rows {
         // Ratios against the first backend under the main policy, same depth.
-        let base = rows
-            .iter()
-            .find(|b| b.backend == first && b.kv_policy == main_policy && b.depth == r.depth);
+        let base = rows.iter().find(|b| {
+            b.backend == first
+                && b.kv_policy == main_policy
+                && b.kv_dtype == a.kv.kv_dtype
+                && b.depth == r.depth
+        });
         let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
             (Some(x), Some(y)) if y > 0.0 => format!("{:.2}x", x / y),
             _ => "-".into(),
@@ -325,7 +353,11 @@ fn print_table(rows: &[Row], a: &BenchArgs, floor: Option<&Floor>) {
         println!(
             "{:<10} {:<18} {:>6} {:>10.1} {:>10.1} {:>8.1} {:>8.1} {:>9} {:>9} {:>7}",
             r.backend,
-            r.kv_policy.split(',').next().unwrap_or(""),
+            format!(
+                "{}/{}",
+                r.kv_policy.split(',').next().unwrap_or(""),
+                r.kv_dtype
+            ),
             r.depth,
             r.pp_tokens_per_s.unwrap_or(0.0),
             r.tg_tokens_per_s,

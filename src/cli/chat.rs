@@ -56,6 +56,7 @@ pub fn run(a: &ChatArgs) -> Result<()> {
         let mut req = SubmitRequest::new(prompt, sampling, max_tokens);
         req.stop = a.sampling.stop.clone();
         req.kv_policy = a.kv.kv_policy.clone();
+        req.kv_dtype = a.kv.kv_dtype;
         let out = match run_request(&engine, req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());
             let _ = stdout.flush();

@@ -125,10 +125,12 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     req.ignore_eos = a.ignore_eos;
     req.stop = a.sampling.stop.clone();
     req.kv_policy = a.kv.kv_policy.clone();
+    req.kv_dtype = a.kv.kv_dtype;
     req.logprobs = a.model.json;
     let sizing = Sizing {
         n_ctx: req.prompt.len() + req.max_tokens + 8,
         n_seq: 1,
+        kv_dtype: a.kv.kv_dtype,
     };
     let model = Arc::new(model);
     let backend = backend::open(a.backend, &model.path, &model, &sizing)?;
@@ -147,6 +149,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     let decode_tps = completion.saturating_sub(1) as f64 / out.decode_secs.max(1e-9);
     let kv = out.completion.kv.clone().unwrap_or(KvUsage {
         policy: a.kv.kv_policy.to_string(),
+        dtype: a.kv.kv_dtype,
         bytes_peak: 0,
         bytes_final: 0,
         bytes_full: 0,
@@ -178,6 +181,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
             "prefill_seconds": out.prefill_secs,
             "decode_seconds": out.decode_secs,
             "kv_policy": kv.policy,
+            "kv_dtype": kv.dtype,
             "kv_bytes": kv.bytes_peak,
             "kv_bytes_full": kv.bytes_full,
             "peak_rss_bytes": memory::peak_rss_bytes(),

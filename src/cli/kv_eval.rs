@@ -106,6 +106,7 @@ fn eval_passkey(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value
                         ignore_eos: false,
                         stop: Vec::new(),
                         kv_policy: p.clone(),
+                        kv_dtype: Default::default(),
                     };
                     let out = generate(&mut TernBackend::new(model), model, &req, |_| {})?;
                     let hit = passkey::is_correct(key, &out.text);
@@ -153,6 +154,7 @@ fn eval_memory(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value>
             stop: Vec::new(),
             prefill_chunk: 512,
             kv_policy: p.clone(),
+            kv_dtype: Default::default(),
         };
         let out = generate(&mut TernBackend::new(model), model, &req, |_| {})?;
         let ratio = out.kv_bytes_full as f64 / out.kv_bytes.max(1) as f64;

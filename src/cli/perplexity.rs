@@ -21,6 +21,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
     let sizing = Sizing {
         n_ctx: a.ctx + 8,
         n_seq: 1,
+        kv_dtype: a.kv.kv_dtype,
     };
     let mut backend = backend::open(a.backend, &path, &model, &sizing)?;
     let tokens = model.tokenizer.encode(&text, true, false)?;
@@ -38,6 +39,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
         &tokens,
         a.ctx,
         policy,
+        a.kv.kv_dtype,
         |_, _, ppl| {
             bar.set_message(format!("{ppl:.4}"));
             bar.inc(1);
@@ -50,7 +52,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
         println!("{v}");
     } else {
         println!(
-            "perplexity {:.4} over {} scored tokens ({} windows of {}, {} tokens in file) in {:.1} s on {}; kv {} held {:.1} of {:.1} MB",
+            "perplexity {:.4} over {} scored tokens ({} windows of {}, {} tokens in file) in {:.1} s on {}; kv {} ({}) held {:.1} of {:.1} MB",
             report.perplexity,
             report.scored_tokens,
             report.chunks,
@@ -59,6 +61,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
             report.seconds,
             report.backend,
             report.kv_policy,
+            report.kv_dtype,
             report.kv_bytes as f64 / 1e6,
             report.kv_bytes_full as f64 / 1e6
         );

@@ -32,6 +32,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         .map(|s| (model_id(s), s.clone()));
     let model_id = config.model_id.clone();
     let policy = config.kv_policy.to_string();
+    let kv_dtype = config.kv_dtype;
     let kv_memory = format_size(config.engine.kv_memory);
     let spec = a.model.clone();
     let kind = a.backend;
@@ -42,11 +43,12 @@ pub fn run(a: &ServeArgs) -> Result<()> {
             let model = Arc::new(LoadedModel::load(&path)?);
             let c = model.config();
             // llama.cpp's shared cache holds what the engine's KV budget admits,
-            // counted as the engine counts (f32 keys and values per token).
-            let per_token = 2 * c.n_layer * c.n_kv_head * c.head_dim * 4;
+            // counted as the engine counts (its storage type's bytes per token).
+            let per_token = 2 * c.n_layer * c.n_kv_head * kv_dtype.row_bytes(c.head_dim);
             let sizing = Sizing {
                 n_ctx: (kv_memory_bytes / per_token.max(1)).max(c.context_length),
                 n_seq: max_running * 2,
+                kv_dtype,
             };
             let backend = backend::open(kind, &path, &model, &sizing)?;
             let synthesizer = match &synth_spec {
@@ -66,6 +68,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         // Keep the whole chain of causes in the one message.
         load().map_err(|e| format!("{e:#}").into())
     };
+    let policy = format!("{policy}, kv dtype {kv_dtype}");
     let on_event = move |event: ServeEvent| announce(&event, &model_id, &policy, &kv_memory);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -138,6 +141,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         port: a.port,
         model_id: model_id(&a.model),
         kv_policy: a.kv.kv_policy.clone(),
+        kv_dtype: a.kv.kv_dtype,
         engine,
         api_key,
         cors,

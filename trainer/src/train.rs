@@ -104,6 +104,9 @@ fn plan_memory(
     let per_seq = SeqCache::reservation_bytes(
         mcfg,
         kv_policy,
+        // Rollouts store f16, the engine's default (the learner's f32 keys
+        // are those same f16 values).
+        tern_runtime::kv::KvDtype::default(),
         longest_prompt,
         cfg.max_new_tokens,
         DEFAULT_PREFILL_CHUNK,

@@ -22,6 +22,7 @@ use crate::error::{ModelError, Result};
 use crate::exact::round_f16;
 use crate::gguf::GgufFile;
 use crate::kv::KvStore;
+use crate::kv_dtype::{hadamard, KvDtype};
 use crate::lora::{LoraSet, LoraTarget};
 use crate::mask::causal_mask;
 use crate::quant::pool::Pool;
@@ -787,7 +788,9 @@ impl Llama {
             // Keys and values at f16 precision, as llama.cpp's f16 KV cache
             // holds them: our correctness reference, token for token. The
             // learner stays in f32.
-            let (ks, vs) = if dense {
+            let (ks, vs) = if dense || seq.cache.dtype().is_quantized() {
+                // A quantized cache takes the f32 values, as llama.cpp's
+                // quantizes them.
                 (ks, vs)
             } else if ks.track_op() || vs.track_op() {
                 // The learner: the gradient stays f32.
@@ -877,7 +880,38 @@ impl Llama {
 
     /// Scaled dot-product attention of one sequence's new queries over its cache.
     /// `q`: `[H, n, hd]`; `k`, `v`: `[KV, n, hd]`. Returns `[n, H*hd]`.
+    ///
+    /// A quantized cache stores keys and values rotated (see
+    /// [`KvDtype::rotation`]): the queries turn with the keys, and the output
+    /// turns back, as llama.cpp's graph does.
     fn attention(
+        &self,
+        layer: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        q_pos: &[u32],
+        cache: &mut dyn KvStore,
+    ) -> Result<Tensor> {
+        let rotation = match self.precision {
+            Precision::Quantized => cache.dtype().rotation(self.config.head_dim),
+            Precision::DenseF32 => None,
+        };
+        let Some(rot) = rotation else {
+            return self.attend_cache(layer, q, k, v, q_pos, cache);
+        };
+        let turn = |t: &Tensor, block: usize| -> Result<Tensor> {
+            let mut x: Vec<f32> = t.flatten_all()?.to_vec1()?;
+            hadamard(&mut x, block);
+            Ok(Tensor::from_vec(x, t.shape(), t.device())?)
+        };
+        let (q, k, v) = (turn(q, rot.k)?, turn(k, rot.k)?, turn(v, rot.v)?);
+        let out = self.attend_cache(layer, &q, &k, &v, q_pos, cache)?;
+        turn(&out, rot.v)
+    }
+
+    /// [`Self::attention`] in the frame the cache stores.
+    fn attend_cache(
         &self,
         layer: usize,
         q: &Tensor,
@@ -890,6 +924,7 @@ impl Llama {
         let (g, n) = (c.group_size(), q_pos.len());
         let (kc, vc) = cache.append(layer, k, v, q_pos)?; // [KV, C, hd]
         let n_cached = kc.dim(1)?;
+        let dtype = cache.dtype();
         // Serving reads the cache in place; the learner keeps the tensor path
         // (autograd).
         let serving = self.precision == Precision::Quantized;
@@ -923,7 +958,14 @@ impl Llama {
         // llama.cpp's numerics (see `flash`), except one new token over a long
         // cache, where llama.cpp's own result depends on its thread count and
         // speed matters most: there the vectorized decode below.
-        if serving && (n > 1 || n_cached < FAST_DECODE_MIN || replayed || window.is_some()) {
+        // A quantized cache always: llama.cpp reads one with its per-row kernel.
+        if serving
+            && (n > 1
+                || n_cached < FAST_DECODE_MIN
+                || replayed
+                || window.is_some()
+                || dtype.is_quantized())
+        {
             let want = cache.wants_attention(layer);
             let exact = {
                 let view: &dyn KvStore = &*cache;
@@ -931,7 +973,7 @@ impl Llama {
                     (0..c.n_kv_head).map(|h| view.positions(layer, h)).collect();
                 let replay = view.visibility().map(|v| (v, layer));
                 crate::flash::attend_tensors_windowed(
-                    q, q_pos, &kc, &vc, &k_pos, replay, window, scale, want,
+                    q, q_pos, &kc, &vc, dtype, &k_pos, replay, window, scale, want,
                 )?
             };
             if let Some((out, weights)) = exact {
@@ -957,7 +999,7 @@ impl Llama {
         if n == 1 && serving && !replayed && window.is_none() {
             let want = cache.wants_attention(layer);
             if let Some((out, weights)) =
-                crate::attention::decode_tensors(q, &kc, &vc, g, scale, want)?
+                crate::attention::decode_tensors(q, &kc, &vc, dtype, g, scale, want)?
             {
                 drop((kc, vc));
                 if let Some(w) = weights {
@@ -972,6 +1014,14 @@ impl Llama {
                 )?);
             }
         }
+        // The tensor path works on f32 keys and values.
+        let (kc, vc) = match dtype {
+            KvDtype::F32 => (kc, vc),
+            other => (
+                other.decode(&kc, c.head_dim)?,
+                other.decode(&vc, c.head_dim)?,
+            ),
+        };
         // Query heads of one group attend to the same KV head: fold them into rows.
         let q = q.contiguous()?.reshape((c.n_kv_head, g * n, c.head_dim))?;
         let mut scores = (q.matmul(&kc.t()?)? * scale as f64)?; // [KV, G*n, C]

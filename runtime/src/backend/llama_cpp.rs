@@ -15,14 +15,14 @@ use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
-use tern_models::ModelConfig;
+use tern_models::{KvDtype, ModelConfig};
 
 use super::{Backend, LogitsWanted, Row, SeqId, SeqKv};
 use crate::error::{Result, RuntimeError};
@@ -58,6 +58,9 @@ pub struct LlamaCppOptions {
     pub n_seq_max: u32,
     /// CPU threads.
     pub n_threads: i32,
+    /// How the context's cache stores keys and values (llama.cpp's
+    /// `-ctk`/`-ctv`, one type for every sequence).
+    pub kv_dtype: KvDtype,
 }
 
 struct LSeq {
@@ -82,6 +85,7 @@ pub struct LlamaCppBackend {
     next: SeqId,
     n_batch: usize,
     bytes_per_token: usize,
+    kv_dtype: KvDtype,
 }
 
 // SAFETY: the context is only ever used by the thread that owns the backend
@@ -135,12 +139,14 @@ impl LlamaCppBackend {
             // n_ctx evenly into per-sequence streams).
             .with_kv_unified(true)
             .with_n_threads(opts.n_threads)
-            .with_n_threads_batch(opts.n_threads);
+            .with_n_threads_batch(opts.n_threads)
+            .with_type_k(cache_type(opts.kv_dtype))
+            .with_type_v(cache_type(opts.kv_dtype));
         let ctx = model_ref
             .new_context(backend, params)
             .map_err(|e| err("context", e))?;
-        // llama.cpp's default cache holds K and V as f16.
-        let bytes_per_token = 2 * config.n_layer * config.n_kv_head * config.head_dim * 2;
+        let bytes_per_token =
+            2 * config.n_layer * config.n_kv_head * opts.kv_dtype.row_bytes(config.head_dim);
         Ok(Self {
             ctx: ManuallyDrop::new(ctx),
             model: ManuallyDrop::new(model),
@@ -149,6 +155,7 @@ impl LlamaCppBackend {
             next: 1,
             n_batch: n_batch as usize,
             bytes_per_token,
+            kv_dtype: opts.kv_dtype,
         })
     }
 
@@ -223,7 +230,26 @@ impl Backend for LlamaCppBackend {
         Some(SUPPORTED)
     }
 
-    fn new_seq(&mut self, policy: &KvPolicy, _expected_len: usize) -> Result<SeqId> {
+    fn supported_kv_dtypes(&self) -> Option<Vec<KvDtype>> {
+        Some(vec![self.kv_dtype])
+    }
+
+    fn new_seq(
+        &mut self,
+        policy: &KvPolicy,
+        dtype: KvDtype,
+        _expected_len: usize,
+    ) -> Result<SeqId> {
+        if dtype != self.kv_dtype {
+            return Err(RuntimeError::InvalidParam {
+                param: "kv_dtype".into(),
+                reason: format!(
+                    "the llama-cpp backend's cache holds {} (set when it loads, --kv-dtype); \
+                     it cannot store one sequence as {}",
+                    self.kv_dtype, dtype
+                ),
+            });
+        }
         let window = match policy {
             KvPolicy::Full => None,
             KvPolicy::Streaming(p) => Some((p.sink, p.budget)),
@@ -328,5 +354,15 @@ impl Backend for LlamaCppBackend {
                 allocated: s.held * self.bytes_per_token,
             })
             .unwrap_or_default()
+    }
+}
+
+/// llama.cpp's name for a Tern KV storage type.
+fn cache_type(dtype: KvDtype) -> KvCacheType {
+    match dtype {
+        KvDtype::F32 => KvCacheType::F32,
+        KvDtype::F16 => KvCacheType::F16,
+        KvDtype::Q8_0 => KvCacheType::Q8_0,
+        KvDtype::Q4_0 => KvCacheType::Q4_0,
     }
 }

@@ -21,7 +21,7 @@ pub use tern_models::LogitsWanted;
 
 use std::sync::Arc;
 
-use tern_models::{EvictionLog, LoraSet};
+use tern_models::{EvictionLog, KvDtype, LoraSet};
 
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
@@ -63,8 +63,14 @@ pub trait Backend: Send {
     fn supported_policies(&self) -> Option<&'static [&'static str]> {
         None
     }
-    /// A new empty sequence compressed by `policy`, expected to reach `expected_len` tokens.
-    fn new_seq(&mut self, policy: &KvPolicy, expected_len: usize) -> Result<SeqId>;
+    /// The KV storage types this backend honours per sequence (`None`: all
+    /// of them). llama.cpp fixes its cache's type when the context is made.
+    fn supported_kv_dtypes(&self) -> Option<Vec<KvDtype>> {
+        None
+    }
+    /// A new empty sequence compressed by `policy`, its keys and values
+    /// stored as `dtype`, expected to reach `expected_len` tokens.
+    fn new_seq(&mut self, policy: &KvPolicy, dtype: KvDtype, expected_len: usize) -> Result<SeqId>;
     /// Runs one ragged step; per row, the logits it asked for, row-major
     /// (`vocab` values per returned token).
     fn forward(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>>;

@@ -6,7 +6,7 @@ use std::ops::Deref;
 
 use std::sync::Arc;
 
-use tern_models::{EvictionLog, SeqBatch};
+use tern_models::{EvictionLog, KvDtype, SeqBatch};
 
 use super::{Backend, Row, SeqId, SeqKv};
 use crate::error::{Result, RuntimeError};
@@ -103,8 +103,8 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for TernBackend<M> {
         Ok(())
     }
 
-    fn new_seq(&mut self, policy: &KvPolicy, expected_len: usize) -> Result<SeqId> {
-        let mut cache = SeqCache::with_policy(self.model.config(), policy.clone());
+    fn new_seq(&mut self, policy: &KvPolicy, dtype: KvDtype, expected_len: usize) -> Result<SeqId> {
+        let mut cache = SeqCache::with_storage(self.model.config(), policy.clone(), dtype)?;
         if policy.budget().is_none() {
             cache.set_capacity_hint(expected_len);
         }

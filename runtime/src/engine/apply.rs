@@ -233,6 +233,7 @@ pub(super) fn emit_step(
             completion_tokens: c.generated,
             kv: Completion::kv_usage(
                 &r.req.kv_policy,
+                r.req.kv_dtype,
                 backend.kv(c.seq),
                 if r.req.record_evictions {
                     backend.evictions(c.seq)

@@ -210,6 +210,7 @@ mod tests {
     fn kv() -> KvUsage {
         KvUsage {
             policy: "full".into(),
+            dtype: Default::default(),
             bytes_peak: 10,
             bytes_final: 10,
             bytes_full: 10,

@@ -19,6 +19,7 @@ use crate::backend::{Backend, LogitsWanted, Row, SeqId};
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
 use crate::model::LoadedModel;
+use tern_models::KvDtype;
 
 /// How one input's token states become its vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -236,7 +237,7 @@ pub(super) fn run_batch(
         let s = &mut jobs[c.job].inputs[c.input];
         if s.seq.is_none() {
             let len = jobs[c.job].req.inputs[c.input].len();
-            s.seq = Some(backend.new_seq(&KvPolicy::Full, len)?);
+            s.seq = Some(backend.new_seq(&KvPolicy::Full, KvDtype::default(), len)?);
         }
     }
     let rows: Vec<Row> = chunks

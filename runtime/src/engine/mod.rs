@@ -45,7 +45,7 @@ use crate::kv::policy::KvPolicy;
 use crate::kv::SeqCache;
 use crate::model::LoadedModel;
 use crate::sampler::SamplingParams;
-use tern_models::EvictionLog;
+use tern_models::{EvictionLog, KvDtype};
 
 /// Default number of prompt tokens run in one prefill forward.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
@@ -141,6 +141,8 @@ pub struct SubmitRequest {
     pub ignore_eos: bool,
     /// KV compression for this request's sequences.
     pub kv_policy: KvPolicy,
+    /// How this request's sequences store keys and values (f16 unless asked).
+    pub kv_dtype: KvDtype,
     /// Completions sharing the prompt: prefilled once, the cache forked `n` ways.
     pub n: usize,
     /// A compiled constraint on the output (JSON, a schema, a grammar),
@@ -168,6 +170,7 @@ impl SubmitRequest {
             stop_after_content: Vec::new(),
             ignore_eos: false,
             kv_policy: KvPolicy::Full,
+            kv_dtype: KvDtype::default(),
             n: 1,
             constraint: None,
             logprobs: false,
@@ -188,6 +191,8 @@ impl SubmitRequest {
 pub struct KvUsage {
     /// The policy's canonical spec string.
     pub policy: String,
+    /// How the cache stored keys and values.
+    pub dtype: KvDtype,
     /// Peak bytes of keys and values the sequence held.
     pub bytes_peak: usize,
     /// Bytes the sequence held at the end.
@@ -338,6 +343,8 @@ struct Shared {
     model: Arc<LoadedModel>,
     backend_name: &'static str,
     policies: Option<&'static [&'static str]>,
+    /// The KV storage types the backend honours (`None`: all).
+    kv_dtypes: Option<Vec<KvDtype>>,
     /// Whether the backend exposes hidden states (embeddings).
     embeds: bool,
     /// Embedding requests submitted and not answered yet: bounded by
@@ -378,6 +385,7 @@ impl EngineHandle {
         let shared = Arc::new(Shared {
             backend_name: backend.name(),
             policies: backend.supported_policies(),
+            kv_dtypes: backend.supported_kv_dtypes(),
             embeds: backend.embeds(),
             embeds_pending: AtomicUsize::new(0),
             model,
@@ -463,6 +471,7 @@ impl EngineHandle {
         let per_seq = SeqCache::reservation_bytes(
             cfg,
             &req.kv_policy,
+            req.kv_dtype,
             req.prompt.len(),
             req.extra_tokens(),
             self.shared.config.prefill_chunk,
@@ -579,6 +588,20 @@ impl EngineHandle {
                 }));
             }
         }
+        if let Some(dtypes) = &self.shared.kv_dtypes {
+            if !dtypes.contains(&req.kv_dtype) {
+                let names: Vec<&str> = dtypes.iter().map(|d| d.name()).collect();
+                return Err(SubmitError::Invalid(RuntimeError::InvalidParam {
+                    param: "kv_dtype".into(),
+                    reason: format!(
+                        "the {} backend's cache holds {} (chosen when it loads, --kv-dtype), not `{}`",
+                        self.shared.backend_name,
+                        names.join(" and "),
+                        req.kv_dtype
+                    ),
+                }));
+            }
+        }
         let reserve = self.reservation(&req);
         let kv_memory = self.shared.config.kv_memory;
         if reserve > kv_memory {
@@ -626,6 +649,9 @@ fn validate(model: &LoadedModel, req: &SubmitRequest) -> Result<(), RuntimeError
     req.kv_policy
         .validate()
         .map_err(|e| invalid("kv_policy", e.to_string()))?;
+    req.kv_dtype
+        .check(model.config().head_dim)
+        .map_err(|e| invalid("kv_dtype", e.to_string()))?;
     if req.n == 0 || req.n > MAX_N {
         return Err(invalid(
             "n",

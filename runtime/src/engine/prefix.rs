@@ -7,11 +7,13 @@ use super::SubmitRequest;
 use crate::backend::{Backend, SeqId};
 use crate::kv::cache::SeqCache;
 use crate::kv::policy::KvPolicy;
-use tern_models::ModelConfig;
+use tern_models::{KvDtype, ModelConfig};
 
 /// A recent prompt's KV.
 struct Prefix {
     tokens: Vec<u32>,
+    /// Its storage type: a prefix serves only requests storing the same.
+    dtype: KvDtype,
     seq: SeqId,
     bytes: usize,
     used: u64,
@@ -97,6 +99,7 @@ impl PrefixCache {
             .entries
             .iter()
             .enumerate()
+            .filter(|(_, e)| e.dtype == req.kv_dtype)
             .map(|(i, e)| (i, shared(e)))
             .max_by_key(|&(_, len)| len)?;
         let len = exact_reuse(
@@ -131,12 +134,16 @@ impl PrefixCache {
             return (0, 0);
         }
         self.clock += 1;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens == req.prompt) {
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|e| e.tokens == req.prompt && e.dtype == req.kv_dtype)
+        {
             e.used = self.clock;
             return (0, 0);
         }
         let len = req.prompt.len();
-        let bytes = SeqCache::reservation_bytes(config, &KvPolicy::Full, len, 0, 0);
+        let bytes = SeqCache::reservation_bytes(config, &KvPolicy::Full, req.kv_dtype, len, 0, 0);
         if bytes > room {
             return (0, 0);
         }
@@ -145,6 +152,7 @@ impl PrefixCache {
         };
         self.entries.push(Prefix {
             tokens: req.prompt.clone(),
+            dtype: req.kv_dtype,
             seq: copy,
             bytes,
             used: self.clock,

@@ -152,7 +152,11 @@ impl Engine {
                     .reuse(self.backend.as_mut(), &p.req, expected, cfg.prompt_chunk());
             let (created, cached) = match reused {
                 Some((seq, len)) => (Ok(seq), len),
-                None => (self.backend.new_seq(&p.req.kv_policy, expected), 0),
+                None => (
+                    self.backend
+                        .new_seq(&p.req.kv_policy, p.req.kv_dtype, expected),
+                    0,
+                ),
             };
             let created = match created {
                 Ok(seq) if p.req.record_evictions => match self.backend.record_evictions(seq) {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tern_models::EvictionLog;
+use tern_models::{EvictionLog, KvDtype};
 
 use super::{FinishReason, StopMatcher, TokenLogprob};
 use crate::backend::{SeqId, SeqKv};
@@ -126,9 +126,15 @@ impl Completion {
     }
 
     /// The KV figures to report when it ends.
-    pub fn kv_usage(policy: &KvPolicy, kv: SeqKv, evictions: Option<Arc<EvictionLog>>) -> KvUsage {
+    pub fn kv_usage(
+        policy: &KvPolicy,
+        dtype: KvDtype,
+        kv: SeqKv,
+        evictions: Option<Arc<EvictionLog>>,
+    ) -> KvUsage {
         KvUsage {
             policy: policy.to_string(),
+            dtype,
             bytes_peak: kv.peak,
             bytes_final: kv.bytes,
             bytes_full: kv.full,

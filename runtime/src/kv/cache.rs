@@ -2,8 +2,10 @@
 //! values of every kept token with their original positions, compressed to a
 //! budget by a [`KvPolicy`].
 //!
-//! Storage per layer is one preallocated buffer `[n_kv_head, capacity, head_dim]`
-//! f32 for K and one for V, written in place and grown geometrically, so an
+//! Storage per layer is one preallocated buffer `[n_kv_head, capacity, ..]` for
+//! K and one for V, in the cache's [`KvDtype`] (f16 by default for serving, as
+//! llama.cpp's; q8_0 and q4_0 as ggml blocks; f32 for exact storage of
+//! whatever is appended), written in place and grown geometrically, so an
 //! append costs the new tokens only. Eviction compacts kept entries to the front
 //! of the same buffer (each head keeps its own index set, all heads the same
 //! count), so the buffer stops growing once the policy holds a budget. Views
@@ -21,8 +23,8 @@
 
 use std::collections::VecDeque;
 
-use candle_core::{DType, Device, IndexOp, Tensor};
-use tern_models::{EvictionLog, KvStore, ModelConfig};
+use candle_core::{Device, IndexOp, Tensor};
+use tern_models::{EvictionLog, KvDtype, KvStore, ModelConfig};
 
 use super::policy::{self, KvPolicy, ScoreInput};
 
@@ -31,7 +33,7 @@ const MIN_CAPACITY: usize = 64;
 
 #[derive(Clone)]
 struct LayerKv {
-    /// `[n_kv_head, capacity, head_dim]` f32, first `len` entries valid.
+    /// `[n_kv_head, capacity, ..]` in the cache's storage, first `len` entries valid.
     k: Option<Tensor>,
     /// Same shape as `k`.
     v: Option<Tensor>,
@@ -66,16 +68,35 @@ pub struct SeqCache {
     log: Option<EvictionLog>,
     /// Per layer, its sliding window when it has one.
     windows: Vec<Option<usize>>,
+    /// How keys and values are stored.
+    dtype: KvDtype,
 }
 
 impl SeqCache {
-    /// An empty cache shaped for `config` that keeps everything.
+    /// An empty cache shaped for `config` that keeps everything, stored in
+    /// f32 (exactly what is appended, learner or server).
     pub fn new(config: &ModelConfig) -> Self {
         Self::with_policy(config, KvPolicy::Full)
     }
 
-    /// An empty cache shaped for `config`, compressed by `policy`.
+    /// An empty cache shaped for `config`, compressed by `policy`, stored in f32.
     pub fn with_policy(config: &ModelConfig, policy: KvPolicy) -> Self {
+        Self::shaped(config, policy, KvDtype::F32)
+    }
+
+    /// An empty cache shaped for `config`, compressed by `policy`, storing
+    /// keys and values as `dtype`; refused when the model's head size cannot
+    /// be stored in that type.
+    pub fn with_storage(
+        config: &ModelConfig,
+        policy: KvPolicy,
+        dtype: KvDtype,
+    ) -> tern_models::Result<Self> {
+        dtype.check(config.head_dim)?;
+        Ok(Self::shaped(config, policy, dtype))
+    }
+
+    fn shaped(config: &ModelConfig, policy: KvPolicy, dtype: KvDtype) -> Self {
         let kvh = config.n_kv_head;
         let layer = LayerKv {
             k: None,
@@ -101,7 +122,13 @@ impl SeqCache {
             windows: (0..config.n_layer)
                 .map(|l| config.sliding_window(l))
                 .collect(),
+            dtype,
         }
+    }
+
+    /// How keys and values are stored.
+    pub fn dtype(&self) -> KvDtype {
+        self.dtype
     }
 
     /// Starts recording every eviction from now on (see [`EvictionLog`]): a
@@ -125,7 +152,8 @@ impl SeqCache {
         self.capacity_hint = Some(entries);
     }
 
-    /// The most KV bytes one sequence can hold at once under `policy`, for a
+    /// The most KV bytes one sequence can hold at once under `policy`, stored
+    /// as `dtype`, for a
     /// prompt of `prompt` tokens read in chunks of `chunk`, followed by
     /// `max_new` generated tokens: what the engine reserves before admitting it.
     ///
@@ -136,12 +164,13 @@ impl SeqCache {
     pub fn reservation_bytes(
         config: &ModelConfig,
         policy: &KvPolicy,
+        dtype: KvDtype,
         prompt: usize,
         max_new: usize,
         chunk: usize,
     ) -> usize {
         let total = prompt + max_new;
-        let per_entry = 2 * config.n_kv_head * config.head_dim * std::mem::size_of::<f32>();
+        let per_entry = 2 * config.n_kv_head * dtype.row_bytes(config.head_dim);
         let entries: usize = (0..config.n_layer)
             .map(|layer| match policy.layer_budget(layer, config.n_layer) {
                 // A sliding layer: its window, plus the newest chunk while
@@ -185,7 +214,7 @@ impl SeqCache {
     }
 
     fn bytes_per_entry(&self) -> usize {
-        2 * self.n_kv_head * self.head_dim * std::mem::size_of::<f32>()
+        2 * self.n_kv_head * self.dtype.row_bytes(self.head_dim)
     }
 
     /// Bytes of keys and values currently held (valid entries, all layers).
@@ -313,8 +342,8 @@ impl SeqCache {
                 None => doubled,
             }
         };
-        let k = Tensor::zeros((kvh, capacity, hd), DType::F32, &Device::Cpu)?;
-        let v = Tensor::zeros((kvh, capacity, hd), DType::F32, &Device::Cpu)?;
+        let k = self.dtype.zeros(kvh, capacity, hd)?;
+        let v = self.dtype.zeros(kvh, capacity, hd)?;
         if let (Some(old_k), Some(old_v), true) = (&l.k, &l.v, l.len > 0) {
             k.slice_set(&old_k.narrow(1, 0, l.len)?.contiguous()?, 1, 0)?;
             v.slice_set(&old_v.narrow(1, 0, l.len)?.contiguous()?, 1, 0)?;
@@ -334,9 +363,20 @@ impl SeqCache {
             return Ok(());
         };
         let keys: Vec<Vec<f32>> = if self.policy.needs_keys() {
-            let k = kb.narrow(1, 0, l.len)?.contiguous()?;
+            let k = self
+                .dtype
+                .decode(&kb.narrow(1, 0, l.len)?.contiguous()?, hd)?;
+            let rotation = self.dtype.rotation(hd);
             (0..kvh)
-                .map(|h| k.i(h)?.flatten_all()?.to_vec1::<f32>())
+                .map(|h| {
+                    let mut row = k.i(h)?.flatten_all()?.to_vec1::<f32>()?;
+                    // Policies score keys in the model's frame, not the
+                    // rotated one a quantized cache stores.
+                    if let Some(rot) = rotation {
+                        tern_models::kv_dtype::hadamard(&mut row, rot.k);
+                    }
+                    Ok(row)
+                })
                 .collect::<candle_core::Result<_>>()?
         } else {
             Vec::new()
@@ -450,6 +490,7 @@ impl KvStore for SeqCache {
         let total = self.layers[layer].len + n;
         self.grow(layer, total.max(1))?;
         let track = self.policy.needs_attention();
+        let (k, v) = (self.dtype.encode(k)?, self.dtype.encode(v)?);
         let l = &mut self.layers[layer];
         let (Some(kb), Some(vb)) = (&l.k, &l.v) else {
             unreachable!("grow() allocated the buffers for at least one entry")
@@ -471,6 +512,10 @@ impl KvStore for SeqCache {
         }
         self.peak_bytes = self.peak_bytes.max(self.bytes());
         Ok(views)
+    }
+
+    fn dtype(&self) -> KvDtype {
+        self.dtype
     }
 
     fn positions(&self, layer: usize, head: usize) -> &[u32] {

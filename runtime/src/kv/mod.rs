@@ -8,3 +8,4 @@ pub mod passkey;
 pub mod policy;
 
 pub use cache::SeqCache;
+pub use tern_models::KvDtype;

@@ -56,6 +56,9 @@ pub struct GenerationFields {
     pub user: Option<String>,
     /// Tern extension: the KV cache policy spec for this request.
     pub kv_policy: Option<String>,
+    /// Tern extension: how this request's KV cache stores keys and values
+    /// (`f16`, `q8_0`, `q4_0`, `f32`).
+    pub kv_dtype: Option<String>,
     /// Generate past end-of-sequence tokens (vLLM extension, for benchmarks).
     pub ignore_eos: Option<bool>,
 }

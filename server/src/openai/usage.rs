@@ -33,6 +33,8 @@ impl Usage {
 pub struct TernInfo {
     /// The policy's canonical spec string, e.g. `snapkv:budget=256,...`.
     pub kv_policy: String,
+    /// How the cache stored keys and values (`f16`, `q8_0`, ...).
+    pub kv_dtype: String,
     /// Peak bytes of keys and values kept (the largest over the completions).
     pub kv_bytes: usize,
     /// Bytes a full cache would have held for the same tokens (largest over completions).

@@ -85,7 +85,7 @@ pub async fn chat_completions(
         max_tokens,
         logprobs,
     };
-    let mut plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
+    let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
     if let Some(forced) = tool_plan.as_ref().and_then(|t| t.constraint(syntax)) {
         if plan.constraint.is_some() {
             return Err(ApiError::invalid_param(

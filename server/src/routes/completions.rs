@@ -56,7 +56,7 @@ pub async fn completions(
         max_tokens: (shared.max_tokens, "max_tokens"),
         logprobs,
     };
-    let mut plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
+    let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
     params::compile_constraint(&mut plan, &model).await?;
     let tally = Tally::new(
         plan.submit.n,

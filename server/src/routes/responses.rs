@@ -134,7 +134,7 @@ pub async fn create(
         max_tokens: (own.max_output_tokens, "max_output_tokens"),
         logprobs: None,
     };
-    let mut plan = params::plan(&shared, input, limits(&model), state.kv_policy())?;
+    let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
     let syntax = model
         .template
         .as_ref()
