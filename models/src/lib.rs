@@ -35,5 +35,6 @@ pub use flash::FlashKernel;
 pub use gguf::GgufFile;
 pub use kv::KvStore;
 pub use lora::{LoraAdapter, LoraSet, LoraTarget};
+pub use rope::Rotary;
 pub use visibility::{EvictionLog, Visibility};
 pub use weight::Precision;
