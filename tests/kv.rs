@@ -552,7 +552,9 @@ impl KvStore for WatchQueries {
                 })
                 .collect();
             let softmax = |scale: f32| -> Vec<f32> {
-                let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l * scale));
+                let max = logits
+                    .iter()
+                    .fold(f32::NEG_INFINITY, |m, &l| m.max(l * scale));
                 let e: Vec<f32> = logits.iter().map(|&l| (l * scale - max).exp()).collect();
                 let sum: f32 = e.iter().sum();
                 e.iter().map(|x| x / sum).collect()

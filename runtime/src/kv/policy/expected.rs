@@ -367,7 +367,12 @@ impl Future {
     /// `mean . k + k^T cov k / 2`: the log of the expected `exp(q . k)`.
     fn log_expected(&self, rope: &Rotary, k: &[f32]) -> f64 {
         let k64 = |i: usize| f64::from(k[i]);
-        let lin: f64 = self.mean.iter().zip(k).map(|(m, &v)| m * f64::from(v)).sum();
+        let lin: f64 = self
+            .mean
+            .iter()
+            .zip(k)
+            .map(|(m, &v)| m * f64::from(v))
+            .sum();
         let quad = match &self.cov {
             Cov::None => 0.0,
             Cov::Pair(blocks) => blocks
@@ -453,7 +458,9 @@ pub(super) fn select(p: &ExpectedParams, budget: usize, input: &ScoreInput) -> K
                     let norm = values
                         .get(i * hd..(i + 1) * hd)
                         .filter(|_| hd > 0)
-                        .map_or(1.0, |v| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt());
+                        .map_or(1.0, |v| {
+                            v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt()
+                        });
                     ((score[i] + f64::from(p.epsilon)) * norm) as f32
                 })
                 .collect();
@@ -536,7 +543,9 @@ mod tests {
 
     /// Deterministic pseudo-random vector in [-1, 1).
     fn noise(seed: u64, n: usize) -> Vec<f64> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
                 s = s
@@ -625,14 +634,20 @@ mod tests {
         let lin = log_e(Covariance::None, &k);
         let full = log_e(Covariance::Full, &k) - lin;
         let want = 0.5 * variance_along(&f32s(&k).iter().map(|&v| v as f64).collect::<Vec<_>>());
-        assert!((full - want).abs() < 1e-4 * want.max(1.0), "{full} vs {want}");
+        assert!(
+            (full - want).abs() < 1e-4 * want.max(1.0),
+            "{full} vs {want}"
+        );
         // A key on one RoPE pair sees no cross-pair terms: pair equals full there.
         let mut k1 = vec![0.0; HD];
         let (a, b) = rope.pair(1);
         (k1[a], k1[b]) = (0.7, -1.3);
         let pair = log_e(Covariance::Pair, &k1) - log_e(Covariance::None, &k1);
         let full = log_e(Covariance::Full, &k1) - log_e(Covariance::None, &k1);
-        assert!(pair > 0.0 && (pair - full).abs() < 1e-6 * full, "{pair} vs {full}");
+        assert!(
+            pair > 0.0 && (pair - full).abs() < 1e-6 * full,
+            "{pair} vs {full}"
+        );
     }
 
     /// One KV head over `keys` (pre-RoPE directions, rotated to their positions

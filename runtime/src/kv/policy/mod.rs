@@ -428,10 +428,18 @@ mod tests {
     }
 
     fn all_policies() -> Vec<KvPolicy> {
-        ["full", "streaming", "h2o", "snapkv", "pyramidkv", "rkv", "expected"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect()
+        [
+            "full",
+            "streaming",
+            "h2o",
+            "snapkv",
+            "pyramidkv",
+            "rkv",
+            "expected",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect()
     }
 
     #[test]

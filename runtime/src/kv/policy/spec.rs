@@ -45,7 +45,9 @@ const EXPECTED_KEYS: &[&str] = &[
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum PolicyError {
     /// The name before `:` is not a policy.
-    #[error("unknown policy `{0}` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)")]
+    #[error(
+        "unknown policy `{0}` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)"
+    )]
     UnknownPolicy(String),
     /// A key the policy does not take.
     #[error("unknown key `{key}` for {policy} (known: {known})")]
