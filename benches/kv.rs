@@ -65,6 +65,8 @@ fn scoring(c: &mut Criterion) {
                 cumulative: &cumulative,
                 recent_rows: &recent,
                 keys: &keys,
+                values: &[],
+                queries: None,
                 head_dim: HD,
             };
             c.bench_function(&format!("select {} C={n}", policy.name()), |b| {

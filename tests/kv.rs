@@ -45,6 +45,7 @@ fn every_policy_holds_its_budget_while_generating() {
         "snapkv:budget=32,window=4,every=8",
         "pyramidkv:budget=32,window=4,every=8",
         "rkv:budget=32,window=4,every=8",
+        "expected:budget=32,window=4,every=8",
     ] {
         let out = run(&model, spec, 40, 120);
         assert_eq!(out.token_ids.len(), 120, "{spec}");
@@ -70,6 +71,7 @@ fn compression_never_changes_a_sequence_shorter_than_its_budget() {
         "snapkv:budget=256,every=1",
         "pyramidkv:budget=256,every=1",
         "rkv:budget=256,every=1",
+        "expected:budget=256,every=1",
     ] {
         let out = run(&model, spec, 30, 40);
         assert_eq!(out.token_ids, full.token_ids, "{spec}");
@@ -313,6 +315,7 @@ fn a_replayed_eviction_record_reproduces_sparse_decoding_in_one_pass() {
         "h2o:budget=12,recent=4",
         "rkv:budget=16,window=4,every=5",
         "streaming:budget=10,sink=2",
+        "expected:budget=12,window=4,sink=2,every=5",
     ] {
         let policy: KvPolicy = spec.parse().unwrap();
         let mut cache = SeqCache::with_policy(model.config(), policy);
@@ -446,6 +449,7 @@ fn sliding_layers_keep_their_window_under_every_policy() {
         "snapkv:budget=32,window=4,every=8",
         "pyramidkv:budget=32,window=4,every=8",
         "rkv:budget=32,window=4,every=8",
+        "expected:budget=32,window=4,every=8",
     ] {
         let full = spec == "full";
         let mut cache = SeqCache::with_policy(&c, spec.parse().unwrap());
@@ -483,4 +487,189 @@ fn sliding_layers_keep_their_window_under_every_policy() {
             assert!(cache.positions(global[0], 0).len() < 100, "{spec}");
         }
     }
+}
+
+/// Wraps an Expected Attention cache to check the queries the model hands
+/// it: per decode step, `softmax(q . k)` over the keys `append` returned must
+/// be the attention the model then reports, so the queries carry the model's
+/// own logit scale (`1/sqrt(hd)`, or Gemma's query scale) and RoPE.
+struct WatchQueries {
+    inner: SeqCache,
+    /// Per layer: this step's queries `[H, n, hd]`, and the keys attended.
+    queries: Vec<Option<candle_core::Tensor>>,
+    keys: Vec<Option<candle_core::Tensor>>,
+    /// Steps checked, largest difference seen, and the largest difference a
+    /// logit scale off by 2x would have given.
+    checked: usize,
+    worst: f32,
+    worst_misscaled: f32,
+}
+
+impl KvStore for WatchQueries {
+    fn append(
+        &mut self,
+        layer: usize,
+        k: &candle_core::Tensor,
+        v: &candle_core::Tensor,
+        positions: &[u32],
+    ) -> tern_models::Result<(candle_core::Tensor, candle_core::Tensor)> {
+        let (kc, vc) = self.inner.append(layer, k, v, positions)?;
+        self.keys[layer] = Some(kc.clone());
+        Ok((kc, vc))
+    }
+    fn positions(&self, layer: usize, head: usize) -> &[u32] {
+        self.inner.positions(layer, head)
+    }
+    fn wants_attention(&self, layer: usize) -> bool {
+        self.inner.wants_queries(layer)
+    }
+    fn observe_attention(
+        &mut self,
+        layer: usize,
+        weights: &candle_core::Tensor,
+    ) -> tern_models::Result<()> {
+        let (Some(q), Some(k)) = (self.queries[layer].take(), self.keys[layer].take()) else {
+            return Ok(());
+        };
+        let (n_head, n, hd) = q.dims3()?;
+        if n != 1 {
+            return Ok(());
+        }
+        let (n_kv, c, _) = k.dims3()?;
+        let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
+        let k: Vec<f32> = k.contiguous()?.flatten_all()?.to_vec1()?;
+        let w: Vec<f32> = weights.flatten_all()?.to_vec1()?; // [KV, G, 1, C]
+        let g = n_head / n_kv;
+        for j in 0..n_head {
+            let kv = j / g;
+            let logits: Vec<f32> = (0..c)
+                .map(|i| {
+                    let key = &k[(kv * c + i) * hd..(kv * c + i + 1) * hd];
+                    q[j * hd..(j + 1) * hd]
+                        .iter()
+                        .zip(key)
+                        .map(|(a, b)| a * b)
+                        .sum()
+                })
+                .collect();
+            let softmax = |scale: f32| -> Vec<f32> {
+                let max = logits
+                    .iter()
+                    .fold(f32::NEG_INFINITY, |m, &l| m.max(l * scale));
+                let e: Vec<f32> = logits.iter().map(|&l| (l * scale - max).exp()).collect();
+                let sum: f32 = e.iter().sum();
+                e.iter().map(|x| x / sum).collect()
+            };
+            let row = &w[j * c..(j + 1) * c];
+            let diff = |p: Vec<f32>| {
+                p.iter()
+                    .zip(row)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max)
+            };
+            self.worst = self.worst.max(diff(softmax(1.0)));
+            self.worst_misscaled = self.worst_misscaled.max(diff(softmax(2.0)));
+        }
+        self.checked += 1;
+        Ok(())
+    }
+    fn wants_queries(&self, layer: usize) -> bool {
+        self.inner.wants_queries(layer)
+    }
+    fn observe_queries(
+        &mut self,
+        layer: usize,
+        q: &candle_core::Tensor,
+        positions: &[u32],
+        rope: &tern_models::Rotary,
+    ) -> tern_models::Result<()> {
+        self.queries[layer] = Some(q.contiguous()?);
+        self.inner.observe_queries(layer, q, positions, rope)
+    }
+    fn after_attention(&mut self, layer: usize) -> tern_models::Result<()> {
+        self.inner.after_attention(layer)
+    }
+}
+
+#[test]
+fn expected_attention_sees_the_queries_the_model_attends_with() {
+    use crate::support::tiny::{load_tiny_spec, TinySpec};
+    // Llama's scaled scores and Gemma 3's scaled queries (its global layer;
+    // sliding layers are not scored and hand over nothing).
+    for spec in [TinySpec::default(), TinySpec::gemma3()] {
+        let (_d, model) = load_tiny_spec(&spec);
+        let c = model.config().clone();
+        let policy: KvPolicy = "expected:budget=24,window=4,every=4".parse().unwrap();
+        let mut cache = WatchQueries {
+            inner: SeqCache::with_policy(&c, policy),
+            queries: vec![None; c.n_layer],
+            keys: vec![None; c.n_layer],
+            checked: 0,
+            worst: 0.0,
+            worst_misscaled: 0.0,
+        };
+        let tokens: Vec<u32> = (0..60).map(|i| (i * 31 % 250 + 3) as u32).collect();
+        for (pos, t) in tokens.iter().enumerate() {
+            let mut b = [SeqBatch {
+                tokens: std::slice::from_ref(t),
+                start_pos: pos,
+                cache: &mut cache,
+                logits: LogitsWanted::Last,
+            }];
+            model.arch.forward(&mut b).unwrap();
+        }
+        let scored = (0..c.n_layer)
+            .filter(|&l| c.sliding_window(l).is_none())
+            .count();
+        assert_eq!(cache.checked, 60 * scored, "{}", spec.architecture);
+        assert!(
+            cache.worst < 1e-3 && cache.worst_misscaled > 10.0 * cache.worst,
+            "{}: softmax(q.k) off by {} (misscaled: {})",
+            spec.architecture,
+            cache.worst,
+            cache.worst_misscaled
+        );
+        // And the policy held its budget on the scored layers.
+        for l in (0..c.n_layer).filter(|&l| c.sliding_window(l).is_none()) {
+            assert!(cache.inner.positions(l, 0).len() <= 28, "layer {l}");
+        }
+    }
+}
+
+/// Generation on SmolLM2 under Expected Attention: a prompt four times the
+/// budget is read in chunks and compressed, decoding compresses every
+/// `every` tokens, and the cache never holds more than the budget plus one
+/// chunk, far below the full cache.
+#[test]
+fn expected_attention_generates_within_budget_on_smollm2() {
+    let model = LoadedModel::load(&real_model()).unwrap();
+    let text = "The lighthouse keeper counted the ships that passed each night \
+                and wrote their names in a ledger bound in green leather. "
+        .repeat(24);
+    let prompt = model.tokenizer.encode(&text, true, false).unwrap();
+    assert!(prompt.len() > 400, "{} prompt tokens", prompt.len());
+    let (budget, chunk, n) = (96, 64, 48);
+    let req = GenerateRequest {
+        prompt: prompt.clone(),
+        sampling: SamplingParams::greedy(),
+        max_tokens: n,
+        ignore_eos: true,
+        stop: Vec::new(),
+        prefill_chunk: chunk,
+        kv_policy: format!("expected:budget={budget},window=8,every=16")
+            .parse()
+            .unwrap(),
+    };
+    let out = generate(&mut TernBackend::new(&model), &model, &req, |_| {}).unwrap();
+    assert_eq!(out.token_ids.len(), n);
+    // The full cache holds every position but the last token's (never fed back).
+    let per_entry = out.kv_bytes_full / (prompt.len() + n - 1);
+    assert!(
+        out.kv_bytes <= (budget + chunk) * per_entry,
+        "peak {} bytes, {} per entry",
+        out.kv_bytes,
+        per_entry
+    );
+    assert!(out.kv_bytes * 3 < out.kv_bytes_full);
+    assert!(!out.text.trim().is_empty());
 }

@@ -13,6 +13,7 @@ use std::ops::Range;
 use crate::error::Result;
 use crate::flash::FlashKernel;
 use crate::kv_dtype::KvDtype;
+use crate::rope::Rotary;
 use crate::visibility::Visibility;
 
 /// A per-sequence key/value store the forward pass reads and writes, layer by layer.
@@ -56,6 +57,29 @@ pub trait KvStore: Send {
     /// `weights`: `[n_kv_head, group, n_new, n_cached]` f32 (softmax rows), where
     /// `group` is the number of query heads sharing one KV head.
     fn observe_attention(&mut self, _layer: usize, _weights: &Tensor) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether the policy behind this cache wants the queries of `layer` for the
+    /// step being computed (Expected Attention predicts future queries from
+    /// them); `false` lets the model skip handing them over.
+    fn wants_queries(&self, _layer: usize) -> bool {
+        false
+    }
+
+    /// Receives this step's queries for `layer`, before its attention runs.
+    ///
+    /// `q`: `[n_head, n_new, head_dim]` f32, after RoPE and scaled so that
+    /// `q . k` is the attention logit (the `1/sqrt(head_dim)` or the model's own
+    /// query scale folded in). `positions`: each query's position. `rope`: the
+    /// rotation this layer applied, to carry queries to other positions.
+    fn observe_queries(
+        &mut self,
+        _layer: usize,
+        _q: &Tensor,
+        _positions: &[u32],
+        _rope: &Rotary,
+    ) -> Result<()> {
         Ok(())
     }
 

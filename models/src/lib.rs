@@ -37,5 +37,6 @@ pub use gguf::GgufFile;
 pub use kv::KvStore;
 pub use kv_dtype::KvDtype;
 pub use lora::{LoraAdapter, LoraSet, LoraTarget};
+pub use rope::Rotary;
 pub use visibility::{EvictionLog, Visibility};
 pub use weight::Precision;

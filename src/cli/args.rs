@@ -119,7 +119,8 @@ pub struct TokenizeArgs {
 pub struct KvArgs {
     /// KV cache policy as a spec string: full, streaming:budget=256,sink=4,
     /// h2o:budget=256,recent=32, snapkv:budget=256,window=8,kernel=7,pool=max,
-    /// pyramidkv:budget=256,window=8, rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128.
+    /// pyramidkv:budget=256,window=8, rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128,
+    /// expected:budget=256,n_future=512,cov=pair.
     /// Missing keys take defaults.
     #[arg(long, default_value = "full", value_parser = parse_policy)]
     pub kv_policy: tern_runtime::kv::policy::KvPolicy,

@@ -16,15 +16,18 @@ use super::args::KvEvalArgs;
 use super::resolve;
 
 /// The policy `name` at `budget`, with eval-wide settings: decode-triggered
-/// policies compress every 32 tokens so the cache tracks its budget closely.
+/// policies (snapkv, pyramidkv, rkv, expected) compress every 32 tokens so the cache tracks its budget closely.
 fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
     let spec = match name {
         "full" => "full".to_string(),
         "streaming" => format!("streaming:budget={budget}"),
         "h2o" => format!("h2o:budget={budget},recent={}", (budget / 8).max(1)),
-        "snapkv" | "pyramidkv" | "rkv" => format!("{name}:budget={budget},every=32"),
+        "snapkv" | "pyramidkv" | "rkv" | "expected" => format!("{name}:budget={budget},every=32"),
         other => {
-            bail!("unknown policy `{other}` (known: full, streaming, h2o, snapkv, pyramidkv, rkv)")
+            bail!(
+                "unknown policy `{other}` \
+                 (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)"
+            )
         }
     };
     spec.parse::<KvPolicy>()

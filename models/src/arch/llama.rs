@@ -27,7 +27,7 @@ use crate::lora::{LoraSet, LoraTarget};
 use crate::mask::causal_mask;
 use crate::quant::pool::Pool;
 use crate::quant::QLinear;
-use crate::rope::rope_tables;
+use crate::rope::{rope_tables, Rotary};
 use crate::weight::{Precision, Weight};
 
 /// How the decoders of the llama family differ, as each architecture's file
@@ -152,6 +152,10 @@ pub struct Llama {
     /// The sliding-window layers' own RoPE tables `[context_length, hd/2]`
     /// (cos, sin), when the configuration has such layers.
     rope_local: Option<(Tensor, Tensor)>,
+    /// The global layers' rotation, handed to caches that watch queries.
+    rotary: Rotary,
+    /// The sliding layers' rotation, when the configuration has such layers.
+    rotary_local: Option<Rotary>,
     /// Multiplies the queries after RoPE, attention then unscaled (Gemma's
     /// order); `None`: attention scales scores by `1/sqrt(head_dim)`.
     query_scale: Option<f32>,
@@ -334,6 +338,8 @@ impl Llama {
             RopeFactors::LongRope => super::phi3::rope_factors(file, &config)?,
         };
         let (mut rope_cos, mut rope_sin) = rope_tables(&config, freq_factors.as_deref())?;
+        let neox = features.rope == RopeStyle::Neox;
+        let rotary = Rotary::new(&config, neox, freq_factors.as_deref());
         // llama.cpp multiplies every cos and sin by `rope.scaling.attn_factor`
         // (LongRoPE's magnitude correction), in f32.
         let attn_factor_key = format!("{}.rope.scaling.attn_factor", config.architecture);
@@ -349,16 +355,19 @@ impl Llama {
                 rope_sin = (rope_sin * m as f64)?;
             }
         }
-        let rope_local = match &config.sliding {
+        let (rope_local, rotary_local) = match &config.sliding {
             Some(s) => {
                 let local = ModelConfig {
                     rope_base: s.rope_base,
                     rope_freq_scale: 1.0,
                     ..config.clone()
                 };
-                Some(rope_tables(&local, None)?)
+                (
+                    Some(rope_tables(&local, None)?),
+                    Some(Rotary::new(&local, neox, None)),
+                )
             }
-            None => None,
+            None => (None, None),
         };
         let query_scale = features.scale_query.then(|| query_scale(config.head_dim));
         Ok(Self {
@@ -373,6 +382,8 @@ impl Llama {
             adapters: RwLock::new(None),
             features,
             rope_local,
+            rotary,
+            rotary_local,
             query_scale,
             logit_softcap: None,
         })
@@ -893,6 +904,19 @@ impl Llama {
         q_pos: &[u32],
         cache: &mut dyn KvStore,
     ) -> Result<Tensor> {
+        if cache.wants_queries(layer) {
+            // In the model's frame, before any rotation for the cache.
+            let scale = match self.query_scale {
+                Some(_) => 1.0,
+                None => 1.0 / (self.config.head_dim as f64).sqrt(),
+            };
+            let rotary = match (&self.rotary_local, self.sliding_window(layer)) {
+                (Some(local), Some(_)) => local,
+                _ => &self.rotary,
+            };
+            let logit_q = (q.detach() * scale)?;
+            cache.observe_queries(layer, &logit_q, q_pos, rotary)?;
+        }
         let rotation = match self.precision {
             Precision::Quantized => cache.dtype().rotation(self.config.head_dim),
             Precision::DenseF32 => None,
@@ -922,6 +946,11 @@ impl Llama {
     ) -> Result<Tensor> {
         let c = &self.config;
         let (g, n) = (c.group_size(), q_pos.len());
+        let scale = match self.query_scale {
+            Some(_) => 1.0,
+            None => (1.0 / (c.head_dim as f64).sqrt()) as f32,
+        };
+        let window = self.sliding_window(layer).map(|w| w as u32);
         let (kc, vc) = cache.append(layer, k, v, q_pos)?; // [KV, C, hd]
         let n_cached = kc.dim(1)?;
         let dtype = cache.dtype();
@@ -929,11 +958,6 @@ impl Llama {
         // (autograd).
         let serving = self.precision == Precision::Quantized;
         let replayed = cache.visibility().is_some();
-        let scale = match self.query_scale {
-            Some(_) => 1.0,
-            None => (1.0 / (c.head_dim as f64).sqrt()) as f32,
-        };
-        let window = self.sliding_window(layer).map(|w| w as u32);
         // A sequence scored again: each row on the kernel the sampler ran
         // for it, with gradients when the learner asks.
         if let Some(segments) = cache.sampled_kernels(n).filter(|_| serving) {

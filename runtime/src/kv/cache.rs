@@ -19,14 +19,15 @@
 //!
 //! The cache also keeps what a policy scores by: attention received so far
 //! (H2O) and the attention rows of the most recent queries (SnapKV, R-KV),
-//! recorded only when the policy asks for attention.
+//! recorded only when the policy asks for attention, and statistics of the
+//! recent queries (Expected Attention), kept only when the policy asks for them.
 
 use std::collections::VecDeque;
 
 use candle_core::{Device, IndexOp, Tensor};
-use tern_models::{EvictionLog, KvDtype, KvStore, ModelConfig};
+use tern_models::{EvictionLog, KvDtype, KvStore, ModelConfig, Rotary};
 
-use super::policy::{self, KvPolicy, ScoreInput};
+use super::policy::{self, KvPolicy, QueryStats, ScoreInput};
 
 /// Smallest capacity a layer's buffer is allocated with.
 const MIN_CAPACITY: usize = 64;
@@ -49,6 +50,9 @@ struct LayerKv {
     since_compress: usize,
     /// Tokens in the latest append (more than one: a prefill chunk).
     last_append: usize,
+    /// Statistics of the queries since the last compression, when the policy
+    /// scores by them.
+    queries: Option<QueryStats>,
 }
 
 /// The cache of one sequence, across all layers.
@@ -108,6 +112,7 @@ impl SeqCache {
             recent: vec![VecDeque::new(); kvh],
             since_compress: 0,
             last_append: 0,
+            queries: QueryStats::for_policy(&policy, config.n_head, config.head_dim),
         };
         Self {
             layers: vec![layer; config.n_layer],
@@ -294,6 +299,10 @@ impl SeqCache {
                     recent: l.recent.iter().map(|_| VecDeque::new()).collect(),
                     since_compress: 0,
                     last_append: 0,
+                    queries: l.queries.clone().map(|mut q| {
+                        q.reset();
+                        q
+                    }),
                 })
             })
             .collect::<candle_core::Result<_>>()?;
@@ -381,6 +390,22 @@ impl SeqCache {
         } else {
             Vec::new()
         };
+        let values: Vec<Vec<f32>> = match (&l.v, self.policy.needs_values()) {
+            (Some(vb), true) => {
+                let v = self.dtype.decode(&vb.narrow(1, 0, l.len)?.contiguous()?, hd)?;
+                let rotation = self.dtype.rotation(hd);
+                (0..kvh)
+                    .map(|h| {
+                        let mut row = v.i(h)?.flatten_all()?.to_vec1::<f32>()?;
+                        if let Some(rot) = rotation {
+                            tern_models::kv_dtype::hadamard(&mut row, rot.v);
+                        }
+                        Ok(row)
+                    })
+                    .collect::<candle_core::Result<_>>()?
+            }
+            _ => Vec::new(),
+        };
         let recent: Vec<Vec<Vec<f32>>> = l
             .recent
             .iter()
@@ -396,9 +421,14 @@ impl SeqCache {
                 cumulative: &l.cumulative,
                 recent_rows: &recent,
                 keys: &keys,
+                values: &values,
+                queries: l.queries.as_ref(),
                 head_dim: hd,
             },
         );
+        if let Some(q) = l.queries.as_mut() {
+            q.reset();
+        }
         self.retain(layer, &keep.per_head, true)
     }
 
@@ -545,6 +575,25 @@ impl KvStore for SeqCache {
             while recent.len() > window {
                 recent.pop_front();
             }
+        }
+        Ok(())
+    }
+
+    fn wants_queries(&self, layer: usize) -> bool {
+        // Sliding layers are not scored: the policy does not evict there.
+        self.layers[layer].queries.is_some() && self.windows[layer].is_none()
+    }
+
+    fn observe_queries(
+        &mut self,
+        layer: usize,
+        q: &Tensor,
+        positions: &[u32],
+        rope: &Rotary,
+    ) -> tern_models::Result<()> {
+        if let Some(stats) = self.layers[layer].queries.as_mut() {
+            let q: Vec<f32> = q.contiguous()?.flatten_all()?.to_vec1()?;
+            stats.observe(&q, positions, rope);
         }
         Ok(())
     }

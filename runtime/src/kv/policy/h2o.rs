@@ -67,6 +67,8 @@ mod tests {
                 cumulative,
                 recent_rows: &[],
                 keys: &[],
+                values: &[],
+                queries: None,
                 head_dim: 0,
             },
         )

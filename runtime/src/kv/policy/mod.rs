@@ -7,12 +7,13 @@
 //! entries to keep ([`KeepSet`]); [`should_compress`] says when to call it. They
 //! own no storage and see no tensors: the cache gathers what the policy asks for
 //! ([`KvPolicy::needs_cumulative`], [`KvPolicy::needs_recent_rows`],
-//! [`KvPolicy::needs_keys`]), calls [`select`] for every layer and compacts itself.
+//! [`KvPolicy::needs_keys`], [`KvPolicy::needs_values`],
+//! [`KvPolicy::needs_queries`]), calls [`select`] for every layer and compacts itself.
 //!
 //! One file per policy: `streaming.rs` (StreamingLLM, Xiao et al. 2023), `h2o.rs`
 //! (H2O, Zhang et al. 2023), `snapkv.rs` (SnapKV, Li et al. 2024, and the pooling
 //! PyramidKV and R-KV reuse), `pyramidkv.rs` (PyramidKV, Cai et al. 2024), `rkv.rs`
-//! (R-KV, Cai et al. 2025).
+//! (R-KV, Cai et al. 2025), `expected.rs` (Expected Attention, Devoto et al. 2025).
 //!
 //! Rules every policy follows:
 //! - a layer holding no more than its budget keeps everything;
@@ -24,6 +25,7 @@
 //! - malformed input (a missing head, a short score row) never panics: what is
 //!   missing scores 0.
 
+mod expected;
 mod h2o;
 mod pyramidkv;
 mod rkv;
@@ -33,6 +35,7 @@ mod streaming;
 
 use std::cmp::Ordering;
 
+pub use expected::{Covariance, ExpectedParams, QueryStats};
 pub use h2o::H2oParams;
 pub use pyramidkv::PyramidKvParams;
 pub use rkv::RkvParams;
@@ -63,6 +66,8 @@ pub enum KvPolicy {
     PyramidKv(PyramidKvParams),
     /// SnapKV importance minus key redundancy, for long reasoning traces.
     Rkv(RkvParams),
+    /// Attention expected from the distribution of future queries, times value norm.
+    Expected(ExpectedParams),
 }
 
 impl KvPolicy {
@@ -75,6 +80,7 @@ impl KvPolicy {
             KvPolicy::SnapKv(_) => "snapkv",
             KvPolicy::PyramidKv(_) => "pyramidkv",
             KvPolicy::Rkv(_) => "rkv",
+            KvPolicy::Expected(_) => "expected",
         }
     }
 
@@ -88,6 +94,7 @@ impl KvPolicy {
             KvPolicy::SnapKv(p) => Some(p.budget),
             KvPolicy::PyramidKv(p) => Some(p.budget),
             KvPolicy::Rkv(p) => Some(p.budget),
+            KvPolicy::Expected(p) => Some(p.budget),
         }
     }
 
@@ -101,7 +108,7 @@ impl KvPolicy {
     }
 
     /// Newest entries always kept: `budget - sink` for streaming, `recent` for h2o,
-    /// `window` for snapkv/pyramidkv/rkv, 0 for full (which keeps everything anyway).
+    /// `window` for snapkv/pyramidkv/rkv/expected, 0 for full (which keeps everything anyway).
     pub fn window(&self) -> usize {
         match self {
             KvPolicy::Full => 0,
@@ -110,6 +117,7 @@ impl KvPolicy {
             KvPolicy::SnapKv(p) => p.window,
             KvPolicy::PyramidKv(p) => p.window,
             KvPolicy::Rkv(p) => p.window,
+            KvPolicy::Expected(p) => p.window,
         }
     }
 
@@ -123,6 +131,7 @@ impl KvPolicy {
             KvPolicy::SnapKv(p) => p.every,
             KvPolicy::PyramidKv(p) => p.every,
             KvPolicy::Rkv(p) => p.every,
+            KvPolicy::Expected(p) => p.every,
         }
     }
 
@@ -134,6 +143,7 @@ impl KvPolicy {
             KvPolicy::Streaming(_) | KvPolicy::H2o(_) => true,
             KvPolicy::SnapKv(p) => p.prefill,
             KvPolicy::PyramidKv(p) => p.prefill,
+            KvPolicy::Expected(p) => p.prefill,
         }
     }
 
@@ -158,10 +168,23 @@ impl KvPolicy {
         self.needs_cumulative() || self.needs_recent_rows()
     }
 
-    /// Whether [`select`] reads the cached keys ([`ScoreInput::keys`]); only R-KV's
-    /// redundancy term does, and not at `alpha = 1` where it has no weight.
+    /// Whether [`select`] reads the cached keys ([`ScoreInput::keys`]): R-KV's
+    /// redundancy term (not at `alpha = 1`, where it has no weight) and
+    /// Expected Attention's scores.
     pub fn needs_keys(&self) -> bool {
-        matches!(self, KvPolicy::Rkv(p) if p.alpha < 1.0)
+        matches!(self, KvPolicy::Rkv(p) if p.alpha < 1.0) || self.needs_queries()
+    }
+
+    /// Whether [`select`] reads the cached values ([`ScoreInput::values`]):
+    /// Expected Attention weights by their norm.
+    pub fn needs_values(&self) -> bool {
+        matches!(self, KvPolicy::Expected(_))
+    }
+
+    /// Whether the model must hand each step's queries to the cache, which
+    /// keeps their statistics ([`ScoreInput::queries`]): Expected Attention.
+    pub fn needs_queries(&self) -> bool {
+        matches!(self, KvPolicy::Expected(_))
     }
 
     /// Checks the parameters' consistency (the spec parser calls this; call it after
@@ -195,6 +218,12 @@ pub struct ScoreInput<'a> {
     /// Post-RoPE keys per KV head, row-major `[C, head_dim]` f32: `[KV][C*head_dim]`;
     /// empty unless the policy needs keys.
     pub keys: &'a [Vec<f32>],
+    /// Values per KV head, laid out as [`ScoreInput::keys`]; empty unless the
+    /// policy needs values.
+    pub values: &'a [Vec<f32>],
+    /// Statistics of the queries since the last compression; `None` unless the
+    /// policy needs queries.
+    pub queries: Option<&'a QueryStats>,
     /// Width of one key row in [`ScoreInput::keys`].
     pub head_dim: usize,
 }
@@ -251,6 +280,7 @@ pub fn select(policy: &KvPolicy, input: &ScoreInput) -> KeepSet {
         KvPolicy::SnapKv(p) => snapkv::select_pooled(budget, p.window, p.kernel, p.pool, input),
         KvPolicy::PyramidKv(p) => snapkv::select_pooled(budget, p.window, p.kernel, p.pool, input),
         KvPolicy::Rkv(p) => rkv::select(p, input),
+        KvPolicy::Expected(p) => expected::select(p, budget, input),
     }
 }
 
@@ -268,6 +298,7 @@ pub fn select(policy: &KvPolicy, input: &ScoreInput) -> KeepSet {
 ///   compression (default `every = 1`: every step, as in the paper).
 /// - snapkv / pyramidkv: at prefill end if `prefill` is set and over budget (SnapKV's
 ///   own use); in decode, over budget and `every` tokens since the last compression.
+/// - expected: as snapkv.
 /// - rkv: never at prefill (R-KV compresses the decoding trace; the prompt is
 ///   brought to budget by the first decode compression); in decode as above.
 pub fn should_compress(
@@ -290,6 +321,8 @@ pub fn should_compress(
         KvPolicy::PyramidKv(p) => tokens_since_last >= p.every,
         KvPolicy::Rkv(_) if in_prefill => false,
         KvPolicy::Rkv(p) => tokens_since_last >= p.every,
+        KvPolicy::Expected(p) if in_prefill => p.prefill,
+        KvPolicy::Expected(p) => tokens_since_last >= p.every,
     }
 }
 
@@ -388,15 +421,25 @@ mod tests {
             cumulative: &[],
             recent_rows: &[],
             keys: &[],
+            values: &[],
+            queries: None,
             head_dim: 0,
         }
     }
 
     fn all_policies() -> Vec<KvPolicy> {
-        ["full", "streaming", "h2o", "snapkv", "pyramidkv", "rkv"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect()
+        [
+            "full",
+            "streaming",
+            "h2o",
+            "snapkv",
+            "pyramidkv",
+            "rkv",
+            "expected",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect()
     }
 
     #[test]

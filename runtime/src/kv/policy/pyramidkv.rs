@@ -177,6 +177,8 @@ mod tests {
                 cumulative: &[],
                 recent_rows: &rows,
                 keys: &[],
+                values: &[],
+                queries: None,
                 head_dim: 0,
             };
             select(policy, &input)

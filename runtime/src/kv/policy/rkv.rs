@@ -258,6 +258,8 @@ mod tests {
                 cumulative: &[],
                 recent_rows: rows,
                 keys,
+                values: &[],
+                queries: None,
                 head_dim: hd,
             },
         )

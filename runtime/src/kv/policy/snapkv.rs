@@ -206,6 +206,8 @@ mod tests {
                 cumulative: &[],
                 recent_rows: rows,
                 keys: &[],
+                values: &[],
+                queries: None,
                 head_dim: 0,
             },
         )

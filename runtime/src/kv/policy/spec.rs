@@ -5,7 +5,8 @@
 //! Grammar: `name` or `name:key=value,key=value,...`, e.g. `full`,
 //! `streaming:budget=256,sink=4`, `h2o:budget=256,recent=32`,
 //! `snapkv:budget=256,window=8,kernel=7,pool=max`, `pyramidkv:budget=256,window=8`,
-//! `rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128`. Keys may come in any
+//! `rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128`,
+//! `expected:budget=256,n_future=512,cov=pair`. Keys may come in any
 //! order, missing keys take their defaults, spaces around names, keys and values
 //! and empty items are ignored. `Display` prints every key in a fixed order, so
 //! printing then parsing gives the same policy back.
@@ -16,7 +17,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{H2oParams, KvPolicy, Pool, PyramidKvParams, RkvParams, SnapKvParams, StreamingParams};
+use super::{
+    Covariance, ExpectedParams, H2oParams, KvPolicy, Pool, PyramidKvParams, RkvParams,
+    SnapKvParams, StreamingParams,
+};
 
 /// Keys each policy accepts, in printing order.
 const STREAMING_KEYS: &[&str] = &["budget", "sink"];
@@ -32,13 +36,18 @@ const PYRAMIDKV_KEYS: &[&str] = &[
     "prefill",
 ];
 const RKV_KEYS: &[&str] = &["budget", "window", "kernel", "alpha", "every"];
+const EXPECTED_KEYS: &[&str] = &[
+    "budget", "window", "n_future", "sink", "cov", "epsilon", "every", "prefill",
+];
 
 /// Why a spec string or a hand-built policy was rejected; every message names the
 /// offending policy, key or value so a user can fix the spec from it alone.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum PolicyError {
     /// The name before `:` is not a policy.
-    #[error("unknown policy `{0}` (known: full, streaming, h2o, snapkv, pyramidkv, rkv)")]
+    #[error(
+        "unknown policy `{0}` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)"
+    )]
     UnknownPolicy(String),
     /// A key the policy does not take.
     #[error("unknown key `{key}` for {policy} (known: {known})")]
@@ -76,7 +85,7 @@ pub enum PolicyError {
         /// What the key accepts.
         expected: &'static str,
     },
-    /// `sink`, `recent` or `window` leaves no room in the budget.
+    /// `sink`, `recent`, `window` (or `sink + window`) leaves no room in the budget.
     #[error("`{key}` = {value} must be less than `budget` = {budget}")]
     NotBelowBudget {
         /// The key.
@@ -167,6 +176,20 @@ impl FromStr for KvPolicy {
                     every: p.usize("every", d.every)?,
                 })
             }
+            "expected" => {
+                let p = Params::parse("expected", EXPECTED_KEYS, body)?;
+                let d = ExpectedParams::default();
+                KvPolicy::Expected(ExpectedParams {
+                    budget: p.usize("budget", d.budget)?,
+                    window: p.usize("window", d.window)?,
+                    n_future: p.usize("n_future", d.n_future)?,
+                    sink: p.usize("sink", d.sink)?,
+                    cov: p.cov("cov", d.cov)?,
+                    epsilon: p.f32("epsilon", d.epsilon)?,
+                    every: p.usize("every", d.every)?,
+                    prefill: p.bool("prefill", d.prefill)?,
+                })
+            }
             other => return Err(PolicyError::UnknownPolicy(other.to_string())),
         };
         policy.validate()?;
@@ -210,6 +233,18 @@ impl fmt::Display for KvPolicy {
                 f,
                 "rkv:budget={},window={},kernel={},alpha={},every={}",
                 p.budget, p.window, p.kernel, p.alpha, p.every
+            ),
+            KvPolicy::Expected(p) => write!(
+                f,
+                "expected:budget={},window={},n_future={},sink={},cov={},epsilon={},every={},prefill={}",
+                p.budget,
+                p.window,
+                p.n_future,
+                p.sink,
+                p.cov.as_str(),
+                p.epsilon,
+                p.every,
+                p.prefill
             ),
         }
     }
@@ -270,6 +305,16 @@ pub(super) fn validate(policy: &KvPolicy) -> Result<(), PolicyError> {
             }
             positive("every", p.every)
         }
+        KvPolicy::Expected(p) => {
+            positive("budget", p.budget)?;
+            positive("n_future", p.n_future)?;
+            if !(p.epsilon >= 0.0 && p.epsilon.is_finite()) {
+                return Err(bad("epsilon", p.epsilon));
+            }
+            // Sinks and window are both always kept: together under the budget.
+            below_budget("sink + window", p.sink.saturating_add(p.window), p.budget)?;
+            positive("every", p.every)
+        }
     }
 }
 
@@ -311,6 +356,8 @@ fn bad(key: &'static str, value: impl fmt::Display) -> PolicyError {
 fn expected(key: &str) -> &'static str {
     match key {
         "sink" | "recent" => "a non-negative integer",
+        "epsilon" => "a finite number >= 0",
+        "cov" => "`none`, `pair` or `full`",
         "kernel" => "an odd positive integer",
         "alpha" => "a number in [0, 1]",
         "min_ratio" => "a number in (0, 1]",
@@ -389,6 +436,15 @@ impl<'a> Params<'a> {
         self.value(key, default, |v| v.parse().ok())
     }
 
+    fn cov(&self, key: &'static str, default: Covariance) -> Result<Covariance, PolicyError> {
+        self.value(key, default, |v| match v {
+            "none" => Some(Covariance::None),
+            "pair" => Some(Covariance::Pair),
+            "full" => Some(Covariance::Full),
+            _ => None,
+        })
+    }
+
     fn pool(&self, key: &'static str, default: Pool) -> Result<Pool, PolicyError> {
         self.value(key, default, |v| match v {
             "max" => Some(Pool::Max),
@@ -428,6 +484,10 @@ mod tests {
                 "pyramidkv:budget=256,window=8,kernel=7,pool=max,min_ratio=0.5,every=128,prefill=true",
             ),
             ("rkv", "rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128"),
+            (
+                "expected",
+                "expected:budget=256,window=8,n_future=512,sink=4,cov=pair,epsilon=0,every=128,prefill=true",
+            ),
         ];
         for (short, canonical) in cases {
             let p = parse(short).unwrap();
@@ -472,6 +532,8 @@ mod tests {
             "rkv:budget=512,window=16,kernel=3,alpha=0,every=64",
             "rkv:budget=512,window=16,kernel=3,alpha=1,every=64",
             "rkv:budget=512,window=16,kernel=3,alpha=0.3333333,every=64",
+            "expected:budget=128,window=0,n_future=64,sink=0,cov=none,epsilon=0.01,every=32,prefill=false",
+            "expected:budget=512,window=16,n_future=1,sink=8,cov=full,epsilon=0,every=1,prefill=true",
         ] {
             let p = parse(spec).unwrap();
             assert_eq!(p.to_string(), spec);
@@ -491,7 +553,7 @@ mod tests {
         let cases = [
             (
                 "xyz",
-                "unknown policy `xyz` (known: full, streaming, h2o, snapkv, pyramidkv, rkv)",
+                "unknown policy `xyz` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)",
             ),
             (
                 "h2o:foo=1",
@@ -588,8 +650,41 @@ mod tests {
             ),
             ("h2o:budget=8,budget=9", "key `budget` given twice for h2o"),
             (
+                "expected:cov=diag",
+                "bad value `diag` for `cov`: expected `none`, `pair` or `full`",
+            ),
+            (
+                "expected:n_future=0",
+                "bad value `0` for `n_future`: expected a positive integer",
+            ),
+            (
+                "expected:epsilon=-1",
+                "bad value `-1` for `epsilon`: expected a finite number >= 0",
+            ),
+            (
+                "expected:sink=x",
+                "bad value `x` for `sink`: expected a non-negative integer",
+            ),
+            (
+                "expected:every=0",
+                "bad value `0` for `every`: expected a positive integer",
+            ),
+            (
+                "expected:prefill=1",
+                "bad value `1` for `prefill`: expected `true` or `false`",
+            ),
+            (
+                "expected:budget=16,sink=4,window=12",
+                "`sink + window` = 16 must be less than `budget` = 16",
+            ),
+            (
+                "expected:kernel=3",
+                "unknown key `kernel` for expected \
+                 (known: budget, window, n_future, sink, cov, epsilon, every, prefill)",
+            ),
+            (
                 "",
-                "unknown policy `` (known: full, streaming, h2o, snapkv, pyramidkv, rkv)",
+                "unknown policy `` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)",
             ),
         ];
         for (spec, message) in cases {

@@ -63,6 +63,8 @@ mod tests {
                 cumulative: &[],
                 recent_rows: &[],
                 keys: &[],
+                values: &[],
+                queries: None,
                 head_dim: 0,
             },
         )
