@@ -454,7 +454,9 @@ pub struct KvEvalArgs {
     /// Which evaluations to run: ppl, passkey, memory.
     #[arg(long, value_delimiter = ',', default_value = "ppl,passkey,memory")]
     pub tasks: Vec<String>,
-    /// Policies to compare against full (names; budgets come from --budgets).
+    /// Policies to compare against full: names (with the eval's settings) or
+    /// specs without `budget` (as written, e.g. `snapkv:window=32,pool=avg`);
+    /// budgets come from --budgets.
     #[arg(
         long,
         value_delimiter = ',',

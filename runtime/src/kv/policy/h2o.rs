@@ -23,6 +23,9 @@ pub struct H2oParams {
     pub recent: usize,
     /// In decode, compress back to budget every `every` generated tokens (>= 1).
     pub every: usize,
+    /// Compress the prompt once it is read (each prefill chunk's accumulated
+    /// attention is exactly H2O's score), rather than at the first decode step.
+    pub prefill: bool,
 }
 
 impl Default for H2oParams {
@@ -31,6 +34,7 @@ impl Default for H2oParams {
             budget: DEFAULT_BUDGET,
             recent: DEFAULT_RECENT,
             every: DEFAULT_EVERY,
+            prefill: true,
         }
     }
 }
@@ -77,6 +81,7 @@ mod tests {
             budget,
             recent,
             every: 1,
+            prefill: true,
         }
     }
 
