@@ -563,7 +563,7 @@ fn adakv_on_smollm2_keeps_head_wise_budgets_and_hides_padding() {
                 ferry timetable and a proposal to rename the old lighthouse. ";
     let mut tokens = model
         .tokenizer
-        .encode(&text.repeat(60), true, false)
+        .encode(&text.repeat(100), true, false)
         .unwrap();
     tokens.truncate(1300);
     assert_eq!(tokens.len(), 1300);
@@ -606,10 +606,9 @@ fn adakv_on_smollm2_keeps_head_wise_budgets_and_hides_padding() {
     // bit, and the layer totals stay within budget plus one period.
     let mut twin = cache.fork().unwrap();
     let mut next = tokens.len();
-    for t in 0..2 * every + 3 {
-        let tok = [tokens[t]];
-        let a = step(&mut cache, &tok, next);
-        let b = step(&mut Garbled(&mut twin), &tok, next);
+    for (t, &tok) in tokens.iter().take(2 * every + 3).enumerate() {
+        let a = step(&mut cache, &[tok], next);
+        let b = step(&mut Garbled(&mut twin), &[tok], next);
         assert_eq!(a, b, "padding was seen at step {t}");
         assert!(a.iter().all(|x| x.is_finite()));
         next += 1;
@@ -636,5 +635,6 @@ fn adakv_on_smollm2_keeps_head_wise_budgets_and_hides_padding() {
         "{} > {cap} entries",
         out.kv_bytes
     );
-    assert_eq!(out.kv_bytes_full, 240 * per_entry);
+    // The last sampled token is never fed back, so a full cache holds 239.
+    assert_eq!(out.kv_bytes_full, 239 * per_entry);
 }

@@ -119,8 +119,9 @@ pub struct TokenizeArgs {
 pub struct KvArgs {
     /// KV cache policy as a spec string: full, streaming:budget=256,sink=4,
     /// h2o:budget=256,recent=32, snapkv:budget=256,window=8,kernel=7,pool=max,
-    /// pyramidkv:budget=256,window=8, rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128.
-    /// Missing keys take defaults.
+    /// pyramidkv:budget=256,window=8, rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128,
+    /// keydiff:budget=256,window=8, adakv:inner=snapkv,budget=256,floor=0.2 (head-wise
+    /// budgets; takes its inner policy's keys). Missing keys take defaults.
     #[arg(long, default_value = "full", value_parser = parse_policy)]
     pub kv_policy: tern_runtime::kv::policy::KvPolicy,
 }

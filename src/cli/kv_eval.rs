@@ -16,7 +16,8 @@ use super::args::KvEvalArgs;
 use super::resolve;
 
 /// The policy `name` at `budget`, with eval-wide settings: decode-triggered
-/// policies compress every 32 tokens so the cache tracks its budget closely.
+/// policies compress every 32 tokens so the cache tracks its budget closely
+/// (H2O compresses every step and takes its default split, half recent).
 /// A name with a `:` is a spec run as written (its own defaults, no eval-wide
 /// settings) with `budget` added, e.g. `snapkv:window=32,kernel=5,pool=avg`.
 fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
@@ -24,7 +25,7 @@ fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
         _ if name.contains(':') => format!("{name},budget={budget}"),
         "full" => "full".to_string(),
         "streaming" => format!("streaming:budget={budget}"),
-        "h2o" => format!("h2o:budget={budget},recent={}", (budget / 8).max(1)),
+        "h2o" => format!("h2o:budget={budget}"),
         "snapkv" | "pyramidkv" | "rkv" | "adakv" | "keydiff" => {
             format!("{name}:budget={budget},every=32")
         }

@@ -144,7 +144,8 @@ impl KvPolicy {
     }
 
     /// Newest entries always kept: `budget - sink` for streaming, `recent` for h2o,
-    /// `window` for snapkv/pyramidkv/rkv, 0 for full (which keeps everything anyway).
+    /// `window` for snapkv/pyramidkv/rkv/keydiff (and adakv's inner policy), 0 for
+    /// full (which keeps everything anyway).
     pub fn window(&self) -> usize {
         match self {
             KvPolicy::Full => 0,
@@ -623,5 +624,20 @@ mod tests {
         assert!(!should_compress(&r, 143, 127, false));
         assert!(should_compress(&r, 144, 128, false));
         assert!(!should_compress(&r, 16, 128, false));
+        // `prefill` switches prompt compression for h2o, rkv and keydiff too.
+        let h = p("h2o:budget=8,recent=2,prefill=false");
+        assert!(!should_compress(&h, 100, 0, true));
+        assert!(should_compress(&h, 9, 1, false));
+        let r = p("rkv:budget=16,window=2,prefill=true");
+        assert!(should_compress(&r, 17, 0, true));
+        assert!(r.compresses_prompt() && !h.compresses_prompt());
+        for (spec, prompt) in [
+            ("keydiff:budget=16", true),
+            ("keydiff:budget=16,prefill=false", false),
+        ] {
+            let k = p(spec);
+            assert_eq!(should_compress(&k, 17, 0, true), prompt, "{spec}");
+            assert!(should_compress(&k, 17, 128, false) && !should_compress(&k, 17, 127, false));
+        }
     }
 }

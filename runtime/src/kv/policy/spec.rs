@@ -145,9 +145,10 @@ fn parse_unchecked(name: &str, body: &str) -> Result<KvPolicy, PolicyError> {
         "h2o" => {
             let p = Params::parse("h2o", H2O_KEYS, body)?;
             let d = H2oParams::default();
+            let budget = p.usize("budget", d.budget)?;
             KvPolicy::H2o(H2oParams {
-                budget: p.usize("budget", d.budget)?,
-                recent: p.usize("recent", d.recent)?,
+                budget,
+                recent: p.usize("recent", super::h2o::default_recent(budget))?,
                 every: p.usize("every", d.every)?,
                 prefill: p.bool("prefill", d.prefill)?,
             })
@@ -512,7 +513,9 @@ mod tests {
         let cases = [
             ("full", "full"),
             ("streaming", "streaming:budget=256,sink=4"),
-            ("h2o", "h2o:budget=256,recent=32,every=1,prefill=true"),
+            ("h2o", "h2o:budget=256,recent=128,every=1,prefill=true"),
+            ("h2o:budget=100", "h2o:budget=100,recent=50,every=1,prefill=true"),
+            ("h2o:budget=1", "h2o:budget=1,recent=0,every=1,prefill=true"),
             (
                 "snapkv",
                 "snapkv:budget=256,window=8,kernel=7,pool=max,every=128,prefill=true",
@@ -532,7 +535,7 @@ mod tests {
             ),
             (
                 "adakv:inner=h2o",
-                "adakv:inner=h2o,floor=0.2,budget=256,recent=32,every=1,prefill=true",
+                "adakv:inner=h2o,floor=0.2,budget=256,recent=128,every=1,prefill=true",
             ),
         ];
         for (short, canonical) in cases {
