@@ -605,13 +605,12 @@ fn adakv_on_smollm2_keeps_head_wise_budgets_and_hides_padding() {
     // Decode: the cache and a garbled view of an identical fork agree bit for
     // bit, and the layer totals stay within budget plus one period.
     let mut twin = cache.fork().unwrap();
-    let mut next = tokens.len();
     for (t, &tok) in tokens.iter().take(2 * every + 3).enumerate() {
-        let a = step(&mut cache, &[tok], next);
-        let b = step(&mut Garbled(&mut twin), &[tok], next);
+        let pos = tokens.len() + t;
+        let a = step(&mut cache, &[tok], pos);
+        let b = step(&mut Garbled(&mut twin), &[tok], pos);
         assert_eq!(a, b, "padding was seen at step {t}");
         assert!(a.iter().all(|x| x.is_finite()));
-        next += 1;
         for l in 0..c.n_layer {
             let total: usize = (0..c.n_kv_head).map(|h| real(&cache, l, h)).sum();
             assert!(
