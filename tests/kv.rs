@@ -659,6 +659,7 @@ fn expected_attention_generates_within_budget_on_smollm2() {
         kv_policy: format!("expected:budget={budget},window=8,every=16")
             .parse()
             .unwrap(),
+        kv_dtype: Default::default(),
     };
     let out = generate(&mut TernBackend::new(&model), &model, &req, |_| {}).unwrap();
     assert_eq!(out.token_ids.len(), n);
@@ -672,4 +673,158 @@ fn expected_attention_generates_within_budget_on_smollm2() {
     );
     assert!(out.kv_bytes * 3 < out.kv_bytes_full);
     assert!(!out.text.trim().is_empty());
+}
+
+/// A view of a [`SeqCache`] whose padding slots hold huge keys and values:
+/// if any attention path let a query see a padding slot, the logits through
+/// it would differ from those through the cache itself.
+struct Garbled<'a>(&'a mut SeqCache);
+
+impl KvStore for Garbled<'_> {
+    fn append(
+        &mut self,
+        layer: usize,
+        k: &candle_core::Tensor,
+        v: &candle_core::Tensor,
+        positions: &[u32],
+    ) -> tern_models::Result<(candle_core::Tensor, candle_core::Tensor)> {
+        let (k, v) = self.0.append(layer, k, v, positions)?;
+        let cache = &*self.0;
+        let garble = |t: &candle_core::Tensor| -> tern_models::Result<candle_core::Tensor> {
+            let (kvh, c, hd) = t.dims3()?;
+            let mut x: Vec<f32> = t.flatten_all()?.to_vec1()?;
+            for h in 0..kvh {
+                for (i, &p) in cache.positions(layer, h).iter().enumerate() {
+                    if p == tern_models::HIDDEN_POSITION {
+                        x[(h * c + i) * hd..(h * c + i + 1) * hd].fill(30.0);
+                    }
+                }
+            }
+            Ok(candle_core::Tensor::from_vec(
+                x,
+                (kvh, c, hd),
+                &candle_core::Device::Cpu,
+            )?)
+        };
+        Ok((garble(&k)?, garble(&v)?))
+    }
+    fn positions(&self, layer: usize, head: usize) -> &[u32] {
+        self.0.positions(layer, head)
+    }
+    fn hides_entries(&self, layer: usize) -> bool {
+        self.0.hides_entries(layer)
+    }
+    fn wants_attention(&self, layer: usize) -> bool {
+        self.0.wants_attention(layer)
+    }
+    fn observe_attention(
+        &mut self,
+        layer: usize,
+        weights: &candle_core::Tensor,
+    ) -> tern_models::Result<()> {
+        self.0.observe_attention(layer, weights)
+    }
+    fn after_attention(&mut self, layer: usize) -> tern_models::Result<()> {
+        self.0.after_attention(layer)
+    }
+}
+
+/// Ada-KV on SmolLM2: heads of a layer keep different counts, the layer stays
+/// within its total budget while decoding, no attention path (the tiled
+/// prefill kernel, the per-key kernel, the long-cache decode) lets a query
+/// see a padding slot, and generation under a small budget runs.
+#[test]
+fn adakv_on_smollm2_keeps_head_wise_budgets_and_hides_padding() {
+    let model = LoadedModel::load(&real_model()).unwrap();
+    let c = model.config().clone();
+    let (budget, every) = (400usize, 8usize);
+    let spec = format!("adakv:inner=snapkv,budget={budget},window=8,every={every},floor=0.2");
+    let policy: KvPolicy = spec.parse().unwrap();
+    let step = |cache: &mut dyn KvStore, span: &[u32], start: usize| -> Vec<f32> {
+        let mut b = [SeqBatch {
+            tokens: span,
+            start_pos: start,
+            cache,
+            logits: LogitsWanted::Last,
+        }];
+        let l = model.arch.forward(&mut b).unwrap().pop().flatten().unwrap();
+        l.flatten_all().unwrap().to_vec1().unwrap()
+    };
+    let text = "The committee met on Tuesday to review the harbour budget, the new \
+                ferry timetable and a proposal to rename the old lighthouse. ";
+    let mut tokens = model
+        .tokenizer
+        .encode(&text.repeat(100), true, false)
+        .unwrap();
+    tokens.truncate(1300);
+    assert_eq!(tokens.len(), 1300);
+    let mut cache = SeqCache::with_policy(&c, policy.clone());
+    // Two 650-token chunks: each is compressed at its end, so the second is
+    // appended after the padding the first compression left.
+    for (i, chunk) in tokens.chunks(650).enumerate() {
+        step(&mut cache, chunk, i * 650);
+    }
+    cache.finish_prefill().unwrap();
+    let real = |cache: &SeqCache, l: usize, h: usize| {
+        cache
+            .positions(l, h)
+            .iter()
+            .filter(|&&p| p != tern_models::HIDDEN_POSITION)
+            .count()
+    };
+    let capacity = policy.head_capacity(0, c.n_layer, c.n_kv_head).unwrap();
+    let (mut uneven, mut long) = (0, 0);
+    for l in 0..c.n_layer {
+        let counts: Vec<usize> = (0..c.n_kv_head).map(|h| real(&cache, l, h)).collect();
+        assert_eq!(
+            counts.iter().sum::<usize>(),
+            budget * c.n_kv_head,
+            "layer {l}: {counts:?}"
+        );
+        assert!(cache.positions(l, 0).len() <= capacity, "layer {l}");
+        uneven += usize::from(counts.iter().any(|&n| n != counts[0]));
+        long += usize::from(cache.positions(l, 0).len() >= 512);
+    }
+    assert!(
+        uneven > c.n_layer / 2,
+        "only {uneven} layers allocate head-wise"
+    );
+    assert!(
+        long > 0,
+        "no layer is long enough for the long-cache decode path"
+    );
+    // Decode: the cache and a garbled view of an identical fork agree bit for
+    // bit, and the layer totals stay within budget plus one period.
+    let mut twin = cache.fork().unwrap();
+    for (t, &tok) in tokens.iter().take(2 * every + 3).enumerate() {
+        let pos = tokens.len() + t;
+        let a = step(&mut cache, &[tok], pos);
+        let b = step(&mut Garbled(&mut twin), &[tok], pos);
+        assert_eq!(a, b, "padding was seen at step {t}");
+        assert!(a.iter().all(|x| x.is_finite()));
+        for l in 0..c.n_layer {
+            let total: usize = (0..c.n_kv_head).map(|h| real(&cache, l, h)).sum();
+            assert!(
+                total <= (budget + every) * c.n_kv_head,
+                "layer {l}: {total}"
+            );
+            assert!(cache.positions(l, 0).len() <= capacity + every, "layer {l}");
+        }
+    }
+    // Generation end to end under a small budget.
+    let small: KvPolicy = "adakv:budget=32,window=4,every=8".parse().unwrap();
+    let out = run(&model, &small.to_string(), 200, 40);
+    assert_eq!(out.token_ids.len(), 40);
+    // Peak: every layer at most its padded capacity plus one 16-token chunk,
+    // against 240 entries per layer for a full cache.
+    let per_entry = 2 * c.n_kv_head * c.head_dim * 4 * c.n_layer;
+    let cap = small.head_capacity(0, c.n_layer, c.n_kv_head).unwrap() + 16;
+    assert!(cap < 240);
+    assert!(
+        out.kv_bytes <= cap * per_entry,
+        "{} > {cap} entries",
+        out.kv_bytes
+    );
+    // The last sampled token is never fed back, so a full cache holds 239.
+    assert_eq!(out.kv_bytes_full, 239 * per_entry);
 }

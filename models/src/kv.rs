@@ -16,6 +16,13 @@ use crate::kv_dtype::KvDtype;
 use crate::rope::Rotary;
 use crate::visibility::Visibility;
 
+/// The position of a padding slot: a head-wise policy keeps fewer entries in
+/// some KV heads than in others, and the cache pads those heads to the layer's
+/// count with slots at this position, beyond every query's, so the causal mask
+/// (`k_pos <= q_pos`) hides them. `i32::MAX` rather than `u32::MAX` because the
+/// vectorized mask compares positions as signed 32-bit integers.
+pub const HIDDEN_POSITION: u32 = i32::MAX as u32;
+
 /// A per-sequence key/value store the forward pass reads and writes, layer by layer.
 pub trait KvStore: Send {
     /// Appends this step's keys and values for `layer` and returns every cached key
@@ -45,6 +52,13 @@ pub trait KvStore: Send {
     /// build the causal mask when several new tokens attend at once. Heads may
     /// hold different positions once a head-wise policy has evicted.
     fn positions(&self, layer: usize, head: usize) -> &[u32];
+
+    /// Whether `layer` may hold padding slots ([`HIDDEN_POSITION`]): then even a
+    /// single new token must attend through the causal mask, never the unmasked
+    /// decode path.
+    fn hides_entries(&self, _layer: usize) -> bool {
+        false
+    }
 
     /// Whether the policy behind this cache wants the attention weights of `layer`
     /// for the step being computed; `false` lets the model skip reporting them.

@@ -120,8 +120,9 @@ pub struct KvArgs {
     /// KV cache policy as a spec string: full, streaming:budget=256,sink=4,
     /// h2o:budget=256,recent=32, snapkv:budget=256,window=8,kernel=7,pool=max,
     /// pyramidkv:budget=256,window=8, rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128,
-    /// expected:budget=256,n_future=512,cov=pair.
-    /// Missing keys take defaults.
+    /// expected:budget=256,n_future=512,cov=pair, keydiff:budget=256,window=8,
+    /// adakv:inner=snapkv,budget=256,floor=0.2 (head-wise budgets; takes its
+    /// inner policy's keys). Missing keys take defaults.
     #[arg(long, default_value = "full", value_parser = parse_policy)]
     pub kv_policy: tern_runtime::kv::policy::KvPolicy,
     /// How the KV cache stores keys and values: f16 (llama.cpp's default;
@@ -471,7 +472,9 @@ pub struct KvEvalArgs {
     /// Which evaluations to run: ppl, passkey, memory.
     #[arg(long, value_delimiter = ',', default_value = "ppl,passkey,memory")]
     pub tasks: Vec<String>,
-    /// Policies to compare against full (names; budgets come from --budgets).
+    /// Policies to compare against full: names (with the eval's settings) or
+    /// specs without `budget` (as written, e.g. `snapkv:window=32,pool=avg`);
+    /// budgets come from --budgets.
     #[arg(
         long,
         value_delimiter = ',',

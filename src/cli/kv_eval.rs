@@ -16,23 +16,46 @@ use super::args::KvEvalArgs;
 use super::resolve;
 
 /// The policy `name` at `budget`, with eval-wide settings: decode-triggered
-/// policies (snapkv, pyramidkv, rkv, expected) compress every 32 tokens so the cache tracks its budget closely.
+/// policies compress every 32 tokens so the cache tracks its budget closely
+/// (H2O compresses every step and takes its default split, half recent).
+/// A name with a `:` is a spec run as written (its own defaults, no eval-wide
+/// settings) with `budget` added, e.g. `snapkv:window=32,kernel=5,pool=avg`.
 fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
     let spec = match name {
+        _ if name.contains(':') => format!("{name},budget={budget}"),
         "full" => "full".to_string(),
         "streaming" => format!("streaming:budget={budget}"),
-        "h2o" => format!("h2o:budget={budget},recent={}", (budget / 8).max(1)),
-        "snapkv" | "pyramidkv" | "rkv" | "expected" => format!("{name}:budget={budget},every=32"),
+        "h2o" => format!("h2o:budget={budget}"),
+        "snapkv" | "pyramidkv" | "rkv" | "adakv" | "keydiff" | "expected" => {
+            format!("{name}:budget={budget},every=32")
+        }
         other => {
             bail!(
-                "unknown policy `{other}` \
-                 (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)"
+                "unknown policy `{other}` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, \
+                 adakv, keydiff, expected, or a spec such as `snapkv:window=32`)"
             )
         }
     };
     spec.parse::<KvPolicy>()
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("policy {spec}"))
+}
+
+/// `--policies` as written: the comma list splits specs apart at their own
+/// commas, so an item with `=` but no `:` continues the spec before it
+/// (`snapkv:window=32,kernel=5` is one policy).
+fn policy_names(items: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for item in items {
+        match names.last_mut() {
+            Some(last) if item.contains('=') && !item.contains(':') && last.contains(':') => {
+                last.push(',');
+                last.push_str(item);
+            }
+            _ => names.push(item.clone()),
+        }
+    }
+    names
 }
 
 fn eval_ppl(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
@@ -60,7 +83,7 @@ fn eval_ppl(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
     let header: Vec<String> = a.budgets.iter().map(|b| format!("budget {b}")).collect();
     println!("| policy | {} |", header.join(" | "));
     println!("|---|{}", "---|".repeat(a.budgets.len()));
-    for name in &a.policies {
+    for name in &policy_names(&a.policies) {
         let mut cells = Vec::new();
         for &b in &a.budgets {
             let p = policy(name, b)?;
@@ -79,7 +102,7 @@ fn eval_ppl(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
 
 fn eval_passkey(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
     let mut configs: Vec<(String, usize, KvPolicy)> = vec![("full".into(), 0, KvPolicy::Full)];
-    for name in &a.policies {
+    for name in &policy_names(&a.policies) {
         for &b in &a.passkey_budgets {
             configs.push((name.clone(), b, policy(name, b)?));
         }
@@ -196,4 +219,34 @@ pub fn run(a: &KvEvalArgs) -> Result<()> {
         println!("{}", serde_json::Value::Object(report));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_survive_the_comma_list() {
+        let items: Vec<String> = "snapkv,snapkv:window=32,kernel=5,pool=avg,h2o:,adakv"
+            .split(',')
+            .map(String::from)
+            .collect();
+        let names = policy_names(&items);
+        assert_eq!(
+            names,
+            [
+                "snapkv",
+                "snapkv:window=32,kernel=5,pool=avg",
+                "h2o:",
+                "adakv"
+            ]
+        );
+        let p = policy(&names[1], 128).unwrap();
+        assert_eq!(
+            p.to_string(),
+            "snapkv:budget=128,window=32,kernel=5,pool=avg,every=128,prefill=true"
+        );
+        let e = policy("snapkv:budget=64", 128).unwrap_err();
+        assert!(format!("{e:#}").contains("given twice"), "{e:#}");
+    }
 }

@@ -982,12 +982,15 @@ impl Llama {
         // llama.cpp's numerics (see `flash`), except one new token over a long
         // cache, where llama.cpp's own result depends on its thread count and
         // speed matters most: there the vectorized decode below.
-        // A quantized cache always: llama.cpp reads one with its per-row kernel.
+        // Padding slots (a head-wise policy) need the mask even for one token;
+        // a quantized cache always: llama.cpp reads one with its per-row kernel.
+        let hidden = cache.hides_entries(layer);
         if serving
             && (n > 1
                 || n_cached < FAST_DECODE_MIN
                 || replayed
                 || window.is_some()
+                || hidden
                 || dtype.is_quantized())
         {
             let want = cache.wants_attention(layer);
@@ -1020,7 +1023,7 @@ impl Llama {
             Precision::DenseF32 => q.clone(),
         };
         let q = &q;
-        if n == 1 && serving && !replayed && window.is_none() {
+        if n == 1 && serving && !replayed && window.is_none() && !hidden {
             let want = cache.wants_attention(layer);
             if let Some((out, weights)) =
                 crate::attention::decode_tensors(q, &kc, &vc, dtype, g, scale, want)?
@@ -1051,8 +1054,8 @@ impl Llama {
         let mut scores = (q.matmul(&kc.t()?)? * scale as f64)?; // [KV, G*n, C]
 
         // One new token sees every cached entry, unless a replayed eviction
-        // record hides some of them.
-        if n > 1 || cache.visibility().is_some() || window.is_some() {
+        // record, a window or padding slots hide some of them.
+        if n > 1 || cache.visibility().is_some() || window.is_some() || hidden {
             let mask = causal_mask(q_pos, cache, layer, c.n_kv_head, window)?; // [KV, 1, n, C]
             scores = scores
                 .reshape((c.n_kv_head, g, n, n_cached))?

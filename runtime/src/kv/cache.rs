@@ -11,6 +11,12 @@
 //! count), so the buffer stops growing once the policy holds a budget. Views
 //! handed to the model are narrowed slices of the buffer, not copies.
 //!
+//! A head-wise policy (adakv) keeps different counts per head; the shorter heads
+//! are padded to the layer's largest count with slots at [`HIDDEN_POSITION`],
+//! which every query's causal mask hides. Padding is memory like any entry
+//! ([`SeqCache::bytes`] counts it), but it is never logged as an eviction,
+//! never kept by the next compression, and not counted against the budget.
+//!
 //! Sliding-window layers (Gemma 3's) are the policy's exception: their
 //! attention never reads an entry `window` or more positions behind the
 //! query, so after each step they drop every entry no later query can see and
@@ -25,7 +31,7 @@
 use std::collections::VecDeque;
 
 use candle_core::{Device, IndexOp, Tensor};
-use tern_models::{EvictionLog, KvDtype, KvStore, ModelConfig, Rotary};
+use tern_models::{EvictionLog, KvDtype, KvStore, ModelConfig, Rotary, HIDDEN_POSITION};
 
 use super::policy::{self, KvPolicy, QueryStats, ScoreInput};
 
@@ -177,23 +183,25 @@ impl SeqCache {
         let total = prompt + max_new;
         let per_entry = 2 * config.n_kv_head * dtype.row_bytes(config.head_dim);
         let entries: usize = (0..config.n_layer)
-            .map(|layer| match policy.layer_budget(layer, config.n_layer) {
-                // A sliding layer: its window, plus the newest chunk while
-                // it attends.
-                _ if config.sliding_window(layer).is_some() => {
-                    let w = config.sliding_window(layer).unwrap_or(total);
-                    total.min(w + chunk.max(1))
-                }
-                None => total,
-                Some(budget) => {
-                    let cap = if policy.compresses_prompt() {
-                        budget + chunk.max(1).max(policy.every())
-                    } else {
-                        budget.max(prompt) + policy.every()
-                    };
-                    total.min(cap)
-                }
-            })
+            .map(
+                |layer| match policy.head_capacity(layer, config.n_layer, config.n_kv_head) {
+                    // A sliding layer: its window, plus the newest chunk while
+                    // it attends.
+                    _ if config.sliding_window(layer).is_some() => {
+                        let w = config.sliding_window(layer).unwrap_or(total);
+                        total.min(w + chunk.max(1))
+                    }
+                    None => total,
+                    Some(budget) => {
+                        let cap = if policy.compresses_prompt() {
+                            budget + chunk.max(1).max(policy.every())
+                        } else {
+                            budget.max(prompt) + policy.every()
+                        };
+                        total.min(cap)
+                    }
+                },
+            )
             .sum();
         entries * per_entry
     }
@@ -222,7 +230,8 @@ impl SeqCache {
         2 * self.n_kv_head * self.dtype.row_bytes(self.head_dim)
     }
 
-    /// Bytes of keys and values currently held (valid entries, all layers).
+    /// Bytes of keys and values currently held (valid entries, all layers;
+    /// under adakv the padding slots too, which take the same memory).
     pub fn bytes(&self) -> usize {
         self.layers.iter().map(|l| l.len).sum::<usize>() * self.bytes_per_entry()
     }
@@ -325,12 +334,28 @@ impl SeqCache {
         for layer in 0..self.n_layer {
             let l = &self.layers[layer];
             if self.windows[layer].is_none()
-                && policy::should_compress(&self.policy, l.len, l.since_compress, true)
+                && policy::should_compress(&self.policy, self.held(layer), l.since_compress, true)
             {
                 self.compress(layer)?;
             }
         }
         Ok(())
+    }
+
+    /// Entries `layer` holds per KV head for the budget: its length, or under a
+    /// head-wise policy the mean real entries per head (padding left out),
+    /// rounded up.
+    fn held(&self, layer: usize) -> usize {
+        let l = &self.layers[layer];
+        if !self.policy.is_head_wise() {
+            return l.len;
+        }
+        let real: usize = l
+            .positions
+            .iter()
+            .map(|p| p.iter().filter(|&&x| x != HIDDEN_POSITION).count())
+            .sum();
+        real.div_ceil(self.n_kv_head.max(1))
     }
 
     fn grow(&mut self, layer: usize, needed: usize) -> candle_core::Result<()> {
@@ -454,17 +479,18 @@ impl SeqCache {
         Ok(())
     }
 
-    /// Keeps entries `keep[h]` (ascending, the same count for every head) of
-    /// `layer`, compacted to the front of its buffers; `log` records the rest
-    /// as evicted when recording.
+    /// Keeps entries `keep[h]` (ascending) of `layer`, compacted to the front
+    /// of its buffers; heads keeping fewer than the most are padded to it with
+    /// hidden slots. `log` records the rest as evicted when recording (padding
+    /// is not an entry and is never recorded).
     fn retain(&mut self, layer: usize, keep: &[Vec<usize>], log: bool) -> tern_models::Result<()> {
         let kvh = self.n_kv_head;
         let l = &mut self.layers[layer];
         let (Some(kb), Some(vb)) = (&l.k, &l.v) else {
             return Ok(());
         };
-        let kept = keep.first().map_or(0, Vec::len);
-        if kept >= l.len {
+        let kept = keep.iter().map(Vec::len).max().unwrap_or(0);
+        if keep.iter().all(|k| k.len() >= l.len) {
             l.since_compress = 0;
             return Ok(());
         }
@@ -478,21 +504,28 @@ impl SeqCache {
                     kept_mask[i] = true;
                 }
                 for (i, &pos) in l.positions[h].iter().enumerate() {
-                    if !kept_mask[i] {
+                    if !kept_mask[i] && pos != HIDDEN_POSITION {
                         log.record(layer, h, pos, last_query);
                     }
                 }
             }
-            let ids: Vec<u32> = idx.iter().map(|&i| i as u32).collect();
-            let ids = Tensor::from_vec(ids, idx.len(), &Device::Cpu)?;
+            // Padding slots copy entry 0's data; their position hides them.
+            let pad = kept - idx.len();
+            let ids: Vec<u32> = idx.iter().map(|&i| i as u32).chain(vec![0; pad]).collect();
+            let ids = Tensor::from_vec(ids, kept, &Device::Cpu)?;
             ks.push(kb.i(h)?.narrow(0, 0, l.len)?.index_select(&ids, 0)?);
             vs.push(vb.i(h)?.narrow(0, 0, l.len)?.index_select(&ids, 0)?);
             let remap = |v: &[f32]| {
                 idx.iter()
                     .map(|&i| v.get(i).copied().unwrap_or(0.0))
+                    .chain(vec![0.0; pad])
                     .collect()
             };
-            l.positions[h] = idx.iter().map(|&i| l.positions[h][i]).collect();
+            l.positions[h] = idx
+                .iter()
+                .map(|&i| l.positions[h][i])
+                .chain(vec![HIDDEN_POSITION; pad])
+                .collect();
             if !l.cumulative[h].is_empty() {
                 l.cumulative[h] = remap(&l.cumulative[h]);
             }
@@ -552,6 +585,11 @@ impl KvStore for SeqCache {
         &self.layers[layer].positions[head]
     }
 
+    fn hides_entries(&self, layer: usize) -> bool {
+        // Only a head-wise policy pads, and never on a sliding layer.
+        self.policy.is_head_wise() && self.windows[layer].is_none()
+    }
+
     fn wants_attention(&self, layer: usize) -> bool {
         // Sliding layers are not scored: the policy does not evict there.
         self.policy.needs_attention() && self.windows[layer].is_none()
@@ -606,9 +644,10 @@ impl KvStore for SeqCache {
         // A prefill chunk ends like a short prompt: policies that compress at
         // prefill end do so now (scored by the chunk's last queries), so a long
         // prompt never holds more than budget + chunk entries.
+        let held = self.held(layer);
         let chunk_end = l.last_append > 1
-            && policy::should_compress(&self.policy, l.len, l.since_compress, true);
-        if chunk_end || policy::should_compress(&self.policy, l.len, l.since_compress, false) {
+            && policy::should_compress(&self.policy, held, l.since_compress, true);
+        if chunk_end || policy::should_compress(&self.policy, held, l.since_compress, false) {
             self.compress(layer)?;
         }
         Ok(())

@@ -9,8 +9,12 @@
 
 use super::{top_plus_window, KeepSet, ScoreInput, DEFAULT_BUDGET};
 
-/// Default `recent`: newest tokens always kept.
-pub const DEFAULT_RECENT: usize = 32;
+/// Default `recent` for a given `budget`: half of it, H2O's reference split
+/// (half heavy hitters, half recent). On SmolLM2 it beat the earlier fixed 32 at
+/// budgets 128 and 512 (docs/KV.md, "Reference settings").
+pub fn default_recent(budget: usize) -> usize {
+    budget / 2
+}
 /// Default `every`: compress each step once over budget, as the paper evicts per token.
 pub const DEFAULT_EVERY: usize = 1;
 
@@ -19,18 +23,23 @@ pub const DEFAULT_EVERY: usize = 1;
 pub struct H2oParams {
     /// Tokens kept per layer and KV head (>= 1).
     pub budget: usize,
-    /// Newest tokens always kept (< `budget`; 0 keeps heavy hitters only).
+    /// Newest tokens always kept (< `budget`; 0 keeps heavy hitters only; a spec
+    /// without it takes [`default_recent`] of its budget).
     pub recent: usize,
     /// In decode, compress back to budget every `every` generated tokens (>= 1).
     pub every: usize,
+    /// Compress the prompt once it is read (each prefill chunk's accumulated
+    /// attention is exactly H2O's score), rather than at the first decode step.
+    pub prefill: bool,
 }
 
 impl Default for H2oParams {
     fn default() -> Self {
         Self {
             budget: DEFAULT_BUDGET,
-            recent: DEFAULT_RECENT,
+            recent: default_recent(DEFAULT_BUDGET),
             every: DEFAULT_EVERY,
+            prefill: true,
         }
     }
 }
@@ -79,6 +88,7 @@ mod tests {
             budget,
             recent,
             every: 1,
+            prefill: true,
         }
     }
 

@@ -13,20 +13,27 @@
 //! One file per policy: `streaming.rs` (StreamingLLM, Xiao et al. 2023), `h2o.rs`
 //! (H2O, Zhang et al. 2023), `snapkv.rs` (SnapKV, Li et al. 2024, and the pooling
 //! PyramidKV and R-KV reuse), `pyramidkv.rs` (PyramidKV, Cai et al. 2024), `rkv.rs`
-//! (R-KV, Cai et al. 2025), `expected.rs` (Expected Attention, Devoto et al. 2025).
+//! (R-KV, Cai et al. 2025), `expected.rs` (Expected Attention, Devoto et al. 2025),
+//! `keydiff.rs` (KeyDiff, Park et al. 2025), `adakv.rs` (Ada-KV, Feng et al. 2024:
+//! head-wise budgets over any of snapkv, pyramidkv, h2o, keydiff).
 //!
 //! Rules every policy follows:
 //! - a layer holding no more than its budget keeps everything;
-//! - the newest [`KvPolicy::window`] entries are always kept;
-//! - kept indices are sorted ascending and every KV head keeps the same count, so a
-//!   layer stays one dense `[n_kv_head, kept, head_dim]` block with original positions;
+//! - the newest [`KvPolicy::window`] entries are always kept (in every head);
+//! - kept indices are sorted ascending; every KV head keeps the same count, so a
+//!   layer stays one dense `[n_kv_head, kept, head_dim]` block with original positions,
+//!   except under the head-wise [`KvPolicy::AdaKv`], whose heads keep different counts
+//!   and which the cache pads to one block with slots no query sees
+//!   ([`tern_models::HIDDEN_POSITION`]; see [`KvPolicy::is_head_wise`]);
 //! - ranking is deterministic: higher score first, equal scores keep the lower index
 //!   (the older entry), NaN ranks below everything;
 //! - malformed input (a missing head, a short score row) never panics: what is
 //!   missing scores 0.
 
+mod adakv;
 mod expected;
 mod h2o;
+mod keydiff;
 mod pyramidkv;
 mod rkv;
 mod snapkv;
@@ -35,8 +42,10 @@ mod streaming;
 
 use std::cmp::Ordering;
 
+pub use adakv::{AdaKvParams, Scorer};
 pub use expected::{Covariance, ExpectedParams, QueryStats};
 pub use h2o::H2oParams;
+pub use keydiff::KeyDiffParams;
 pub use pyramidkv::PyramidKvParams;
 pub use rkv::RkvParams;
 pub use snapkv::{Pool, SnapKvParams};
@@ -68,6 +77,11 @@ pub enum KvPolicy {
     Rkv(RkvParams),
     /// Attention expected from the distribution of future queries, times value norm.
     Expected(ExpectedParams),
+    /// Keys least like the head's mean key, plus the newest; needs no attention.
+    KeyDiff(KeyDiffParams),
+    /// A score-based policy's scores ranked across the KV heads of a layer, so
+    /// heads keep different counts (the layer's total stays the inner budget).
+    AdaKv(AdaKvParams),
 }
 
 impl KvPolicy {
@@ -81,6 +95,8 @@ impl KvPolicy {
             KvPolicy::PyramidKv(_) => "pyramidkv",
             KvPolicy::Rkv(_) => "rkv",
             KvPolicy::Expected(_) => "expected",
+            KvPolicy::KeyDiff(_) => "keydiff",
+            KvPolicy::AdaKv(_) => "adakv",
         }
     }
 
@@ -95,20 +111,48 @@ impl KvPolicy {
             KvPolicy::PyramidKv(p) => Some(p.budget),
             KvPolicy::Rkv(p) => Some(p.budget),
             KvPolicy::Expected(p) => Some(p.budget),
+            KvPolicy::KeyDiff(p) => Some(p.budget),
+            KvPolicy::AdaKv(p) => p.inner.policy().budget(),
         }
     }
 
     /// Tokens `layer` of `n_layer` keeps: PyramidKV's linear schedule (largest at
     /// layer 0, averaging `budget`), `budget` for the others, `None` for full.
+    /// Under adakv, the mean per KV head (heads keep different counts).
     pub fn layer_budget(&self, layer: usize, n_layer: usize) -> Option<usize> {
         match self {
             KvPolicy::PyramidKv(p) => Some(p.layer_budget(layer, n_layer)),
+            KvPolicy::AdaKv(p) => p.inner.policy().layer_budget(layer, n_layer),
             other => other.budget(),
         }
     }
 
+    /// The most entries one KV head of `layer` can keep after a compression, with
+    /// `n_kv` heads: the layer budget, except under adakv, where one head may take
+    /// what the others leave above their guaranteed `max(window, floor * budget)`.
+    /// The cache pads every head to its layer's largest count, so this bounds a
+    /// layer's memory (the engine reserves by it).
+    pub fn head_capacity(&self, layer: usize, n_layer: usize, n_kv: usize) -> Option<usize> {
+        let budget = self.layer_budget(layer, n_layer)?;
+        match self {
+            KvPolicy::AdaKv(p) => {
+                let guaranteed = p.guaranteed(budget);
+                let others = n_kv.saturating_sub(1);
+                Some(budget.saturating_mul(n_kv) - others.saturating_mul(guaranteed))
+            }
+            _ => Some(budget),
+        }
+    }
+
+    /// Whether KV heads keep different counts (adakv): the cache then pads heads
+    /// with hidden slots and the model masks even a single new token.
+    pub fn is_head_wise(&self) -> bool {
+        matches!(self, KvPolicy::AdaKv(_))
+    }
+
     /// Newest entries always kept: `budget - sink` for streaming, `recent` for h2o,
-    /// `window` for snapkv/pyramidkv/rkv/expected, 0 for full (which keeps everything anyway).
+    /// `window` for snapkv/pyramidkv/rkv/keydiff/expected (and adakv's inner policy), 0 for
+    /// full (which keeps everything anyway).
     pub fn window(&self) -> usize {
         match self {
             KvPolicy::Full => 0,
@@ -118,6 +162,8 @@ impl KvPolicy {
             KvPolicy::PyramidKv(p) => p.window,
             KvPolicy::Rkv(p) => p.window,
             KvPolicy::Expected(p) => p.window,
+            KvPolicy::KeyDiff(p) => p.window,
+            KvPolicy::AdaKv(p) => p.inner.policy().window(),
         }
     }
 
@@ -132,6 +178,8 @@ impl KvPolicy {
             KvPolicy::PyramidKv(p) => p.every,
             KvPolicy::Rkv(p) => p.every,
             KvPolicy::Expected(p) => p.every,
+            KvPolicy::KeyDiff(p) => p.every,
+            KvPolicy::AdaKv(p) => p.inner.policy().every(),
         }
     }
 
@@ -139,27 +187,36 @@ impl KvPolicy {
     /// chunk) rather than held whole until decoding starts compressing.
     pub fn compresses_prompt(&self) -> bool {
         match self {
-            KvPolicy::Full | KvPolicy::Rkv(_) => false,
-            KvPolicy::Streaming(_) | KvPolicy::H2o(_) => true,
+            KvPolicy::Full => false,
+            KvPolicy::Streaming(_) => true,
+            KvPolicy::H2o(p) => p.prefill,
             KvPolicy::SnapKv(p) => p.prefill,
             KvPolicy::PyramidKv(p) => p.prefill,
             KvPolicy::Expected(p) => p.prefill,
+            KvPolicy::Rkv(p) => p.prefill,
+            KvPolicy::KeyDiff(p) => p.prefill,
+            KvPolicy::AdaKv(p) => p.inner.policy().compresses_prompt(),
         }
     }
 
     /// Whether the cache must accumulate the attention each entry receives
-    /// ([`ScoreInput::cumulative`]); only H2O ranks by it.
+    /// ([`ScoreInput::cumulative`]); only H2O ranks by it (also inside adakv).
     pub fn needs_cumulative(&self) -> bool {
-        matches!(self, KvPolicy::H2o(_))
+        match self {
+            KvPolicy::H2o(_) => true,
+            KvPolicy::AdaKv(p) => p.inner.policy().needs_cumulative(),
+            _ => false,
+        }
     }
 
     /// Whether the cache must keep the attention rows of the last [`KvPolicy::window`]
     /// queries ([`ScoreInput::recent_rows`]): snapkv, pyramidkv and rkv score by them.
     pub fn needs_recent_rows(&self) -> bool {
-        matches!(
-            self,
-            KvPolicy::SnapKv(_) | KvPolicy::PyramidKv(_) | KvPolicy::Rkv(_)
-        )
+        match self {
+            KvPolicy::SnapKv(_) | KvPolicy::PyramidKv(_) | KvPolicy::Rkv(_) => true,
+            KvPolicy::AdaKv(p) => p.inner.policy().needs_recent_rows(),
+            _ => false,
+        }
     }
 
     /// Whether the model must hand attention weights to the cache at all; false for
@@ -169,10 +226,15 @@ impl KvPolicy {
     }
 
     /// Whether [`select`] reads the cached keys ([`ScoreInput::keys`]): R-KV's
-    /// redundancy term (not at `alpha = 1`, where it has no weight) and
+    /// redundancy term (not at `alpha = 1`, where it has no weight), KeyDiff, and
     /// Expected Attention's scores.
     pub fn needs_keys(&self) -> bool {
-        matches!(self, KvPolicy::Rkv(p) if p.alpha < 1.0) || self.needs_queries()
+        match self {
+            KvPolicy::Rkv(p) => p.alpha < 1.0,
+            KvPolicy::KeyDiff(_) => true,
+            KvPolicy::AdaKv(p) => p.inner.policy().needs_keys(),
+            _ => self.needs_queries(),
+        }
     }
 
     /// Whether [`select`] reads the cached values ([`ScoreInput::values`]):
@@ -204,7 +266,9 @@ pub struct ScoreInput<'a> {
     /// Cached entries per KV head (same count C for every head).
     pub n_cached: usize,
     /// Original token positions of the cached entries, per KV head, sorted ascending:
-    /// `[KV][C]`. Its length is the number of KV heads the answer covers.
+    /// `[KV][C]`. Its length is the number of KV heads the answer covers. Under a
+    /// head-wise policy, padding slots at [`tern_models::HIDDEN_POSITION`] may sit
+    /// among them (only adakv's selection is ever given such a layer).
     pub positions: &'a [Vec<u32>],
     /// Attention the entries received, accumulated since each was cached (H2O's score),
     /// per KV head, already combined over the query heads of the GQA group: `[KV][C]`.
@@ -236,7 +300,8 @@ impl ScoreInput<'_> {
 }
 
 /// Per KV head, the sorted indices (into `0..C`) of entries to keep. All heads keep
-/// the same count, so the cache can gather each layer into one dense block.
+/// the same count, so the cache can gather each layer into one dense block, except
+/// under a head-wise policy (adakv), where the cache pads the shorter heads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeepSet {
     /// `[KV][kept]`, ascending indices into the layer's cached entries.
@@ -251,14 +316,16 @@ impl KeepSet {
         }
     }
 
-    /// Entries kept per head (the same for every head).
+    /// Entries kept by the fullest head (every head's count but under adakv): the
+    /// length of the layer's block after compaction.
     pub fn kept(&self) -> usize {
-        self.per_head.first().map_or(0, Vec::len)
+        self.per_head.iter().map(Vec::len).max().unwrap_or(0)
     }
 
-    /// Whether nothing of `n_cached` entries is dropped, so the cache can skip compaction.
+    /// Whether nothing of `n_cached` entries is dropped in any head, so the cache
+    /// can skip compaction.
     pub fn keeps_all(&self, n_cached: usize) -> bool {
-        self.kept() == n_cached
+        self.per_head.iter().all(|h| h.len() == n_cached)
     }
 }
 
@@ -269,6 +336,10 @@ impl KeepSet {
 pub fn select(policy: &KvPolicy, input: &ScoreInput) -> KeepSet {
     let n_kv = input.n_kv();
     let c = input.n_cached;
+    // Ada-KV weighs its budget against the layer's real entries, not its padded length.
+    if let KvPolicy::AdaKv(p) = policy {
+        return adakv::select(p, input);
+    }
     let budget = match policy.layer_budget(input.layer, input.n_layer) {
         Some(b) if c > b => b,
         _ => return KeepSet::all(n_kv, c),
@@ -281,26 +352,33 @@ pub fn select(policy: &KvPolicy, input: &ScoreInput) -> KeepSet {
         KvPolicy::PyramidKv(p) => snapkv::select_pooled(budget, p.window, p.kernel, p.pool, input),
         KvPolicy::Rkv(p) => rkv::select(p, input),
         KvPolicy::Expected(p) => expected::select(p, budget, input),
+        KvPolicy::KeyDiff(p) => keydiff::select(p, budget, input),
+        KvPolicy::AdaKv(_) => unreachable!("adakv returned above"),
     }
 }
 
 /// Whether the cache should be compressed back to budget now.
 ///
-/// `n_cached` is the entry count of the sequence's fullest layer (layer 0 under
-/// PyramidKV); `tokens_since_last` counts tokens cached since the last compression
-/// (or since prefill ended); `in_prefill` is true for the one call made when the
-/// prompt has been cached, before the first generated token.
+/// `n_cached` is the entry count of the layer being checked (per KV head; under
+/// adakv the mean over heads of real entries, padding left out); `tokens_since_last`
+/// counts tokens cached since the last compression (or since prefill ended);
+/// `in_prefill` is true for the calls made when the prompt (or one chunk of it) has
+/// been cached, before the first generated token.
 ///
-/// - full: never.
-/// - streaming: whenever over budget, prefill or decode (a rolling window).
-/// - h2o: whenever over budget at prefill end (the prompt's accumulated attention is
-///   exactly H2O's score); in decode, over budget and `every` tokens since the last
-///   compression (default `every = 1`: every step, as in the paper).
-/// - snapkv / pyramidkv: at prefill end if `prefill` is set and over budget (SnapKV's
-///   own use); in decode, over budget and `every` tokens since the last compression.
-/// - expected: as snapkv.
-/// - rkv: never at prefill (R-KV compresses the decoding trace; the prompt is
-///   brought to budget by the first decode compression); in decode as above.
+/// The rule, for every budgeted policy but streaming: two independent switches,
+/// both over budget only.
+/// - `prefill=true`: compress the prompt once it is read (at the end of each
+///   prefill chunk, so a long prompt never holds more than budget + chunk), scored
+///   by its last queries: SnapKV's own setting. `prefill=false`: hold the whole
+///   prompt until the first decode compression.
+/// - `every=N`: in decode, compress every `N` generated tokens (Tern's periodic
+///   decode compression; between two, the cache holds up to budget + N).
+///
+/// Defaults: `prefill=true` for h2o, snapkv, pyramidkv, keydiff and expected; `false` for rkv
+/// (R-KV compresses the decoding trace); `every` 1 for h2o (every step, as in the
+/// paper), 128 for the others. adakv takes both from its inner policy. Full never
+/// compresses; streaming trims whenever over budget, prefill or decode (a rolling
+/// window).
 pub fn should_compress(
     policy: &KvPolicy,
     n_cached: usize,
@@ -314,15 +392,11 @@ pub fn should_compress(
     match policy {
         KvPolicy::Full => false,
         KvPolicy::Streaming(_) => true,
-        KvPolicy::H2o(p) => in_prefill || tokens_since_last >= p.every,
-        KvPolicy::SnapKv(p) if in_prefill => p.prefill,
-        KvPolicy::SnapKv(p) => tokens_since_last >= p.every,
-        KvPolicy::PyramidKv(p) if in_prefill => p.prefill,
-        KvPolicy::PyramidKv(p) => tokens_since_last >= p.every,
-        KvPolicy::Rkv(_) if in_prefill => false,
-        KvPolicy::Rkv(p) => tokens_since_last >= p.every,
-        KvPolicy::Expected(p) if in_prefill => p.prefill,
-        KvPolicy::Expected(p) => tokens_since_last >= p.every,
+        KvPolicy::AdaKv(p) => {
+            should_compress(&p.inner.policy(), n_cached, tokens_since_last, in_prefill)
+        }
+        _ if in_prefill => policy.compresses_prompt(),
+        _ => tokens_since_last >= policy.every(),
     }
 }
 
@@ -436,6 +510,9 @@ mod tests {
             "pyramidkv",
             "rkv",
             "expected",
+            "keydiff",
+            "adakv",
+            "adakv:inner=h2o",
         ]
         .iter()
         .map(|s| s.parse().unwrap())
@@ -497,6 +574,7 @@ mod tests {
                 kernel: huge - 1,
                 alpha: f32::NAN,
                 every: 0,
+                prefill: false,
             }),
             KvPolicy::PyramidKv(PyramidKvParams {
                 budget: 10,
@@ -579,5 +657,20 @@ mod tests {
         assert!(!should_compress(&r, 143, 127, false));
         assert!(should_compress(&r, 144, 128, false));
         assert!(!should_compress(&r, 16, 128, false));
+        // `prefill` switches prompt compression for h2o, rkv and keydiff too.
+        let h = p("h2o:budget=8,recent=2,prefill=false");
+        assert!(!should_compress(&h, 100, 0, true));
+        assert!(should_compress(&h, 9, 1, false));
+        let r = p("rkv:budget=16,window=2,prefill=true");
+        assert!(should_compress(&r, 17, 0, true));
+        assert!(r.compresses_prompt() && !h.compresses_prompt());
+        for (spec, prompt) in [
+            ("keydiff:budget=16", true),
+            ("keydiff:budget=16,prefill=false", false),
+        ] {
+            let k = p(spec);
+            assert_eq!(should_compress(&k, 17, 0, true), prompt, "{spec}");
+            assert!(should_compress(&k, 17, 128, false) && !should_compress(&k, 17, 127, false));
+        }
     }
 }

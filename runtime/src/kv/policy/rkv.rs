@@ -50,6 +50,10 @@ pub struct RkvParams {
     pub alpha: f32,
     /// In decode, compress back to budget every `every` generated tokens (>= 1).
     pub every: usize,
+    /// Also compress the prompt once it is read; off by default, as R-KV
+    /// compresses the decoding trace and the first decode compression brings
+    /// the prompt to budget.
+    pub prefill: bool,
 }
 
 impl Default for RkvParams {
@@ -60,6 +64,7 @@ impl Default for RkvParams {
             kernel: DEFAULT_KERNEL,
             alpha: DEFAULT_ALPHA,
             every: DEFAULT_EVERY,
+            prefill: false,
         }
     }
 }
@@ -237,6 +242,7 @@ mod tests {
             kernel,
             alpha,
             every: 128,
+            prefill: false,
         })
     }
 

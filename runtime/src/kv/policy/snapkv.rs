@@ -157,7 +157,7 @@ fn mean_attention(rows: &[Vec<f32>], n: usize, out: &mut Vec<f32>) {
 
 /// 1-D pooling of `xs`, kernel `kernel` (centred; an even kernel reaches one further
 /// to the right, 0 acts as 1), stride 1, same length; padding as in the file header.
-fn pool_1d(xs: &[f32], kernel: usize, pool: Pool, out: &mut Vec<f32>) {
+pub(super) fn pool_1d(xs: &[f32], kernel: usize, pool: Pool, out: &mut Vec<f32>) {
     let n = xs.len();
     out.clear();
     let left = kernel.max(1).saturating_sub(1) / 2;

@@ -5,8 +5,10 @@
 //! Grammar: `name` or `name:key=value,key=value,...`, e.g. `full`,
 //! `streaming:budget=256,sink=4`, `h2o:budget=256,recent=32`,
 //! `snapkv:budget=256,window=8,kernel=7,pool=max`, `pyramidkv:budget=256,window=8`,
-//! `rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128`,
-//! `expected:budget=256,n_future=512,cov=pair`. Keys may come in any
+//! `rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128`, `keydiff:budget=256,window=8`,
+//! `expected:budget=256,n_future=512,cov=pair`,
+//! `adakv:inner=snapkv,floor=0.2,budget=256,window=32,kernel=5,pool=avg` (Ada-KV takes
+//! `inner` and `floor`, and every key of its inner policy). Keys may come in any
 //! order, missing keys take their defaults, spaces around names, keys and values
 //! and empty items are ignored. `Display` prints every key in a fixed order, so
 //! printing then parsing gives the same policy back.
@@ -18,13 +20,14 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::{
-    Covariance, ExpectedParams, H2oParams, KvPolicy, Pool, PyramidKvParams, RkvParams,
+    AdaKvParams, Covariance, ExpectedParams, H2oParams, KeyDiffParams, KvPolicy, Pool,
+    PyramidKvParams, RkvParams, Scorer,
     SnapKvParams, StreamingParams,
 };
 
 /// Keys each policy accepts, in printing order.
 const STREAMING_KEYS: &[&str] = &["budget", "sink"];
-const H2O_KEYS: &[&str] = &["budget", "recent", "every"];
+const H2O_KEYS: &[&str] = &["budget", "recent", "every", "prefill"];
 const SNAPKV_KEYS: &[&str] = &["budget", "window", "kernel", "pool", "every", "prefill"];
 const PYRAMIDKV_KEYS: &[&str] = &[
     "budget",
@@ -35,19 +38,24 @@ const PYRAMIDKV_KEYS: &[&str] = &[
     "every",
     "prefill",
 ];
-const RKV_KEYS: &[&str] = &["budget", "window", "kernel", "alpha", "every"];
+const RKV_KEYS: &[&str] = &["budget", "window", "kernel", "alpha", "every", "prefill"];
 const EXPECTED_KEYS: &[&str] = &[
     "budget", "window", "n_future", "sink", "cov", "epsilon", "every", "prefill",
 ];
+const KEYDIFF_KEYS: &[&str] = &["budget", "window", "every", "prefill"];
+/// Ada-KV's own keys; the rest of its spec goes to the inner policy.
+const ADAKV_KEYS: &[&str] = &["inner", "floor"];
+/// Policies Ada-KV can wrap.
+const ADAKV_INNERS: &[&str] = &["snapkv", "pyramidkv", "h2o", "keydiff"];
+/// Every policy name, for [`PolicyError::UnknownPolicy`].
+const POLICIES: &str = "full, streaming, h2o, snapkv, pyramidkv, rkv, keydiff, adakv, expected";
 
 /// Why a spec string or a hand-built policy was rejected; every message names the
 /// offending policy, key or value so a user can fix the spec from it alone.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum PolicyError {
     /// The name before `:` is not a policy.
-    #[error(
-        "unknown policy `{0}` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)"
-    )]
+    #[error("unknown policy `{0}` (known: {POLICIES})")]
     UnknownPolicy(String),
     /// A key the policy does not take.
     #[error("unknown key `{key}` for {policy} (known: {known})")]
@@ -118,83 +126,144 @@ impl FromStr for KvPolicy {
             Some((name, body)) => (name.trim(), body),
             None => (s.trim(), ""),
         };
-        let policy = match name {
-            "full" => {
-                Params::parse("full", &[], body)?;
-                KvPolicy::Full
-            }
-            "streaming" => {
-                let p = Params::parse("streaming", STREAMING_KEYS, body)?;
-                let d = StreamingParams::default();
-                KvPolicy::Streaming(StreamingParams {
-                    budget: p.usize("budget", d.budget)?,
-                    sink: p.usize("sink", d.sink)?,
-                })
-            }
-            "h2o" => {
-                let p = Params::parse("h2o", H2O_KEYS, body)?;
-                let d = H2oParams::default();
-                KvPolicy::H2o(H2oParams {
-                    budget: p.usize("budget", d.budget)?,
-                    recent: p.usize("recent", d.recent)?,
-                    every: p.usize("every", d.every)?,
-                })
-            }
-            "snapkv" => {
-                let p = Params::parse("snapkv", SNAPKV_KEYS, body)?;
-                let d = SnapKvParams::default();
-                KvPolicy::SnapKv(SnapKvParams {
-                    budget: p.usize("budget", d.budget)?,
-                    window: p.usize("window", d.window)?,
-                    kernel: p.usize("kernel", d.kernel)?,
-                    pool: p.pool("pool", d.pool)?,
-                    every: p.usize("every", d.every)?,
-                    prefill: p.bool("prefill", d.prefill)?,
-                })
-            }
-            "pyramidkv" => {
-                let p = Params::parse("pyramidkv", PYRAMIDKV_KEYS, body)?;
-                let d = PyramidKvParams::default();
-                KvPolicy::PyramidKv(PyramidKvParams {
-                    budget: p.usize("budget", d.budget)?,
-                    window: p.usize("window", d.window)?,
-                    kernel: p.usize("kernel", d.kernel)?,
-                    pool: p.pool("pool", d.pool)?,
-                    min_ratio: p.f32("min_ratio", d.min_ratio)?,
-                    every: p.usize("every", d.every)?,
-                    prefill: p.bool("prefill", d.prefill)?,
-                })
-            }
-            "rkv" => {
-                let p = Params::parse("rkv", RKV_KEYS, body)?;
-                let d = RkvParams::default();
-                KvPolicy::Rkv(RkvParams {
-                    budget: p.usize("budget", d.budget)?,
-                    window: p.usize("window", d.window)?,
-                    kernel: p.usize("kernel", d.kernel)?,
-                    alpha: p.f32("alpha", d.alpha)?,
-                    every: p.usize("every", d.every)?,
-                })
-            }
-            "expected" => {
-                let p = Params::parse("expected", EXPECTED_KEYS, body)?;
-                let d = ExpectedParams::default();
-                KvPolicy::Expected(ExpectedParams {
-                    budget: p.usize("budget", d.budget)?,
-                    window: p.usize("window", d.window)?,
-                    n_future: p.usize("n_future", d.n_future)?,
-                    sink: p.usize("sink", d.sink)?,
-                    cov: p.cov("cov", d.cov)?,
-                    epsilon: p.f32("epsilon", d.epsilon)?,
-                    every: p.usize("every", d.every)?,
-                    prefill: p.bool("prefill", d.prefill)?,
-                })
-            }
-            other => return Err(PolicyError::UnknownPolicy(other.to_string())),
-        };
+        let policy = parse_unchecked(name, body)?;
         policy.validate()?;
         Ok(policy)
     }
+}
+
+/// The policy `name` with the items of `body`, defaults filled in, not validated.
+fn parse_unchecked(name: &str, body: &str) -> Result<KvPolicy, PolicyError> {
+    Ok(match name {
+        "full" => {
+            Params::parse("full", &[], body)?;
+            KvPolicy::Full
+        }
+        "streaming" => {
+            let p = Params::parse("streaming", STREAMING_KEYS, body)?;
+            let d = StreamingParams::default();
+            KvPolicy::Streaming(StreamingParams {
+                budget: p.usize("budget", d.budget)?,
+                sink: p.usize("sink", d.sink)?,
+            })
+        }
+        "h2o" => {
+            let p = Params::parse("h2o", H2O_KEYS, body)?;
+            let d = H2oParams::default();
+            let budget = p.usize("budget", d.budget)?;
+            KvPolicy::H2o(H2oParams {
+                budget,
+                recent: p.usize("recent", super::h2o::default_recent(budget))?,
+                every: p.usize("every", d.every)?,
+                prefill: p.bool("prefill", d.prefill)?,
+            })
+        }
+        "snapkv" => {
+            let p = Params::parse("snapkv", SNAPKV_KEYS, body)?;
+            let d = SnapKvParams::default();
+            KvPolicy::SnapKv(SnapKvParams {
+                budget: p.usize("budget", d.budget)?,
+                window: p.usize("window", d.window)?,
+                kernel: p.usize("kernel", d.kernel)?,
+                pool: p.pool("pool", d.pool)?,
+                every: p.usize("every", d.every)?,
+                prefill: p.bool("prefill", d.prefill)?,
+            })
+        }
+        "pyramidkv" => {
+            let p = Params::parse("pyramidkv", PYRAMIDKV_KEYS, body)?;
+            let d = PyramidKvParams::default();
+            KvPolicy::PyramidKv(PyramidKvParams {
+                budget: p.usize("budget", d.budget)?,
+                window: p.usize("window", d.window)?,
+                kernel: p.usize("kernel", d.kernel)?,
+                pool: p.pool("pool", d.pool)?,
+                min_ratio: p.f32("min_ratio", d.min_ratio)?,
+                every: p.usize("every", d.every)?,
+                prefill: p.bool("prefill", d.prefill)?,
+            })
+        }
+        "rkv" => {
+            let p = Params::parse("rkv", RKV_KEYS, body)?;
+            let d = RkvParams::default();
+            KvPolicy::Rkv(RkvParams {
+                budget: p.usize("budget", d.budget)?,
+                window: p.usize("window", d.window)?,
+                kernel: p.usize("kernel", d.kernel)?,
+                alpha: p.f32("alpha", d.alpha)?,
+                every: p.usize("every", d.every)?,
+                prefill: p.bool("prefill", d.prefill)?,
+            })
+        }
+        "keydiff" => {
+            let p = Params::parse("keydiff", KEYDIFF_KEYS, body)?;
+            let d = KeyDiffParams::default();
+            KvPolicy::KeyDiff(KeyDiffParams {
+                budget: p.usize("budget", d.budget)?,
+                window: p.usize("window", d.window)?,
+                every: p.usize("every", d.every)?,
+                prefill: p.bool("prefill", d.prefill)?,
+            })
+        }
+        "expected" => {
+            let p = Params::parse("expected", EXPECTED_KEYS, body)?;
+            let d = ExpectedParams::default();
+            KvPolicy::Expected(ExpectedParams {
+                budget: p.usize("budget", d.budget)?,
+                window: p.usize("window", d.window)?,
+                n_future: p.usize("n_future", d.n_future)?,
+                sink: p.usize("sink", d.sink)?,
+                cov: p.cov("cov", d.cov)?,
+                epsilon: p.f32("epsilon", d.epsilon)?,
+                every: p.usize("every", d.every)?,
+                prefill: p.bool("prefill", d.prefill)?,
+            })
+        }
+        "adakv" => parse_adakv(body)?,
+        other => return Err(PolicyError::UnknownPolicy(other.to_string())),
+    })
+}
+
+/// Ada-KV: `inner` and `floor` are its own, every other item goes to the inner
+/// policy's parser; errors about those items still name adakv.
+fn parse_adakv(body: &str) -> Result<KvPolicy, PolicyError> {
+    let (mut own, mut rest) = (Vec::new(), Vec::new());
+    for item in body.split(',') {
+        let key = item.split_once('=').map(|(k, _)| k.trim());
+        if key.is_some_and(|k| ADAKV_KEYS.contains(&k)) {
+            own.push(item);
+        } else {
+            rest.push(item);
+        }
+    }
+    let own_body = own.join(",");
+    let p = Params::parse("adakv", ADAKV_KEYS, &own_body)?;
+    let d = AdaKvParams::default();
+    let inner = p.get("inner").unwrap_or(d.inner.policy().name());
+    if !ADAKV_INNERS.contains(&inner) {
+        return Err(bad("inner", inner));
+    }
+    let inner_policy = parse_unchecked(inner, &rest.join(",")).map_err(|e| match e {
+        PolicyError::UnknownKey { key, known, .. } => PolicyError::UnknownKey {
+            policy: "adakv",
+            key,
+            known: format!("{}, {known}", ADAKV_KEYS.join(", ")),
+        },
+        PolicyError::Malformed { item, .. } => PolicyError::Malformed {
+            policy: "adakv",
+            item,
+        },
+        PolicyError::DuplicateKey { key, .. } => PolicyError::DuplicateKey {
+            policy: "adakv",
+            key,
+        },
+        other => other,
+    })?;
+    let inner = Scorer::from_policy(&inner_policy).ok_or_else(|| bad("inner", inner))?;
+    Ok(KvPolicy::AdaKv(AdaKvParams {
+        inner,
+        floor: p.f32("floor", d.floor)?,
+    }))
 }
 
 impl fmt::Display for KvPolicy {
@@ -205,8 +274,8 @@ impl fmt::Display for KvPolicy {
             KvPolicy::Streaming(p) => write!(f, "streaming:budget={},sink={}", p.budget, p.sink),
             KvPolicy::H2o(p) => write!(
                 f,
-                "h2o:budget={},recent={},every={}",
-                p.budget, p.recent, p.every
+                "h2o:budget={},recent={},every={},prefill={}",
+                p.budget, p.recent, p.every, p.prefill
             ),
             KvPolicy::SnapKv(p) => write!(
                 f,
@@ -231,8 +300,8 @@ impl fmt::Display for KvPolicy {
             ),
             KvPolicy::Rkv(p) => write!(
                 f,
-                "rkv:budget={},window={},kernel={},alpha={},every={}",
-                p.budget, p.window, p.kernel, p.alpha, p.every
+                "rkv:budget={},window={},kernel={},alpha={},every={},prefill={}",
+                p.budget, p.window, p.kernel, p.alpha, p.every, p.prefill
             ),
             KvPolicy::Expected(p) => write!(
                 f,
@@ -246,6 +315,16 @@ impl fmt::Display for KvPolicy {
                 p.every,
                 p.prefill
             ),
+            KvPolicy::KeyDiff(p) => write!(
+                f,
+                "keydiff:budget={},window={},every={},prefill={}",
+                p.budget, p.window, p.every, p.prefill
+            ),
+            KvPolicy::AdaKv(p) => {
+                let inner = p.inner.policy().to_string();
+                let (name, keys) = inner.split_once(':').unwrap_or((&inner, ""));
+                write!(f, "adakv:inner={name},floor={},{keys}", p.floor)
+            }
         }
     }
 }
@@ -315,6 +394,17 @@ pub(super) fn validate(policy: &KvPolicy) -> Result<(), PolicyError> {
             below_budget("sink + window", p.sink.saturating_add(p.window), p.budget)?;
             positive("every", p.every)
         }
+        KvPolicy::KeyDiff(p) => {
+            check_scored(p.budget, p.window, 1)?;
+            positive("every", p.every)
+        }
+        KvPolicy::AdaKv(p) => {
+            validate(&p.inner.policy())?;
+            if !(0.0..=1.0).contains(&p.floor) {
+                return Err(bad("floor", p.floor));
+            }
+            Ok(())
+        }
     }
 }
 
@@ -359,7 +449,8 @@ fn expected(key: &str) -> &'static str {
         "epsilon" => "a finite number >= 0",
         "cov" => "`none`, `pair` or `full`",
         "kernel" => "an odd positive integer",
-        "alpha" => "a number in [0, 1]",
+        "alpha" | "floor" => "a number in [0, 1]",
+        "inner" => "`snapkv`, `pyramidkv`, `h2o` or `keydiff`",
         "min_ratio" => "a number in (0, 1]",
         "pool" => "`max` or `avg`",
         "prefill" => "`true` or `false`",
@@ -474,7 +565,9 @@ mod tests {
         let cases = [
             ("full", "full"),
             ("streaming", "streaming:budget=256,sink=4"),
-            ("h2o", "h2o:budget=256,recent=32,every=1"),
+            ("h2o", "h2o:budget=256,recent=128,every=1,prefill=true"),
+            ("h2o:budget=100", "h2o:budget=100,recent=50,every=1,prefill=true"),
+            ("h2o:budget=1", "h2o:budget=1,recent=0,every=1,prefill=true"),
             (
                 "snapkv",
                 "snapkv:budget=256,window=8,kernel=7,pool=max,every=128,prefill=true",
@@ -483,10 +576,22 @@ mod tests {
                 "pyramidkv",
                 "pyramidkv:budget=256,window=8,kernel=7,pool=max,min_ratio=0.5,every=128,prefill=true",
             ),
-            ("rkv", "rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128"),
+            (
+                "rkv",
+                "rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128,prefill=false",
+            ),
+            ("keydiff", "keydiff:budget=256,window=8,every=128,prefill=true"),
+            (
+                "adakv",
+                "adakv:inner=snapkv,floor=0.2,budget=256,window=8,kernel=7,pool=max,every=128,prefill=true",
+            ),
             (
                 "expected",
                 "expected:budget=256,window=8,n_future=512,sink=4,cov=pair,epsilon=0,every=128,prefill=true",
+            ),
+            (
+                "adakv:inner=h2o",
+                "adakv:inner=h2o,floor=0.2,budget=256,recent=128,every=1,prefill=true",
             ),
         ];
         for (short, canonical) in cases {
@@ -517,7 +622,7 @@ mod tests {
             assert!(p.to_string().starts_with(spec.split(',').next().unwrap()));
         }
         // A spec that already names every key prints back unchanged.
-        let rkv = "rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128";
+        let rkv = "rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128,prefill=false";
         assert_eq!(parse(rkv).unwrap().to_string(), rkv);
     }
 
@@ -525,13 +630,18 @@ mod tests {
     fn non_default_values_round_trip() {
         for spec in [
             "streaming:budget=10,sink=0",
-            "h2o:budget=64,recent=0,every=16",
+            "h2o:budget=64,recent=0,every=16,prefill=false",
             "snapkv:budget=100,window=4,kernel=1,pool=avg,every=3,prefill=false",
             "pyramidkv:budget=100,window=4,kernel=5,pool=avg,min_ratio=0.3,every=16,prefill=false",
-            "rkv:budget=512,window=16,kernel=3,alpha=0.25,every=64",
-            "rkv:budget=512,window=16,kernel=3,alpha=0,every=64",
-            "rkv:budget=512,window=16,kernel=3,alpha=1,every=64",
-            "rkv:budget=512,window=16,kernel=3,alpha=0.3333333,every=64",
+            "rkv:budget=512,window=16,kernel=3,alpha=0.25,every=64,prefill=true",
+            "rkv:budget=512,window=16,kernel=3,alpha=0,every=64,prefill=false",
+            "rkv:budget=512,window=16,kernel=3,alpha=1,every=64,prefill=false",
+            "rkv:budget=512,window=16,kernel=3,alpha=0.3333333,every=64,prefill=false",
+            "keydiff:budget=64,window=1,every=1,prefill=false",
+            "adakv:inner=snapkv,floor=0.2,budget=256,window=32,kernel=5,pool=avg,every=128,prefill=true",
+            "adakv:inner=pyramidkv,floor=0,budget=100,window=4,kernel=5,pool=avg,min_ratio=0.3,every=16,prefill=false",
+            "adakv:inner=h2o,floor=1,budget=64,recent=32,every=4,prefill=false",
+            "adakv:inner=keydiff,floor=0.35,budget=64,window=8,every=32,prefill=true",
             "expected:budget=128,window=0,n_future=64,sink=0,cov=none,epsilon=0.01,every=32,prefill=false",
             "expected:budget=512,window=16,n_future=1,sink=8,cov=full,epsilon=0,every=1,prefill=true",
         ] {
@@ -545,6 +655,12 @@ mod tests {
     fn keys_in_any_order_with_spaces() {
         let a = parse(" h2o : recent = 8 , budget = 64 , ").unwrap();
         assert_eq!(a, parse("h2o:budget=64,recent=8").unwrap());
+        // Ada-KV's own keys may come anywhere among its inner policy's.
+        let a = parse("adakv: window=32 , inner = snapkv,budget=64, floor=0.5").unwrap();
+        assert_eq!(
+            a,
+            parse("adakv:inner=snapkv,floor=0.5,budget=64,window=32").unwrap()
+        );
         assert_eq!(parse("snapkv:").unwrap(), parse("snapkv").unwrap());
     }
 
@@ -553,11 +669,11 @@ mod tests {
         let cases = [
             (
                 "xyz",
-                "unknown policy `xyz` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)",
+                "unknown policy `xyz` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, keydiff, adakv, expected)",
             ),
             (
                 "h2o:foo=1",
-                "unknown key `foo` for h2o (known: budget, recent, every)",
+                "unknown key `foo` for h2o (known: budget, recent, every, prefill)",
             ),
             (
                 "full:budget=3",
@@ -684,7 +800,53 @@ mod tests {
             ),
             (
                 "",
-                "unknown policy `` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, expected)",
+                "unknown policy `` (known: full, streaming, h2o, snapkv, pyramidkv, rkv, keydiff, adakv, expected)",
+            ),
+            (
+                "adakv:inner=rkv",
+                "bad value `rkv` for `inner`: expected `snapkv`, `pyramidkv`, `h2o` or `keydiff`",
+            ),
+            (
+                "adakv:inner=adakv",
+                "bad value `adakv` for `inner`: expected `snapkv`, `pyramidkv`, `h2o` or `keydiff`",
+            ),
+            (
+                "adakv:floor=1.5",
+                "bad value `1.5` for `floor`: expected a number in [0, 1]",
+            ),
+            (
+                "adakv:floor=some",
+                "bad value `some` for `floor`: expected a number in [0, 1]",
+            ),
+            (
+                "adakv:inner=h2o,window=8",
+                "unknown key `window` for adakv (known: inner, floor, budget, recent, every, prefill)",
+            ),
+            (
+                "adakv:budget=16,window=16",
+                "`window` = 16 must be less than `budget` = 16",
+            ),
+            (
+                "adakv:kernel=4",
+                "bad value `4` for `kernel`: expected an odd positive integer",
+            ),
+            ("adakv:floor=0.1,floor=0.2", "key `floor` given twice for adakv"),
+            ("adakv:budget=8,budget=9", "key `budget` given twice for adakv"),
+            (
+                "adakv:window",
+                "malformed parameter `window` for adakv: expected key=value",
+            ),
+            (
+                "keydiff:window=0",
+                "bad value `0` for `window`: expected a positive integer",
+            ),
+            (
+                "keydiff:budget=4,window=4",
+                "`window` = 4 must be less than `budget` = 4",
+            ),
+            (
+                "h2o:prefill=maybe",
+                "bad value `maybe` for `prefill`: expected `true` or `false`",
             ),
         ];
         for (spec, message) in cases {
@@ -711,7 +873,7 @@ mod tests {
     fn serde_uses_the_spec_string() {
         let p = parse("h2o:budget=64,recent=8").unwrap();
         let json = serde_json::to_string(&p).unwrap();
-        assert_eq!(json, "\"h2o:budget=64,recent=8,every=1\"");
+        assert_eq!(json, "\"h2o:budget=64,recent=8,every=1,prefill=true\"");
         assert_eq!(serde_json::from_str::<KvPolicy>(&json).unwrap(), p);
         assert_eq!(
             serde_json::from_str::<KvPolicy>("\"rkv\"").unwrap(),

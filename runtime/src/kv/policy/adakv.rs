@@ -1,0 +1,398 @@
+//! Ada-KV (Feng et al. 2024, "Ada-KV: Optimizing KV Cache Eviction by Adaptive
+//! Budget Allocation for Efficient LLM Inference"): a layer's KV heads do not
+//! need the same share of its budget. A head whose attention is concentrated on
+//! a few entries loses little by keeping few; a head whose attention is spread
+//! out needs many. So instead of the top `budget` entries of every head, keep
+//! the top `budget * n_kv` entries of the whole layer, ranked across heads by
+//! an inner score-based policy's scores.
+//!
+//! A wrapper: the inner policy ([`Scorer`]: snapkv, pyramidkv, h2o or keydiff)
+//! gives the scores, the budget (PyramidKV's per layer), the window and when to
+//! compress; this file only allocates. The scores compare across heads as they
+//! are: SnapKV's and H2O's are softmax attention (each query row sums to 1 in
+//! every head), KeyDiff's a cosine.
+//!
+//! Allocation, per layer (as kvpress's `AdaKVPress`):
+//! - every head keeps its newest `window` entries;
+//! - every head keeps at least `floor * budget` entries (its best-scored ones
+//!   beyond the window): the safeguard, so no head is starved by a few others;
+//! - the rest of the layer's `budget * n_kv` slots go to the best-scored
+//!   remaining entries of all heads together (higher score first, then the
+//!   older entry, then the lower head).
+//!
+//! Heads then hold different counts. The cache keeps each layer one dense block
+//! by padding the shorter heads with slots at [`HIDDEN_POSITION`], which no
+//! query sees; this selection never keeps a padding slot and never counts one.
+
+use tern_models::HIDDEN_POSITION;
+
+use super::snapkv::{pool_1d, Pool};
+use super::{
+    better, keydiff, rank_key, top_plus_window, H2oParams, KeepSet, KeyDiffParams, KvPolicy,
+    PyramidKvParams, Ranked, ScoreInput, SnapKvParams,
+};
+
+/// Default `floor`: kvpress's `alpha_safeguard`.
+pub const DEFAULT_FLOOR: f32 = 0.2;
+
+/// The score-based policy Ada-KV ranks by (its `inner`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scorer {
+    /// SnapKV's pooled attention of the last `window` queries.
+    SnapKv(SnapKvParams),
+    /// SnapKV's scores with PyramidKV's per-layer budget.
+    PyramidKv(PyramidKvParams),
+    /// H2O's accumulated attention.
+    H2o(H2oParams),
+    /// KeyDiff's key distinctiveness (query-agnostic).
+    KeyDiff(KeyDiffParams),
+}
+
+impl Scorer {
+    /// The inner policy on its own: what gives Ada-KV its budget, window and
+    /// triggers.
+    pub fn policy(&self) -> KvPolicy {
+        match *self {
+            Scorer::SnapKv(p) => KvPolicy::SnapKv(p),
+            Scorer::PyramidKv(p) => KvPolicy::PyramidKv(p),
+            Scorer::H2o(p) => KvPolicy::H2o(p),
+            Scorer::KeyDiff(p) => KvPolicy::KeyDiff(p),
+        }
+    }
+
+    /// The scorer behind `policy`; `None` for policies without comparable
+    /// scores (full, streaming, rkv, adakv itself).
+    pub fn from_policy(policy: &KvPolicy) -> Option<Self> {
+        match *policy {
+            KvPolicy::SnapKv(p) => Some(Scorer::SnapKv(p)),
+            KvPolicy::PyramidKv(p) => Some(Scorer::PyramidKv(p)),
+            KvPolicy::H2o(p) => Some(Scorer::H2o(p)),
+            KvPolicy::KeyDiff(p) => Some(Scorer::KeyDiff(p)),
+            _ => None,
+        }
+    }
+}
+
+/// Parameters of [`super::KvPolicy::AdaKv`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdaKvParams {
+    /// The policy whose scores are ranked across heads.
+    pub inner: Scorer,
+    /// Fraction of the per-head budget every head keeps at least, in `[0, 1]`;
+    /// 1 gives every head exactly its budget, i.e. the inner policy.
+    pub floor: f32,
+}
+
+impl Default for AdaKvParams {
+    fn default() -> Self {
+        Self {
+            inner: Scorer::SnapKv(SnapKvParams::default()),
+            floor: DEFAULT_FLOOR,
+        }
+    }
+}
+
+impl AdaKvParams {
+    /// Entries every head keeps at a layer budget of `budget`: its window or its
+    /// floor, whichever is more.
+    pub fn guaranteed(&self, budget: usize) -> usize {
+        safeguard(self.floor, budget).max(self.inner.policy().window().min(budget))
+    }
+}
+
+/// Per head, the sorted indices of the real entries to keep; heads keep
+/// different counts, `budget * n_kv` in all (or every real entry when the layer
+/// holds no more).
+pub(super) fn select(p: &AdaKvParams, input: &ScoreInput) -> KeepSet {
+    let n_kv = input.n_kv();
+    let inner = p.inner.policy();
+    // The real entries of each head (padding slots are never kept).
+    let held: Vec<Vec<usize>> = (0..n_kv)
+        .map(|h| {
+            let pos = &input.positions[h];
+            (0..input.n_cached)
+                .filter(|&i| pos.get(i) != Some(&HIDDEN_POSITION))
+                .collect()
+        })
+        .collect();
+    let total: usize = held.iter().map(Vec::len).sum();
+    let budget = match inner.layer_budget(input.layer, input.n_layer) {
+        Some(b) if total > b.saturating_mul(n_kv) => b,
+        _ => return KeepSet { per_head: held },
+    };
+    let window = inner.window().min(budget);
+    let safe = p.guaranteed(budget);
+    let mut order = Vec::new();
+    let mut scores = Vec::new();
+    // Per head: the guaranteed entries (window + safeguard), as indices into
+    // `held[h]`, and the other candidates into the shared pool.
+    let mut keep: Vec<Vec<usize>> = Vec::with_capacity(n_kv);
+    let mut pool: Vec<(Ranked, usize)> = Vec::with_capacity(total);
+    for (h, held_h) in held.iter().enumerate() {
+        let m = held_h.len();
+        let n_cand = m - window.min(m);
+        head_scores(&p.inner, input, h, held_h, n_cand, &mut scores);
+        let guaranteed = top_plus_window(&scores, m, safe.min(m), window, &mut order);
+        let mut taken = vec![false; m];
+        guaranteed.iter().for_each(|&j| taken[j] = true);
+        pool.extend((0..n_cand).filter(|&j| !taken[j]).map(|j| {
+            (
+                (rank_key(scores.get(j).copied().unwrap_or(0.0)), held_h[j]),
+                h,
+            )
+        }));
+        keep.push(guaranteed);
+    }
+    let slots = (budget * n_kv).saturating_sub(keep.iter().map(Vec::len).sum());
+    // Across heads: better score, then the older entry, then the lower head.
+    let across = |a: &(Ranked, usize), b: &(Ranked, usize)| better(&a.0, &b.0).then(a.1.cmp(&b.1));
+    if slots < pool.len() {
+        if slots > 0 {
+            pool.select_nth_unstable_by(slots - 1, across);
+        }
+        pool.truncate(slots);
+    }
+    let mut per_head: Vec<Vec<usize>> = keep
+        .into_iter()
+        .zip(&held)
+        .map(|(k, held_h)| k.into_iter().map(|j| held_h[j]).collect())
+        .collect();
+    for ((_, i), h) in pool {
+        per_head[h].push(i);
+    }
+    per_head.iter_mut().for_each(|k| k.sort_unstable());
+    KeepSet { per_head }
+}
+
+/// Entries every head keeps at least: `floor * budget`, rounded down (as
+/// kvpress), within `[0, budget]` whatever `floor` holds.
+fn safeguard(floor: f32, budget: usize) -> usize {
+    let f = if floor.is_finite() {
+        floor.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    ((f64::from(f) * budget as f64 + 1e-9).floor() as usize).min(budget)
+}
+
+/// The inner policy's scores of head `h`'s entries `held[..n_cand]` (its real
+/// entries before the window), computed over the head's real entries alone so
+/// padding neither scores nor pools.
+fn head_scores(
+    inner: &Scorer,
+    input: &ScoreInput,
+    h: usize,
+    held: &[usize],
+    n_cand: usize,
+    out: &mut Vec<f32>,
+) {
+    match inner {
+        Scorer::SnapKv(p) => attention_scores(input, h, held, n_cand, p.kernel, p.pool, out),
+        Scorer::PyramidKv(p) => attention_scores(input, h, held, n_cand, p.kernel, p.pool, out),
+        Scorer::H2o(_) => {
+            let cum = input.cumulative.get(h).map_or(&[][..], Vec::as_slice);
+            out.clear();
+            out.extend(
+                held[..n_cand]
+                    .iter()
+                    .map(|&i| cum.get(i).copied().unwrap_or(0.0)),
+            );
+        }
+        Scorer::KeyDiff(_) => keydiff::scores_into(input, h, held, n_cand, out),
+    }
+}
+
+/// SnapKV's importance over `held[..n_cand]`: mean attention of the recent
+/// rows (a row too short for an entry counts 0), pooled along the head's real
+/// entries.
+fn attention_scores(
+    input: &ScoreInput,
+    h: usize,
+    held: &[usize],
+    n_cand: usize,
+    kernel: usize,
+    pool: Pool,
+    out: &mut Vec<f32>,
+) {
+    let rows = input.recent_rows.get(h).map_or(&[][..], Vec::as_slice);
+    let inv = if rows.len() > 1 {
+        1.0 / rows.len() as f32
+    } else {
+        1.0
+    };
+    let raw: Vec<f32> = held[..n_cand]
+        .iter()
+        .map(|&i| {
+            rows.iter()
+                .map(|r| r.get(i).copied().unwrap_or(0.0))
+                .sum::<f32>()
+                * inv
+        })
+        .collect();
+    pool_1d(&raw, kernel, pool, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::super::{select as select_policy, should_compress};
+    use super::*;
+
+    fn input<'a>(
+        c: usize,
+        positions: &'a [Vec<u32>],
+        rows: &'a [Vec<Vec<f32>>],
+        cumulative: &'a [Vec<f32>],
+    ) -> ScoreInput<'a> {
+        ScoreInput {
+            layer: 0,
+            n_layer: 1,
+            n_cached: c,
+            positions,
+            cumulative,
+            recent_rows: rows,
+            keys: &[],
+            values: &[],
+            queries: None,
+            head_dim: 0,
+        }
+    }
+
+    fn policy(spec: &str) -> KvPolicy {
+        spec.parse().unwrap()
+    }
+
+    /// A peaked head (attention on 2 entries) and a flat one, 20 entries each.
+    fn peaked_and_flat(c: usize) -> Vec<Vec<Vec<f32>>> {
+        let mut peaked = vec![0.001; c];
+        peaked[3] = 0.5;
+        peaked[9] = 0.4;
+        let flat = vec![1.0 / c as f32; c];
+        vec![vec![peaked], vec![flat]]
+    }
+
+    #[test]
+    fn a_peaked_head_keeps_fewer_than_a_flat_one() {
+        let c = 20;
+        let pos = positions(2, c);
+        let rows = peaked_and_flat(c);
+        let p = policy("adakv:inner=snapkv,budget=8,window=2,kernel=1,floor=0.25");
+        let keep = select_policy(&p, &input(c, &pos, &rows, &[]));
+        let (peaked, flat) = (&keep.per_head[0], &keep.per_head[1]);
+        // Same total as SnapKV (8 per head), split unevenly.
+        assert_eq!(peaked.len() + flat.len(), 16);
+        assert!(peaked.len() < flat.len(), "{peaked:?} vs {flat:?}");
+        // The peaked head keeps its two spikes, its window and its floor of 2
+        // (window 2 covers it), nothing else: its other entries score 0.001,
+        // below the flat head's 0.05.
+        assert_eq!(peaked, &[3, 9, 18, 19]);
+        assert_eq!(flat.len(), 12);
+        assert!(flat.ends_with(&[18, 19]));
+        // Plain SnapKV gives both heads 8.
+        let snap = select_policy(
+            &policy("snapkv:budget=8,window=2,kernel=1"),
+            &input(c, &pos, &rows, &[]),
+        );
+        assert_eq!(
+            snap.per_head.iter().map(Vec::len).collect::<Vec<_>>(),
+            [8, 8]
+        );
+    }
+
+    #[test]
+    fn the_floor_is_respected_and_one_is_the_inner_policy() {
+        let c = 20;
+        let pos = positions(2, c);
+        let rows = peaked_and_flat(c);
+        let inp = input(c, &pos, &rows, &[]);
+        // floor 0.75 of 8: the peaked head keeps at least 6.
+        let keep = select_policy(&policy("adakv:budget=8,window=2,kernel=1,floor=0.75"), &inp);
+        assert_eq!(keep.per_head[0].len(), 6);
+        assert_eq!(keep.per_head[1].len(), 10);
+        // floor 1: each head keeps exactly its own top 8, as SnapKV does.
+        let ada = select_policy(&policy("adakv:budget=8,window=2,kernel=1,floor=1"), &inp);
+        let snap = select_policy(&policy("snapkv:budget=8,window=2,kernel=1"), &inp);
+        assert_eq!(ada, snap);
+        // floor 0: only the window is guaranteed.
+        let keep = select_policy(&policy("adakv:budget=8,window=2,kernel=1,floor=0"), &inp);
+        assert_eq!(keep.per_head[0], [3, 9, 18, 19]);
+    }
+
+    #[test]
+    fn padding_is_never_kept_and_the_window_is_each_heads_newest() {
+        // Head 0 holds 6 real entries then 4 padding slots, then 4 new ones;
+        // head 1 holds 14 real entries.
+        let h = HIDDEN_POSITION;
+        let p0: Vec<u32> = (0..6).chain([h; 4]).chain(20..24).collect();
+        let p1: Vec<u32> = (0..10).chain(20..24).collect();
+        let pos = vec![p0, p1];
+        // H2O scores: padding would score highest if it were ranked.
+        let cum = vec![
+            vec![
+                0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 9.0, 9.0, 9.0, 9.0, 0.0, 0.0, 0.0, 0.0,
+            ],
+            (0..14).map(|i| i as f32 * 0.01).collect(),
+        ];
+        let p = policy("adakv:inner=h2o,budget=6,recent=2,floor=0.5");
+        let keep = select_policy(&p, &input(14, &pos, &[], &cum));
+        let real = |h: usize| -> Vec<u32> { keep.per_head[h].iter().map(|&i| pos[h][i]).collect() };
+        for head in 0..2 {
+            assert!(!real(head).contains(&h), "{:?}", real(head));
+            assert!(real(head).ends_with(&[22, 23]), "{:?}", real(head));
+        }
+        assert_eq!(keep.per_head[0].len() + keep.per_head[1].len(), 12);
+        // Guaranteed: each window and each head's best candidate (0.6 at 5;
+        // 0.11 at 21). The 6 shared slots: head 0's 0.5..0.1, then head 1's 0.10.
+        assert_eq!(real(0), [0, 1, 2, 3, 4, 5, 22, 23]);
+        assert_eq!(real(1), [20, 21, 22, 23]);
+    }
+
+    #[test]
+    fn under_budget_keeps_every_real_entry_and_drops_padding() {
+        let h = HIDDEN_POSITION;
+        let pos = vec![vec![0, 1, h, h, 5], vec![0, 1, 2, 3, 5]];
+        let keep = select_policy(
+            &policy("adakv:budget=8,window=2"),
+            &input(5, &pos, &[], &[]),
+        );
+        assert_eq!(keep.per_head, [vec![0, 1, 4], vec![0, 1, 2, 3, 4]]);
+    }
+
+    #[test]
+    fn keydiff_and_pyramidkv_inners_use_their_own_budgets() {
+        let c = 30;
+        let pos = positions(2, c);
+        let rows = peaked_and_flat(c);
+        let p = policy("adakv:inner=pyramidkv,budget=8,window=2,kernel=1,min_ratio=0.5");
+        let at = |layer: usize| {
+            let inp = ScoreInput {
+                layer,
+                n_layer: 3,
+                ..input(c, &pos, &rows, &[])
+            };
+            select_policy(&p, &inp)
+                .per_head
+                .iter()
+                .map(Vec::len)
+                .sum::<usize>()
+        };
+        assert_eq!([at(0), at(1), at(2)], [24, 16, 8]);
+        let k = policy("adakv:inner=keydiff,budget=4,window=1");
+        assert!(k.needs_keys() && !k.needs_attention());
+        let keep = select_policy(&k, &input(c, &pos, &[], &[]));
+        assert_eq!(keep.per_head.iter().map(Vec::len).sum::<usize>(), 8);
+    }
+
+    #[test]
+    fn triggers_follow_the_inner_policy() {
+        let a = policy("adakv:inner=snapkv,budget=16,window=2,every=4,prefill=false");
+        assert!(!should_compress(&a, 100, 0, true));
+        assert!(should_compress(&a, 20, 4, false));
+        assert!(!should_compress(&a, 19, 3, false));
+        let h = policy("adakv:inner=h2o,budget=16,recent=2");
+        assert!(should_compress(&h, 17, 1, false));
+        assert!(h.needs_cumulative() && !h.needs_recent_rows());
+        assert_eq!((h.window(), h.budget(), h.every()), (2, Some(16), 1));
+        assert!(h.is_head_wise() && !policy("snapkv").is_head_wise());
+    }
+}
