@@ -17,7 +17,7 @@ use super::resolve;
 
 /// The policy `name` at `budget`, with eval-wide settings: decode-triggered
 /// policies compress every 32 tokens so the cache tracks its budget closely.
-fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
+pub(super) fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
     let spec = match name {
         "full" => "full".to_string(),
         "streaming" => format!("streaming:budget={budget}"),
@@ -33,6 +33,9 @@ fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
 }
 
 fn eval_ppl(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
+    if super::kv_texts::wanted(a) {
+        return super::kv_texts::eval(model, a);
+    }
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("cannot read {} as UTF-8 text", a.file.display()))?;
     let mut tokens = model.tokenizer.encode(&text, true, false)?;
