@@ -61,32 +61,44 @@ def render(records, source):
         "|---|---|" + "---|" * (len(texts) + 3),
     ]
     means = {}
+    incomplete = []
     for p in policies:
         for k in kepts:
             rows = [cell.get((p, k, t)) for t in texts]
+            if all(r is None for r in rows):
+                continue
+            budget = next(r for r in rows if r is not None)["budget"]
+            cells = " | ".join("-" if r is None else f"{r['ratio']:.3f}x" for r in rows)
             if any(r is None for r in rows):
-                missing = [t for t, r in zip(texts, rows) if r is None]
-                sys.exit(f"no record for {p} at kept {k} on {', '.join(missing)}")
-            ratios = [r["ratio"] for r in rows]
-            mean, std, lo, hi = stats(ratios)
+                done = sum(r is not None for r in rows)
+                incomplete.append(f"{p} at {k}% ({done} of {len(texts)} texts)")
+                out.append(f"| {p} | {k}% ({budget}) | {cells} | - | - | - |")
+                continue
+            mean, std, lo, hi = stats([r["ratio"] for r in rows])
             means[(p, k)] = (mean, std, lo, hi)
-            budget = rows[0]["budget"]
             out.append(
-                f"| {p} | {k}% ({budget}) | "
-                + " | ".join(f"{x:.3f}x" for x in ratios)
-                + f" | **{mean:.3f}x** | {std:.3f} | {lo:.3f}-{hi:.3f} |"
+                f"| {p} | {k}% ({budget}) | {cells} | **{mean:.3f}x** | {std:.3f} | {lo:.3f}-{hi:.3f} |"
             )
     out.append("")
+    if incomplete:
+        out.append(
+            "Not measured on every text (no mean or spread given): "
+            + "; ".join(incomplete)
+            + ". A dash is a text not yet run."
+        )
+        out.append("")
     for k in kepts:
-        ranked = sorted(policies, key=lambda p: means[(p, k)][0])
+        ranked = sorted((p for p in policies if (p, k) in means), key=lambda p: means[(p, k)][0])
+        if not ranked:
+            continue
         best = ranked[0]
         mean, std, lo, hi = means[(best, k)]
         others = ", ".join(
             f"{p} {means[(p, k)][0]:.3f}x ± {means[(p, k)][1]:.3f}" for p in ranked[1:]
         )
         line = (
-            f"- Kept {k}%: best mean ratio **{best}** {mean:.3f}x ± {std:.3f} "
-            f"(range {lo:.3f}-{hi:.3f})"
+            f"- Kept {k}%, among the policies measured on all texts: best mean ratio "
+            f"**{best}** {mean:.3f}x ± {std:.3f} (range {lo:.3f}-{hi:.3f})"
         )
         out.append(line + (f"; then {others}." if others else "."))
     out.append(END)
