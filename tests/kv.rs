@@ -828,3 +828,140 @@ fn adakv_on_smollm2_keeps_head_wise_budgets_and_hides_padding() {
     // The last sampled token is never fed back, so a full cache holds 239.
     assert_eq!(out.kv_bytes_full, 239 * per_entry);
 }
+
+/// Two short texts the tiny model can score in one 64-token window each.
+fn two_texts(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let a = dir.join("fox.txt");
+    let b = dir.join("stitch.txt");
+    std::fs::write(
+        &a,
+        "the quick brown fox jumps over the lazy dog. ".repeat(20),
+    )
+    .unwrap();
+    std::fs::write(
+        &b,
+        "a stitch in time saves nine, said the tailor to his apprentice; ".repeat(20),
+    )
+    .unwrap();
+    (a, b)
+}
+
+#[test]
+fn kv_eval_scores_several_texts_at_kept_fractions() {
+    let (d, model) = tiny();
+    let path = model.path.to_str().unwrap().to_string();
+    let (a, b) = two_texts(d.path());
+    let files = format!("{},{}", a.display(), b.display());
+    let records = d.path().join("out/records.jsonl");
+    let out = tern(
+        &[
+            "kv-eval",
+            "-m",
+            &path,
+            "--tasks",
+            "ppl",
+            "--policies",
+            "streaming,snapkv",
+            "--files",
+            &files,
+            "--ctx",
+            "64",
+            "--kept",
+            "50",
+            "--out",
+            records.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("| snapkv | fox | stitch | mean | std | min-max |"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| kept 50% | "), "{stdout}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&records)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut seen: Vec<(String, String)> = lines
+        .iter()
+        .map(|r| {
+            (
+                r["text"].as_str().unwrap().to_string(),
+                r["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let want: Vec<(String, String)> = [
+        ("fox", "snapkv"),
+        ("fox", "streaming"),
+        ("stitch", "snapkv"),
+        ("stitch", "streaming"),
+    ]
+    .iter()
+    .map(|(t, p)| (t.to_string(), p.to_string()))
+    .collect();
+    assert_eq!(seen, want, "one record per text and policy");
+    for r in &lines {
+        assert_eq!(r["kept"], 50);
+        assert_eq!(r["ctx"], 64);
+        assert_eq!(r["budget"], 32, "budget = ctx * kept / 100");
+        assert_eq!(r["kv_dtype"], "f32");
+        assert!(r["policy"].as_str().unwrap().contains("budget=32"), "{r}");
+        let (ppl, full, ratio) = (
+            r["ppl"].as_f64().unwrap(),
+            r["full_ppl"].as_f64().unwrap(),
+            r["ratio"].as_f64().unwrap(),
+        );
+        assert!(full.is_finite() && full > 1.0, "{r}");
+        assert!((ratio - ppl / full).abs() < 1e-9, "{r}");
+        // Evicting half the cache may cost a lot on a random model, but it
+        // cannot make the text several times easier to predict.
+        assert!(ratio.is_finite() && ratio >= 0.5, "{r}");
+        assert!(
+            r["kv_bytes"].as_u64().unwrap() < r["kv_bytes_full"].as_u64().unwrap(),
+            "{r}"
+        );
+    }
+    // The two texts differ, so their full-cache perplexities do too.
+    assert_ne!(
+        lines.iter().find(|r| r["text"] == "fox").unwrap()["full_ppl"],
+        lines.iter().find(|r| r["text"] == "stitch").unwrap()["full_ppl"]
+    );
+}
+
+#[test]
+fn kv_eval_texts_bad_input_is_one_line_naming_the_flag() {
+    let (d, model) = tiny();
+    let path = model.path.to_str().unwrap().to_string();
+    let (a, _) = two_texts(d.path());
+    let missing = d.path().join("no-such-text.txt");
+    let files = format!("{},{}", a.display(), missing.display());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["kv-eval", "-m", &path, "--tasks", "ppl", "--ctx", "64"];
+        args.extend_from_slice(extra);
+        tern(&args, None)
+    };
+    let cases: [(Vec<&str>, &str); 4] = [
+        (vec!["--files", &files, "--kept", "50"], "--files"),
+        (vec!["--files", &files, "--kept", "0"], "--kept"),
+        (vec!["--kept", "25,100"], "--kept"),
+        (vec!["--kept", "half"], "--kept"),
+    ];
+    for (extra, flag) in cases {
+        let out = run(&extra);
+        assert_clean_error(&out, flag);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{extra:?}: {stderr}");
+    }
+    let out = run(&["--files", &files, "--kept", "50"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no-such-text.txt"), "{stderr}");
+}

@@ -143,6 +143,13 @@ fn parse_policy(s: &str) -> Result<tern_runtime::kv::policy::KvPolicy, String> {
         .map_err(|e: tern_runtime::kv::policy::PolicyError| e.to_string())
 }
 
+fn parse_kept(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(k) if (1..=99).contains(&k) => Ok(k),
+        _ => Err(format!("must be a percentage from 1 to 99, got `{s}`")),
+    }
+}
+
 /// Sampling options shared by `generate` and `chat`.
 #[derive(Debug, Args, Clone)]
 pub struct SamplingArgs {
@@ -497,6 +504,19 @@ pub struct KvEvalArgs {
     /// KV budgets for the perplexity table.
     #[arg(long, value_delimiter = ',', default_value = "64,128,256,512")]
     pub budgets: Vec<usize>,
+    /// Texts to compare (comma-separated or repeated): one perplexity table
+    /// per policy with a column per text, mean and spread, since a policy
+    /// ranked on one text may not hold its rank on another. Replaces --file.
+    #[arg(long, value_delimiter = ',')]
+    pub files: Vec<PathBuf>,
+    /// Budgets as the percentage of --ctx kept (1-99; budget = ctx * kept /
+    /// 100), so tables at different contexts compare. Replaces --budgets.
+    #[arg(long, value_delimiter = ',', value_parser = parse_kept)]
+    pub kept: Vec<usize>,
+    /// Also write the perplexity results as JSON lines, one record per text,
+    /// policy and budget (with the full-cache perplexity and the ratio).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// KV budgets for the passkey table.
     #[arg(long, value_delimiter = ',', default_value = "128,256")]
     pub passkey_budgets: Vec<usize>,

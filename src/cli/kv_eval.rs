@@ -20,7 +20,7 @@ use super::resolve;
 /// (H2O compresses every step and takes its default split, half recent).
 /// A name with a `:` is a spec run as written (its own defaults, no eval-wide
 /// settings) with `budget` added, e.g. `snapkv:window=32,kernel=5,pool=avg`.
-fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
+pub(super) fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
     let spec = match name {
         _ if name.contains(':') => format!("{name},budget={budget}"),
         "full" => "full".to_string(),
@@ -59,6 +59,9 @@ fn policy_names(items: &[String]) -> Vec<String> {
 }
 
 fn eval_ppl(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
+    if super::kv_texts::wanted(a) {
+        return super::kv_texts::eval(model, a);
+    }
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("cannot read {} as UTF-8 text", a.file.display()))?;
     let mut tokens = model.tokenizer.encode(&text, true, false)?;
