@@ -451,10 +451,12 @@ pub struct BenchArgs {
 pub struct KvEvalArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Which evaluations to run: ppl, passkey, memory.
+    /// Which evaluations to run: ppl, passkey, memory, ruler (the synthetic
+    /// long-context suite; not in the default set, it takes long).
     #[arg(long, value_delimiter = ',', default_value = "ppl,passkey,memory")]
     pub tasks: Vec<String>,
-    /// Policies to compare against full (names; budgets come from --budgets).
+    /// Policies to compare against full (names; budgets come from --budgets,
+    /// for ruler from --removed).
     #[arg(
         long,
         value_delimiter = ',',
@@ -498,6 +500,38 @@ pub struct KvEvalArgs {
     /// Budget for the memory table (snapkv).
     #[arg(long, default_value_t = 256)]
     pub memory_budget: usize,
+    /// Ruler: sequence lengths in tokens (prompt plus answer, as RULER sizes them).
+    #[arg(long, value_delimiter = ',', default_value = "4096,8192")]
+    pub ruler_lengths: Vec<usize>,
+    /// Ruler: tasks to run (niah_single, niah_multikey, niah_multivalue, vt, cwe).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "niah_single,niah_multikey,niah_multivalue,vt,cwe",
+        value_parser = parse_ruler_task
+    )]
+    pub ruler_tasks: Vec<tern_runtime::kv::ruler::RulerTask>,
+    /// Ruler: samples per task and length.
+    #[arg(long, default_value_t = 10)]
+    pub ruler_samples: usize,
+    /// Ruler: percent of the prompt's KV entries each policy removes (1-99);
+    /// the budget per layer is ceil(prompt tokens * (100 - removed) / 100).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "25,50,75,90",
+        value_parser = clap::value_parser!(u32).range(1..=99)
+    )]
+    pub removed: Vec<u32>,
+    /// Ruler: write one JSON record per (task, length, policy, removed,
+    /// sample) to FILE, one per line, as each finishes.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn parse_ruler_task(s: &str) -> Result<tern_runtime::kv::ruler::RulerTask, String> {
+    s.parse()
+        .map_err(|e: tern_runtime::kv::ruler::UnknownRulerTask| e.to_string())
 }
 
 /// `tern serve`.

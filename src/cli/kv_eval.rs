@@ -1,6 +1,7 @@
 //! `tern kv-eval`: what each KV policy costs in quality and saves in memory, in
 //! one run: perplexity under eviction, passkey retrieval, and KV bytes at long
-//! contexts. Prints Markdown tables (docs/KV.md is made from them) or JSON.
+//! contexts, and the RULER-style suite (`kv_ruler.rs`). Prints Markdown tables
+//! (docs/KV.md is made from them) or JSON.
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -17,7 +18,7 @@ use super::resolve;
 
 /// The policy `name` at `budget`, with eval-wide settings: decode-triggered
 /// policies compress every 32 tokens so the cache tracks its budget closely.
-fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
+pub(super) fn policy(name: &str, budget: usize) -> Result<KvPolicy> {
     let spec = match name {
         "full" => "full".to_string(),
         "streaming" => format!("streaming:budget={budget}"),
@@ -183,7 +184,8 @@ pub fn run(a: &KvEvalArgs) -> Result<()> {
             "ppl" => eval_ppl(&model, a)?,
             "passkey" => eval_passkey(&model, a)?,
             "memory" => eval_memory(&model, a)?,
-            other => bail!("unknown task `{other}` (known: ppl, passkey, memory)"),
+            "ruler" => super::kv_ruler::eval_ruler(&model, a)?,
+            other => bail!("unknown task `{other}` (known: ppl, passkey, memory, ruler)"),
         };
         report.insert(task.clone(), v);
     }

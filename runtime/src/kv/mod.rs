@@ -6,5 +6,6 @@
 pub mod cache;
 pub mod passkey;
 pub mod policy;
+pub mod ruler;
 
 pub use cache::SeqCache;
