@@ -27,20 +27,14 @@ fn common_freq(target: usize) -> usize {
     (target / 136).clamp(RARE_FREQ + 2, COMMON_FREQ)
 }
 
-/// Each word of `common` `freq` times and of `rare` `rare_freq` times,
-/// shuffled, numbered from 1.
-fn numbered_list(
-    (common, freq): (&[&str], usize),
-    (rare, rare_freq): (&[&str], usize),
-    rng: &mut ChaCha8Rng,
-) -> String {
-    let mut list: Vec<&str> = Vec::with_capacity(common.len() * freq + rare.len() * rare_freq);
+/// Each word of `common` `freq` times and the `rare` entries, shuffled,
+/// numbered from 1.
+fn numbered_list(common: &[&str], freq: usize, rare: &[&str], rng: &mut ChaCha8Rng) -> String {
+    let mut list: Vec<&str> = Vec::with_capacity(common.len() * freq + rare.len());
     for w in common {
-        list.extend(std::iter::repeat(*w).take(freq));
+        list.extend(std::iter::repeat_n(*w, freq));
     }
-    for w in rare {
-        list.extend(std::iter::repeat(*w).take(rare_freq));
-    }
+    list.extend_from_slice(rare);
     list.shuffle(rng);
     let entries: Vec<String> = list
         .iter()
@@ -78,26 +72,23 @@ pub(super) fn build(
     };
     let example = format!(
         "{} {}\n\n",
-        block(&numbered_list(
-            (example_common, RARE_FREQ),
-            (example_rare, 1),
-            rng
-        )),
+        block(&numbered_list(example_common, RARE_FREQ, example_rare, rng)),
         answer(example_common)
     );
     let freq = common_freq(target);
-    // Each candidate length reshuffles from the same seed, so a rendering is
-    // a function of its rare-word count alone.
+    // Rare entries one at a time (each word up to RARE_FREQ times), so the
+    // list can stop within an entry of the target. Each candidate length
+    // reshuffles from the same seed: a rendering depends on its length alone.
+    let rare: Vec<&str> = rare_pool
+        .iter()
+        .flat_map(|w| std::iter::repeat_n(*w, RARE_FREQ))
+        .collect();
     let list_seed: u64 = rng.gen();
-    let (_, tokens) = fit(tok, target, rare_pool.len(), |n| {
+    let (_, tokens) = fit(tok, target, rare.len(), |n| {
         let mut r = ChaCha8Rng::seed_from_u64(list_seed);
         format!(
             "{example}{}",
-            block(&numbered_list(
-                (common, freq),
-                (&rare_pool[..n], RARE_FREQ),
-                &mut r
-            ))
+            block(&numbered_list(common, freq, &rare[..n], &mut r))
         )
     })?;
     Ok((tokens, common.iter().map(|w| w.to_string()).collect()))

@@ -24,7 +24,12 @@ const NOISE: [&str; 5] = [
 pub(super) fn noise_with(n: usize, inserts: &[(f64, String)]) -> String {
     let mut at: Vec<(usize, &str)> = inserts
         .iter()
-        .map(|(d, t)| (((n as f64) * d.clamp(0.0, 1.0)).round() as usize, t.as_str()))
+        .map(|(d, t)| {
+            (
+                ((n as f64) * d.clamp(0.0, 1.0)).round() as usize,
+                t.as_str(),
+            )
+        })
         .collect();
     at.sort_by_key(|(i, _)| *i);
     let mut parts: Vec<&str> = Vec::with_capacity(n + inserts.len());
@@ -55,7 +60,7 @@ pub(super) fn fit(
         return Err(RuntimeError::InvalidParam {
             param: "length".into(),
             reason: format!(
-                "{target} tokens cannot hold this task's instructions and question ({} tokens)",
+                "a prompt of {target} tokens cannot hold this task's instructions and question ({} tokens)",
                 base.len()
             ),
         });

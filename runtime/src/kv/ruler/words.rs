@@ -6,6 +6,7 @@
 //! longer key that contains it.
 
 /// The words every generator draws from (1,260, sorted).
+#[rustfmt::skip]
 pub const WORDS: &[&str] = &[
     "about", "account", "acres", "across", "action", "activity", "actually", "added", "adding",
     "adds", "adults", "afford", "afternoon", "again", "agreed", "ahead", "airport", "alarm",
