@@ -913,7 +913,7 @@ fn kv_eval_scores_several_texts_at_kept_fractions() {
         assert_eq!(r["kept"], 50);
         assert_eq!(r["ctx"], 64);
         assert_eq!(r["budget"], 32, "budget = ctx * kept / 100");
-        assert_eq!(r["kv_dtype"], "f32");
+        assert_eq!(r["kv_dtype"], "f16");
         assert!(r["policy"].as_str().unwrap().contains("budget=32"), "{r}");
         let (ppl, full, ratio) = (
             r["ppl"].as_f64().unwrap(),

@@ -20,6 +20,7 @@ mod quantize;
 mod reasoning;
 mod reference;
 mod repack;
+mod ruler;
 mod security;
 mod spm;
 mod templates;

@@ -476,12 +476,13 @@ pub struct BenchArgs {
 pub struct KvEvalArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Which evaluations to run: ppl, passkey, memory.
+    /// Which evaluations to run: ppl, passkey, memory, ruler (the synthetic
+    /// long-context suite; not in the default set, it takes long).
     #[arg(long, value_delimiter = ',', default_value = "ppl,passkey,memory")]
     pub tasks: Vec<String>,
     /// Policies to compare against full: names (with the eval's settings) or
     /// specs without `budget` (as written, e.g. `snapkv:window=32,pool=avg`);
-    /// budgets come from --budgets.
+    /// budgets come from --budgets (--kept for --files, --removed for ruler).
     #[arg(
         long,
         value_delimiter = ',',
@@ -513,8 +514,9 @@ pub struct KvEvalArgs {
     /// 100), so tables at different contexts compare. Replaces --budgets.
     #[arg(long, value_delimiter = ',', value_parser = parse_kept)]
     pub kept: Vec<usize>,
-    /// Also write the perplexity results as JSON lines, one record per text,
-    /// policy and budget (with the full-cache perplexity and the ratio).
+    /// Write records as JSON lines to FILE: with --files, one per text,
+    /// policy and budget (with the full-cache perplexity and the ratio); for
+    /// ruler, one per (task, length, policy, removed, sample) as each finishes.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// KV budgets for the passkey table.
@@ -538,6 +540,38 @@ pub struct KvEvalArgs {
     /// Budget for the memory table (snapkv).
     #[arg(long, default_value_t = 256)]
     pub memory_budget: usize,
+    /// Ruler: sequence lengths in tokens (prompt plus answer, as RULER sizes them).
+    #[arg(long, value_delimiter = ',', default_value = "4096,8192")]
+    pub ruler_lengths: Vec<usize>,
+    /// Ruler: tasks to run (niah_single, niah_multikey, niah_multivalue, vt, cwe).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "niah_single,niah_multikey,niah_multivalue,vt,cwe",
+        value_parser = parse_ruler_task
+    )]
+    pub ruler_tasks: Vec<tern_runtime::kv::ruler::RulerTask>,
+    /// Ruler: samples per task and length.
+    #[arg(long, default_value_t = 10)]
+    pub ruler_samples: usize,
+    /// Ruler: percent of the prompt's KV entries each policy removes (1-99);
+    /// the budget per layer is ceil(prompt tokens * (100 - removed) / 100).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "25,50,75,90",
+        value_parser = clap::value_parser!(u32).range(1..=99)
+    )]
+    pub removed: Vec<u32>,
+    /// How the KV cache stores keys and values in every run (f16, q8_0, q4_0,
+    /// f32); records carry it.
+    #[arg(long, default_value = "f16", value_parser = parse_dtype)]
+    pub kv_dtype: tern_runtime::kv::KvDtype,
+}
+
+fn parse_ruler_task(s: &str) -> Result<tern_runtime::kv::ruler::RulerTask, String> {
+    s.parse()
+        .map_err(|e: tern_runtime::kv::ruler::UnknownRulerTask| e.to_string())
 }
 
 /// `tern serve`.

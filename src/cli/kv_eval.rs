@@ -1,6 +1,7 @@
 //! `tern kv-eval`: what each KV policy costs in quality and saves in memory, in
 //! one run: perplexity under eviction, passkey retrieval, and KV bytes at long
-//! contexts. Prints Markdown tables (docs/KV.md is made from them) or JSON.
+//! contexts, and the RULER-style suite (`kv_ruler.rs`). Prints Markdown tables
+//! (docs/KV.md is made from them) or JSON.
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -8,7 +9,7 @@ use tern_runtime::backend::TernBackend;
 use tern_runtime::generate::{generate, GenerateRequest};
 use tern_runtime::kv::passkey;
 use tern_runtime::kv::policy::KvPolicy;
-use tern_runtime::perplexity::perplexity;
+use tern_runtime::perplexity::perplexity_stored;
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::LoadedModel;
 
@@ -67,7 +68,7 @@ fn eval_ppl(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
     let mut tokens = model.tokenizer.encode(&text, true, false)?;
     tokens.truncate(a.ctx * a.windows);
     let run = |p: &KvPolicy| -> Result<(f64, usize)> {
-        let r = perplexity(model, &tokens, a.ctx, p, |_, _, _| {})?;
+        let r = perplexity_stored(model, &tokens, a.ctx, p, a.kv_dtype, |_, _, _| {})?;
         Ok((r.perplexity, r.kv_bytes))
     };
     let (full_ppl, full_bytes) = run(&KvPolicy::Full)?;
@@ -214,7 +215,8 @@ pub fn run(a: &KvEvalArgs) -> Result<()> {
             "ppl" => eval_ppl(&model, a)?,
             "passkey" => eval_passkey(&model, a)?,
             "memory" => eval_memory(&model, a)?,
-            other => bail!("unknown task `{other}` (known: ppl, passkey, memory)"),
+            "ruler" => super::kv_ruler::eval_ruler(&model, a)?,
+            other => bail!("unknown task `{other}` (known: ppl, passkey, memory, ruler)"),
         };
         report.insert(task.clone(), v);
     }

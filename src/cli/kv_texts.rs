@@ -9,15 +9,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use tern_runtime::kv::policy::KvPolicy;
-use tern_runtime::perplexity::perplexity;
+use tern_runtime::perplexity::perplexity_stored;
 use tern_runtime::LoadedModel;
 
 use super::args::KvEvalArgs;
 use super::kv_eval::policy;
-
-/// Storage type of the cache entries the numbers were measured with (Tern's
-/// cache holds f32 today), recorded so later runs with other storage compare.
-const KV_DTYPE: &str = "f32";
 
 /// Whether `a` asks for the multi-text table rather than the single-file one.
 pub fn wanted(a: &KvEvalArgs) -> bool {
@@ -187,7 +183,14 @@ pub fn eval(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
 
     let mut full = Vec::new();
     for t in &texts {
-        let r = perplexity(model, &t.tokens, a.ctx, &KvPolicy::Full, |_, _, _| {})?;
+        let r = perplexity_stored(
+            model,
+            &t.tokens,
+            a.ctx,
+            &KvPolicy::Full,
+            a.kv_dtype,
+            |_, _, _| {},
+        )?;
         eprintln!("ppl {} full: {:.4}", t.name, r.perplexity);
         full.push((r.perplexity, r.kv_bytes));
     }
@@ -220,7 +223,7 @@ pub fn eval(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
             let mut ratios = Vec::new();
             let mut cells = Vec::new();
             for (t, &(full_ppl, full_bytes)) in texts.iter().zip(&full) {
-                let r = perplexity(model, &t.tokens, a.ctx, p, |_, _, _| {})?;
+                let r = perplexity_stored(model, &t.tokens, a.ctx, p, a.kv_dtype, |_, _, _| {})?;
                 let ratio = r.perplexity / full_ppl;
                 eprintln!(
                     "ppl {} {p}: {:.4} ({ratio:.3}x, {:.0} s)",
@@ -234,7 +237,7 @@ pub fn eval(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
                     "kept": b.kept, "ctx": a.ctx, "budget": b.budget, "windows": a.windows,
                     "scored_tokens": r.scored_tokens, "ppl": r.perplexity, "full_ppl": full_ppl,
                     "ratio": ratio, "kv_bytes": r.kv_bytes, "kv_bytes_full": full_bytes,
-                    "kv_dtype": KV_DTYPE, "model": a.model.model,
+                    "kv_dtype": a.kv_dtype, "model": a.model.model,
                 });
                 records.write(&record)?;
                 rows.push(record);
@@ -277,7 +280,7 @@ pub fn eval(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Value> {
         .map(|(t, f)| json!({"text": t.name, "file": t.path.display().to_string(), "full": f.0}))
         .collect();
     Ok(
-        json!({"ctx": a.ctx, "windows": a.windows, "kv_dtype": KV_DTYPE, "texts": texts_json,
+        json!({"ctx": a.ctx, "windows": a.windows, "kv_dtype": a.kv_dtype, "texts": texts_json,
         "rows": rows, "summary": summary}),
     )
 }

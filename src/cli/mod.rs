@@ -11,6 +11,7 @@ mod export;
 mod generate;
 mod info;
 mod kv_eval;
+mod kv_ruler;
 mod kv_texts;
 mod perplexity;
 mod plot;

@@ -417,7 +417,9 @@ impl SeqCache {
         };
         let values: Vec<Vec<f32>> = match (&l.v, self.policy.needs_values()) {
             (Some(vb), true) => {
-                let v = self.dtype.decode(&vb.narrow(1, 0, l.len)?.contiguous()?, hd)?;
+                let v = self
+                    .dtype
+                    .decode(&vb.narrow(1, 0, l.len)?.contiguous()?, hd)?;
                 let rotation = self.dtype.rotation(hd);
                 (0..kvh)
                     .map(|h| {

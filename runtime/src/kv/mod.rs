@@ -6,6 +6,7 @@
 pub mod cache;
 pub mod passkey;
 pub mod policy;
+pub mod ruler;
 
 pub use cache::SeqCache;
 pub use tern_models::KvDtype;

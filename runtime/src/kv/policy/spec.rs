@@ -21,8 +21,7 @@ use std::str::FromStr;
 
 use super::{
     AdaKvParams, Covariance, ExpectedParams, H2oParams, KeyDiffParams, KvPolicy, Pool,
-    PyramidKvParams, RkvParams, Scorer,
-    SnapKvParams, StreamingParams,
+    PyramidKvParams, RkvParams, Scorer, SnapKvParams, StreamingParams,
 };
 
 /// Keys each policy accepts, in printing order.
