@@ -817,7 +817,8 @@ fn adakv_on_smollm2_keeps_head_wise_budgets_and_hides_padding() {
     assert_eq!(out.token_ids.len(), 40);
     // Peak: every layer at most its padded capacity plus one 16-token chunk,
     // against 240 entries per layer for a full cache.
-    let per_entry = 2 * c.n_kv_head * c.head_dim * 4 * c.n_layer;
+    let per_entry =
+        2 * c.n_kv_head * tern_runtime::kv::KvDtype::F16.row_bytes(c.head_dim) * c.n_layer;
     let cap = small.head_capacity(0, c.n_layer, c.n_kv_head).unwrap() + 16;
     assert!(cap < 240);
     assert!(
