@@ -487,6 +487,8 @@ mod tests {
             (r#"{"stop": ["a","b","c","d","e"]}"#, "stop"),
             (r#"{"stop": ""}"#, "stop"),
             (r#"{"kv_policy": "bogus"}"#, "kv_policy"),
+            (r#"{"kv_dtype": "q5_k"}"#, "kv_dtype"),
+            (r#"{"kv_dtype": 8}"#, "kv_dtype"),
             (r#"{"kv_policy": "snapkv:budget=x"}"#, "kv_policy"),
             (
                 r#"{"response_format": {"type": "json_schema"}}"#,
