@@ -906,10 +906,7 @@ impl Llama {
     ) -> Result<Tensor> {
         if cache.wants_queries(layer) {
             // In the model's frame, before any rotation for the cache.
-            let scale = match self.query_scale {
-                Some(_) => 1.0,
-                None => 1.0 / (self.config.head_dim as f64).sqrt(),
-            };
+            let scale = self.score_scale() as f64;
             let rotary = match (&self.rotary_local, self.sliding_window(layer)) {
                 (Some(local), Some(_)) => local,
                 _ => &self.rotary,
@@ -934,6 +931,15 @@ impl Llama {
         turn(&out, rot.v)
     }
 
+    /// What a query-key dot product is multiplied by to give a logit: 1 where
+    /// the queries arrive scaled (Gemma's query scale), else `1/sqrt(head_dim)`.
+    fn score_scale(&self) -> f32 {
+        match self.query_scale {
+            Some(_) => 1.0,
+            None => (1.0 / (self.config.head_dim as f64).sqrt()) as f32,
+        }
+    }
+
     /// [`Self::attention`] in the frame the cache stores.
     fn attend_cache(
         &self,
@@ -946,10 +952,7 @@ impl Llama {
     ) -> Result<Tensor> {
         let c = &self.config;
         let (g, n) = (c.group_size(), q_pos.len());
-        let scale = match self.query_scale {
-            Some(_) => 1.0,
-            None => (1.0 / (c.head_dim as f64).sqrt()) as f32,
-        };
+        let scale = self.score_scale();
         let window = self.sliding_window(layer).map(|w| w as u32);
         let (kc, vc) = cache.append(layer, k, v, q_pos)?; // [KV, C, hd]
         let n_cached = kc.dim(1)?;
