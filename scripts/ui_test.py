@@ -64,6 +64,7 @@ QUERY = {
     "autosend": "1",
     "policy": "streaming",
     "budget": "32",
+    "kv_dtype": "q8_0",
     "max_tokens": "64",
 }
 BEST_OF_QUERY = {
@@ -78,7 +79,7 @@ BEST_OF_QUERY = {
 }
 # Settings a previous visit saved in the browser would carry over: each
 # visit below sets the ones that matter.
-PLAIN = {"autosend": "1", "policy": "full", "best_of": "1", "effort": "off"}
+PLAIN = {"autosend": "1", "policy": "full", "kv_dtype": "", "best_of": "1", "effort": "off"}
 SCHEMA = {
     "type": "object",
     "properties": {"color": {"type": "string", "enum": ["red", "green", "blue"]}, "apples": {"type": "integer"}},
@@ -297,6 +298,8 @@ def run_browser(base: str, chromium: str, deadline: float, screenshot: Path | No
         raise Fail(f"tokens/s is not above zero: {tps}")
     if not info["spec"].startswith("streaming:budget=32"):
         raise Fail(f"the server reports KV policy {info['spec']!r}, expected streaming:budget=32...")
+    if not info["spec"].endswith("· q8_0"):
+        raise Fail(f"the server reports storage {info['spec']!r}, expected the q8_0 the page asked for")
     if not held < full:
         raise Fail(f"a 32-token budget should hold less than a full cache: held={held} full={full}")
     return (f"reply {one(reply)[:60]!r}..., {tps} tok/s, {one(info['kvText'])}, {info['spec']}; "

@@ -12,6 +12,7 @@ use tern_runtime::engine::{
     ThinkSpec,
 };
 use tern_runtime::generate::{generate, GenerateRequest};
+use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::SamplingParams;
 
 use crate::support::tiny::{load_tiny, load_tiny_spec, TinySpec};
@@ -192,6 +193,7 @@ fn dropping_the_stream_cancels_and_frees_the_sequence() {
     let engine = EngineHandle::spawn(Arc::new(model), small_config());
     let mut req = SubmitRequest::new(prompt(1, 8), sampling(1.0, 1), ctx - 8);
     req.ignore_eos = true;
+    req.kv_dtype = KvDtype::F32;
     let mut s = engine.submit(req).unwrap();
     let mut tokens = 0;
     while tokens < 3 {
@@ -199,6 +201,13 @@ fn dropping_the_stream_cancels_and_frees_the_sequence() {
             tokens += 1;
         }
     }
+    // While it runs, its KV bytes are reported under its policy and storage
+    // type (the /metrics series `tern_kv_bytes_in_use{policy,dtype}`).
+    wait_for(&engine, "KV series", |e| {
+        let m = e.metrics().snapshot();
+        let key = ("full".to_string(), "f32".to_string());
+        m.by_policy.get(&key).is_some_and(|p| p.bytes_in_use > 0)
+    });
     drop(s);
     wait_for(&engine, "cancel", |e| {
         let m = e.metrics().snapshot();

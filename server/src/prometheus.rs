@@ -110,13 +110,14 @@ pub fn render(m: &MetricsSnapshot) -> String {
         w,
         "tern_kv_bytes_in_use",
         "gauge",
-        "KV cache bytes held by running sequences, by policy.",
+        "KV cache bytes held by running sequences, by policy and storage type.",
     );
-    for (policy, kv) in &m.by_policy {
+    for ((policy, dtype), kv) in &m.by_policy {
         let _ = writeln!(
             w,
-            "tern_kv_bytes_in_use{{policy=\"{}\"}} {}",
+            "tern_kv_bytes_in_use{{policy=\"{}\",dtype=\"{}\"}} {}",
             escape(policy),
+            escape(dtype),
             kv.bytes_in_use
         );
     }
@@ -124,13 +125,14 @@ pub fn render(m: &MetricsSnapshot) -> String {
         w,
         "tern_kv_bytes_saved",
         "gauge",
-        "KV cache bytes a full cache would hold beyond what running sequences hold, by policy.",
+        "KV cache bytes a full cache of the same storage type would hold beyond what running sequences hold, by policy and storage type.",
     );
-    for (policy, kv) in &m.by_policy {
+    for ((policy, dtype), kv) in &m.by_policy {
         let _ = writeln!(
             w,
-            "tern_kv_bytes_saved{{policy=\"{}\"}} {}",
+            "tern_kv_bytes_saved{{policy=\"{}\",dtype=\"{}\"}} {}",
             escape(policy),
+            escape(dtype),
             kv.bytes_saved
         );
     }
@@ -203,7 +205,7 @@ mod tests {
         };
         let mut by_policy = BTreeMap::new();
         by_policy.insert(
-            "snapkv".to_string(),
+            ("snapkv".to_string(), "q8_0".to_string()),
             PolicyKv {
                 sequences: 1,
                 bytes_in_use: 100,
@@ -254,8 +256,8 @@ mod tests {
         }
         assert!(text.contains("tern_requests_running 2\n"));
         assert!(text.contains("# TYPE tern_requests_finished_total counter\n"));
-        assert!(text.contains("tern_kv_bytes_in_use{policy=\"snapkv\"} 100\n"));
-        assert!(text.contains("tern_kv_bytes_saved{policy=\"snapkv\"} 900\n"));
+        assert!(text.contains("tern_kv_bytes_in_use{policy=\"snapkv\",dtype=\"q8_0\"} 100\n"));
+        assert!(text.contains("tern_kv_bytes_saved{policy=\"snapkv\",dtype=\"q8_0\"} 900\n"));
     }
 
     #[test]

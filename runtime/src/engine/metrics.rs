@@ -73,6 +73,10 @@ impl Histogram {
     }
 }
 
+/// A KV series' labels: the policy's name and the storage type's
+/// (`("snapkv", "f16")`).
+pub type KvKey = (String, String);
+
 /// KV bytes held by the running sequences of one policy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PolicyKv {
@@ -98,7 +102,7 @@ pub struct EngineMetrics {
     cancelled: AtomicU64,
     failed: AtomicU64,
     steps: AtomicU64,
-    by_policy: Mutex<BTreeMap<String, PolicyKv>>,
+    by_policy: Mutex<BTreeMap<KvKey, PolicyKv>>,
     /// Seconds from submission to a request's first token.
     pub ttft: Histogram,
     /// Seconds between consecutive tokens of one completion.
@@ -132,8 +136,8 @@ pub struct MetricsSnapshot {
     pub failed: u64,
     /// Forward steps run.
     pub steps: u64,
-    /// KV bytes in use and saved, by policy name.
-    pub by_policy: BTreeMap<String, PolicyKv>,
+    /// KV bytes in use and saved, by policy name and storage type.
+    pub by_policy: BTreeMap<KvKey, PolicyKv>,
     /// Time to first token.
     pub ttft: HistogramSnapshot,
     /// Inter-token latency.
@@ -196,7 +200,7 @@ impl EngineMetrics {
         self.kv_reserved.store(reserved as u64, Ordering::Relaxed);
     }
 
-    pub(crate) fn set_policy_kv(&self, by_policy: BTreeMap<String, PolicyKv>) {
+    pub(crate) fn set_policy_kv(&self, by_policy: BTreeMap<KvKey, PolicyKv>) {
         if let Ok(mut m) = self.by_policy.lock() {
             // Keep policies seen before at zero, so their series do not vanish.
             for v in m.values_mut() {

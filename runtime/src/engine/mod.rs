@@ -33,7 +33,7 @@ use std::time::Instant;
 
 pub use collect::{Collected, Collector, Completion, Conclusion, ProbeOutput};
 pub use embed::{l2_normalize, EmbedReceiver, EmbedRequest, Embeddings, Pooling};
-pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, MetricsSnapshot, PolicyKv};
+pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, KvKey, MetricsSnapshot, PolicyKv};
 pub use output::{FinishReason, TokenLogprob};
 pub(crate) use stop::StopMatcher;
 pub use think::{ConvergenceRule, ProbeSpec, ThinkSpec};

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::apply::{emit_step, start_completions, step_probe, think_pass};
 use super::embed::{plan_batch, run_batch, EmbedJob};
-use super::metrics::PolicyKv;
+use super::metrics::{KvKey, PolicyKv};
 use super::plan::{plan, Slot, StepPlan};
 use super::prefix::PrefixCache;
 use super::running::Running;
@@ -373,11 +373,14 @@ impl Engine {
     }
 
     fn publish_metrics(&self) {
-        let mut by_policy: BTreeMap<String, PolicyKv> = BTreeMap::new();
+        let mut by_policy: BTreeMap<KvKey, PolicyKv> = BTreeMap::new();
         let mut sequences = 0;
         for r in &self.running {
             let entry = by_policy
-                .entry(r.req.kv_policy.name().to_string())
+                .entry((
+                    r.req.kv_policy.name().to_string(),
+                    r.req.kv_dtype.name().to_string(),
+                ))
                 .or_default();
             sequences += r.sequences();
             for seq in r.seq_ids() {
