@@ -18,9 +18,18 @@ stopped (SIGTERM, SIGKILL after 10 s).
 the only limit. If nothing waited, the policy admitted every request sent
 and the figure is a lower bound (marked `>=`; send more with `--requests`).
 
+A setting is a policy spec, optionally with a cache storage type after `@`
+(`snapkv:budget=256@q8_0`; the server's `--kv-dtype`, f16 by default). A
+policy named without a budget (`snapkv@q4_0`) is run once per `--removed`
+percentage, with the budget that removes that share of the prompt's entries
+(ceil(prompt tokens x (100 - removed) / 100), as `tern kv-eval --tasks ruler`
+sizes it).
+
 Usage (from the repository root, after `cargo build --release`):
 
     python3 scripts/capacity.py [--kv-memory 1GiB] [--policy full --policy snapkv:budget=256] [--json]
+    python3 scripts/capacity.py --prompt-tokens 8000 --requests 200 --removed 75,90 \
+        --policy full@f32 --policy full@f16 --policy snapkv@q8_0 --out records.jsonl
 
 Needs the `openai` package (for its HTTP client, httpx or httpx2). Takes about
 a minute on 2 cores; everything it starts is on 127.0.0.1 and is stopped.
@@ -109,7 +118,7 @@ def free_port() -> int:
 class Server:
     """`tern serve` on 127.0.0.1 with a KV policy; a context manager."""
 
-    def __init__(self, args, policy: str):
+    def __init__(self, args, policy: str, dtype: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [
@@ -119,6 +128,7 @@ class Server:
             "--port", str(self.port),
             "--kv-memory", args.kv_memory,
             "--kv-policy", policy,
+            "--kv-dtype", dtype,
             "--max-running", str(args.requests * 2),
             "--max-queue", str(args.requests * 2),
         ]
@@ -243,17 +253,47 @@ async def settle(url: str, timeout: float = 15.0) -> int:
         await asyncio.sleep(0.2)
 
 
+def settings(args, prompt_tokens: int) -> list[tuple[str, str, int | None]]:
+    """(policy spec, storage type, removed %) for every setting asked for."""
+    out = []
+    for item in args.policy:
+        spec, _, dtype = item.partition("@")
+        dtype = dtype or "f16"
+        name = spec.split(":", 1)[0]
+        if name == "full" or "budget=" in spec or not args.removed:
+            out.append((spec, dtype, None))
+            continue
+        for removed in args.removed:
+            budget = -(-prompt_tokens * (100 - removed) // 100)
+            sep = "," if ":" in spec else ":"
+            out.append((f"{spec}{sep}budget={budget}", dtype, removed))
+    return out
+
+
 def run(args) -> dict:
     t0 = time.monotonic()
     prompts, prompt_tokens = build_prompts(args.binary, args.model, args.requests, args.prompt_tokens)
     rows = []
-    for policy in args.policy:
-        with Server(args, policy) as server:
+    out = open(args.out, "a") if args.out else None
+    for policy, dtype, removed in settings(args, prompt_tokens):
+        with Server(args, policy, dtype) as server:
             row = asyncio.run(measure(server.url, prompts, args))
             row["left_running_after_cancel"] = asyncio.run(settle(server.url))
-        row.update(policy=policy, kv_memory=args.kv_memory)
+        row.update(policy=policy, kv_dtype=dtype, removed=removed, kv_memory=args.kv_memory,
+                   prompt_tokens=prompt_tokens, max_tokens=args.max_tokens, requests=args.requests)
+        per = row["reserved_per_request"]
+        row["conversations_per_gib"] = round(2**30 / per, 2) if per else None
         rows.append(row)
-    base = next((r["admitted"] for r in rows if r["policy"] == "full"), rows[0]["admitted"])
+        print(f"{policy}@{dtype}: admitted {row['admitted']} ({'KV-limited' if row['limited_by_kv'] else 'not limited'})",
+              file=sys.stderr, flush=True)
+        if out:
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+    if out:
+        out.close()
+    base_row = next((r for r in rows if r["policy"] == "full" and r["kv_dtype"] == "f32"),
+                    next((r for r in rows if r["policy"] == "full"), rows[0]))
+    base = base_row["admitted"]
     for r in rows:
         r["ratio_vs_full"] = round(r["admitted"] / base, 2) if base else None
     return {
@@ -270,12 +310,12 @@ def print_table(r: dict) -> None:
     print(f"{r['requests']} concurrent streaming chats, prompt ~{r['prompt_tokens']} tokens "
           f"(+ chat template), max_tokens {r['max_tokens']}, observed {observed} s")
     print()
-    print(f"{'policy':<24} {'kv_memory':>9} {'admitted':>9} {'waiting':>8} {'MiB/request':>12} {'ratio':>6}")
+    print(f"{'policy':<32} {'dtype':>5} {'kv_memory':>9} {'admitted':>9} {'waiting':>8} {'MiB/request':>12} {'ratio':>6}")
     for p in r["policies"]:
         admitted = ("" if p["limited_by_kv"] else ">=") + str(p["admitted"])
         per = p["reserved_per_request"]
         per_s = f"{per / 2**20:.1f}" if per else "-"
-        print(f"{p['policy']:<24} {p['kv_memory']:>9} {admitted:>9} {p['waiting']:>8} {per_s:>12} "
+        print(f"{p['policy']:<32} {p['kv_dtype']:>5} {p['kv_memory']:>9} {admitted:>9} {p['waiting']:>8} {per_s:>12} "
               f"{p['ratio_vs_full']:>5}x")
     notes = [p for p in r["policies"] if p["client_errors"] or p["http_statuses"] not in ([], [200])]
     for p in notes:
@@ -297,6 +337,9 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--observe", type=float, default=30.0,
                    help="most seconds to poll /metrics per policy (it stops once every request is accounted for)")
+    p.add_argument("--removed", type=lambda v: [int(x) for x in v.split(",")], default=[],
+                   help="percentages of the prompt's entries removed, for policies named without a budget (e.g. 75,90)")
+    p.add_argument("--out", help="append one JSON record per setting to this file as each finishes")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = p.parse_args()
     args.policy = args.policy or ["full", "snapkv:budget=256"]

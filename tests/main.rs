@@ -14,6 +14,7 @@ mod iq4;
 mod kquant;
 mod kv;
 mod kv_dtype;
+mod kv_tee;
 mod learner;
 mod plot;
 mod quantize;

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use crate::backend::{Backend, LogitsWanted, Row, SeqId};
+use crate::backend::{Backend, LogitsWanted, Row, SeqId, TernBackend};
 use crate::engine::{FinishReason, StopMatcher, TokenLogprob};
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
@@ -120,6 +120,71 @@ fn run(
     seq: SeqId,
     model: &LoadedModel,
     req: &GenerateRequest,
+    on_text: impl FnMut(&str),
+) -> Result<GenerateOutput> {
+    let t0 = Instant::now();
+    let logits = prefill(backend, seq, &req.prompt, 0, req.prefill_chunk)?;
+    decode(
+        backend,
+        seq,
+        model,
+        req,
+        logits,
+        t0.elapsed().as_secs_f64(),
+        on_text,
+    )
+}
+
+/// Answers `req.prompt` under each of `policies` (stored as `req.kv_dtype`;
+/// `req.kv_policy` is not read), reading the prompt once for all of them
+/// ([`TernBackend::prefill_each`]: one chunk, whatever `req.prefill_chunk`
+/// says). Each output equals what [`generate`] gives under that policy with
+/// the prompt in one chunk; each reports the shared prefill's seconds.
+pub fn generate_each<M>(
+    backend: &mut TernBackend<M>,
+    model: &LoadedModel,
+    req: &GenerateRequest,
+    policies: &[KvPolicy],
+) -> Result<Vec<GenerateOutput>>
+where
+    M: std::ops::Deref<Target = LoadedModel> + Send,
+{
+    req.sampling.validate()?;
+    model.check_prompt(req.prompt.len())?;
+    let t0 = Instant::now();
+    let (seqs, logits) = backend.prefill_each(&req.prompt, policies, req.kv_dtype)?;
+    let prefill_secs = t0.elapsed().as_secs_f64();
+    let mut outs = Vec::with_capacity(seqs.len());
+    let mut result = Ok(());
+    for &seq in &seqs {
+        if result.is_ok() {
+            match decode(
+                backend,
+                seq,
+                model,
+                req,
+                logits.clone(),
+                prefill_secs,
+                |_| {},
+            ) {
+                Ok(out) => outs.push(out),
+                Err(e) => result = Err(e),
+            }
+        }
+        backend.free(seq);
+    }
+    result.map(|()| outs)
+}
+
+/// Samples from the prompt's last `logits` on: one token per forward until a
+/// stop or the limit.
+fn decode(
+    backend: &mut dyn Backend,
+    seq: SeqId,
+    model: &LoadedModel,
+    req: &GenerateRequest,
+    mut logits: Vec<f32>,
+    prefill_secs: f64,
     mut on_text: impl FnMut(&str),
 ) -> Result<GenerateOutput> {
     let ctx = model.config().context_length;
@@ -136,7 +201,7 @@ fn run(
         logprobs: Vec::new(),
         finish_reason: FinishReason::Length,
         prompt_tokens: req.prompt.len(),
-        prefill_secs: 0.0,
+        prefill_secs,
         decode_secs: 0.0,
         decode_steps: 0,
         kv_bytes: 0,
@@ -145,10 +210,6 @@ fn run(
     };
     let mut decoder = StreamDecoder::new();
     let mut stops = StopMatcher::new(req.stop.clone());
-
-    let t0 = Instant::now();
-    let mut logits = prefill(backend, seq, &req.prompt, 0, req.prefill_chunk)?;
-    out.prefill_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
     while out.token_ids.len() < req.max_tokens {

@@ -6,12 +6,11 @@
 //! recomputed (scripts/kv_table.py).
 
 use std::io::Write;
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use serde_json::json;
 use tern_runtime::backend::TernBackend;
-use tern_runtime::generate::{generate, GenerateRequest};
+use tern_runtime::generate::{generate_each, GenerateRequest};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::ruler::{self, RulerSample, RulerTask};
 use tern_runtime::sampler::SamplingParams;
@@ -42,28 +41,33 @@ fn mean(xs: &[f64]) -> f64 {
     }
 }
 
-/// Greedy answer to `sample` under `p`: the output and its seconds.
-fn answer(
+/// Greedy answers to `sample` under each of `policies`: the prompt is read
+/// once, in one chunk, for all of them (`generate_each`; each answer equals
+/// the policy's answer alone, tests/kv_tee.rs), so score-based policies
+/// compress the whole prompt once, seeing the question's queries, as in the
+/// passkey task. Returns the outputs and the seconds of the shared prefill.
+fn answers(
     model: &LoadedModel,
     sample: &RulerSample,
-    p: &KvPolicy,
+    policies: &[KvPolicy],
     dtype: tern_runtime::kv::KvDtype,
-) -> Result<(tern_runtime::generate::GenerateOutput, f64)> {
+) -> Result<Vec<tern_runtime::generate::GenerateOutput>> {
     let req = GenerateRequest {
-        // One prefill chunk: score-based policies compress the whole prompt
-        // once, seeing the question's queries, as in the passkey task.
         prefill_chunk: sample.tokens.len(),
         prompt: sample.tokens.clone(),
         sampling: SamplingParams::greedy(),
         max_tokens: sample.max_new_tokens,
         ignore_eos: false,
         stop: Vec::new(),
-        kv_policy: p.clone(),
+        kv_policy: KvPolicy::Full,
         kv_dtype: dtype,
     };
-    let t = Instant::now();
-    let out = generate(&mut TernBackend::new(model), model, &req, |_| {})?;
-    Ok((out, t.elapsed().as_secs_f64()))
+    Ok(generate_each(
+        &mut TernBackend::new(model),
+        model,
+        &req,
+        policies,
+    )?)
 }
 
 /// Average over tasks of each task's mean score, for one setting.
@@ -156,18 +160,25 @@ pub fn eval_ruler(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Val
                 let sample = ruler::build(&model.tokenizer, task, length, seed)
                     .with_context(|| format!("ruler {task} at {length} tokens"))?;
                 let n = sample.tokens.len();
-                for (si, s) in settings.iter().enumerate() {
-                    let (p, b) = if s.removed == 0 {
-                        (KvPolicy::Full, n)
+                let mut policies = Vec::with_capacity(settings.len());
+                let mut budgets = Vec::with_capacity(settings.len());
+                for s in &settings {
+                    if s.removed == 0 {
+                        policies.push(KvPolicy::Full);
+                        budgets.push(n);
                     } else {
                         let b = budget(n, s.removed);
-                        (policy(&s.name, b)?, b)
-                    };
-                    let (out, secs) = answer(model, &sample, &p, a.kv_dtype)?;
+                        policies.push(policy(&s.name, b)?);
+                        budgets.push(b);
+                    }
+                }
+                let outs = answers(model, &sample, &policies, a.kv_dtype)?;
+                for (si, ((s, p), out)) in settings.iter().zip(&policies).zip(outs).enumerate() {
+                    let b = budgets[si];
                     let score = ruler::score(&sample.expected, &out.text);
                     eprintln!(
-                        "ruler {task} {length} #{i} {p} (-{}%): {score:.0} in {secs:.1}s",
-                        s.removed
+                        "ruler {task} {length} #{i} {p} (-{}%): {score:.0} (decode {:.1}s)",
+                        s.removed, out.decode_secs
                     );
                     cells.entry((si, task)).or_default().push(score);
                     let rec = json!({
@@ -176,8 +187,10 @@ pub fn eval_ruler(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Val
                         "policy": p.to_string(), "name": s.name, "removed": s.removed,
                         "budget": b, "kv_dtype": a.kv_dtype, "expected": sample.expected,
                         "answer": out.text, "score": score, "kv_bytes": out.kv_bytes,
-                        "kv_bytes_full": out.kv_bytes_full, "seconds": secs,
+                        "kv_bytes_full": out.kv_bytes_full,
+                        "seconds": out.prefill_secs + out.decode_secs,
                         "prefill_secs": out.prefill_secs, "decode_secs": out.decode_secs,
+                        "shared_prefill": true,
                     });
                     if let Some(f) = out_file.as_mut() {
                         writeln!(f, "{rec}")?;

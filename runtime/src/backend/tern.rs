@@ -11,7 +11,7 @@ use tern_models::{EvictionLog, KvDtype, SeqBatch};
 use super::{Backend, Row, SeqId, SeqKv};
 use crate::error::{Result, RuntimeError};
 use crate::kv::policy::KvPolicy;
-use crate::kv::SeqCache;
+use crate::kv::{SeqCache, TeeCache};
 use crate::model::LoadedModel;
 
 /// Runs a [`LoadedModel`] (held as `Arc<LoadedModel>` by the engine, or
@@ -76,6 +76,50 @@ impl<M: Deref<Target = LoadedModel>> TernBackend<M> {
             self.seqs.insert(r.seq, c);
         }
         result
+    }
+
+    /// Reads `prompt` once, as one chunk, into a fresh sequence per policy
+    /// (all stored as `dtype`) and ends their prefill: each sequence then
+    /// holds what it would after prefilling `prompt` alone (see
+    /// [`TeeCache`]). Returns the sequences in `policies`' order and the last
+    /// prompt token's logits, which they share.
+    pub fn prefill_each(
+        &mut self,
+        prompt: &[u32],
+        policies: &[KvPolicy],
+        dtype: KvDtype,
+    ) -> Result<(Vec<SeqId>, Vec<f32>)> {
+        let members = policies
+            .iter()
+            .map(|p| SeqCache::with_storage(self.model.config(), p.clone(), dtype))
+            .collect::<tern_models::Result<Vec<_>>>()?;
+        let mut tee = TeeCache::new(members).map_err(|e| RuntimeError::InvalidParam {
+            param: "kv_policy".into(),
+            reason: e.to_string(),
+        })?;
+        let logits = {
+            let mut batch = [SeqBatch {
+                tokens: prompt,
+                start_pos: 0,
+                cache: &mut tee,
+                logits: tern_models::LogitsWanted::Last,
+            }];
+            self.model.arch.forward(&mut batch)?
+        };
+        tee.finish_prefill()?;
+        let logits = logits
+            .into_iter()
+            .next()
+            .flatten()
+            .ok_or(RuntimeError::EmptyPrompt)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let seqs = tee
+            .into_members()
+            .into_iter()
+            .map(|c| self.insert(c))
+            .collect();
+        Ok((seqs, logits))
     }
 
     fn unknown(seq: SeqId) -> RuntimeError {

@@ -598,25 +598,29 @@ impl KvStore for SeqCache {
     }
 
     fn observe_attention(&mut self, layer: usize, weights: &Tensor) -> tern_models::Result<()> {
-        // [KV, G, n, C] -> combine the group by mean -> [KV, n, C]
-        let w: Vec<Vec<Vec<f32>>> = weights.mean(1)?.to_vec3()?;
+        // [KV, G, n, C] -> the group's mean per row. Only H2O's running sums
+        // read every row; the other scorers keep the last `window` rows, so
+        // only those are reduced (a 4k-token prompt's rows are 3/4 of a GiB).
+        let (kvh, g, n, c) = weights.dims4()?;
         let window = self.policy.window().max(1);
+        let track = self.policy.needs_cumulative();
+        let first = if track { 0 } else { n.saturating_sub(window) };
         let l = &mut self.layers[layer];
-        for (h, rows) in w.into_iter().enumerate() {
+        let mut row = vec![0f32; c];
+        with_group_means(weights, (kvh, g, n, c), first, |h, i, mean| {
             let cum = &mut l.cumulative[h];
-            for row in &rows {
-                for (c, x) in cum.iter_mut().zip(row) {
-                    *c += x;
+            for (x, m) in cum.iter_mut().zip(mean) {
+                *x += m;
+            }
+            if i + window >= n {
+                row.copy_from_slice(mean);
+                let recent = &mut l.recent[h];
+                recent.push_back(row.clone());
+                while recent.len() > window {
+                    recent.pop_front();
                 }
             }
-            let recent = &mut l.recent[h];
-            let skip = rows.len().saturating_sub(window);
-            recent.extend(rows.into_iter().skip(skip));
-            while recent.len() > window {
-                recent.pop_front();
-            }
-        }
-        Ok(())
+        })
     }
 
     fn wants_queries(&self, layer: usize) -> bool {
@@ -653,5 +657,67 @@ impl KvStore for SeqCache {
             self.compress(layer)?;
         }
         Ok(())
+    }
+}
+
+/// Calls `each(kv_head, row, mean)` for query rows `first..n` of attention
+/// weights `[KV, G, n, C]` (f32), in head then row order, `mean` being the
+/// row averaged over the group's `G` query heads exactly as candle's
+/// `mean(1)` rounds it (sum in head order, times `1/G`), without copying the
+/// weights.
+fn with_group_means(
+    weights: &Tensor,
+    (kvh, g, n, c): (usize, usize, usize, usize),
+    first: usize,
+    mut each: impl FnMut(usize, usize, &[f32]),
+) -> tern_models::Result<()> {
+    let weights = weights.contiguous()?;
+    let (storage, layout) = weights.storage_and_layout();
+    let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(all)) = &*storage else {
+        return Err(
+            candle_core::Error::Msg("attention weights must be f32 on the CPU".into()).into(),
+        );
+    };
+    let w = &all[layout.start_offset()..layout.start_offset() + kvh * g * n * c];
+    let scale = (1f64 / g as f64) as f32;
+    let mut mean = vec![0f32; c];
+    for h in 0..kvh {
+        for i in first..n {
+            mean.fill(0.0);
+            for j in 0..g {
+                let at = ((h * g + j) * n + i) * c;
+                for (m, x) in mean.iter_mut().zip(&w[at..at + c]) {
+                    *m += x;
+                }
+            }
+            for m in &mut mean {
+                *m *= scale;
+            }
+            each(h, i, &mean);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod group_mean_tests {
+    use super::with_group_means;
+    use candle_core::{Device, Tensor};
+
+    #[test]
+    fn group_means_round_as_candles_mean() {
+        let (kvh, g, n, c) = (2, 3, 5, 7);
+        let data: Vec<f32> = (0..kvh * g * n * c)
+            .map(|i| ((i * 7919 % 1013) as f32 / 977.0).powi(3))
+            .collect();
+        let t = Tensor::from_vec(data, (kvh, g, n, c), &Device::Cpu).unwrap();
+        let want: Vec<Vec<Vec<f32>>> = t.mean(1).unwrap().to_vec3().unwrap();
+        let mut seen = 0;
+        with_group_means(&t, (kvh, g, n, c), 2, |h, i, mean| {
+            assert_eq!(mean, &want[h][i][..], "head {h} row {i}");
+            seen += 1;
+        })
+        .unwrap();
+        assert_eq!(seen, kvh * (n - 2));
     }
 }

@@ -7,6 +7,8 @@ pub mod cache;
 pub mod passkey;
 pub mod policy;
 pub mod ruler;
+pub mod tee;
 
 pub use cache::SeqCache;
+pub use tee::{TeeCache, TeeError};
 pub use tern_models::KvDtype;
