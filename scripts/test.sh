@@ -45,6 +45,9 @@ say "fetching the model and the test vocabularies"
 python3 scripts/fetch_vocab.py
 
 # 4. Style gates, then the suite.
+say "docs' tables against their records (scripts/tables.py)"
+python3 scripts/tables.py --self-test
+python3 scripts/tables.py --check
 say "cargo fmt --check / clippy"
 cargo fmt --all -- --check
 cargo clippy --release --locked --workspace --all-targets -- -D warnings

@@ -1,0 +1,432 @@
+"""Regenerates the result tables of docs/TRAINING.md, docs/SPARSE_RL.md and
+docs/REASONING.md from their records (docs/records/<run>/, docs/eval/*.jsonl).
+
+Each generated table sits between `<!-- table:NAME:start -->` and
+`<!-- table:NAME:end -->` in its doc; only the text between a pair is ever
+rewritten, so hand-written prose around a table (or a neighbouring section)
+cannot be lost the way scripts/gsm8k_progress.py once lost the HumanEval
+section. A number in a table comes from a record or, where a run predates
+docs/records, from a constant named UNRECORDED_* that the doc flags as
+"Record missing".
+
+Usage:
+  python3 scripts/tables.py              rewrite every region
+  python3 scripts/tables.py --check      exit 1 if a region differs from its records
+  python3 scripts/tables.py --self-test  check the region rewriter on a temporary doc
+"""
+import json
+import pathlib
+import re
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+RECORDS = DOCS / "records"
+EVAL = DOCS / "eval"
+
+MARKER = re.compile(r"^<!-- table:([a-z0-9-]+):(start|end) -->$", re.M)
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+
+
+class RegionError(Exception):
+    """A doc's markers are missing, unpaired or name no known table."""
+
+
+# ---------------------------------------------------------------- regions
+
+def regions(text):
+    """Returns {name: (body_start, body_end)} for each marked region, the
+    offsets of the text strictly between the start line and the end line."""
+    found, open_name, open_at = {}, None, None
+    for m in MARKER.finditer(text):
+        name, kind = m.group(1), m.group(2)
+        if kind == "start":
+            if open_name is not None:
+                raise RegionError(f"table:{name} starts inside table:{open_name}")
+            if name in found:
+                raise RegionError(f"table:{name} is marked twice")
+            open_name, open_at = name, m.end() + 1  # past the marker's newline
+        else:
+            if open_name != name:
+                raise RegionError(f"table:{name} ends without its start")
+            found[name] = (open_at, m.start())
+            open_name = None
+    if open_name is not None:
+        raise RegionError(f"table:{open_name} has no end marker")
+    return found
+
+
+def rewrite(text, bodies):
+    """Replaces the body of each region named in `bodies` and nothing else;
+    every byte outside those bodies is kept as it was."""
+    spans = regions(text)
+    missing = sorted(set(bodies) - set(spans))
+    if missing:
+        raise RegionError("no markers for " + ", ".join(f"table:{n}" for n in missing))
+    out, at = [], 0
+    for name, (start, end) in sorted(spans.items(), key=lambda kv: kv[1][0]):
+        if name in bodies:
+            body = bodies[name]
+            if not body.endswith("\n"):
+                body += "\n"
+            out += [text[at:start], body]
+            at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
+# ---------------------------------------------------------------- reading records
+
+def jsonl(path):
+    """The records of a JSONL file, blank lines skipped."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def eval_records(path):
+    """`tern eval --records` lines keyed by (strategy, task); a later line for
+    the same key replaces an earlier one, as `tern eval` reads them."""
+    return {(r["strategy"], r["task"]): r for r in jsonl(path)}
+
+
+def eval_rows(path, strategies):
+    """One row per strategy over the tasks every strategy has a record for,
+    computed as `tern eval --report` does (solve/src/eval/report.rs), so the
+    table needs no build of the binary."""
+    recs = eval_records(path)
+    tasks = sorted({t for (_, t) in recs if all((s, t) in recs for s in strategies)})
+    n = len(tasks)
+    rows, first_right = {}, None
+    for s in strategies:
+        rs = [recs[(s, t)] for t in tasks]
+        width = int(m.group(1)) if (m := re.match(r"adaptive@(\d+)", s)) else None
+        right = {r["task"] for r in rs if r["ok"]}
+        row = {
+            "tasks": n,
+            "correct": len(right),
+            "tokens_per_task": sum(r["tokens"] for r in rs) / n,
+            "samples_per_task": sum(r["candidates"] for r in rs) / n,
+            "width_stops": sum(1 for r in rs if width and r["candidates"] < width),
+            "seconds": sum(r["seconds"] for r in rs),
+            "no_answer": sum(1 for r in rs if r["answer"] is None),
+            "records": rs,
+        }
+        if first_right is None:
+            first_right = right
+        else:
+            row["wins"] = len(right - first_right)
+            row["losses"] = len(first_right - right)
+        rows[s] = row
+    return rows
+
+
+def log_field(log, pattern):
+    """The first group of `pattern` in a run's log; a missing field is an error,
+    not a blank cell."""
+    m = re.search(pattern, log)
+    if not m:
+        raise ValueError(f"log has no match for {pattern!r}")
+    return m.group(1)
+
+
+def time_v(log):
+    """(peak RSS in kB, wall seconds) from `/usr/bin/time -v` lines in a log."""
+    kb = int(log_field(log, r"Maximum resident set size \(kbytes\): (\d+)"))
+    parts = [float(p) for p in log_field(log, r"Elapsed \(wall clock\) time \([^)]*\): ([\d:.]+)").split(":")]
+    secs = 0.0
+    for p in parts:
+        secs = secs * 60 + p
+    return kb, secs
+
+
+def arg(args, flag):
+    """The value after `flag` in a recorded command line."""
+    return log_field(args, re.escape(flag) + r" (\S+)")
+
+
+def run(name):
+    """(metrics, log text, args text) of docs/records/<name>/; absent files are empty."""
+    d = RECORDS / name
+    read = lambda f: (d / f).read_text() if (d / f).exists() else ""
+    return jsonl(d / "metrics.jsonl") if (d / "metrics.jsonl").exists() else [], read("log.txt"), read("args.txt")
+
+
+def table(header, rows):
+    """A Markdown table."""
+    line = lambda cells: "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+    lines = [line(header), "|" + "---|" * len(header)] + [line(r) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def pct(k, n):
+    return f"{k}/{n} ({100 * k / n:.1f}%)"
+
+
+def mib(b):
+    return f"{b / MIB:.0f} MiB"
+
+
+# ---------------------------------------------------------------- docs/TRAINING.md
+
+# The f32-learner run of 2026-11-30 (`runs/grpo-arith`) was never kept: runs/
+# is not in git. Its column is quoted from the doc as it stood, and the doc
+# says so under the table.
+UNRECORDED_F32_RUN = {
+    "cap": "2 GiB",
+    "resident": "not recorded (an f32 copy plus the GGUF)",
+    "plan": "activations kept (micro-batch not recorded)",
+    "peak": "1,931,816 kB = 1.84 GiB",
+    "heldout": "44% -> 93%",
+    "reward": "0.388 -> 0.909",
+    "wall": "33 min 35 s (two builds beside it)",
+    "learner": "not recorded",
+}
+
+
+def training_learner_vs_f32():
+    """The quantized learner's 50-step run under 600 MiB beside the f32 run."""
+    m, log, args = run("grpo-arith-gguf")
+    ev = json.loads((RECORDS / "grpo-arith-gguf/eval.json").read_text())
+    assert len(m) == 50, "the table quotes steps 1-10 and 41-50 of a 50-step run"
+    kb, wall = time_v(log)
+    cap = float(log_field(log, r"cap ([\d.]+) MiB"))
+    recompute = "recompute on" in log
+    chosen = "" if "--recompute" in args else " (the planner's choice)"
+    wall = round(wall)
+    mean = lambda xs: sum(x["reward_mean"] for x in xs) / len(xs)
+    learner = sum(x["learner_tokens"] for x in m) / sum(x["learner_seconds"] for x in m)
+    f = UNRECORDED_F32_RUN
+    resident = float(log_field(log, r"loaded: resident ([\d.]+) MiB"))
+    micro = log_field(log, r"micro-batch (\d+)")
+    rows = [
+        ["cap", f["cap"], f"{cap:g} MiB"],
+        ["resident after loading both models", f["resident"], f"{resident:.0f} MiB (one GGUF)"],
+        ["plan", f["plan"],
+         f"micro-batch {micro}{', blocks recomputed' if recompute else ', activations kept'}{chosen}"],
+        ["peak RSS (`/usr/bin/time -v`)", f["peak"], f"**{kb:,} kB = {kb / 1024:.1f} MiB**"],
+        ["held-out greedy accuracy before -> after", f["heldout"],
+         f"{100 * ev['before']:.0f}% -> **{100 * ev['after']:.0f}%**"],
+        ["mean reward, steps 1-10 -> 41-50", f["reward"], f"{mean(m[:10]):.3f} -> {mean(m[40:]):.3f}"],
+        [f"wall time, {len(m)} steps", f["wall"], f"{wall // 60} min {wall % 60} s (dry runs beside it)"],
+        ["learner tokens/s (`learner_tokens / learner_seconds`)", f["learner"], f"{learner:.1f}"],
+    ]
+    return table(["", "f32 learner (run above, 2026-11-30)", "quantized learner (2026-12-03)"], rows)
+
+
+def training_learner_ab():
+    """Step 1 of the same config under the three learners."""
+    runs = [("learner-ab-f32", "`--learner-weights f32`"),
+            ("learner-ab-gguf", "`--learner-weights gguf --recompute false`"),
+            ("learner-ab-gguf-recompute", "`--learner-weights gguf --recompute true`")]
+    rows, base = [], None
+    for name, label in runs:
+        s = run(name)[0][0]
+        assert s["step"] == 1
+        tps = s["learner_tokens"] / s["learner_seconds"]
+        speed = f"{tps:.1f}" if base is None else f"{tps:.1f} ({tps / base:.2f}x)"
+        base = base or tps
+        rss = s["peak_rss_bytes"]
+        rss = f"{rss / GIB:.1f} GiB" if rss >= GIB else mib(rss)
+        rows.append([label, speed, rss, f"{s['loss']:.6f}, {s['grad_norm']:.6f}"])
+    return table(["learner", "learner tokens/s", "peak RSS", "loss, grad norm"], rows)
+
+
+def training_llama32_1b_shape():
+    """One LoRA step of each algorithm on a random Llama-3.2-1B-shaped model."""
+    steps = {r["algorithm"]: r["metrics"] for r in jsonl(RECORDS / "llama32-1b-shape/steps.jsonl")}
+    size = lambda b: f"{b / GIB:.2f} GiB" if b >= GIB else mib(b)
+    g, s = steps["grpo"], steps["sft"]
+    assert g["groups_with_signal"] == 0, "the row's text says no group reached the learner"
+    return table(["step", "what ran", "wall", "peak RSS"], [
+        ["GRPO (2 prompts x 4, 16 new tokens)",
+         f"{g['rollout_tokens']} rollout tokens; random weights earn no reward, so no group reached the learner",
+         f"{g['seconds']:.1f} s", size(g["peak_rss_bytes"])],
+        ["SFT (2 prompts)",
+         f"the learner's forward and backward over {s['learner_tokens']} answer tokens",
+         f"{s['seconds']:.1f} s", f"{size(s['peak_rss_bytes'])} (estimate {size(s['peak_estimate_bytes'])})"],
+    ])
+
+
+# ---------------------------------------------------------------- docs/SPARSE_RL.md
+
+def sparse_cap_600mib():
+    """Dry runs and one real step per rollout policy under a 600 MiB cap."""
+    rows, base = [], None
+    for policy in ["full", "rkv"]:
+        dm, dlog, dargs = run(f"cap600-dryrun-{policy}")
+        sm, slog, _ = run(f"cap600-step-{policy}")
+        d, s = dm[0], sm[0]
+        at_once = int(log_field(dlog, r"\((\d+) sequences at once\)"))
+        total = int(arg(dargs, "--group-size")) * int(arg(dargs, "--prompts-per-step"))
+        tps = d["tokens_per_s"]
+        if base is None:
+            base = (at_once, tps)
+            seqs, speed = f"**{at_once} of {total}**", f"{tps:.1f}"
+        else:
+            seqs = f"**{at_once} of {total}** ({at_once / base[0]:.1f}x)"
+            speed = f"{tps:.1f} ({tps / base[1]:.2f}x)"
+        rows.append([f"`{arg(dargs, '--rollout-kv-policy')}`", seqs, f"{d['rollout_tokens']:,}", speed,
+                     f"{time_v(dlog)[0] / 1024:.0f} MiB",
+                     f"{s['learner_tokens']:,} ({s['groups_with_signal']} groups with signal)",
+                     f"{time_v(slog)[0] / 1024:.0f} MiB"])
+    return table(["rollout policy", "sequences decoding at once", "rollout tokens", "rollout tokens/s",
+                  "peak RSS, dry run", "real step: learner tokens", "real step: peak RSS"], rows)
+
+
+# ---------------------------------------------------------------- docs/REASONING.md
+
+def reasoning_arith_bon8():
+    """All 200 generated arithmetic tasks, five strategies in one run."""
+    labels = {"majority@8": "majority@8", "adaptive@8": "adaptive@8 (waves of 2)",
+              "adaptive@8:wave=1": "adaptive@8:wave=1 (one at a time, DESIGN section 5)",
+              "synthesize@8": "synthesize@8", "single": "single (greedy)"}
+    rows = eval_rows(EVAL / "arith-bon8.jsonl", list(labels))
+    out = []
+    for s, r in rows.items():
+        out.append([labels[s], pct(r["correct"], r["tasks"]), f"{r['tokens_per_task']:.1f}",
+                    f"{r['samples_per_task']:.2f}", str(r["width_stops"]) if s.startswith("adaptive") else "-",
+                    f"{r['wins']} / {r['losses']}" if "wins" in r else "-"])
+    return table(["strategy", "accuracy", "tokens/task", "samples/task", "width-stop",
+                  "vs majority@8 (wins / losses)"], out)
+
+
+GSM8K_TOTAL = 1319  # problems in GSM8K's test set; the run covers all of them when done
+
+
+def reasoning_gsm8k_bon8():
+    """The whole-GSM8K best-of-8 run (resumable; says how far it got)."""
+    strategies = ["majority@8", "adaptive@8", "synthesize@8"]
+    rows = eval_rows(EVAL / "gsm8k-bon8.jsonl", strategies)
+    n = rows["majority@8"]["tasks"]
+    if n == GSM8K_TOTAL:
+        head = f"The whole test set, all {GSM8K_TOTAL} problems"
+    else:
+        head = f"Progress so far: {n} of {GSM8K_TOTAL} problems"
+    t = table(["strategy", "accuracy", "tokens/task", "samples/task"],
+              [[s, pct(r["correct"], n), f"{r['tokens_per_task']:.1f}", f"{r['samples_per_task']:.2f}"]
+               for s, r in rows.items()])
+    syn, ada = rows["synthesize@8"], rows["adaptive@8"]
+    same = "the same as" if ada["correct"] == rows["majority@8"]["correct"] else "different from"
+    if ada["width_stops"]:
+        adaptive = (f"Adaptive width stopped early\non only {ada['width_stops']} problem(s) (the first "
+                    f"samples agreed; accuracy\n{same} majority@8's): this model's GSM8K answers rarely "
+                    "agree enough for the Beta rule")
+    else:
+        adaptive = ("Adaptive width never stopped\nearly: this model's GSM8K answers never agreed "
+                    "enough for the Beta rule")
+    return (f"{head}\n(temperature 0.7, top-p 0.95, seed 42 + 1000 x task):\n\n{t}\n"
+            f"{'The' if n == GSM8K_TOTAL else 'So far the'} synthesizer is right where majority is "
+            f"wrong on {syn['wins']} problem(s)\nand wrong where majority is right on {syn['losses']}. "
+            f"{adaptive} (on the\ngenerated arithmetic set above, where the model is often right, it "
+            f"saves\nsamples).\n")
+
+
+def reasoning_humaneval():
+    """HumanEval, all 164 problems: greedy against reward@4."""
+    rows = eval_rows(EVAL / "humaneval-reward4.jsonl", ["single", "reward@4"])
+    labels = {"single": "single (greedy)", "reward@4": "reward@4 (T = 0.7)"}
+
+    def passed(r):
+        m = re.fullmatch(r"(\d+)/(\d+) tests", r["answer"])
+        return int(m.group(1)) / int(m.group(2))
+
+    out = [[labels[s], pct(r["correct"], r["tasks"]),
+            f"{100 * sum(passed(x) for x in r['records']) / r['tasks']:.1f}%",
+            f"{r['tokens_per_task']:.1f}", f"{r['seconds']:.0f}"] for s, r in rows.items()]
+    t = table(["strategy", "solved", "test cases passed (mean per task)", "tokens/task", "seconds"], out)
+    r4 = rows["reward@4"]
+    return (f"{t}\nreward@4 solves {r4['wins']} tasks greedy does not and misses {r4['losses']} "
+            "that greedy solves.\n")
+
+
+TABLES = {
+    "TRAINING.md": {
+        "training-learner-vs-f32": training_learner_vs_f32,
+        "training-learner-ab": training_learner_ab,
+        "training-llama32-1b-shape": training_llama32_1b_shape,
+    },
+    "SPARSE_RL.md": {
+        "sparse-cap-600mib": sparse_cap_600mib,
+    },
+    "REASONING.md": {
+        "reasoning-arith-bon8": reasoning_arith_bon8,
+        "reasoning-gsm8k-bon8": reasoning_gsm8k_bon8,
+        "reasoning-humaneval": reasoning_humaneval,
+    },
+}
+
+
+# ---------------------------------------------------------------- driver
+
+def regenerate(check):
+    """Rewrites (or with `check`, compares) every doc's regions; returns the
+    names of the regions that differed."""
+    differs = []
+    for doc, gens in TABLES.items():
+        path = DOCS / doc
+        text = path.read_text()
+        unknown = sorted(set(regions(text)) - set(gens))
+        if unknown:
+            raise RegionError(f"{doc}: no generator for " + ", ".join(f"table:{n}" for n in unknown))
+        spans = regions(text)
+        bodies = {}
+        for name, gen in gens.items():
+            body = gen()
+            bodies[name] = body
+            if name in spans and text[slice(*spans[name])] != body:
+                differs.append(f"{doc}: table:{name}")
+        new = rewrite(text, bodies)
+        if not check and new != text:
+            path.write_text(new)
+    return differs
+
+
+def self_test():
+    """A doc with two regions and a neighbouring section: rewriting one region
+    leaves the other region and the neighbour byte for byte as they were."""
+    doc = ("# Doc\n\nIntro.\n\n<!-- table:a:start -->\n| old a |\n<!-- table:a:end -->\n"
+           "Note right under a.\n\n## Neighbour\n\nKeep me, | pipes | and all.\n\n"
+           "<!-- table:b:start -->\n| old b |\n|---|\n<!-- table:b:end -->\n\nTail without newline")
+    with tempfile.TemporaryDirectory() as d:
+        p = pathlib.Path(d) / "doc.md"
+        p.write_text(doc)
+        p.write_text(rewrite(p.read_text(), {"a": "| new a |\n|---|\n| 1 |"}))
+        got = p.read_text()
+    head, rest = got.split("<!-- table:a:end -->\n", 1)
+    assert head.endswith("<!-- table:a:start -->\n| new a |\n|---|\n| 1 |\n"), head
+    assert rest == doc.split("<!-- table:a:end -->\n", 1)[1], "text after region a changed"
+    assert got.startswith("# Doc\n\nIntro.\n\n<!-- table:a:start -->\n")
+    assert rewrite(got, {"a": "| new a |\n|---|\n| 1 |"}) == got, "rewriting is not idempotent"
+    assert rewrite(got, {}) == got
+    for bad in ["<!-- table:a:start -->\nx\n", "x\n<!-- table:a:end -->\n",
+                "<!-- table:a:start -->\n<!-- table:b:start -->\n<!-- table:b:end -->\n<!-- table:a:end -->\n"]:
+        try:
+            rewrite(bad, {"a": "y"})
+        except RegionError:
+            continue
+        raise AssertionError(f"accepted bad markers: {bad!r}")
+    try:
+        rewrite(doc, {"c": "z"})
+        raise AssertionError("rewrote a region that has no markers")
+    except RegionError:
+        pass
+    print("self-test passed")
+
+
+def main(argv):
+    if argv == ["--self-test"]:
+        self_test()
+        return 0
+    if argv not in ([], ["--check"]):
+        print(__doc__, file=sys.stderr)
+        return 2
+    check = argv == ["--check"]
+    differs = regenerate(check)
+    for d in differs:
+        print(("differs from its records: " if check else "rewrote: ") + d)
+    return 1 if check and differs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
