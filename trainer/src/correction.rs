@@ -511,22 +511,31 @@ mod tests {
     fn sequence_modes_use_the_product_of_the_ratios() {
         let th = NumericsThresholds::default(); // [no min, 3]
         let (o, s) = batch(&[
-            &[2.0, 2.0],  // R = 4 > 3: dropped, though each token is inside
-            &[0.5, 4.0],  // R = 2: kept, though 4.0 alone is outside
-            &[0.5, 0.5],  // R = 0.25: kept (no lower bound)
+            &[2.0, 2.0], // R = 4 > 3: dropped, though each token is inside
+            &[0.5, 4.0], // R = 2: kept, though 4.0 alone is outside
+            &[0.5, 0.5], // R = 0.25: kept (no lower bound)
         ]);
         let c = correct_numerics(NumericsCorrection::SequenceMask, &th, &o, &s);
-        close(&c.weights, &[vec![0.0, 0.0], vec![2.0, 2.0], vec![0.25, 0.25]]);
+        close(
+            &c.weights,
+            &[vec![0.0, 0.0], vec![2.0, 2.0], vec![0.25, 0.25]],
+        );
         assert_eq!((c.rejected_rollouts, c.rejected_tokens), (1, 2));
         let lo = NumericsThresholds {
             clip_min: Some(0.3),
             ..th
         };
         let c = correct_numerics(NumericsCorrection::SequenceMask, &lo, &o, &s);
-        close(&c.weights, &[vec![0.0, 0.0], vec![2.0, 2.0], vec![0.0, 0.0]]);
+        close(
+            &c.weights,
+            &[vec![0.0, 0.0], vec![2.0, 2.0], vec![0.0, 0.0]],
+        );
         assert_eq!((c.rejected_rollouts, c.rejected_tokens), (2, 4));
         let c = correct_numerics(NumericsCorrection::SequenceTruncate, &lo, &o, &s);
-        close(&c.weights, &[vec![3.0, 3.0], vec![2.0, 2.0], vec![0.3, 0.3]]);
+        close(
+            &c.weights,
+            &[vec![3.0, 3.0], vec![2.0, 2.0], vec![0.3, 0.3]],
+        );
         // The statistics are the tokens' ratios whatever the mode.
         assert!((c.stats.max_rho - 4.0).abs() < 1e-9);
         let c = correct_numerics(NumericsCorrection::None, &lo, &o, &s);

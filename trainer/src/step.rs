@@ -372,7 +372,11 @@ fn correct(
         };
         m.rho = Some(rho_stats(c.rejected_rollouts, c.rejected_tokens, c.stats));
         if corrects {
-            keep = c.weights.iter().map(|w| w.iter().any(|&x| x > 0.0)).collect();
+            keep = c
+                .weights
+                .iter()
+                .map(|w| w.iter().any(|&x| x > 0.0))
+                .collect();
             out = Some(Corrected {
                 old: scored,
                 weights: c.weights,

@@ -122,7 +122,12 @@ mod tests {
         // Rollout 3 dropped: rewards 1, 0, 0: mean 1/3, std sqrt(2/9).
         let a = kept_advantages(&rewards, &[true, true, true, false]);
         let std = (2.0f64 / 9.0).sqrt();
-        let want = [(2.0 / 3.0) / std, -(1.0 / 3.0) / std, -(1.0 / 3.0) / std, 0.0];
+        let want = [
+            (2.0 / 3.0) / std,
+            -(1.0 / 3.0) / std,
+            -(1.0 / 3.0) / std,
+            0.0,
+        ];
         for (got, want) in a.iter().zip(want) {
             assert!((got - want).abs() < 1e-5, "{a:?}");
         }
