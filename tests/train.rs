@@ -193,6 +193,28 @@ fn bad_input_is_refused_before_any_work() {
         "1",
     ]);
     assert_clean_error(&o, "group_size");
+
+    // Both corrections would weigh the same ratio.
+    let o = train(&[
+        "--model",
+        &model,
+        "--out",
+        out.to_str().unwrap(),
+        "--correction",
+        "tis",
+        "--numerics-correction",
+        "token_mask",
+    ]);
+    assert_clean_error(&o, "choose one");
+    let o = train(&[
+        "--model",
+        &model,
+        "--out",
+        out.to_str().unwrap(),
+        "--numerics-correction",
+        "token-mask",
+    ]);
+    assert_clean_error(&o, "token_mask");
 }
 
 #[test]
