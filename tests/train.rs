@@ -193,6 +193,28 @@ fn bad_input_is_refused_before_any_work() {
         "1",
     ]);
     assert_clean_error(&o, "group_size");
+
+    // Both corrections would weigh the same ratio.
+    let o = train(&[
+        "--model",
+        &model,
+        "--out",
+        out.to_str().unwrap(),
+        "--correction",
+        "tis",
+        "--numerics-correction",
+        "token_mask",
+    ]);
+    assert_clean_error(&o, "choose one");
+    let o = train(&[
+        "--model",
+        &model,
+        "--out",
+        out.to_str().unwrap(),
+        "--numerics-correction",
+        "token-mask",
+    ]);
+    assert_clean_error(&o, "token_mask");
 }
 
 #[test]
@@ -328,50 +350,202 @@ fn mismatched_sparse_sampler_is_measured_and_corrected() {
     assert_eq!(r["rejected_tokens"], 0, "{r}");
 }
 
-/// A dense run under a correction measures the sampler against pi_old:
-/// with the learner on the sampler's own numbers every ratio is exactly 1
-/// and nothing is rejected, step after step (adapters trained in between).
-#[test]
-fn a_dense_runs_rho_is_exactly_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = tiny(dir.path());
-    let out = dir.path().join("run");
-    ok(&train(&[
+/// The GRPO settings of the tiny-model correction runs, then `extra`.
+fn grpo_run(model: &str, out: &Path, extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec![
         "--model",
-        &model,
+        model,
         "--task",
         "arithmetic:count=40,seed=2",
         "--steps",
         "3",
         "--max-new-tokens",
         "24",
-        "--correction",
-        "sparse-rl",
         "--lora-rank",
         "4",
-        "--lr",
-        "1e-2",
         "--seed",
         "11",
         "--out",
         out.to_str().unwrap(),
-    ]));
-    let measured: Vec<_> = metrics(&out)
-        .into_iter()
-        .filter(|m| !m["rho"].is_null())
+    ];
+    args.extend_from_slice(extra);
+    ok(&train(&args));
+    metrics(out)
+}
+
+/// The steps that measured rho (those whose learner batch was not empty).
+fn measured(ms: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    ms.iter().filter(|m| !m["rho"].is_null()).collect()
+}
+
+/// The histogram's counts, and their sum.
+fn hist(rho: &serde_json::Value) -> (Vec<u64>, u64) {
+    let h: Vec<u64> = rho["hist"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no histogram: {rho}"))
+        .iter()
+        .map(|v| v.as_u64().unwrap())
         .collect();
-    assert!(
-        measured.len() >= 2,
-        "rho measured on {} steps",
-        measured.len()
-    );
-    for m in &measured {
-        let rho = &m["rho"];
-        assert_eq!(rho["min_rho"].as_f64(), Some(1.0), "{m}");
-        assert_eq!(rho["mean_rho"].as_f64(), Some(1.0), "{m}");
-        assert_eq!(rho["kl_old_sparse"].as_f64(), Some(0.0), "{m}");
-        assert_eq!(rho["rejected_tokens"].as_u64(), Some(0), "{m}");
+    let n = h.iter().sum();
+    (h, n)
+}
+
+/// A dense run measures the sampler against pi_old with or without a
+/// correction (uncorrected, from the first epoch's pre-update pass): with
+/// the learner on the sampler's own numbers every ratio is exactly 1 and
+/// nothing is rejected, step after step (adapters trained in between), and
+/// the histogram holds every learner token in the exact bin `[0.99, 1.01)`.
+#[test]
+fn a_dense_runs_rho_is_exactly_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    for correction in ["sparse-rl", "none"] {
+        let ms = grpo_run(
+            &model,
+            &dir.path().join(correction),
+            &["--correction", correction, "--lr", "1e-2"],
+        );
+        let measured = measured(&ms);
+        assert!(
+            measured.len() >= 2,
+            "{correction}: rho measured on {} steps",
+            measured.len()
+        );
+        for m in &measured {
+            let rho = &m["rho"];
+            assert_eq!(rho["min_rho"].as_f64(), Some(1.0), "{m}");
+            assert_eq!(rho["max_rho"].as_f64(), Some(1.0), "{m}");
+            assert_eq!(rho["mean_rho"].as_f64(), Some(1.0), "{m}");
+            assert_eq!(rho["kl_old_sparse"].as_f64(), Some(0.0), "{m}");
+            assert_eq!(rho["rejected_tokens"].as_u64(), Some(0), "{m}");
+            let (h, n) = hist(rho);
+            assert_eq!(n, m["learner_tokens"].as_u64().unwrap(), "{m}");
+            assert_eq!(h[5], n, "all in [0.99, 1.01): {m}");
+            assert_eq!(m["advantages"], "all", "{m}");
+        }
     }
+}
+
+/// `--ppo-epochs 2`: two optimizer updates per step on the same batch with
+/// pi_old fixed. The first sees the ratio at exactly 1 (pi_old is the
+/// pre-update policy); the second sees the policy the first update moved,
+/// so the ratio leaves 1 and, at this learning rate, the clip engages.
+#[test]
+fn a_second_ppo_epoch_moves_the_ratio_and_engages_the_clip() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let ms = grpo_run(
+        &model,
+        &dir.path().join("run"),
+        &["--ppo-epochs", "2", "--lr", "5e-2"],
+    );
+    let trained: Vec<_> = ms.iter().filter(|m| m["learner_tokens"] != 0).collect();
+    assert!(
+        !trained.is_empty(),
+        "no step had a group with a reward signal"
+    );
+    let mut clipped = 0.0f64;
+    for m in &trained {
+        let e = m["epochs"].as_array().unwrap_or_else(|| panic!("{m}"));
+        assert_eq!(e.len(), 2, "{m}");
+        let first = &e[0]["ratio"];
+        for k in ["mean", "min", "max"] {
+            assert_eq!(first[k].as_f64(), Some(1.0), "epoch 1 is on-policy: {m}");
+        }
+        assert_eq!(first["clipped_frac"].as_f64(), Some(0.0), "{m}");
+        let second = &e[1]["ratio"];
+        let (lo, hi) = (
+            second["min"].as_f64().unwrap(),
+            second["max"].as_f64().unwrap(),
+        );
+        assert!(lo < 1.0 || hi > 1.0, "the update moved nothing: {m}");
+        clipped = clipped.max(second["clipped_frac"].as_f64().unwrap());
+        // The step's summary covers both epochs.
+        let all = &m["ratio"];
+        assert_eq!(all["min"].as_f64(), Some(lo.min(1.0)), "{m}");
+        assert_eq!(all["max"].as_f64(), Some(hi.max(1.0)), "{m}");
+    }
+    assert!(clipped > 0.0, "the clip never engaged in a second epoch");
+}
+
+/// The f32 learner does not round as the Q8_0 sampler does: dense rollouts
+/// measure a numerics mismatch (rho not exactly 1), and the numerics
+/// corrections act on it: `token_mask` masks the tokens outside its band,
+/// `sequence_mask` drops whole rollouts, and over the kept rollouts the
+/// group advantages (and with them the loss) differ from those over all G.
+#[test]
+fn numerics_mismatch_of_dense_rollouts_is_measured_and_corrected() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let run = |name: &str, extra: &[&str]| {
+        let mut args = vec!["--learner-weights", "f32"];
+        args.extend_from_slice(extra);
+        grpo_run(&model, &dir.path().join(name), &args)
+    };
+    let truncated = run("truncate", &["--numerics-correction", "token_truncate"]);
+    // The first step with a signal: no update before it, so every run
+    // scores the same rollouts with the same weights there.
+    let k = truncated
+        .iter()
+        .position(|m| !m["rho"].is_null())
+        .expect("no step had a group with a reward signal");
+    let t = &truncated[k];
+    let (min, max) = (
+        t["rho"]["min_rho"].as_f64().unwrap(),
+        t["rho"]["max_rho"].as_f64().unwrap(),
+    );
+    assert!(
+        min < 1.0 || max > 1.0,
+        "f32 learner equals the sampler: {t}"
+    );
+    assert_eq!(t["rho"]["rejected_tokens"], 0, "{t}");
+    assert_eq!(hist(&t["rho"]).1, t["learner_tokens"].as_u64().unwrap());
+
+    // A band just inside the measured extremes masks at least one token.
+    let band = if min < 1.0 {
+        [
+            "--numerics-clip-min".to_string(),
+            ((1.0 + min) / 2.0).to_string(),
+        ]
+    } else {
+        [
+            "--numerics-clip-max".to_string(),
+            ((1.0 + max) / 2.0).to_string(),
+        ]
+    };
+    let masked = run(
+        "mask",
+        &["--numerics-correction", "token_mask", &band[0], &band[1]],
+    );
+    let m = &masked[k];
+    assert_eq!(m["rho"]["mean_rho"], t["rho"]["mean_rho"], "{m}");
+    let rejected = m["rho"]["rejected_tokens"].as_u64().unwrap();
+    assert!(rejected > 0 && m["rho"]["rejected_rollouts"] == 0, "{m}");
+    // The learner still scores the masked tokens; they leave the loss, so
+    // the loss differs from the truncated run's on the same batch.
+    assert_eq!(m["learner_tokens"], t["learner_tokens"], "{m}");
+    assert_ne!(m["loss"], t["loss"], "{m}");
+
+    // A sequence whose product of ratios is below 1 is dropped.
+    let seq = [
+        "--numerics-correction",
+        "sequence_mask",
+        "--numerics-clip-min",
+        "1",
+    ];
+    let all = run("seq-all", &seq);
+    let kept = run("seq-kept", &[&seq[..], &["--advantages", "kept"]].concat());
+    let (a, b) = (&all[k], &kept[k]);
+    assert!(a["rho"]["rejected_rollouts"].as_u64().unwrap() > 0, "{a}");
+    assert_eq!(a["rho"]["rejected_rollouts"], b["rho"]["rejected_rollouts"]);
+    assert_eq!(
+        (&a["advantages"], &b["advantages"]),
+        (&"all".into(), &"kept".into())
+    );
+    assert_ne!(
+        a["loss"], b["loss"],
+        "advantages over the kept rollouts should move the loss: {a} vs {b}"
+    );
 }
 
 /// A trained checkpoint exported at f16 computes what the base model with

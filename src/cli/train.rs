@@ -83,10 +83,11 @@ pub struct TrainArgs {
     /// PPO clip epsilon [0.2].
     #[arg(long)]
     pub clip_eps: Option<f64>,
-    /// KL-to-base coefficient, 0 to skip [0].
+    /// KL-to-base coefficient, 0 to skip [0]; Sparse-RL's paper uses 1e-4.
     #[arg(long)]
     pub kl_coef: Option<f64>,
-    /// Passes over each step's rollouts [1].
+    /// Optimizer updates on each step's batch with pi_old fixed; from the
+    /// second on the ratio moves and the clip acts [1].
     #[arg(long)]
     pub ppo_epochs: Option<usize>,
     /// Optimiser steps [50].
@@ -144,6 +145,20 @@ pub struct TrainArgs {
     /// One ratio per rollout (geometric mean) instead of per token.
     #[arg(long)]
     pub sequence_level: bool,
+    /// Correction of the sampler/learner numerics mismatch, TRL's modes:
+    /// none, token_truncate, token_mask, sequence_truncate or sequence_mask
+    /// [none] (not with --correction; needs temperature 1).
+    #[arg(long)]
+    pub numerics_correction: Option<tern_trainer::correction::NumericsCorrection>,
+    /// Upper bound of the numerics ratio: truncated to it or masked above it [3.0].
+    #[arg(long)]
+    pub numerics_clip_max: Option<f64>,
+    /// Lower bound of the numerics ratio: truncated to it or masked below it [unset].
+    #[arg(long)]
+    pub numerics_clip_min: Option<f64>,
+    /// Group advantages over all rollouts, or over those the correction kept [all].
+    #[arg(long)]
+    pub advantages: Option<tern_trainer::config::Advantages>,
     /// Prompt selection: uniform, or difficulty (pass rates near 1/2) [uniform].
     #[arg(long, value_parser = parse_selection)]
     pub selection: Option<tern_trainer::data::Selection>,
@@ -260,6 +275,18 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
     rho!(rho_veto => veto, rho_low => low, rho_high => high, rho_cap => cap);
     if a.sequence_level {
         c.rho.sequence_level = true;
+    }
+    if let Some(k) = a.numerics_correction {
+        c.numerics_correction = k;
+    }
+    if let Some(v) = a.numerics_clip_max {
+        c.numerics.clip_max = v;
+    }
+    if a.numerics_clip_min.is_some() {
+        c.numerics.clip_min = a.numerics_clip_min;
+    }
+    if let Some(k) = a.advantages {
+        c.advantages = k;
     }
     if let (Some(r), true) = (&a.resume, a.out.is_none()) {
         // A resumed run writes where it was resumed from.

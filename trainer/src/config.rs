@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tern_models::LoraTarget;
 
-use crate::correction::{Correction, Thresholds};
+use crate::correction::{Correction, NumericsCorrection, NumericsThresholds, Thresholds};
 use crate::data::Selection;
 use crate::error::{Result, TrainError};
 
@@ -51,6 +51,30 @@ impl std::str::FromStr for LearnerKv {
             "dense" => Ok(LearnerKv::Dense),
             "sparse-replay" => Ok(LearnerKv::SparseReplay),
             o => Err(format!("unknown learner_kv `{o}` (dense or sparse-replay)")),
+        }
+    }
+}
+
+/// Which rollouts of a group its advantages are computed over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Advantages {
+    /// The group's mean and standard deviation over all `G` rollouts, before
+    /// any correction drops one (what every run before the switch did).
+    #[default]
+    All,
+    /// Over the rollouts that survive the correction (a vetoed or
+    /// sequence-masked rollout no longer moves its group's baseline).
+    Kept,
+}
+
+impl std::str::FromStr for Advantages {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "all" => Ok(Advantages::All),
+            "kept" => Ok(Advantages::Kept),
+            o => Err(format!("unknown advantages `{o}` (all or kept)")),
         }
     }
 }
@@ -124,9 +148,13 @@ pub struct TrainConfig {
     pub temperature: f32,
     /// PPO clip range epsilon.
     pub clip_eps: f64,
-    /// Coefficient of the KL penalty to the reference (base) model; 0 skips it.
+    /// Coefficient of the k3 KL penalty to the reference (base) model; 0
+    /// skips it (the default, as every recorded run used). Sparse-RL's paper
+    /// uses 1e-4. LoRA only: full fine-tuning keeps no reference copy.
     pub kl_coef: f64,
-    /// Passes over each step's rollouts (the first re-scores pi_old).
+    /// Optimizer updates on each step's batch, pi_old fixed at the
+    /// pre-update policy: from the second on the ratio leaves 1 and the clip
+    /// acts.
     pub ppo_epochs: usize,
     /// Optimiser steps.
     pub steps: usize,
@@ -156,6 +184,17 @@ pub struct TrainConfig {
     pub correction: Correction,
     /// Correction thresholds (veto, rejection band, truncation cap, level).
     pub rho: Thresholds,
+    /// Correction of the sampler/learner numerics mismatch, in TRL's words
+    /// (`vllm_importance_sampling_mode`): none, token_truncate, token_mask,
+    /// sequence_truncate or sequence_mask. It weighs the same ratio as
+    /// `correction`, so at most one of the two is on: the dense arms use this
+    /// one, the sparse arms `correction`.
+    pub numerics_correction: NumericsCorrection,
+    /// The numerics correction's bounds (TRL's `clip_max` 3.0, `clip_min` unset).
+    pub numerics: NumericsThresholds,
+    /// Group advantages over `all` rollouts or over those `kept` by the
+    /// correction.
+    pub advantages: Advantages,
     /// How prompts are chosen: uniform, or difficulty (pass rates near 1/2).
     pub selection: Selection,
     /// Weight of a new group's mean reward in a task's pass-rate EMA.
@@ -203,6 +242,9 @@ impl Default for TrainConfig {
             system_prompt: None,
             correction: Correction::None,
             rho: Thresholds::default(),
+            numerics_correction: NumericsCorrection::None,
+            numerics: NumericsThresholds::default(),
+            advantages: Advantages::All,
             selection: Selection::Uniform,
             pass_rate_alpha: 0.5,
             replay_share: 0.0,
@@ -270,6 +312,27 @@ impl TrainConfig {
                 "correction {} compares the learner with the sampler's recorded log-probabilities, which are at temperature 1: set temperature = 1",
                 self.correction
             ));
+        }
+        if self.numerics_correction != NumericsCorrection::None {
+            if self.correction != Correction::None {
+                return bad(format!(
+                    "correction {} and numerics_correction {} would both weigh the same ratio pi_old / pi_sampler: choose one",
+                    self.correction, self.numerics_correction
+                ));
+            }
+            if self.temperature != 1.0 {
+                return bad(format!(
+                    "numerics_correction {} compares the learner with the sampler's recorded log-probabilities, which are at temperature 1: set temperature = 1",
+                    self.numerics_correction
+                ));
+            }
+        }
+        let n = &self.numerics;
+        if !(n.clip_max >= 1.0 && n.clip_min.is_none_or(|m| (0.0..=1.0).contains(&m))) {
+            return bad(
+                "numerics thresholds need clip_max >= 1 and 0 <= clip_min <= 1 (a ratio of 1 is kept)"
+                    .into(),
+            );
         }
         if !(0.0..=1.0).contains(&self.replay_share) || !(0.0..=1.0).contains(&self.pass_rate_alpha)
         {
@@ -339,6 +402,18 @@ mod tests {
         assert!(e.contains("stepz"), "{e}");
         let e = TrainConfig::from_toml_str("algorithm = \"ppo\"\n").unwrap_err();
         assert!(e.contains("ppo"), "{e}");
+        let c = TrainConfig::from_toml_str(
+            "numerics_correction = \"sequence_mask\"\nadvantages = \"kept\"\nkl_coef = 1e-4\nppo_epochs = 2\n[numerics]\nclip_max = 2.0\nclip_min = 0.5\n",
+        )
+        .unwrap();
+        assert_eq!(c.numerics_correction, NumericsCorrection::SequenceMask);
+        assert_eq!(c.advantages, Advantages::Kept);
+        assert_eq!((c.numerics.clip_max, c.numerics.clip_min), (2.0, Some(0.5)));
+        assert_eq!((c.kl_coef, c.ppo_epochs), (1e-4, 2));
+        // Unset, the numerics bounds are TRL's defaults.
+        let d = TrainConfig::default();
+        assert_eq!((d.numerics.clip_max, d.numerics.clip_min), (3.0, None));
+        assert_eq!(d.advantages, Advantages::All);
     }
 
     #[test]
@@ -371,6 +446,23 @@ mod tests {
             },
             TrainConfig {
                 lr: 0.0,
+                ..ok.clone()
+            },
+            TrainConfig {
+                correction: Correction::Tis,
+                numerics_correction: NumericsCorrection::TokenMask,
+                ..ok.clone()
+            },
+            TrainConfig {
+                numerics_correction: NumericsCorrection::TokenTruncate,
+                temperature: 0.8,
+                ..ok.clone()
+            },
+            TrainConfig {
+                numerics: NumericsThresholds {
+                    clip_max: 0.9,
+                    clip_min: None,
+                },
                 ..ok.clone()
             },
         ] {

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Advantages;
+
 /// One line of `metrics.jsonl`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepMetrics {
@@ -30,8 +32,20 @@ pub struct StepMetrics {
     /// Groups replayed from earlier steps.
     #[serde(default)]
     pub replayed_groups: usize,
-    /// Share of scored tokens whose clipped branch was taken.
+    /// Share of scored tokens whose clipped branch was taken (first epoch;
+    /// every epoch's is in `epochs`).
     pub clipped_frac: f64,
+    /// Which rollouts the group advantages were computed over (records
+    /// written before the switch existed used `all`).
+    #[serde(default)]
+    pub advantages: Advantages,
+    /// The PPO ratio `pi_theta / pi_old` over every epoch's loss tokens
+    /// (GRPO updates only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<RatioStats>,
+    /// Each PPO epoch's update, in order (GRPO updates only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub epochs: Vec<EpochStats>,
     /// KV bytes the rollouts held at their peaks, summed.
     pub kv_bytes_peak: usize,
     /// KV bytes full caches would have held.
@@ -40,8 +54,9 @@ pub struct StepMetrics {
     pub peak_rss_bytes: u64,
     /// The estimator's peak for this step's largest learner micro-batch.
     pub peak_estimate_bytes: u64,
-    /// Mismatch statistics of sparse or corrected rollouts (absent for dense
-    /// uncorrected runs, which skip the extra scoring pass).
+    /// Mismatch statistics of the sampler against pi_old, for every GRPO step
+    /// whose learner batch is not empty (dense runs at temperature other than
+    /// 1 excepted: the sampler records untempered log-probabilities).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rho: Option<RhoStats>,
     /// Wall seconds of the step.
@@ -52,17 +67,53 @@ pub struct StepMetrics {
     pub learner_seconds: f64,
 }
 
-/// Per-step statistics of `rho = pi_old / pi_sparse`.
+/// Per-step statistics of `rho = pi_old / pi_sampler` (pi_sparse under a
+/// compressed rollout cache).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RhoStats {
-    /// Rollouts dropped by the veto.
+    /// Rollouts dropped whole (veto, `sequence_mask`).
     pub rejected_rollouts: usize,
-    /// Tokens masked (vetoed rollouts' included).
+    /// Tokens masked (dropped rollouts' included).
     pub rejected_tokens: usize,
     /// Mean token ratio.
     pub mean_rho: f64,
     /// Smallest token ratio.
     pub min_rho: f64,
-    /// Estimate of KL(pi_old || pi_sparse).
+    /// Largest token ratio.
+    #[serde(default)]
+    pub max_rho: f64,
+    /// Estimate of KL(pi_old || pi_sampler).
     pub kl_old_sparse: f64,
+    /// Token counts per bin of `correction::RHO_HIST_EDGES` (`[0, 0.5)`,
+    /// `[0.5, 0.8)`, ..., `[0.99, 1.01)`, ..., `[2, inf)`).
+    #[serde(default)]
+    pub hist: Vec<usize>,
+}
+
+/// The PPO ratio `r = pi_theta / pi_old` over the tokens of an update.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RatioStats {
+    /// Mean ratio.
+    pub mean: f64,
+    /// Smallest ratio.
+    pub min: f64,
+    /// Largest ratio.
+    pub max: f64,
+    /// Share of the tokens whose clipped branch was taken.
+    pub clipped_frac: f64,
+}
+
+/// One PPO epoch: an optimizer update on the step's batch with pi_old fixed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EpochStats {
+    /// The loss before this epoch's update.
+    pub loss: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// The ratio over this epoch's loss tokens (exactly 1 in the first epoch
+    /// of a dense run).
+    pub ratio: RatioStats,
+    /// Mean k3 KL to the reference model over the loss tokens (0 with
+    /// `kl_coef` 0).
+    pub kl_ref: f64,
 }

@@ -13,14 +13,14 @@ use tern_runtime::engine::EngineHandle;
 use tern_runtime::kv::policy::KvPolicy;
 use tern_solve::tasks::Task;
 
-use crate::config::{Algorithm, TrainConfig};
-use crate::correction::{self, Correction};
+use crate::config::{Advantages, Algorithm, TrainConfig};
+use crate::correction::{self, Correction, NumericsCorrection};
 use crate::data::Replayed;
 use crate::error::Result;
 use crate::grpo::{self, Objective};
 use crate::learner::{Learner, Sample};
 use crate::memory::{self, Estimate, Plan};
-use crate::metrics::{RhoStats, StepMetrics};
+use crate::metrics::{EpochStats, RatioStats, RhoStats, StepMetrics};
 use crate::optim::{clip_grad_norm, AdamW};
 use crate::rollout::{self, RolloutSpec};
 
@@ -72,6 +72,46 @@ struct Batch {
     behaviour: Vec<Vec<f64>>,
     /// Group index (within this step) of each fresh sample, for replay.
     group_of: Vec<usize>,
+    /// Each fresh sample's place in its group.
+    slot: Vec<usize>,
+    /// Every rollout's reward, per group of this step (empty responses
+    /// included), for advantages over the kept rollouts.
+    group_rewards: Vec<Vec<f64>>,
+}
+
+impl Batch {
+    /// Keeps the fresh samples whose `keep` flag is set.
+    fn retain(&mut self, keep: &[bool]) {
+        self.samples = keep_where(std::mem::take(&mut self.samples), keep);
+        self.advantages = keep_where(std::mem::take(&mut self.advantages), keep);
+        self.behaviour = keep_where(std::mem::take(&mut self.behaviour), keep);
+        self.group_of = keep_where(std::mem::take(&mut self.group_of), keep);
+        self.slot = keep_where(std::mem::take(&mut self.slot), keep);
+    }
+
+    /// Recomputes each group's advantages over its rollouts that are not
+    /// dropped (`keep` false for a sample drops it).
+    fn advantages_over_kept(&mut self, keep: &[bool]) {
+        let mut kept: Vec<Vec<bool>> = self
+            .group_rewards
+            .iter()
+            .map(|r| vec![true; r.len()])
+            .collect();
+        for (i, &k) in keep.iter().enumerate() {
+            if !k {
+                kept[self.group_of[i]][self.slot[i]] = false;
+            }
+        }
+        let adv: Vec<Vec<f64>> = self
+            .group_rewards
+            .iter()
+            .zip(&kept)
+            .map(|(r, k)| grpo::kept_advantages(r, k))
+            .collect();
+        for (i, a) in self.advantages.iter_mut().enumerate() {
+            *a = adv[self.group_of[i]][self.slot[i]];
+        }
+    }
 }
 
 /// Runs step `step` (0-based) on the tasks `picks`, training on `replayed`
@@ -101,6 +141,9 @@ pub fn run(
         groups_with_signal: 0,
         replayed_groups: 0,
         clipped_frac: 0.0,
+        advantages: cfg.advantages,
+        ratio: None,
+        epochs: Vec::new(),
         kv_bytes_peak: 0,
         kv_bytes_full: 0,
         peak_rss_bytes: 0,
@@ -166,6 +209,18 @@ pub fn run(
             &mut m,
         )?;
     }
+    // Dense uncorrected rollouts skip the scoring pass: the first epoch's
+    // pre-update log-probabilities are pi_old, measured against the sampler's
+    // here (its log-probabilities are untempered: temperature 1 only).
+    if m.rho.is_none() && cfg.algorithm == Algorithm::Grpo && cfg.temperature == 1.0 && n_fresh > 0
+    {
+        let old: Vec<Vec<f64>> = old_per[..n_fresh]
+            .iter()
+            .map(|o| o.clone().unwrap_or_default())
+            .collect();
+        let stats = correction::summarize(&correction::ratios(&old, &batch.behaviour));
+        m.rho = Some(rho_stats(0, 0, stats));
+    }
     let fresh = if cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0 {
         fresh_groups(&batch, n_fresh, &old_per)
     } else {
@@ -219,18 +274,23 @@ fn rollouts(
         .sqrt();
     let mut batch = Batch::default();
     for (gi, g) in groups.iter().enumerate() {
-        let mean =
-            g.rollouts.iter().map(|r| r.reward).sum::<f64>() / g.rollouts.len().max(1) as f64;
+        let rewards: Vec<f64> = g.rollouts.iter().map(|r| r.reward).collect();
+        let mean = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
         pass_rates.push((g.task, mean));
-        let adv = grpo::group_advantages(&g.rollouts.iter().map(|r| r.reward).collect::<Vec<_>>());
-        if adv.iter().any(|&a| a != 0.0) {
+        let adv = grpo::group_advantages(&rewards);
+        let signal = adv.iter().any(|&a| a != 0.0);
+        if signal {
             m.groups_with_signal += 1;
         }
-        for (r, a) in g.rollouts.iter().zip(adv) {
+        for (k, (r, a)) in g.rollouts.iter().zip(adv).enumerate() {
             m.rollout_tokens += r.tokens.len();
             m.kv_bytes_peak += r.kv_peak_bytes;
             m.kv_bytes_full += r.kv_full_bytes;
-            if a != 0.0 && !r.tokens.is_empty() {
+            // Over the kept rollouts a zero advantage may become non-zero
+            // once another rollout is dropped: such rollouts wait for the
+            // correction's verdict.
+            let candidate = a != 0.0 || (signal && cfg.advantages == Advantages::Kept);
+            if candidate && !r.tokens.is_empty() {
                 batch.samples.push(Sample {
                     prompt: g.prompt.clone(),
                     response: r.tokens.clone(),
@@ -239,8 +299,10 @@ fn rollouts(
                 batch.advantages.push(a);
                 batch.behaviour.push(r.logprobs.clone());
                 batch.group_of.push(gi);
+                batch.slot.push(k);
             }
         }
+        batch.group_rewards.push(rewards);
     }
     m.tokens_per_s = m.rollout_tokens as f64 / secs.max(1e-9);
     Ok(batch)
@@ -278,8 +340,11 @@ struct Corrected {
 
 /// Sparse or corrected rollouts: re-scores the batch under the pre-update
 /// dense weights (pi_old) and measures each token's mismatch into `m.rho`;
-/// under a correction, weighs each token by it and drops vetoed rollouts
-/// from the batch.
+/// under a correction (`correction` or `numerics_correction`), weighs each
+/// token by it and drops the rollouts left with no weighed token from the
+/// batch. With `advantages = "kept"` the groups' advantages are then
+/// recomputed over the rollouts that stayed, and rollouts whose advantage is
+/// 0 leave the batch.
 fn correct(
     ctx: &Context<'_>,
     learner: &Learner,
@@ -287,39 +352,71 @@ fn correct(
     m: &mut StepMetrics,
 ) -> Result<Option<Corrected>> {
     let cfg = ctx.cfg;
-    let needs_rho = cfg.correction != Correction::None || *ctx.kv_policy != KvPolicy::Full;
-    if cfg.algorithm != Algorithm::Grpo || !needs_rho || batch.samples.is_empty() {
-        return Ok(None);
+    let is_grpo = cfg.algorithm == Algorithm::Grpo;
+    let corrects =
+        cfg.correction != Correction::None || cfg.numerics_correction != NumericsCorrection::None;
+    let needs_rho = corrects || *ctx.kv_policy != KvPolicy::Full;
+    let mut out = None;
+    let mut keep = vec![true; batch.samples.len()];
+    if is_grpo && needs_rho && !batch.samples.is_empty() {
+        let scored = learner.score(&batch.samples, ctx.plan.micro_batch, false)?;
+        let c = if cfg.numerics_correction != NumericsCorrection::None {
+            correction::correct_numerics(
+                cfg.numerics_correction,
+                &cfg.numerics,
+                &scored,
+                &batch.behaviour,
+            )
+        } else {
+            correction::correct(cfg.correction, &cfg.rho, &scored, &batch.behaviour)
+        };
+        m.rho = Some(rho_stats(c.rejected_rollouts, c.rejected_tokens, c.stats));
+        if corrects {
+            keep = c
+                .weights
+                .iter()
+                .map(|w| w.iter().any(|&x| x > 0.0))
+                .collect();
+            out = Some(Corrected {
+                old: scored,
+                weights: c.weights,
+            });
+        }
     }
-    let scored = learner.score(&batch.samples, ctx.plan.micro_batch, false)?;
-    let c = correction::correct(cfg.correction, &cfg.rho, &scored, &batch.behaviour);
-    m.rho = Some(RhoStats {
-        rejected_rollouts: c.rejected_rollouts,
-        rejected_tokens: c.rejected_tokens,
-        mean_rho: c.mean_rho,
-        min_rho: c.min_rho,
-        kl_old_sparse: c.kl_old_sparse,
-    });
-    if cfg.correction == Correction::None {
-        return Ok(None);
+    if is_grpo && cfg.advantages == Advantages::Kept {
+        batch.advantages_over_kept(&keep);
+        for (k, &a) in keep.iter_mut().zip(&batch.advantages) {
+            *k &= a != 0.0;
+        }
     }
-    // Vetoed rollouts leave the batch entirely.
-    let keep: Vec<bool> = c
-        .weights
-        .iter()
-        .map(|w| w.iter().any(|&x| x > 0.0))
-        .collect();
-    let weights = keep_where(c.weights, &keep);
-    let old = keep_where(scored, &keep);
-    batch.samples = keep_where(std::mem::take(&mut batch.samples), &keep);
-    batch.advantages = keep_where(std::mem::take(&mut batch.advantages), &keep);
-    batch.group_of = keep_where(std::mem::take(&mut batch.group_of), &keep);
-    Ok(Some(Corrected { old, weights }))
+    batch.retain(&keep);
+    Ok(out.map(|c| Corrected {
+        old: keep_where(c.old, &keep),
+        weights: keep_where(c.weights, &keep),
+    }))
 }
 
-/// The loss, its backward pass and the optimizer update, `ppo_epochs` times;
-/// the first epoch's figures go in `m`, and its log-probabilities fill in
-/// the samples' unknown pi_old.
+/// A step's `rho` record from a correction's counts and the ratios' statistics.
+fn rho_stats(
+    rejected_rollouts: usize,
+    rejected_tokens: usize,
+    s: correction::RhoSummary,
+) -> RhoStats {
+    RhoStats {
+        rejected_rollouts,
+        rejected_tokens,
+        mean_rho: s.mean_rho,
+        min_rho: s.min_rho,
+        max_rho: s.max_rho,
+        kl_old_sparse: s.kl_old_sparse,
+        hist: s.hist,
+    }
+}
+
+/// The loss, its backward pass and the optimizer update, `ppo_epochs` times
+/// on the same batch with pi_old fixed; the first epoch's figures go in `m`
+/// (every epoch's in `m.epochs`), and its log-probabilities, taken before the
+/// first update, fill in the samples' unknown pi_old.
 fn update(
     ctx: &Context<'_>,
     learner: &Learner,
@@ -355,6 +452,9 @@ fn update(
     } else {
         None
     };
+    let is_grpo = cfg.algorithm == Algorithm::Grpo;
+    let mut seen_all = grpo::Seen::default();
+    let mut clipped_all = 0;
     for epoch in 0..cfg.ppo_epochs {
         let mut objective = Objective {
             sft: cfg.algorithm == Algorithm::Sft,
@@ -366,16 +466,33 @@ fn update(
             clip_eps: cfg.clip_eps,
             kl_coef: cfg.kl_coef,
             clipped: 0,
+            seen: grpo::Seen::default(),
         };
         let (mut grads, out) =
             learner.accumulate(samples, micro, |i, j, lp| objective.token(i, j, lp), || {})?;
-        let clipped = objective.clipped;
+        let (clipped, seen) = (objective.clipped, objective.seen);
         memory::check(ctx.cap, "the learner's forward and backward")?;
         let norm = clip_grad_norm(&mut grads, cfg.max_grad_norm)?;
         {
             let p = learner.params();
             let vars: Vec<&candle_core::Var> = p.iter().map(|(_, v)| *v).collect();
             opt.step(&vars, &grads, m.lr)?;
+        }
+        if is_grpo {
+            let (mean, min, max) = seen.ratio();
+            m.epochs.push(EpochStats {
+                loss: out.loss,
+                grad_norm: norm,
+                ratio: RatioStats {
+                    mean,
+                    min,
+                    max,
+                    clipped_frac: clipped as f64 / seen.tokens.max(1) as f64,
+                },
+                kl_ref: seen.kl_mean(),
+            });
+            seen_all = seen_all.merge(&seen);
+            clipped_all += clipped;
         }
         if epoch == 0 {
             m.loss = out.loss;
@@ -388,6 +505,15 @@ fn update(
                 }
             }
         }
+    }
+    if is_grpo {
+        let (mean, min, max) = seen_all.ratio();
+        m.ratio = Some(RatioStats {
+            mean,
+            min,
+            max,
+            clipped_frac: clipped_all as f64 / seen_all.tokens.max(1) as f64,
+        });
     }
     Ok(())
 }

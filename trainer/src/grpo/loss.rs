@@ -43,6 +43,66 @@ pub struct Objective<'a> {
     pub kl_coef: f64,
     /// Tokens so far whose clipped branch was taken.
     pub clipped: usize,
+    /// What the pass saw of the ratio and the KL, token by token.
+    pub seen: Seen,
+}
+
+/// The ratio `pi_theta / pi_old` and the KL to the reference over the tokens
+/// an [`Objective`] weighed (masked tokens excluded).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Seen {
+    /// Tokens weighed.
+    pub tokens: usize,
+    /// Sum of their ratios.
+    pub ratio_sum: f64,
+    /// Smallest ratio.
+    pub ratio_min: f64,
+    /// Largest ratio.
+    pub ratio_max: f64,
+    /// Sum of their k3 KL to the reference (0 without one).
+    pub kl_sum: f64,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen {
+            tokens: 0,
+            ratio_sum: 0.0,
+            ratio_min: f64::INFINITY,
+            ratio_max: f64::NEG_INFINITY,
+            kl_sum: 0.0,
+        }
+    }
+}
+
+impl Seen {
+    /// Mean, min and max of the ratio (all 1 when no token was weighed).
+    pub fn ratio(&self) -> (f64, f64, f64) {
+        if self.tokens == 0 {
+            return (1.0, 1.0, 1.0);
+        }
+        (
+            self.ratio_sum / self.tokens as f64,
+            self.ratio_min,
+            self.ratio_max,
+        )
+    }
+
+    /// Mean KL to the reference per weighed token.
+    pub fn kl_mean(&self) -> f64 {
+        self.kl_sum / self.tokens.max(1) as f64
+    }
+
+    /// Both passes' tokens together.
+    pub fn merge(&self, o: &Seen) -> Seen {
+        Seen {
+            tokens: self.tokens + o.tokens,
+            ratio_sum: self.ratio_sum + o.ratio_sum,
+            ratio_min: self.ratio_min.min(o.ratio_min),
+            ratio_max: self.ratio_max.max(o.ratio_max),
+            kl_sum: self.kl_sum + o.kl_sum,
+        }
+    }
 }
 
 impl Objective<'_> {
@@ -62,9 +122,15 @@ impl Objective<'_> {
         if t.clipped {
             self.clipped += 1;
         }
+        let s = &mut self.seen;
+        s.tokens += 1;
+        s.ratio_sum += t.ratio;
+        s.ratio_min = s.ratio_min.min(t.ratio);
+        s.ratio_max = s.ratio_max.max(t.ratio);
         let (mut l, mut d) = (t.loss, t.dloss_dlogp);
         if let Some(r) = self.refs {
             let (kl, dkl) = kl_token(logp, r[i][j]);
+            s.kl_sum += kl;
             l += self.kl_coef * kl * inv;
             d += self.kl_coef * dkl * inv;
         }
@@ -90,11 +156,58 @@ mod tests {
             clip_eps: 0.2,
             kl_coef: 0.0,
             clipped: 0,
+            seen: Seen::default(),
         };
         assert_eq!(o.token(1, 1, -1.0), (0.0, 0.0));
         // On-policy, weight 0.5, mean over 2 tokens: -A w / n.
         assert_eq!(o.token(1, 2, -1.0), (-0.25, -0.25));
+        // The masked token is not in the ratio's statistics.
+        assert_eq!(o.seen.tokens, 1);
+        assert_eq!(o.seen.ratio(), (1.0, 1.0, 1.0));
         o.sft = true;
         assert_eq!(o.token(0, 0, -2.0), (1.0, -0.5));
+    }
+
+    /// A second PPO epoch: pi_old is the first epoch's pre-update
+    /// log-probability, the update moved the policy, so the ratio leaves 1
+    /// and the clip takes the tokens that moved too far in the advantage's
+    /// direction.
+    #[test]
+    fn a_second_epoch_sees_the_ratio_move_and_the_clip_engage() {
+        let old = vec![Some(vec![-1.0, -1.0, -1.0])];
+        let weights = vec![None];
+        let refs = vec![vec![-1.0, -1.0, -1.0]];
+        let mut o = Objective {
+            sft: false,
+            inv: 1.0 / 3.0,
+            advantages: &[1.0],
+            old: &old,
+            weights: &weights,
+            refs: Some(&refs),
+            clip_eps: 0.2,
+            kl_coef: 1e-4,
+            clipped: 0,
+            seen: Seen::default(),
+        };
+        // Ratios e^0.1 = 1.105 (inside), e^0.5 = 1.649 (clipped, A > 0),
+        // e^-0.5 = 0.607 (below the range but A > 0: unclipped).
+        let (_, d0) = o.token(0, 0, -0.9);
+        let (l1, d1) = o.token(0, 1, -0.5);
+        let (_, d2) = o.token(0, 2, -1.5);
+        assert_eq!(o.clipped, 1);
+        assert!(d0 < 0.0 && d2 < 0.0, "unclipped tokens carry a gradient");
+        // The clipped token: constant surrogate, only the KL's gradient.
+        let (kl, dkl) = super::super::kl_token(-0.5, -1.0);
+        assert!((l1 - (-1.2 + 1e-4 * kl) / 3.0).abs() < 1e-12);
+        assert!((d1 - 1e-4 * dkl / 3.0).abs() < 1e-15);
+        let (mean, min, max) = o.seen.ratio();
+        let r = [0.1f64.exp(), 0.5f64.exp(), (-0.5f64).exp()];
+        assert!((mean - r.iter().sum::<f64>() / 3.0).abs() < 1e-12);
+        assert!((min - r[2]).abs() < 1e-12 && (max - r[1]).abs() < 1e-12);
+        let kls: f64 = [-0.9, -0.5, -1.5]
+            .iter()
+            .map(|&lp| super::super::kl_token(lp, -1.0).0)
+            .sum();
+        assert!((o.seen.kl_mean() - kls / 3.0).abs() < 1e-12);
     }
 }

@@ -4,7 +4,7 @@
 
 mod loss;
 
-pub use loss::{counted_tokens, Objective};
+pub use loss::{counted_tokens, Objective, Seen};
 
 /// Added to a group's standard deviation so equal rewards divide safely.
 pub const ADV_EPS: f64 = 1e-6;
@@ -29,6 +29,22 @@ pub fn group_advantages(rewards: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// [`group_advantages`] over the rollouts `kept` (a correction dropped the
+/// others): the group's mean and standard deviation are of the kept rewards
+/// only, and a dropped rollout's advantage is 0.
+pub fn kept_advantages(rewards: &[f64], kept: &[bool]) -> Vec<f64> {
+    let survivors: Vec<f64> = rewards
+        .iter()
+        .zip(kept)
+        .filter(|(_, &k)| k)
+        .map(|(&r, _)| r)
+        .collect();
+    let mut adv = group_advantages(&survivors).into_iter();
+    kept.iter()
+        .map(|&k| if k { adv.next().unwrap_or(0.0) } else { 0.0 })
+        .collect()
+}
+
 /// One token's share of the clipped surrogate: its loss and the derivative of
 /// that loss with respect to the token's log-probability under the learner.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -39,6 +55,8 @@ pub struct TokenTerm {
     pub dloss_dlogp: f64,
     /// Whether the clipped branch was the one taken (no gradient).
     pub clipped: bool,
+    /// The ratio `r = pi_theta / pi_old` (clamped as the loss uses it).
+    pub ratio: f64,
 }
 
 /// The PPO clipped surrogate for one token: `r = exp(logp - logp_old)`, loss
@@ -55,12 +73,14 @@ pub fn clipped_token(logp: f64, logp_old: f64, advantage: f64, eps: f64, weight:
             loss: -unclipped * weight,
             dloss_dlogp: -advantage * r * weight,
             clipped: false,
+            ratio: r,
         }
     } else {
         TokenTerm {
             loss: -clipped * weight,
             dloss_dlogp: 0.0,
             clipped: true,
+            ratio: r,
         }
     }
 }
@@ -89,6 +109,35 @@ mod tests {
         assert!((a[1] + 0.25 / 0.4330127).abs() < 1e-4);
         assert_eq!(group_advantages(&[1.0, 1.0, 1.0]), vec![0.0; 3]);
         assert!(group_advantages(&[]).is_empty());
+    }
+
+    #[test]
+    fn kept_advantages_leave_dropped_rollouts_out_of_the_baseline() {
+        let rewards = [1.0, 0.0, 0.0, 1.0];
+        // All kept: the same as over the whole group.
+        assert_eq!(
+            kept_advantages(&rewards, &[true; 4]),
+            group_advantages(&rewards)
+        );
+        // Rollout 3 dropped: rewards 1, 0, 0: mean 1/3, std sqrt(2/9).
+        let a = kept_advantages(&rewards, &[true, true, true, false]);
+        let std = (2.0f64 / 9.0).sqrt();
+        let want = [
+            (2.0 / 3.0) / std,
+            -(1.0 / 3.0) / std,
+            -(1.0 / 3.0) / std,
+            0.0,
+        ];
+        for (got, want) in a.iter().zip(want) {
+            assert!((got - want).abs() < 1e-5, "{a:?}");
+        }
+        // Against all G: rollout 0's advantage moved from 1 to 1.41.
+        assert!((a[0] - group_advantages(&rewards)[0]).abs() > 0.4);
+        // Dropping the only differing rollout leaves no signal.
+        assert_eq!(
+            kept_advantages(&[1.0, 0.0, 0.0], &[false, true, true]),
+            vec![0.0; 3]
+        );
     }
 
     #[test]
