@@ -131,6 +131,7 @@ class Server:
             "--kv-dtype", dtype,
             "--max-running", str(args.requests * 2),
             "--max-queue", str(args.requests * 2),
+            "--max-connections", str(args.requests * 2 + 16),
         ]
         self.log = tempfile.NamedTemporaryFile(prefix="tern-capacity-", suffix=".log", delete=False)
         self.proc: subprocess.Popen | None = None
@@ -167,7 +168,12 @@ class Server:
 
 
 def metrics(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", timeout=5).text
+    """The server's gauges; empty when it is too busy to answer in time (a
+    few hundred 8k-token requests arriving at once keep 2 cores busy)."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+    except httpx.TransportError:
+        return {}
     out = {}
     for line in text.splitlines():
         m = re.match(r"^([a-zA-Z_:][\w:]*(?:\{[^}]*\})?)\s+(\S+)$", line)
@@ -204,6 +210,7 @@ async def measure(url: str, prompts: list[str], args) -> dict:
         peak_while_waiting = None
         start = time.monotonic()
         samples = settled = 0
+        last: dict[str, float] = {}
         # The engine publishes its gauges after each forward step, and a step
         # that prefills a chunk of a 2k-token prompt can take seconds on a busy
         # machine: poll until every request is seen running or waiting on a few
@@ -211,6 +218,9 @@ async def measure(url: str, prompts: list[str], args) -> dict:
         while time.monotonic() - start < args.observe and settled < 3:
             await asyncio.sleep(0.2)
             m = await asyncio.to_thread(metrics, url)
+            if not m:
+                continue
+            last = m
             samples += 1
             running, waiting = int(m.get("tern_requests_running", 0)), int(m.get("tern_requests_waiting", 0))
             settled = settled + 1 if running + waiting >= len(prompts) else 0
@@ -219,7 +229,7 @@ async def measure(url: str, prompts: list[str], args) -> dict:
             if waiting > 0 and (peak_while_waiting is None or running > peak_while_waiting["running"]):
                 peak_while_waiting = {"running": running, "waiting": waiting,
                                       "reserved": m.get("tern_kv_reserved_bytes", 0)}
-        kv_memory = m.get("tern_kv_memory_bytes", 0)
+        kv_memory = last.get("tern_kv_memory_bytes", 0)
         for t in tasks:
             t.cancel()
         done = await asyncio.gather(*tasks, return_exceptions=True)
@@ -245,7 +255,7 @@ async def settle(url: str, timeout: float = 15.0) -> int:
     """Waits for the server to notice the hang-ups; returns tern_requests_running left."""
     deadline = time.monotonic() + timeout
     while True:
-        m = await asyncio.to_thread(metrics, url)
+        m = await asyncio.to_thread(metrics, url) or {"tern_requests_running": 1}
         if m.get("tern_requests_running", 0) == 0 and m.get("tern_requests_waiting", 0) == 0:
             return 0
         if time.monotonic() > deadline:

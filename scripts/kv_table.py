@@ -20,7 +20,7 @@ from collections import defaultdict
 
 START = "<!-- ruler-table:start -->"
 END = "<!-- ruler-table:end -->"
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"]
 
 
 def load(paths):
