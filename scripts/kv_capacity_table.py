@@ -47,7 +47,7 @@ def ruler_averages(paths, length):
     out = {}
     for key, tasks in cells.items():
         means = [sum(v) / len(v) for v in tasks.values()]
-        out[key] = (sum(means) / len(means), len(tasks), min(len(v) for v in tasks.values()))
+        out[key] = (sum(means) / len(means), frozenset(tasks), min(len(v) for v in tasks.values()))
     return out
 
 
@@ -81,7 +81,13 @@ def render(cap, ruler, tolerance, length):
         admitted = ("" if r["limited_by_kv"] else ">=") + str(r["admitted"])
         factor = r["admitted"] / base["admitted"] if base["admitted"] else float("nan")
         avg = ruler.get((name, removed, r["kv_dtype"]))
-        avg_s = f"{avg[0]:.1f}" if avg else "-"
+        # Averages over different task sets do not compare: a setting is
+        # judged only on the tasks the full f16 baseline was measured on.
+        if avg and full16 and avg[1] != full16[1]:
+            avg_s = f"({avg[0]:.1f} over {len(avg[1])} of {len(full16[1])} tasks)"
+            avg = None
+        else:
+            avg_s = f"{avg[0]:.1f}" if avg else "-"
         per_s = f"{per / 2**20:.1f} MiB" if per else "-"
         by_bytes = f"{base['reserved_per_request'] / per:.1f}x" if per else "-"
         lines.append(
