@@ -90,7 +90,7 @@ fn compress_event(c: &mut Criterion) {
                     || {
                         let mut cache = SeqCache::with_policy(&cfg, policy.clone());
                         cache.append(0, &k, &k, &positions).expect("append");
-                        cache.observe_attention(0, &weights).expect("observe");
+                        cache.observe_attention(0, &weights, None).expect("observe");
                         cache
                     },
                     |mut cache| cache.after_attention(0).expect("compress"),

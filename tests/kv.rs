@@ -527,6 +527,7 @@ impl KvStore for WatchQueries {
         &mut self,
         layer: usize,
         weights: &candle_core::Tensor,
+        _column_means: Option<&[f32]>,
     ) -> tern_models::Result<()> {
         let (Some(q), Some(k)) = (self.queries[layer].take(), self.keys[layer].take()) else {
             return Ok(());
@@ -717,12 +718,16 @@ impl KvStore for Garbled<'_> {
     fn wants_attention(&self, layer: usize) -> bool {
         self.0.wants_attention(layer)
     }
+    fn attention_rows(&self, layer: usize) -> tern_models::WeightsWanted {
+        self.0.attention_rows(layer)
+    }
     fn observe_attention(
         &mut self,
         layer: usize,
         weights: &candle_core::Tensor,
+        column_means: Option<&[f32]>,
     ) -> tern_models::Result<()> {
-        self.0.observe_attention(layer, weights)
+        self.0.observe_attention(layer, weights, column_means)
     }
     fn after_attention(&mut self, layer: usize) -> tern_models::Result<()> {
         self.0.after_attention(layer)

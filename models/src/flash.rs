@@ -25,6 +25,7 @@ use half::f16;
 use crate::attention::{exp_nonpositive, with_views, CacheView};
 use crate::error::Result;
 use crate::exact::expf_poly;
+use crate::kv::WeightsWanted;
 use crate::kv_dtype::{KvDtype, QueryBlocks};
 use crate::quant::pool::Pool;
 use crate::visibility::Visibility;
@@ -83,6 +84,18 @@ impl FlashKernel {
 /// the softmax weights `[KV, group, n, C]` (what a scoring policy observes).
 pub type Attended = (Vec<f32>, Option<Vec<f32>>);
 
+/// The attention weights a policy asked for ([`WeightsWanted`]).
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// Softmax weights of the step's last `rows` query rows, `[KV, group, rows, C]`.
+    pub weights: Vec<f32>,
+    /// How many of the step's last rows `weights` holds.
+    pub rows: usize,
+    /// `[KV, C]`: each entry's weight averaged over the group's heads and
+    /// summed over every row of the step, when asked for.
+    pub column_means: Option<Vec<f32>>,
+}
+
 /// Attention of `qs` over the cache `k`, `v` (`[KV, C, hd]` views) whose entry
 /// `c` of KV head `h` holds position `k_pos[h][c]`; a row sees the entries at
 /// or before its own position (that the replayed record, if any, still held).
@@ -94,11 +107,30 @@ pub fn attend(
     scale: f32,
     want_weights: bool,
 ) -> Attended {
+    let want = want_weights.then_some(WeightsWanted::ALL_ROWS);
+    let (out, seen) = attend_observed(qs, k, v, k_pos, scale, want);
+    (out, seen.map(|s| s.weights))
+}
+
+/// [`attend`], handing over only the weights `want` names: the last rows in
+/// full and, if asked, per-entry sums over all rows, so a long prompt's
+/// `n x n` weights never exist at once.
+pub fn attend_observed(
+    qs: &Queries<'_>,
+    k: &CacheView<'_>,
+    v: &CacheView<'_>,
+    k_pos: &[&[u32]],
+    scale: f32,
+    want: Option<WeightsWanted>,
+) -> (Vec<f32>, Option<Observed>) {
     let n = qs.pos.len();
     let hd = k.head_dim();
     let n_kv = k_pos.len();
     let (group, len) = (qs.group, k.len);
     let n_head = n_kv * group;
+    // Rows from `from_row` on are handed over in full.
+    let from_row = want.map_or(n, |w| n.saturating_sub(w.last_rows));
+    let sums = want.is_some_and(|w| w.column_means);
     // Work items: (KV head, block of rows), all query heads of the group.
     let blocks = n.div_ceil(ROWS_PER_ITEM);
     let items = n_kv * blocks;
@@ -118,16 +150,19 @@ pub fn attend(
             kvh,
             k_pos: k_pos[kvh],
             scale,
-            want_weights,
+            want_weights: want.is_some() && (sums || rows.end > from_row),
         };
         // llama.cpp reads a quantized cache with the per-row kernel only.
-        let block = if k.dtype().is_quantized() {
-            heads.one_chunk_blocks(rows)
+        let mut block = if k.dtype().is_quantized() {
+            heads.one_chunk_blocks(rows.clone())
         } else if qs.kernel.tiled(n) {
-            heads.tiled(rows)
+            heads.tiled(rows.clone())
         } else {
-            heads.one_chunk(rows)
+            heads.one_chunk(rows.clone())
         };
+        if heads.want_weights {
+            block.reduce(group, len, rows, from_row, sums);
+        }
         done.lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((item, block));
@@ -137,9 +172,13 @@ pub fn attend(
     } else {
         job();
     }
-    let done = done.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut done = done.into_inner().unwrap_or_else(|p| p.into_inner());
+    // Sums add up block by block in row order, whatever order threads finished.
+    done.sort_unstable_by_key(|&(item, _)| item);
+    let kept = n - from_row;
     let mut out = vec![0f32; n * n_head * hd];
-    let mut weights = want_weights.then(|| vec![0f32; n_head * n * len]);
+    let mut weights = want.map(|_| vec![0f32; n_head * kept * len]);
+    let mut column_means = sums.then(|| vec![0f32; n_kv * len]);
     for (item, block) in done {
         let (kvh, b) = (item / blocks, item % blocks);
         let first = b * ROWS_PER_ITEM;
@@ -151,15 +190,32 @@ pub fn attend(
                 let at = ((first + r) * n_head + head) * hd;
                 out[at..at + hd].copy_from_slice(src);
             }
-            if let Some(all) = weights.as_mut() {
-                // `[KV, group, n, C]` rows are laid out as `[H, n, C]`.
-                let at = (head * n + first) * len;
-                let src = &block.weights[j * rows * len..(j + 1) * rows * len];
-                all[at..at + rows * len].copy_from_slice(src);
+        }
+        if let Some(all) = column_means.as_mut() {
+            for (s, x) in all[kvh * len..(kvh + 1) * len]
+                .iter_mut()
+                .zip(&block.column)
+            {
+                *s += x;
+            }
+        }
+        let held = (first + rows).saturating_sub(first.max(from_row));
+        if let (Some(all), true) = (weights.as_mut(), held > 0) {
+            // `[KV, group, kept, C]` rows are laid out as `[H, kept, C]`.
+            for j in 0..group {
+                let head = kvh * group + j;
+                let at = (head * kept + first.max(from_row) - from_row) * len;
+                let src = &block.weights[j * held * len..(j + 1) * held * len];
+                all[at..at + held * len].copy_from_slice(src);
             }
         }
     }
-    (out, weights)
+    let observed = weights.map(|weights| Observed {
+        weights,
+        rows: kept,
+        column_means,
+    });
+    (out, observed)
 }
 
 /// Runs [`attend`] on tensors: `q` `[H, n, hd]`, cache `k`, `v` `[KV, C, hd]`
@@ -176,7 +232,8 @@ pub fn attend_tensors(
     scale: f32,
     want_weights: bool,
 ) -> Result<Option<Attended>> {
-    attend_tensors_windowed(
+    let want = want_weights.then_some(WeightsWanted::ALL_ROWS);
+    Ok(attend_tensors_windowed(
         q,
         q_pos,
         k,
@@ -186,13 +243,15 @@ pub fn attend_tensors(
         replay,
         None,
         scale,
-        want_weights,
-    )
+        want,
+    )?
+    .map(|(out, seen)| (out, seen.map(|s| s.weights))))
 }
 
 /// [`attend_tensors`] over a cache stored as `dtype`, for any layer: on a
 /// sliding-window layer each row sees only the entries less than `window`
-/// positions behind it (`None`: every earlier one).
+/// positions behind it (`None`: every earlier one); hands over the weights
+/// `want` names.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_tensors_windowed(
     q: &Tensor,
@@ -204,8 +263,8 @@ pub fn attend_tensors_windowed(
     replay: Option<(&Visibility, usize)>,
     window: Option<u32>,
     scale: f32,
-    want_weights: bool,
-) -> Result<Option<Attended>> {
+    want: Option<WeightsWanted>,
+) -> Result<Option<(Vec<f32>, Option<Observed>)>> {
     if k.dims3()?.0 != k_pos.len() || v.dims3()?.0 != k_pos.len() {
         return Ok(None);
     }
@@ -230,7 +289,7 @@ pub fn attend_tensors_windowed(
                 window,
                 kernel: FlashKernel::ByRows,
             };
-            attend(&qs, kv, vv, k_pos, scale, want_weights)
+            attend_observed(&qs, kv, vv, k_pos, scale, want)
         })
     })
     .flatten())
@@ -240,6 +299,52 @@ pub fn attend_tensors_windowed(
 struct Block {
     out: Vec<f32>,
     weights: Vec<f32>,
+    /// The block's rows' group-mean weights summed, when asked for.
+    column: Vec<f32>,
+}
+
+impl Block {
+    /// Keeps only the weights of rows `from_row..` of the step (this block
+    /// covers `rows`) and, if `sums`, first adds every row's group mean into
+    /// `column` (heads summed in order, times `1/group`, rows in order).
+    fn reduce(
+        &mut self,
+        group: usize,
+        len: usize,
+        rows: std::ops::Range<usize>,
+        from_row: usize,
+        sums: bool,
+    ) {
+        let nr = rows.len();
+        if sums {
+            let scale = (1f64 / group as f64) as f32;
+            let mut mean = vec![0f32; len];
+            self.column = vec![0f32; len];
+            for r in 0..nr {
+                mean.fill(0.0);
+                for j in 0..group {
+                    let row = &self.weights[(j * nr + r) * len..(j * nr + r + 1) * len];
+                    for (m, x) in mean.iter_mut().zip(row) {
+                        *m += x;
+                    }
+                }
+                for (s, m) in self.column.iter_mut().zip(&mean) {
+                    *s += m * scale;
+                }
+            }
+        }
+        let skip = from_row.saturating_sub(rows.start).min(nr);
+        if skip == nr {
+            self.weights = Vec::new();
+        } else if skip > 0 {
+            let held = nr - skip;
+            let mut kept = Vec::with_capacity(group * held * len);
+            for j in 0..group {
+                kept.extend_from_slice(&self.weights[(j * nr + skip) * len..(j + 1) * nr * len]);
+            }
+            self.weights = kept;
+        }
+    }
 }
 
 /// The query heads of one KV head, against that head's cache entries.
@@ -276,6 +381,19 @@ impl Heads<'_, '_> {
     /// eviction, they are not part of the output).
     fn weights_of(&self, scores: &[f32], q_pos: u32, max: f32, sum: f32, into: &mut Vec<f32>) {
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        if self.qs.replay.is_none() && self.qs.window.is_none() {
+            // Causal only: a select after the `exp`, so the loop vectorizes
+            // (an unseen entry's score may be stale or -inf; it is dropped).
+            into.extend(scores.iter().zip(self.k_pos).map(|(&s, &p)| {
+                let w = exp_nonpositive((s - max).min(0.0)) * inv;
+                if p <= q_pos {
+                    w
+                } else {
+                    0.0
+                }
+            }));
+            return;
+        }
         into.extend(scores.iter().zip(self.k_pos).map(|(&s, &p)| {
             if self.sees(q_pos, p) {
                 exp_nonpositive(s - max) * inv
@@ -293,6 +411,7 @@ impl Heads<'_, '_> {
         let mut block = Block {
             out: Vec::with_capacity(self.qs.group * rows.len() * hd),
             weights: Vec::new(),
+            column: Vec::new(),
         };
         let mut scores = vec![0f32; if self.want_weights { len } else { 0 }];
         let mut acc = vec![0u16; hd];
@@ -345,6 +464,7 @@ impl Heads<'_, '_> {
         let mut block = Block {
             out: Vec::with_capacity(self.qs.group * rows.len() * hd),
             weights: Vec::new(),
+            column: Vec::new(),
         };
         let mut scores = vec![0f32; if self.want_weights { len } else { 0 }];
         let mut acc = vec![0f32; hd];
@@ -474,6 +594,7 @@ impl Heads<'_, '_> {
         let mut block = Block {
             out: Vec::with_capacity(n_rows * hd),
             weights: Vec::new(),
+            column: Vec::new(),
         };
         for j in 0..group {
             for (ri, i) in rows.clone().enumerate() {

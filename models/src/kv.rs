@@ -23,6 +23,38 @@ use crate::visibility::Visibility;
 /// vectorized mask compares positions as signed 32-bit integers.
 pub const HIDDEN_POSITION: u32 = i32::MAX as u32;
 
+/// Which of a step's attention weights a policy reads ([`KvStore::attention_rows`]).
+///
+/// A long prompt's full weights are `n x n` per head (2.4 GB a layer for
+/// SmolLM2 at 8k tokens): scorers that look at the last queries only, or keep
+/// running totals, say so and the kernel hands over just that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WeightsWanted {
+    /// How many of the step's last query rows to hand over in full
+    /// (`usize::MAX`: every row).
+    pub last_rows: usize,
+    /// Whether to also hand over each entry's weight summed over every query
+    /// row of the step (each row first averaged over its group's heads), as
+    /// H2O's running totals need.
+    pub column_means: bool,
+}
+
+impl WeightsWanted {
+    /// Every row, no sums: what the tensor paths hand over.
+    pub const ALL_ROWS: WeightsWanted = WeightsWanted {
+        last_rows: usize::MAX,
+        column_means: false,
+    };
+
+    /// The union of two wants (a cache shared by several policies).
+    pub fn union(self, other: WeightsWanted) -> WeightsWanted {
+        WeightsWanted {
+            last_rows: self.last_rows.max(other.last_rows),
+            column_means: self.column_means || other.column_means,
+        }
+    }
+}
+
 /// A per-sequence key/value store the forward pass reads and writes, layer by layer.
 pub trait KvStore: Send {
     /// Appends this step's keys and values for `layer` and returns every cached key
@@ -66,11 +98,28 @@ pub trait KvStore: Send {
         false
     }
 
+    /// Which of the step's attention weights [`KvStore::observe_attention`]
+    /// needs when [`KvStore::wants_attention`] says yes. A path may hand over
+    /// more (every row, no sums); never less.
+    fn attention_rows(&self, _layer: usize) -> WeightsWanted {
+        WeightsWanted::ALL_ROWS
+    }
+
     /// Receives the attention weights of this step's queries for `layer`.
     ///
-    /// `weights`: `[n_kv_head, group, n_new, n_cached]` f32 (softmax rows), where
-    /// `group` is the number of query heads sharing one KV head.
-    fn observe_attention(&mut self, _layer: usize, _weights: &Tensor) -> Result<()> {
+    /// `weights`: `[n_kv_head, group, rows, n_cached]` f32 (softmax rows), the
+    /// step's last `rows` query rows (all of them unless
+    /// [`KvStore::attention_rows`] asked for fewer), where `group` is the
+    /// number of query heads sharing one KV head. `column_means`:
+    /// `[n_kv_head, n_cached]`, when asked for and the path computed them,
+    /// each entry's group-averaged weight summed over all the step's rows
+    /// (`None` when not asked for, or when `weights` holds every row).
+    fn observe_attention(
+        &mut self,
+        _layer: usize,
+        _weights: &Tensor,
+        _column_means: Option<&[f32]>,
+    ) -> Result<()> {
         Ok(())
     }
 

@@ -34,7 +34,7 @@ pub use error::{ModelError, Result};
 pub use export::{export_gguf, quantize_gguf, ExportQuant, ExportReport, QuantType};
 pub use flash::FlashKernel;
 pub use gguf::GgufFile;
-pub use kv::{KvStore, HIDDEN_POSITION};
+pub use kv::{KvStore, WeightsWanted, HIDDEN_POSITION};
 pub use kv_dtype::KvDtype;
 pub use lora::{LoraAdapter, LoraSet, LoraTarget};
 pub use rope::Rotary;

@@ -996,7 +996,9 @@ impl Llama {
                 || hidden
                 || dtype.is_quantized())
         {
-            let want = cache.wants_attention(layer);
+            let want = cache
+                .wants_attention(layer)
+                .then(|| cache.attention_rows(layer));
             let exact = {
                 let view: &dyn KvStore = &*cache;
                 let k_pos: Vec<&[u32]> =
@@ -1006,11 +1008,12 @@ impl Llama {
                     q, q_pos, &kc, &vc, dtype, &k_pos, replay, window, scale, want,
                 )?
             };
-            if let Some((out, weights)) = exact {
+            if let Some((out, seen)) = exact {
                 drop((kc, vc));
-                if let Some(w) = weights {
-                    let w = Tensor::from_vec(w, (c.n_kv_head, g, n, n_cached), q.device())?;
-                    cache.observe_attention(layer, &w)?;
+                if let Some(seen) = seen {
+                    let shape = (c.n_kv_head, g, seen.rows, n_cached);
+                    let w = Tensor::from_vec(seen.weights, shape, q.device())?;
+                    cache.observe_attention(layer, &w, seen.column_means.as_deref())?;
                 }
                 cache.after_attention(layer)?;
                 return Ok(Tensor::from_vec(
@@ -1034,7 +1037,7 @@ impl Llama {
                 drop((kc, vc));
                 if let Some(w) = weights {
                     let w = Tensor::from_vec(w, (c.n_kv_head, g, 1, n_cached), q.device())?;
-                    cache.observe_attention(layer, &w)?;
+                    cache.observe_attention(layer, &w, None)?;
                 }
                 cache.after_attention(layer)?;
                 return Ok(Tensor::from_vec(
@@ -1070,7 +1073,8 @@ impl Llama {
             Precision::DenseF32 => candle_nn::ops::softmax(&scores, D::Minus1)?,
         };
         if cache.wants_attention(layer) {
-            cache.observe_attention(layer, &weights.reshape((c.n_kv_head, g, n, n_cached))?)?;
+            let w = weights.reshape((c.n_kv_head, g, n, n_cached))?;
+            cache.observe_attention(layer, &w, None)?;
         }
         // llama.cpp multiplies the f16 V cache by f16-converted weights.
         let weights = match self.precision {

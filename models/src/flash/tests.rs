@@ -78,6 +78,17 @@ impl Case {
 
     /// The last `n` positions as new query rows.
     fn run(&self, q: &[f32], n: usize, want: bool) -> Attended {
+        let (out, seen) = self.observe(q, n, want.then_some(WeightsWanted::ALL_ROWS));
+        (out, seen.map(|s| s.weights))
+    }
+
+    /// [`Case::run`] handing over the weights `want` names.
+    fn observe(
+        &self,
+        q: &[f32],
+        n: usize,
+        want: Option<WeightsWanted>,
+    ) -> (Vec<f32>, Option<Observed>) {
         let layout = Layout::contiguous((self.n_kv, self.len, self.hd));
         let kv = CacheView::new(&self.k, &layout).unwrap();
         let vv = CacheView::new(&self.v, &layout).unwrap();
@@ -91,7 +102,7 @@ impl Case {
             window: None,
             kernel: FlashKernel::ByRows,
         };
-        attend(&qs, &kv, &vv, &k_pos, 0.125, want)
+        attend_observed(&qs, &kv, &vv, &k_pos, 0.125, want)
     }
 
     fn head(&self, buf: &[f32], h: usize) -> Vec<f32> {
@@ -247,4 +258,54 @@ fn f16_dot_adds_in_ggml_order() {
         dot_f16(&x, &y),
         (0..40).map(|i| i as f32 * 0.5).sum::<f32>()
     );
+}
+
+#[test]
+fn asking_for_the_last_rows_and_sums_hands_over_exactly_those() {
+    // A scorer that reads the last rows, or H2O's per-entry totals, must see
+    // what the full weights say, without the full `n x n` ever being built.
+    let case = Case::new(150, 21);
+    for n in [1, 20, 100] {
+        let q = buffer(case.n_kv * case.group, n, case.hd, 7 + n as u64);
+        let (out, full) = case.run(&q, n, true);
+        let full = full.unwrap();
+        let want = WeightsWanted {
+            last_rows: 8,
+            column_means: true,
+        };
+        let (got, seen) = case.observe(&q, n, Some(want));
+        assert_eq!(
+            got, out,
+            "n={n}: the output does not depend on what is observed"
+        );
+        let seen = seen.unwrap();
+        let kept = n.min(8);
+        assert_eq!(seen.rows, kept);
+        let len = case.len;
+        for h in 0..case.n_kv * case.group {
+            for r in 0..kept {
+                let want_row = &full[(h * n + n - kept + r) * len..][..len];
+                let got_row = &seen.weights[(h * kept + r) * len..][..len];
+                assert_eq!(got_row, want_row, "n={n} head {h} row {r}");
+            }
+        }
+        let sums = seen.column_means.unwrap();
+        for kvh in 0..case.n_kv {
+            for c in 0..len {
+                let mut total = 0f64;
+                for j in 0..case.group {
+                    let h = kvh * case.group + j;
+                    total += (0..n)
+                        .map(|i| full[(h * n + i) * len + c] as f64)
+                        .sum::<f64>();
+                }
+                let total = total / case.group as f64;
+                let got = sums[kvh * len + c] as f64;
+                assert!(
+                    (got - total).abs() <= 1e-5 * total.max(1.0),
+                    "n={n} {kvh}/{c}"
+                );
+            }
+        }
+    }
 }

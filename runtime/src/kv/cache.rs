@@ -31,7 +31,9 @@
 use std::collections::VecDeque;
 
 use candle_core::{Device, IndexOp, Tensor};
-use tern_models::{EvictionLog, KvDtype, KvStore, ModelConfig, Rotary, HIDDEN_POSITION};
+use tern_models::{
+    EvictionLog, KvDtype, KvStore, ModelConfig, Rotary, WeightsWanted, HIDDEN_POSITION,
+};
 
 use super::policy::{self, KvPolicy, QueryStats, ScoreInput};
 
@@ -597,22 +599,53 @@ impl KvStore for SeqCache {
         self.policy.needs_attention() && self.windows[layer].is_none()
     }
 
-    fn observe_attention(&mut self, layer: usize, weights: &Tensor) -> tern_models::Result<()> {
-        // [KV, G, n, C] -> the group's mean per row. Only H2O's running sums
-        // read every row; the other scorers keep the last `window` rows, so
-        // only those are reduced (a 4k-token prompt's rows are 3/4 of a GiB).
+    fn attention_rows(&self, _layer: usize) -> WeightsWanted {
+        // Scorers read the last `window` rows; H2O's running totals read
+        // every row, as per-entry sums.
+        let rows = self.policy.needs_recent_rows();
+        WeightsWanted {
+            last_rows: if rows { self.policy.window().max(1) } else { 0 },
+            column_means: self.policy.needs_cumulative(),
+        }
+    }
+
+    fn observe_attention(
+        &mut self,
+        layer: usize,
+        weights: &Tensor,
+        column_means: Option<&[f32]>,
+    ) -> tern_models::Result<()> {
+        // [KV, G, rows, C] -> the group's mean per row. H2O's running sums
+        // take the step's column sums when the kernel made them, else every
+        // row; the other scorers keep the last `window` rows, so only those
+        // are reduced.
         let (kvh, g, n, c) = weights.dims4()?;
         let window = self.policy.window().max(1);
         let track = self.policy.needs_cumulative();
-        let first = if track { 0 } else { n.saturating_sub(window) };
+        let from_rows = track && column_means.is_none();
+        // H2O's `window` counts recent entries, not query rows: it keeps none.
+        let keep_rows = self.policy.needs_recent_rows();
+        let first = match (from_rows, keep_rows) {
+            (true, _) => 0,
+            (false, true) => n.saturating_sub(window),
+            (false, false) => n,
+        };
         let l = &mut self.layers[layer];
+        if let (true, Some(sums)) = (track, column_means) {
+            for (h, cum) in l.cumulative.iter_mut().enumerate() {
+                for (x, m) in cum.iter_mut().zip(&sums[h * c..(h + 1) * c]) {
+                    *x += m;
+                }
+            }
+        }
         let mut row = vec![0f32; c];
         with_group_means(weights, (kvh, g, n, c), first, |h, i, mean| {
-            let cum = &mut l.cumulative[h];
-            for (x, m) in cum.iter_mut().zip(mean) {
-                *x += m;
+            if from_rows {
+                for (x, m) in l.cumulative[h].iter_mut().zip(mean) {
+                    *x += m;
+                }
             }
-            if i + window >= n {
+            if keep_rows && i + window >= n {
                 row.copy_from_slice(mean);
                 let recent = &mut l.recent[h];
                 recent.push_back(row.clone());

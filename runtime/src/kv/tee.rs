@@ -14,7 +14,7 @@
 //! member's answer exactly (`tests/kv_tee.rs` checks it token for token).
 
 use candle_core::Tensor;
-use tern_models::{KvDtype, KvStore, Rotary};
+use tern_models::{KvDtype, KvStore, Rotary, WeightsWanted};
 
 use super::SeqCache;
 
@@ -103,9 +103,23 @@ impl KvStore for TeeCache {
         self.members.iter().any(|m| m.wants_attention(layer))
     }
 
-    fn observe_attention(&mut self, layer: usize, weights: &Tensor) -> tern_models::Result<()> {
+    fn attention_rows(&self, layer: usize) -> WeightsWanted {
+        self.members
+            .iter()
+            .filter(|m| m.wants_attention(layer))
+            .map(|m| m.attention_rows(layer))
+            .reduce(WeightsWanted::union)
+            .unwrap_or(WeightsWanted::ALL_ROWS)
+    }
+
+    fn observe_attention(
+        &mut self,
+        layer: usize,
+        weights: &Tensor,
+        column_means: Option<&[f32]>,
+    ) -> tern_models::Result<()> {
         for m in self.members.iter_mut().filter(|m| m.wants_attention(layer)) {
-            m.observe_attention(layer, weights)?;
+            m.observe_attention(layer, weights, column_means)?;
         }
         Ok(())
     }
