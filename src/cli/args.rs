@@ -344,7 +344,9 @@ pub struct EvalArgs {
     /// Tasks: a JSONL file, gzipped or not (`{"question" or "prompt", "answer"}`
     /// per line, GSM8K as is; code tasks `{"prompt", "tests": [...]}` or
     /// HumanEval's records, graded by running their tests), or a built-in
-    /// generator, e.g. `arithmetic:count=200,seed=1,difficulty=1,ops=add+sub+word`.
+    /// generator, e.g. `arithmetic:count=200,seed=1,difficulty=1,ops=add+sub+word`
+    /// or `story:count=200,seed=1,steps=2+3` (multi-step word problems whose
+    /// answers take a few sentences of reasoning).
     #[arg(long)]
     pub task: String,
     /// Strategies to compare, comma-separated: single, majority@N, synthesize@N,

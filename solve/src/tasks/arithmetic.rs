@@ -65,25 +65,12 @@ impl ArithmeticSpec {
     /// Parses the `k=v,...` options after `arithmetic:`; unknown keys are errors.
     pub fn parse(options: &str) -> Result<ArithmeticSpec, String> {
         let mut spec = ArithmeticSpec::default();
-        for kv in options.split(',').filter(|s| !s.trim().is_empty()) {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| format!("`{kv}` is not key=value"))?;
-            let (k, v) = (k.trim(), v.trim());
+        for (k, v) in super::options(options)? {
             let bad = |what: &str| format!("{k}: `{v}` is not {what}");
             match k {
                 "count" => spec.count = v.parse().map_err(|_| bad("a count"))?,
                 "seed" => spec.seed = v.parse().map_err(|_| bad("an integer"))?,
-                "difficulty" => {
-                    spec.difficulty = v
-                        .split('+')
-                        .map(|d| d.trim().parse::<u32>())
-                        .collect::<Result<_, _>>()
-                        .map_err(|_| bad("an integer or a mix like 1+2"))?;
-                    if !spec.difficulty.iter().all(|d| (1..=6).contains(d)) {
-                        return Err("difficulty must be 1 to 6 (digits per operand)".into());
-                    }
-                }
+                "difficulty" => spec.difficulty = super::levels(k, v, 1..=6, "digits per operand")?,
                 "ops" => {
                     spec.ops = v.split('+').map(Op::parse).collect::<Result<_, _>>()?;
                     if spec.ops.is_empty() {

@@ -11,9 +11,11 @@
 mod arithmetic;
 mod file;
 mod humaneval;
+mod story;
 
 pub use arithmetic::{ArithmeticSpec, Op};
 pub use file::read_jsonl;
+pub use story::StorySpec;
 
 use std::path::Path;
 
@@ -89,15 +91,17 @@ pub enum TaskError {
 }
 
 /// Tasks from `source`: a built-in generator spec (`arithmetic[:k=v,...]`, see
-/// [`ArithmeticSpec`]) or the path of a JSONL file.
+/// [`ArithmeticSpec`]; `story[:k=v,...]`, multi-step word problems, see
+/// [`StorySpec`]) or the path of a JSONL file.
 pub fn load(source: &str) -> Result<Vec<Task>, TaskError> {
+    let spec_error = |reason| TaskError::Spec {
+        spec: source.to_string(),
+        reason,
+    };
     let tasks = if let Some(rest) = builtin_rest(source, "arithmetic") {
-        ArithmeticSpec::parse(rest)
-            .map_err(|reason| TaskError::Spec {
-                spec: source.to_string(),
-                reason,
-            })?
-            .generate()
+        ArithmeticSpec::parse(rest).map_err(spec_error)?.generate()
+    } else if let Some(rest) = builtin_rest(source, "story") {
+        StorySpec::parse(rest).map_err(spec_error)?.generate()
     } else {
         read_jsonl(Path::new(source))?
     };
@@ -105,6 +109,41 @@ pub fn load(source: &str) -> Result<Vec<Task>, TaskError> {
         return Err(TaskError::Empty(source.to_string()));
     }
     Ok(tasks)
+}
+
+/// The `k=v` pairs of a generator's options (`count=3,seed=2`), trimmed, in order.
+fn options(s: &str) -> Result<Vec<(&str, &str)>, String> {
+    s.split(',')
+        .filter(|kv| !kv.trim().is_empty())
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| format!("`{kv}` is not key=value"))
+        })
+        .collect()
+}
+
+/// A `+`-separated mix of levels (`difficulty=1+2`), each within `range`;
+/// `unit` names what a level counts, for the error.
+fn levels(
+    k: &str,
+    v: &str,
+    range: std::ops::RangeInclusive<u32>,
+    unit: &str,
+) -> Result<Vec<u32>, String> {
+    let levels: Vec<u32> = v
+        .split('+')
+        .map(|d| d.trim().parse::<u32>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("{k}: `{v}` is not an integer or a mix like 1+2"))?;
+    if !levels.iter().all(|d| range.contains(d)) {
+        return Err(format!(
+            "{k} must be {} to {} ({unit})",
+            range.start(),
+            range.end()
+        ));
+    }
+    Ok(levels)
 }
 
 /// `Some(options)` when `source` names the built-in `name` (`name` or `name:...`).
@@ -130,6 +169,8 @@ mod tests {
         );
         assert_eq!(builtin_rest("arithmetic.jsonl", "arithmetic"), None);
         assert_eq!(load("arithmetic:count=3,seed=2").unwrap().len(), 3);
+        assert_eq!(load("story:count=4,seed=2,steps=3").unwrap().len(), 4);
+        assert!(matches!(load("story:steps=9"), Err(TaskError::Spec { .. })));
         assert!(matches!(
             load("arithmetic:count=0"),
             Err(TaskError::Empty(_))
