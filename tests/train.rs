@@ -294,6 +294,8 @@ fn mismatched_sparse_sampler_is_measured_and_corrected() {
             "24",
             "--rollout-kv-policy",
             "streaming:budget=16",
+            "--eval-task",
+            "arithmetic:count=6,seed=5",
             "--correction",
             correction,
             "--lora-rank",
@@ -307,6 +309,18 @@ fn mismatched_sparse_sampler_is_measured_and_corrected() {
         metrics(&out)
     };
     let (plain, fixed) = (run("none", "dense"), run("sparse-rl", "dense"));
+    // Held out, the run is scored with a full cache and under its rollout
+    // policy, before and after (the model served dense and served sparse).
+    let eval: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("none-dense/eval.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(eval["policy"], "streaming:budget=16", "{eval}");
+    assert_eq!(eval["tasks"], 6, "{eval}");
+    for key in ["before", "after", "before_policy", "after_policy"] {
+        let v = eval[key].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&v), "{key}: {eval}");
+    }
     // The sparse-replay learner masks each token's attention as the sampler's
     // cache did: it scores the sampler's own policy, so nothing is rejected.
     let replay = run("sparse-rl", "sparse-replay");

@@ -48,6 +48,16 @@ pub struct EvalReport {
     pub before: Option<f64>,
     /// The same after the last step.
     pub after: Option<f64>,
+    /// The rollouts' KV policy when it is not `full`: the held-out tasks are
+    /// then also scored under it (the model as it will be served sparse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// `before`, decoding under `policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_policy: Option<f64>,
+    /// `after`, decoding under `policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_policy: Option<f64>,
 }
 
 /// When a held-out evaluation runs.
@@ -130,28 +140,44 @@ impl<'p> Recorder<'p> {
         self.note(format!("scoring {} held-out tasks", tasks.len()));
         engine.set_adapters(version, learner.adapters_snapshot()?)?;
         self.eval.tasks = tasks.len();
-        let accuracy = Some(evaluate(engine, cfg, tasks)?);
+        let accuracy = Some(evaluate(engine, cfg, tasks, &KvPolicy::Full)?);
+        let policy: KvPolicy = cfg
+            .rollout_kv_policy
+            .parse()
+            .map_err(|e| TrainError::Config(format!("rollout_kv_policy: {e}")))?;
+        let sparse = if policy == KvPolicy::Full {
+            None
+        } else {
+            self.note(format!("scoring them under {}", cfg.rollout_kv_policy));
+            self.eval.policy = Some(cfg.rollout_kv_policy.clone());
+            Some(evaluate(engine, cfg, tasks, &policy)?)
+        };
         match when {
-            When::Before => self.eval.before = accuracy,
-            When::After => self.eval.after = accuracy,
+            When::Before => (self.eval.before, self.eval.before_policy) = (accuracy, sparse),
+            When::After => (self.eval.after, self.eval.after_policy) = (accuracy, sparse),
         }
         write_json(&self.eval_path, &self.eval)
     }
 }
 
-/// Share of `tasks` the engine's current weights solve greedily (see
-/// [`rollout::solved`]), summed as `tern eval` sums its `single` strategy.
-fn evaluate(engine: &EngineHandle, cfg: &TrainConfig, tasks: &[Task]) -> Result<f64> {
+/// Share of `tasks` the engine's current weights solve greedily under the KV
+/// `policy` (see [`rollout::solved`]), summed as `tern eval` sums its
+/// `single` strategy.
+fn evaluate(
+    engine: &EngineHandle,
+    cfg: &TrainConfig,
+    tasks: &[Task],
+    policy: &KvPolicy,
+) -> Result<f64> {
     let greedy = eval::Strategy::single();
     let mut totals = eval::Totals::default();
     let picks: Vec<usize> = (0..tasks.len()).collect();
-    let policy = KvPolicy::Full;
     for chunk in picks.chunks(16) {
         let spec = RolloutSpec {
             group_size: 1,
             max_new_tokens: cfg.max_new_tokens,
             temperature: 1e-6,
-            kv_policy: &policy,
+            kv_policy: policy,
             system: cfg.system_prompt.as_deref(),
             record_evictions: false,
         };
