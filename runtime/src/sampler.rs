@@ -51,6 +51,11 @@ pub struct SamplingParams {
     pub seed: u64,
     /// How many most-likely alternatives to report per step (`0..=20`); `0` skips the work.
     pub top_logprobs: usize,
+    /// Report the drawn token's log-probability under the distribution the
+    /// draw used (`logits / temperature`, [`tempered_logprob_of`]) rather
+    /// than the model's own: what an RL learner scoring the rollout at its
+    /// sampling temperature compares with. The same at temperature 1.
+    pub tempered_logprobs: bool,
 }
 
 impl Default for SamplingParams {
@@ -67,6 +72,7 @@ impl Default for SamplingParams {
             logit_bias: Vec::new(),
             seed: 0,
             top_logprobs: 0,
+            tempered_logprobs: false,
         }
     }
 }
@@ -251,9 +257,14 @@ impl Sampler {
         } else {
             Vec::new()
         };
+        let logprob = if self.params.tempered_logprobs && temperature > 0.0 && temperature != 1.0 {
+            tempered_logprob_of(&self.logits, token, temperature)
+        } else {
+            log_prob(self.logits[token as usize], lse)
+        };
         Sampled {
             token,
-            logprob: log_prob(self.logits[token as usize], lse),
+            logprob,
             top,
         }
     }
@@ -385,6 +396,29 @@ pub fn logprob_of(logits: &[f32], token: u32) -> f32 {
     let cleaned: Vec<f32> = logits.iter().map(|&l| clean(l)).collect();
     let lse = log_sum_exp_with_max(&cleaned, max_of(&cleaned));
     log_prob(clean(picked), lse)
+}
+
+/// The log-probability of `token` under `softmax(logits / temperature)`:
+/// each logit times `1 / temperature` in f32, the maximum of those, and the
+/// log-sum-exp in f64. The sampler reports this number when
+/// [`SamplingParams::tempered_logprobs`] asks, and the learner computes the
+/// same, so a rollout's ratio to pi_old is exactly 1 at any temperature.
+/// Temperature 1 is [`logprob_of`].
+pub fn tempered_logprob_of(logits: &[f32], token: u32, temperature: f32) -> f32 {
+    if temperature == 1.0 {
+        return logprob_of(logits, token);
+    }
+    if token as usize >= logits.len() {
+        return f32::NEG_INFINITY;
+    }
+    let inv = 1.0 / temperature;
+    let scaled: Vec<f32> = logits.iter().map(|&l| clean(l) * inv).collect();
+    let max = max_of(&scaled);
+    if max == f32::NEG_INFINITY {
+        return f32::NEG_INFINITY;
+    }
+    let sum: f64 = scaled.iter().map(|&z| (z as f64 - max as f64).exp()).sum();
+    (scaled[token as usize] as f64 - (max as f64 + sum.ln())) as f32
 }
 
 /// NaN becomes `-inf` (never chosen); `+inf` becomes `f32::MAX` so softmax stays defined.
@@ -728,6 +762,31 @@ mod tests {
     fn draws(p: SamplingParams, logits: &[f32], n: usize) -> Vec<u32> {
         let mut s = Sampler::new(p);
         (0..n).map(|_| s.sample(logits, &[]).token).collect()
+    }
+
+    #[test]
+    fn tempered_logprobs_are_those_of_the_drawn_distribution() {
+        let l = logits(1000, 3);
+        let t = 0.6f32;
+        let plain = Sampler::new(params(|p| p.temperature = t)).sample(&l, &[]);
+        let tempered = Sampler::new(params(|p| {
+            p.temperature = t;
+            p.tempered_logprobs = true;
+        }))
+        .sample(&l, &[]);
+        // The same draw; only the reported number differs.
+        assert_eq!(plain.token, tempered.token);
+        assert_eq!(plain.logprob, logprob_of(&l, plain.token));
+        assert_eq!(tempered.logprob, tempered_logprob_of(&l, plain.token, t));
+        // log softmax(l / t) at the drawn token, computed in f64.
+        let z: Vec<f64> = l.iter().map(|&x| (x * (1.0 / t)) as f64).collect();
+        let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + z.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+        let want = z[plain.token as usize] - lse;
+        assert!((tempered.logprob as f64 - want).abs() < 1e-5, "{}", want);
+        assert_ne!(tempered.logprob, plain.logprob);
+        // At temperature 1 the flag changes nothing.
+        assert_eq!(tempered_logprob_of(&l, 7, 1.0), logprob_of(&l, 7));
     }
 
     #[test]

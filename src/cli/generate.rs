@@ -32,6 +32,7 @@ pub fn sampling_params(s: &SamplingArgs, top_logprobs: usize) -> SamplingParams 
         logit_bias: Vec::new(),
         seed: s.seed,
         top_logprobs,
+        ..SamplingParams::default()
     }
 }
 

@@ -28,7 +28,8 @@ pub struct TrainArgs {
     /// Registry name or GGUF path [config default: smollm2-135m-instruct].
     #[arg(long, short = 'm')]
     pub model: Option<String>,
-    /// Training tasks: `arithmetic[:count=N,seed=S,difficulty=D,ops=add+sub+mul+word]` or a JSONL file.
+    /// Training tasks: `arithmetic[:count=N,seed=S,difficulty=D,ops=add+sub+mul+word]`,
+    /// `story[:count=N,seed=S,steps=2+3,cot=0]` (multi-step word problems) or a JSONL file.
     #[arg(long)]
     pub task: Option<String>,
     /// Held-out tasks scored greedily before and after training.
@@ -126,8 +127,9 @@ pub struct TrainArgs {
     /// activations (false) [unset: recompute when the memory cap needs it].
     #[arg(long)]
     pub recompute: Option<bool>,
-    /// Correction of sparse rollouts: none, tis or sparse-rl [none]
-    /// (needs temperature 1: it compares with the sampler's log-probabilities).
+    /// Correction of sparse rollouts: none, tis or sparse-rl [none] (the
+    /// sampler's log-probabilities are recorded at the sampling temperature,
+    /// as the learner scores them).
     #[arg(long)]
     pub correction: Option<tern_trainer::correction::Correction>,
     /// Drop a rollout if any token's pi_old/pi_sparse is below this [1e-4].
@@ -147,7 +149,7 @@ pub struct TrainArgs {
     pub sequence_level: bool,
     /// Correction of the sampler/learner numerics mismatch, TRL's modes:
     /// none, token_truncate, token_mask, sequence_truncate or sequence_mask
-    /// [none] (not with --correction; needs temperature 1).
+    /// [none] (not with --correction).
     #[arg(long)]
     pub numerics_correction: Option<tern_trainer::correction::NumericsCorrection>,
     /// Upper bound of the numerics ratio: truncated to it or masked above it [3.0].

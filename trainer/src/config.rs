@@ -307,23 +307,11 @@ impl TrainConfig {
             return bad("micro_batch and checkpoint_every must be at least 1".into());
         }
         self.memory_cap_bytes()?;
-        if self.correction != Correction::None && self.temperature != 1.0 {
-            return bad(format!(
-                "correction {} compares the learner with the sampler's recorded log-probabilities, which are at temperature 1: set temperature = 1",
-                self.correction
-            ));
-        }
         if self.numerics_correction != NumericsCorrection::None {
             if self.correction != Correction::None {
                 return bad(format!(
                     "correction {} and numerics_correction {} would both weigh the same ratio pi_old / pi_sampler: choose one",
                     self.correction, self.numerics_correction
-                ));
-            }
-            if self.temperature != 1.0 {
-                return bad(format!(
-                    "numerics_correction {} compares the learner with the sampler's recorded log-probabilities, which are at temperature 1: set temperature = 1",
-                    self.numerics_correction
                 ));
             }
         }

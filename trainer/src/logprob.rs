@@ -9,7 +9,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use tern_models::quant::QLinear;
-use tern_runtime::sampler::logprob_of;
+use tern_runtime::sampler::{logprob_of, tempered_logprob_of};
 
 use crate::error::Result;
 
@@ -139,8 +139,8 @@ pub const ROW_CHUNK: usize = 32;
 /// Pass 1 on the sampler's own output kernel: each row's logits are the
 /// served logits bit for bit (`w` is the GGUF matrix on Tern's quantized
 /// kernel), and at temperature 1 each `log p` is the sampler's own number
-/// ([`tern_runtime::sampler::logprob_of`]). At another temperature the
-/// logits are divided by it in f32 and the log-sum-exp taken in f64.
+/// ([`tern_runtime::sampler::logprob_of`]); at another temperature the
+/// sampler's tempered number ([`tern_runtime::sampler::tempered_logprob_of`]).
 pub fn quant_row_stats(
     h: &Tensor,
     w: &QLinear,
@@ -163,12 +163,13 @@ pub fn quant_row_stats(
                 target_logit.push(z);
                 lse.push(z - lp);
             } else {
-                let inv = (1.0 / temperature) as f32;
-                let scaled: Vec<f32> = row.iter().map(|&z| z * inv).collect();
-                let m = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-                let sum: f64 = scaled.iter().map(|&z| (z as f64 - m).exp()).sum();
-                target_logit.push(scaled.get(y as usize).copied().unwrap_or(f32::NAN) as f64);
-                lse.push(m + sum.ln());
+                // The sampler's tempered log p (`tempered_logprobs`), as at
+                // temperature 1: the scaled target logit exact, the lse from it.
+                let t = temperature as f32;
+                let lp = tempered_logprob_of(row, y, t) as f64;
+                let z = row.get(y as usize).map_or(f32::NAN, |&z| z * (1.0 / t)) as f64;
+                target_logit.push(z);
+                lse.push(z - lp);
             }
         }
         start += n;

@@ -170,6 +170,9 @@ pub fn rollout(
         let sampling = SamplingParams {
             temperature: spec.temperature,
             seed: seed_base.wrapping_add(1000 * i as u64),
+            // The learner scores at the sampling temperature: so do the
+            // recorded log-probabilities the corrections compare with.
+            tempered_logprobs: true,
             ..SamplingParams::default()
         };
         let mut req = SubmitRequest::new(prompt.clone(), sampling, spec.max_new_tokens);

@@ -211,9 +211,8 @@ pub fn run(
     }
     // Dense uncorrected rollouts skip the scoring pass: the first epoch's
     // pre-update log-probabilities are pi_old, measured against the sampler's
-    // here (its log-probabilities are untempered: temperature 1 only).
-    if m.rho.is_none() && cfg.algorithm == Algorithm::Grpo && cfg.temperature == 1.0 && n_fresh > 0
-    {
+    // here (both at the sampling temperature).
+    if m.rho.is_none() && cfg.algorithm == Algorithm::Grpo && n_fresh > 0 {
         let old: Vec<Vec<f64>> = old_per[..n_fresh]
             .iter()
             .map(|o| o.clone().unwrap_or_default())
