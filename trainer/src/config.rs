@@ -307,13 +307,13 @@ impl TrainConfig {
             return bad("micro_batch and checkpoint_every must be at least 1".into());
         }
         self.memory_cap_bytes()?;
-        if self.numerics_correction != NumericsCorrection::None {
-            if self.correction != Correction::None {
-                return bad(format!(
-                    "correction {} and numerics_correction {} would both weigh the same ratio pi_old / pi_sampler: choose one",
-                    self.correction, self.numerics_correction
-                ));
-            }
+        if self.numerics_correction != NumericsCorrection::None
+            && self.correction != Correction::None
+        {
+            return bad(format!(
+                "correction {} and numerics_correction {} would both weigh the same ratio pi_old / pi_sampler: choose one",
+                self.correction, self.numerics_correction
+            ));
         }
         let n = &self.numerics;
         if !(n.clip_max >= 1.0 && n.clip_min.is_none_or(|m| (0.0..=1.0).contains(&m))) {
