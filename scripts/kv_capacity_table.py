@@ -23,6 +23,8 @@ import json
 import sys
 from collections import defaultdict
 
+from kv_table import unique
+
 START = "<!-- kv-capacity:start -->"
 END = "<!-- kv-capacity:end -->"
 
@@ -41,8 +43,8 @@ def jsonl(paths):
 def ruler_averages(paths, length):
     """{(name, removed, dtype): (average, tasks, samples per task)} at `length`."""
     cells = defaultdict(lambda: defaultdict(list))
-    for r in jsonl(paths):
-        if r.get("suite") == "ruler" and r["length"] == length:
+    for r in unique([r for r in jsonl(paths) if r.get("suite") == "ruler"]):
+        if r["length"] == length:
             cells[(r["name"], r["removed"], r.get("kv_dtype", "f32"))][r["task"]].append(r["score"])
     out = {}
     for key, tasks in cells.items():

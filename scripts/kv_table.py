@@ -39,7 +39,25 @@ def load(paths):
                     rows.append(r)
     if not rows:
         sys.exit("error: no ruler records in " + ", ".join(paths))
-    return rows
+    return unique(rows)
+
+
+def unique(rows):
+    """Drops repeats of one (model, length, dtype, task, sample, setting):
+    two runs that both include the full cache measure its samples twice,
+    with the same seed and the same result. Differing repeats are an error."""
+    seen = {}
+    out = []
+    for r in rows:
+        key = (r.get("model"), r["length"], r.get("kv_dtype", "f32"), r["task"],
+               r["sample"], r["name"], r["removed"], r.get("policy"))
+        if key in seen:
+            if seen[key] != r["score"]:
+                sys.exit(f"error: two records of {key} disagree ({seen[key]} vs {r['score']})")
+            continue
+        seen[key] = r["score"]
+        out.append(r)
+    return out
 
 
 def mean(xs):
