@@ -442,11 +442,6 @@ mod tests {
                 ..ok.clone()
             },
             TrainConfig {
-                numerics_correction: NumericsCorrection::TokenTruncate,
-                temperature: 0.8,
-                ..ok.clone()
-            },
-            TrainConfig {
                 numerics: NumericsThresholds {
                     clip_max: 0.9,
                     clip_min: None,
@@ -456,6 +451,14 @@ mod tests {
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
+        // Log-probabilities are recorded at the sampling temperature: a
+        // correction at 0.8 is fine.
+        let tempered = TrainConfig {
+            numerics_correction: NumericsCorrection::TokenTruncate,
+            temperature: 0.8,
+            ..ok.clone()
+        };
+        assert!(tempered.validate().is_ok());
     }
 
     #[test]
