@@ -50,7 +50,7 @@ def unique(rows):
     out = []
     for r in rows:
         key = (r.get("model"), r["length"], r.get("kv_dtype", "f32"), r["task"],
-               r["sample"], r["name"], r["removed"], r.get("policy"))
+               r["sample"], r["name"], r["removed"], r.get("policy"), r.get("query", "aware"))
         if key in seen:
             if seen[key] != r["score"]:
                 sys.exit(f"error: two records of {key} disagree ({seen[key]} vs {r['score']})")
@@ -65,11 +65,12 @@ def mean(xs):
 
 
 def summarize(rows):
-    """{(model, length, dtype): {(name, removed): {task: [scores]}}} and policy order."""
+    """{(model, length, dtype, query): {(name, removed): {task: [scores]}}} and
+    policy order. Records from before `--query-agnostic` existed are query-aware."""
     groups = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     order = []
     for r in rows:
-        key = (r.get("model", "?"), r["length"], r.get("kv_dtype", "f32"))
+        key = (r.get("model", "?"), r["length"], r.get("kv_dtype", "f32"), r.get("query", "aware"))
         groups[key][(r["name"], r["removed"])][r["task"]].append(r["score"])
         if r["name"] not in order:
             order.append(r["name"])
@@ -83,7 +84,7 @@ def cell_average(tasks):
 
 def tables(groups, order):
     out = []
-    for (model, length, dtype), cells in sorted(groups.items()):
+    for (model, length, dtype, query), cells in sorted(groups.items()):
         removed = sorted({rm for (_, rm) in cells if rm > 0})
         task_names = []
         for t in cells.values():
@@ -91,7 +92,8 @@ def tables(groups, order):
                 if name not in task_names:
                     task_names.append(name)
         samples = max(len(v) for t in cells.values() for v in t.values())
-        out.append(f"**{model}, {length} tokens, KV {dtype}** "
+        mode = "" if query == "aware" else f", query-{query}"
+        out.append(f"**{model}, {length} tokens, KV {dtype}{mode}** "
                    f"(up to {samples} sample(s) per task; average over {', '.join(task_names)})\n")
         out.append("| policy | 0% | " + " | ".join(f"{r}%" for r in removed) + " |")
         out.append("|---|---|" + "---|" * len(removed))
@@ -145,12 +147,12 @@ def plot(groups, order, path):
     svg.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>')
     svg.append(f'<text x="{left + pw / 2}" y="{h - 10}" text-anchor="middle">KV entries of the prompt removed</text>')
     svg.append(f'<text transform="translate(16 {top + ph / 2}) rotate(-90)" text-anchor="middle">RULER score (avg over tasks)</text>')
-    titles = [f"{m} {n} tok KV {d}" for (m, n, d) in sorted(groups)]
+    titles = [f"{m} {n} tok KV {d}" + ("" if q == "aware" else f" q-{q}") for (m, n, d, q) in sorted(groups)]
     svg.append(f'<text x="{left}" y="{top - 10}">{"; ".join(titles)}</text>')
     legend_y = top + 10
     multi = len(groups) > 1
     i = 0
-    for (model, length, dtype), cells in sorted(groups.items()):
+    for (model, length, dtype, query), cells in sorted(groups.items()):
         dash = "" if not multi else f' stroke-dasharray="{2 + 4 * (i % 2)},2"'
         for name in order:
             pts = sorted((rm, cell_average(t)) for (n, rm), t in cells.items() if n == name)

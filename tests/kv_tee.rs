@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use tern_runtime::backend::TernBackend;
-use tern_runtime::generate::{generate, generate_each, GenerateOutput, GenerateRequest};
+use tern_runtime::generate::{
+    generate, generate_each, generate_each_query_agnostic, GenerateOutput, GenerateRequest,
+};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::SamplingParams;
@@ -55,8 +57,8 @@ fn assert_same(ps: &[KvPolicy], alone: &[GenerateOutput], shared: &[GenerateOutp
     }
 }
 
-#[test]
-fn a_shared_prefill_gives_each_policy_its_own_answer_on_the_tiny_model() {
+/// The tiny random-weight llama with a 512-token context.
+fn tiny_model() -> Arc<LoadedModel> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     write_tiny_model(
@@ -66,7 +68,12 @@ fn a_shared_prefill_gives_each_policy_its_own_answer_on_the_tiny_model() {
             ..TinySpec::default()
         },
     );
-    let model = Arc::new(LoadedModel::load(&path).unwrap());
+    Arc::new(LoadedModel::load(&path).unwrap())
+}
+
+#[test]
+fn a_shared_prefill_gives_each_policy_its_own_answer_on_the_tiny_model() {
+    let model = tiny_model();
     let vocab = model.config().vocab_size;
     let prompt: Vec<u32> = (0..200).map(|i| ((i * 37 + 11) % vocab) as u32).collect();
     // Sampled at temperature 1: any difference in the logits shows in the
@@ -145,4 +152,55 @@ fn a_shared_prefill_gives_each_policy_its_own_answer_on_smollm2_with_a_quantized
     ]);
     let (alone, shared) = alone_and_shared(&model, &req, &ps);
     assert_same(&ps, &alone, &shared);
+}
+
+#[test]
+fn a_query_agnostic_run_compresses_the_context_only_and_keeps_the_question_and_answer() {
+    let model = tiny_model();
+    let vocab = model.config().vocab_size;
+    let prompt: Vec<u32> = (0..200).map(|i| ((i * 53 + 5) % vocab) as u32).collect();
+    let context = 120;
+    let req = GenerateRequest {
+        prompt,
+        sampling: SamplingParams {
+            temperature: 1.0,
+            seed: 11,
+            ..SamplingParams::default()
+        },
+        max_tokens: 48,
+        ignore_eos: true,
+        stop: Vec::new(),
+        prefill_chunk: context,
+        kv_policy: KvPolicy::Full,
+        kv_dtype: KvDtype::F32,
+    };
+    let ps = policies(&[
+        "full",
+        "streaming:budget=32",
+        "h2o:budget=40",
+        "snapkv:budget=40,every=8",
+        "keydiff:budget=40,every=8",
+    ]);
+    let mut backend = TernBackend::new(Arc::clone(&model));
+    let outs = generate_each_query_agnostic(&mut backend, &model, &req, &ps, context).unwrap();
+    // The full cache reads context then question as two chunks, exactly.
+    let alone = generate(&mut backend, &model, &req, |_| {}).unwrap();
+    assert_same(&ps[..1], &[alone], &outs[..1]);
+    // Each policy pruned the 120 context entries to its budget once; the 80
+    // question tokens and 47 forwarded answer tokens were all kept after.
+    let seen = 200 + 47;
+    for (p, o) in ps.iter().zip(&outs).skip(1) {
+        let budget = p.budget().unwrap();
+        let held = budget + 80 + 47;
+        assert_eq!(o.kv_bytes * seen, o.kv_bytes_full * held, "{p}");
+        assert_ne!(
+            o.token_ids, outs[0].token_ids,
+            "{p}: pruning changed nothing"
+        );
+    }
+    // The context must be a proper, non-empty prefix.
+    for bad in [0, 200, 201] {
+        let err = generate_each_query_agnostic(&mut backend, &model, &req, &ps, bad).unwrap_err();
+        assert!(err.to_string().contains("context"), "{err}");
+    }
 }

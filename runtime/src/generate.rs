@@ -149,24 +149,79 @@ pub fn generate_each<M>(
 where
     M: std::ops::Deref<Target = LoadedModel> + Send,
 {
+    generate_each_split(backend, model, req, policies, req.prompt.len())
+}
+
+/// Like [`generate_each`], but the policies compress only the first
+/// `context` prompt tokens, before the rest of the prompt (the question) is
+/// read: each cache is then frozen ([`crate::kv::SeqCache::freeze`]) and the
+/// question and answer are kept whole. This is the query-agnostic setting of
+/// kvpress's leaderboard, where a scorer cannot look at the question; the
+/// budget a policy is given counts context entries only.
+pub fn generate_each_query_agnostic<M>(
+    backend: &mut TernBackend<M>,
+    model: &LoadedModel,
+    req: &GenerateRequest,
+    policies: &[KvPolicy],
+    context: usize,
+) -> Result<Vec<GenerateOutput>>
+where
+    M: std::ops::Deref<Target = LoadedModel> + Send,
+{
+    if context == 0 || context >= req.prompt.len() {
+        return Err(RuntimeError::InvalidParam {
+            param: "context".into(),
+            reason: format!(
+                "the context must be a proper, non-empty prefix of the {}-token prompt (got {context})",
+                req.prompt.len()
+            ),
+        });
+    }
+    generate_each_split(backend, model, req, policies, context)
+}
+
+/// [`generate_each`] when `context == req.prompt.len()`, else its
+/// query-agnostic form.
+fn generate_each_split<M>(
+    backend: &mut TernBackend<M>,
+    model: &LoadedModel,
+    req: &GenerateRequest,
+    policies: &[KvPolicy],
+    context: usize,
+) -> Result<Vec<GenerateOutput>>
+where
+    M: std::ops::Deref<Target = LoadedModel> + Send,
+{
     req.sampling.validate()?;
     model.check_prompt(req.prompt.len())?;
     let t0 = Instant::now();
-    let (seqs, logits) = backend.prefill_each(&req.prompt, policies, req.kv_dtype)?;
-    let prefill_secs = t0.elapsed().as_secs_f64();
+    let (seqs, shared) = backend.prefill_each(&req.prompt[..context], policies, req.kv_dtype)?;
+    let shared_secs = t0.elapsed().as_secs_f64();
+    let question = &req.prompt[context..];
     let mut outs = Vec::with_capacity(seqs.len());
     let mut result = Ok(());
     for &seq in &seqs {
         if result.is_ok() {
-            match decode(
-                backend,
-                seq,
-                model,
-                req,
-                logits.clone(),
-                prefill_secs,
-                |_| {},
-            ) {
+            let t1 = Instant::now();
+            let logits = if question.is_empty() {
+                Ok(shared.clone())
+            } else {
+                backend
+                    .freeze(seq)
+                    .and_then(|()| prefill(backend, seq, question, context, question.len()))
+            };
+            let own_secs = t1.elapsed().as_secs_f64();
+            match logits.and_then(|logits| {
+                decode(
+                    backend,
+                    seq,
+                    model,
+                    req,
+                    logits,
+                    shared_secs + own_secs,
+                    |_| {},
+                )
+            }) {
                 Ok(out) => outs.push(out),
                 Err(e) => result = Err(e),
             }

@@ -565,6 +565,13 @@ pub struct KvEvalArgs {
         value_parser = clap::value_parser!(u32).range(1..=99)
     )]
     pub removed: Vec<u32>,
+    /// Ruler: compress the context before the question is read (kvpress's
+    /// query-agnostic setting: the cache is pruned once, no policy sees the
+    /// question's queries, and the question and answer are kept whole).
+    /// Budgets then count context tokens. Default: the whole prompt,
+    /// question included, is read and compressed at once (query-aware).
+    #[arg(long)]
+    pub query_agnostic: bool,
     /// How the KV cache stores keys and values in every run (f16, q8_0, q4_0,
     /// f32); records carry it.
     #[arg(long, default_value = "f16", value_parser = parse_dtype)]

@@ -10,7 +10,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use serde_json::json;
 use tern_runtime::backend::TernBackend;
-use tern_runtime::generate::{generate_each, GenerateRequest};
+use tern_runtime::generate::{generate_each, generate_each_query_agnostic, GenerateRequest};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::ruler::{self, RulerSample, RulerTask};
 use tern_runtime::sampler::SamplingParams;
@@ -45,12 +45,15 @@ fn mean(xs: &[f64]) -> f64 {
 /// once, in one chunk, for all of them (`generate_each`; each answer equals
 /// the policy's answer alone, tests/kv_tee.rs), so score-based policies
 /// compress the whole prompt once, seeing the question's queries, as in the
-/// passkey task. Returns the outputs and the seconds of the shared prefill.
+/// passkey task. With `agnostic` only the context before the question is
+/// read together and compressed; each cache is then frozen and reads the
+/// question on its own (`generate_each_query_agnostic`).
 fn answers(
     model: &LoadedModel,
     sample: &RulerSample,
     policies: &[KvPolicy],
     dtype: tern_runtime::kv::KvDtype,
+    agnostic: bool,
 ) -> Result<Vec<tern_runtime::generate::GenerateOutput>> {
     let req = GenerateRequest {
         prefill_chunk: sample.tokens.len(),
@@ -62,12 +65,12 @@ fn answers(
         kv_policy: KvPolicy::Full,
         kv_dtype: dtype,
     };
-    Ok(generate_each(
-        &mut TernBackend::new(model),
-        model,
-        &req,
-        policies,
-    )?)
+    let mut backend = TernBackend::new(model);
+    Ok(if agnostic {
+        generate_each_query_agnostic(&mut backend, model, &req, policies, sample.context_tokens)?
+    } else {
+        generate_each(&mut backend, model, &req, policies)?
+    })
 }
 
 /// Average over tasks of each task's mean score, for one setting.
@@ -81,7 +84,8 @@ fn task_average(cells: &Cells, setting: usize, tasks: &[RulerTask]) -> f64 {
 
 fn print_tables(length: usize, a: &KvEvalArgs, settings: &[Setting], cells: &Cells) {
     println!(
-        "\n### RULER at {length} tokens ({} sample(s) per task; score 0-100, average over {})\n",
+        "\n### RULER at {length} tokens, query-{} ({} sample(s) per task; score 0-100, average over {})\n",
+        if a.query_agnostic { "agnostic" } else { "aware" },
         a.ruler_samples,
         a.ruler_tasks
             .iter()
@@ -160,6 +164,13 @@ pub fn eval_ruler(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Val
                 let sample = ruler::build(&model.tokenizer, task, length, seed)
                     .with_context(|| format!("ruler {task} at {length} tokens"))?;
                 let n = sample.tokens.len();
+                // What a policy compresses: the whole prompt, or only the
+                // context before the question.
+                let compressed = if a.query_agnostic {
+                    sample.context_tokens
+                } else {
+                    n
+                };
                 let mut policies = Vec::with_capacity(settings.len());
                 let mut budgets = Vec::with_capacity(settings.len());
                 for s in &settings {
@@ -167,12 +178,12 @@ pub fn eval_ruler(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Val
                         policies.push(KvPolicy::Full);
                         budgets.push(n);
                     } else {
-                        let b = budget(n, s.removed);
+                        let b = budget(compressed, s.removed);
                         policies.push(policy(&s.name, b)?);
                         budgets.push(b);
                     }
                 }
-                let outs = answers(model, &sample, &policies, a.kv_dtype)?;
+                let outs = answers(model, &sample, &policies, a.kv_dtype, a.query_agnostic)?;
                 for (si, ((s, p), out)) in settings.iter().zip(&policies).zip(outs).enumerate() {
                     let b = budgets[si];
                     let score = ruler::score(&sample.expected, &out.text);
@@ -191,6 +202,8 @@ pub fn eval_ruler(model: &LoadedModel, a: &KvEvalArgs) -> Result<serde_json::Val
                         "seconds": out.prefill_secs + out.decode_secs,
                         "prefill_secs": out.prefill_secs, "decode_secs": out.decode_secs,
                         "shared_prefill": true,
+                        "query": if a.query_agnostic { "agnostic" } else { "aware" },
+                        "context_tokens": sample.context_tokens,
                     });
                     if let Some(f) = out_file.as_mut() {
                         writeln!(f, "{rec}")?;

@@ -122,6 +122,13 @@ impl<M: Deref<Target = LoadedModel>> TernBackend<M> {
         Ok((seqs, logits))
     }
 
+    /// Compresses `seq`'s cache to its budget now and stops it evicting
+    /// anything more ([`SeqCache::freeze`]).
+    pub fn freeze(&mut self, seq: SeqId) -> Result<()> {
+        let cache = self.seqs.get_mut(&seq).ok_or_else(|| Self::unknown(seq))?;
+        Ok(cache.freeze()?)
+    }
+
     fn unknown(seq: SeqId) -> RuntimeError {
         RuntimeError::InvalidParam {
             param: "seq".into(),

@@ -82,6 +82,8 @@ pub struct SeqCache {
     windows: Vec<Option<usize>>,
     /// How keys and values are stored.
     dtype: KvDtype,
+    /// Set by [`SeqCache::freeze`]: nothing more is evicted.
+    frozen: bool,
 }
 
 impl SeqCache {
@@ -136,6 +138,7 @@ impl SeqCache {
                 .map(|l| config.sliding_window(l))
                 .collect(),
             dtype,
+            frozen: false,
         }
     }
 
@@ -329,10 +332,31 @@ impl SeqCache {
         }))
     }
 
+    /// Compresses every layer over the budget now, whatever the policy's
+    /// schedule, then stops evicting: everything appended from here on is
+    /// kept (sliding-window layers still slide, as the model requires). This
+    /// is the query-agnostic setting of kvpress and KVzip: a context is
+    /// compressed once, before the question is known, and the question and
+    /// answer are then read against what was kept.
+    pub fn freeze(&mut self) -> tern_models::Result<()> {
+        if let Some(budget) = self.policy.budget() {
+            for layer in 0..self.n_layer {
+                if self.windows[layer].is_none() && self.held(layer) > budget {
+                    self.compress(layer)?;
+                }
+            }
+        }
+        self.frozen = true;
+        Ok(())
+    }
+
     /// Applies the policy's end-of-prompt compression (SnapKV and PyramidKV
     /// compress the prompt once it has been read). Call after the last prefill
     /// chunk.
     pub fn finish_prefill(&mut self) -> tern_models::Result<()> {
+        if self.frozen {
+            return Ok(());
+        }
         for layer in 0..self.n_layer {
             let l = &self.layers[layer];
             if self.windows[layer].is_none()
@@ -596,7 +620,7 @@ impl KvStore for SeqCache {
 
     fn wants_attention(&self, layer: usize) -> bool {
         // Sliding layers are not scored: the policy does not evict there.
-        self.policy.needs_attention() && self.windows[layer].is_none()
+        !self.frozen && self.policy.needs_attention() && self.windows[layer].is_none()
     }
 
     fn attention_rows(&self, _layer: usize) -> WeightsWanted {
@@ -658,7 +682,7 @@ impl KvStore for SeqCache {
 
     fn wants_queries(&self, layer: usize) -> bool {
         // Sliding layers are not scored: the policy does not evict there.
-        self.layers[layer].queries.is_some() && self.windows[layer].is_none()
+        !self.frozen && self.layers[layer].queries.is_some() && self.windows[layer].is_none()
     }
 
     fn observe_queries(
@@ -678,6 +702,9 @@ impl KvStore for SeqCache {
     fn after_attention(&mut self, layer: usize) -> tern_models::Result<()> {
         if let Some(window) = self.windows[layer] {
             return self.slide(layer, window);
+        }
+        if self.frozen {
+            return Ok(());
         }
         let l = &self.layers[layer];
         // A prefill chunk ends like a short prompt: policies that compress at

@@ -8,7 +8,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::haystack::fit;
+use super::haystack::{fit, Fitted};
 use super::words::WORDS;
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
@@ -56,7 +56,7 @@ pub(super) fn build(
     tok: &Tokenizer,
     target: usize,
     rng: &mut ChaCha8Rng,
-) -> Result<(Vec<u32>, Vec<String>)> {
+) -> Result<(Fitted, Vec<String>)> {
     let mut words: Vec<&str> = WORDS.to_vec();
     words.shuffle(rng);
     let (example_common, rest) = words.split_at(COMMON);
@@ -84,12 +84,12 @@ pub(super) fn build(
         .flat_map(|w| std::iter::repeat_n(*w, RARE_FREQ))
         .collect();
     let list_seed: u64 = rng.gen();
-    let (_, tokens) = fit(tok, target, rare.len(), |n| {
+    let fitted = fit(tok, target, rare.len(), "\nQuestion:", |n| {
         let mut r = ChaCha8Rng::seed_from_u64(list_seed);
         format!(
             "{example}{}",
             block(&numbered_list(common, freq, &rare[..n], &mut r))
         )
     })?;
-    Ok((tokens, common.iter().map(|w| w.to_string()).collect()))
+    Ok((fitted, common.iter().map(|w| w.to_string()).collect()))
 }

@@ -45,14 +45,43 @@ pub(super) fn noise_with(n: usize, inserts: &[(f64, String)]) -> String {
     parts.join(" ")
 }
 
+/// A prompt sized by [`fit`].
+pub(super) struct Fitted {
+    /// Its token ids (with BOS).
+    pub tokens: Vec<u32>,
+    /// How many of them come before the question: the longest prefix the
+    /// text before the last `marker` tokenizes to.
+    pub context: usize,
+}
+
 /// The largest `n` in `0..=max` whose `render(n)` tokenizes (with BOS) to at
-/// most `target` tokens, and those tokens. Token counts grow with `n` (up to a
-/// token where two pieces merge), so a bisection finds it in a dozen encodes.
+/// most `target` tokens, and those tokens, split where the question (the last
+/// `marker` in the text) begins. Token counts grow with `n` (up to a token
+/// where two pieces merge), so a bisection finds it in a dozen encodes.
 pub(super) fn fit(
     tok: &Tokenizer,
     target: usize,
     max: usize,
+    marker: &str,
     render: impl Fn(usize) -> String,
+) -> Result<Fitted> {
+    let (n, tokens) = fit_count(tok, target, max, &render)?;
+    let text = render(n);
+    let at = text.rfind(marker).unwrap_or(text.len());
+    let before = tok.encode(&text[..at], true, false)?;
+    let context = before
+        .iter()
+        .zip(&tokens)
+        .take_while(|(a, b)| a == b)
+        .count();
+    Ok(Fitted { tokens, context })
+}
+
+fn fit_count(
+    tok: &Tokenizer,
+    target: usize,
+    max: usize,
+    render: &impl Fn(usize) -> String,
 ) -> Result<(usize, Vec<u32>)> {
     let encode = |n: usize| tok.encode(&render(n), true, false);
     let base = encode(0)?;

@@ -103,6 +103,9 @@ pub struct RulerSample {
     pub task: RulerTask,
     /// Prompt token ids (with BOS where the model wants one).
     pub tokens: Vec<u32>,
+    /// How many of `tokens` come before the question: what a query-agnostic
+    /// run compresses before the question is read.
+    pub context_tokens: usize,
     /// Strings the output must contain; the score is the share found.
     pub expected: Vec<String>,
     /// Tokens to generate; prompt plus these fit the requested length.
@@ -129,7 +132,7 @@ pub fn build(tok: &Tokenizer, task: RulerTask, length: usize, seed: u64) -> Resu
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let max_new_tokens = task.max_new_tokens();
     let target = length.saturating_sub(max_new_tokens);
-    let (tokens, expected) = match task {
+    let (fitted, expected) = match task {
         RulerTask::NiahSingle => niah::build(tok, niah::Niah::Single, target, &mut rng)?,
         RulerTask::NiahMultikey => niah::build(tok, niah::Niah::MultiKey, target, &mut rng)?,
         RulerTask::NiahMultivalue => niah::build(tok, niah::Niah::MultiValue, target, &mut rng)?,
@@ -138,7 +141,8 @@ pub fn build(tok: &Tokenizer, task: RulerTask, length: usize, seed: u64) -> Resu
     };
     Ok(RulerSample {
         task,
-        tokens,
+        tokens: fitted.tokens,
+        context_tokens: fitted.context,
         expected,
         max_new_tokens,
     })

@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use super::haystack::{fit, noise_with};
+use super::haystack::{fit, noise_with, Fitted};
 use super::words::WORDS;
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
@@ -62,7 +62,7 @@ pub(super) fn build(
     kind: Niah,
     target: usize,
     rng: &mut ChaCha8Rng,
-) -> Result<(Vec<u32>, Vec<String>)> {
+) -> Result<(Fitted, Vec<String>)> {
     let (n_keys, n_values) = match kind {
         Niah::Single => (1, 1),
         Niah::MultiKey => (NEEDLES, NEEDLES),
@@ -96,8 +96,8 @@ pub(super) fn build(
             vec![values[q].clone()],
         ),
     };
-    let (_, tokens) = fit(tok, target, target, |n| {
+    let fitted = fit(tok, target, target, "\nWhat ", |n| {
         format!("{INTRO}{}{question}", noise_with(n, &needles))
     })?;
-    Ok((tokens, expected))
+    Ok((fitted, expected))
 }

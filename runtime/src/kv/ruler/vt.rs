@@ -7,7 +7,7 @@
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use super::haystack::{fit, noise_with};
+use super::haystack::{fit, noise_with, Fitted};
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
 
@@ -59,7 +59,7 @@ pub(super) fn build(
     tok: &Tokenizer,
     target: usize,
     rng: &mut ChaCha8Rng,
-) -> Result<(Vec<u32>, Vec<String>)> {
+) -> Result<(Fitted, Vec<String>)> {
     let example_vars = names(rng, CHAIN, &[]);
     let example_value = rng.gen_range(10_000u32..100_000);
     let example_chain = scatter(rng, &example_vars, example_value);
@@ -74,8 +74,8 @@ pub(super) fn build(
         value = rng.gen_range(10_000u32..100_000);
     }
     let chain = scatter(rng, &vars, value);
-    let (_, tokens) = fit(tok, target, target, |n| {
+    let fitted = fit(tok, target, target, "\nQuestion:", |n| {
         format!("{example}{}", block(&noise_with(n, &chain), value))
     })?;
-    Ok((tokens, vars))
+    Ok((fitted, vars))
 }
