@@ -4,7 +4,7 @@
 //! (Q4_1, 64 rows), 8-row batched decode steps of both, the K-quants (Q2_K,
 //! Q3_K, Q4_K, Q5_K and Q6_K at 1, 8, 64 and 512 rows) on Gemma 3 270M's
 //! ffn_down shape, Q4_0 in llama.cpp's repacked order against the plain
-//! one (1, 8, 64 rows), and IQ4_NL (SmolLM2's MLP shape, repacked order) and
+//! one (1, 8, 16, 64, 512 rows), and IQ4_NL (SmolLM2's MLP shape, repacked order) and
 //! IQ4_XS (Gemma's ffn_down shape), which candle cannot run.
 
 use std::sync::Arc;
@@ -119,7 +119,7 @@ fn bench_iq4(
 }
 
 fn benches(c: &mut Criterion) {
-    for rows in [1, 8, 64] {
+    for rows in [1, 4, 8, 16, 64, 512] {
         bench_q4_0_orders(c, rows, 1536, 576);
     }
     bench_case(c, "q4_1 1x576 * 1536x576", GgmlDType::Q4_1, 1, 1536, 576);

@@ -28,6 +28,11 @@
 //! (about 25% faster per pair than the group kernel at eight rows on the 2-core
 //! EPYC VM). The weights are walked in slabs of a few groups that stay in L1 while
 //! every activation row passes them, the next slab prefetched.
+//!
+//! Q4_0 in the repacked order has its own kernel from four activation rows on
+//! ([`tiles`]): 8 weight rows transposed once so that one `maddubs` gives all
+//! eight rows' partial dots, with no horizontal sums (about twice as fast as
+//! the row-against-8-rows path, the same floats).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -258,6 +263,9 @@ unsafe fn scalar_repacked_group(
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod tiles;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -857,6 +865,11 @@ mod avx2 {
         out: OutPtr,
     ) {
         match w.format {
+            WeightFormat::Q4_0
+                if w.order == BlockOrder::Repack && acts.rows >= super::tiles::MIN_ROWS =>
+            {
+                super::tiles::q4_0(w, acts, cols, out)
+            }
             WeightFormat::Q4_0 if w.order == BlockOrder::Repack => {
                 gemm_fmt::<F_Q4_0_REPACK>(w, acts, cols, out)
             }

@@ -235,7 +235,8 @@ fn quant_q4_0_repacked_order_avx2_matches_scalar_bitwise() {
             let plain =
                 PackedWeights::from_ggml(WeightFormat::Q4_0, out, inp, &raw, BlockOrder::VecDot)
                     .expect("pack");
-            for &rows in &ROWS {
+            // 16 and more: the tiled kernel (`dot::tiles`).
+            for &rows in ROWS.iter().chain(&[16, 33]) {
                 let x = random(&mut rng, rows * inp, -2.0, 2.0);
                 let y = w.matmul(&x, rows, Kernel::Scalar);
                 if dot::best_kernel() == Kernel::Avx2 {
@@ -535,6 +536,51 @@ fn quant_backward_input_equals_the_dequantized_weights_gradient() {
                 (a - b).abs() <= 1e-5 * scale,
                 "{t:?}: {a} vs {b} (scale {scale})"
             );
+        }
+    }
+}
+
+/// The tiled Q4_0 kernel (repacked order, `dot::tiles`, from 16 activation
+/// rows) over the column ranges the pool hands out: starting mid-tile, ending
+/// mid-group, with 1-3 activation rows left over. Every column in range
+/// equals the scalar kernel's bits, and no column outside it is written.
+#[test]
+fn quant_q4_0_tiles_match_scalar_bitwise_over_any_column_range() {
+    use super::blocks::{BlockOrder, PackedWeights, WeightFormat};
+    if dot::best_kernel() != Kernel::Avx2 {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(0x41);
+    for &inp in &IN_DIMS {
+        let out = 296;
+        let qw = weight(&mut rng, GgmlDType::Q4_0, out, inp);
+        let raw = qw.data().expect("data").to_vec();
+        let w = PackedWeights::from_ggml(WeightFormat::Q4_0, out, inp, &raw, BlockOrder::Repack)
+            .expect("pack");
+        for rows in [16, 19, 34, 64] {
+            let x = random(&mut rng, rows * inp, -2.0, 2.0);
+            let mut acts = QuantizedActs::zeroed(rows, inp / QK, false);
+            dot::quantize_rows(Kernel::Avx2, &x, inp, 0..rows, &mut acts);
+            for cols in [0..out, 4..out, 4..150, 8..13, 292..296] {
+                let run = |kernel: Kernel| {
+                    let mut y = vec![f32::NAN; rows * out];
+                    let ptr = dot::OutPtr {
+                        ptr: y.as_mut_ptr(),
+                        stride: out,
+                    };
+                    // SAFETY: `y` holds rows * out floats and outlives the call.
+                    unsafe { dot::gemm_range(kernel, &w, &acts, cols.clone(), ptr) };
+                    y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+                };
+                let (a, s) = (run(Kernel::Avx2), run(Kernel::Scalar));
+                assert_eq!(a, s, "rows={rows} in={inp} cols={cols:?}");
+                for r in 0..rows {
+                    for c in 0..out {
+                        let written = !f32::from_bits(a[r * out + c]).is_nan();
+                        assert_eq!(written, cols.contains(&c), "[{r},{c}] cols={cols:?}");
+                    }
+                }
+            }
         }
     }
 }
