@@ -55,8 +55,8 @@ pub struct StepMetrics {
     /// The estimator's peak for this step's largest learner micro-batch.
     pub peak_estimate_bytes: u64,
     /// Mismatch statistics of the sampler against pi_old, for every GRPO step
-    /// whose learner batch is not empty (dense runs at temperature other than
-    /// 1 excepted: the sampler records untempered log-probabilities).
+    /// whose learner batch is not empty (both sides at the sampling
+    /// temperature, so a dense run's are exactly 1 on the quantized learner).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rho: Option<RhoStats>,
     /// Wall seconds of the step.
