@@ -28,7 +28,10 @@
 //! Each format module has the block layout, ggml's reference dequantization, the
 //! integer parts of a super-block product in a scalar and an AVX2 version (the
 //! integer parts are exact, so any method gives the same integers), and the
-//! floating-point combination in ggml's order, shared by both kernels.
+//! floating-point combination in ggml's order, shared by both kernels; it says
+//! so through [`superblock::SuperBlock`], and the drivers that walk a row
+//! (`superblock::dot`, `superblock::dot_rows`) are written once over that trait.
+//! A new super-block format is one file implementing it.
 
 pub mod q2k;
 pub mod q3k;
@@ -36,6 +39,7 @@ pub mod q4k;
 pub mod q5k;
 pub mod q6k;
 pub mod q8k;
+pub(crate) mod superblock;
 
 #[cfg(test)]
 mod tests;
@@ -249,12 +253,12 @@ impl KWeights {
         let (w, a, v) = (self.row(c), acts.row(r), self.variant(acts, r));
         let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
         match self.format {
-            KFormat::Q2K => q2k::dot(avx2, v, w, a),
-            KFormat::Q3K => q3k::dot(avx2, v, w, a),
-            KFormat::Q4K => q4k::dot(avx2, v, w, a),
-            KFormat::Q5K => q5k::dot(avx2, v, w, a),
-            KFormat::Q6K => q6k::dot(avx2, v, w, a),
-            KFormat::Iq4Xs => xs::dot(avx2, v, w, a),
+            KFormat::Q2K => superblock::dot::<q2k::Format>(avx2, v, w, a),
+            KFormat::Q3K => superblock::dot::<q3k::Format>(avx2, v, w, a),
+            KFormat::Q4K => superblock::dot::<q4k::Format>(avx2, v, w, a),
+            KFormat::Q5K => superblock::dot::<q5k::Format>(avx2, v, w, a),
+            KFormat::Q6K => superblock::dot::<q6k::Format>(avx2, v, w, a),
+            KFormat::Iq4Xs => superblock::dot::<xs::Format>(avx2, v, w, a),
         }
     }
 
@@ -284,12 +288,12 @@ impl KWeights {
                 for c in cols.clone() {
                     let w = self.row(c);
                     match self.format {
-                        KFormat::Q2K => q2k::dot_rows(avx2, v, w, a, o),
-                        KFormat::Q3K => q3k::dot_rows(avx2, v, w, a, o),
-                        KFormat::Q4K => q4k::dot_rows(avx2, v, w, a, o),
-                        KFormat::Q5K => q5k::dot_rows(avx2, v, w, a, o),
-                        KFormat::Q6K => q6k::dot_rows(avx2, v, w, a, o),
-                        KFormat::Iq4Xs => xs::dot_rows(avx2, v, w, a, o),
+                        KFormat::Q2K => superblock::dot_rows::<q2k::Format>(avx2, v, w, a, o),
+                        KFormat::Q3K => superblock::dot_rows::<q3k::Format>(avx2, v, w, a, o),
+                        KFormat::Q4K => superblock::dot_rows::<q4k::Format>(avx2, v, w, a, o),
+                        KFormat::Q5K => superblock::dot_rows::<q5k::Format>(avx2, v, w, a, o),
+                        KFormat::Q6K => superblock::dot_rows::<q6k::Format>(avx2, v, w, a, o),
+                        KFormat::Iq4Xs => superblock::dot_rows::<xs::Format>(avx2, v, w, a, o),
                     }
                     for (i, &val) in o.iter().enumerate() {
                         // SAFETY: `(r0 + i) * n + c < rows * n`, the buffer's

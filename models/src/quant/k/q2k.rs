@@ -15,7 +15,8 @@
 //! super-block `res = fma(-dmin, total_min, d * total)`, `acc = fma(res, d_x, acc)`.
 
 use super::q8k::Q8KBlock;
-use super::{f16_at, hsum8, Variant, QK_K, ROWS_AT_ONCE};
+use super::superblock::SuperBlock;
+use super::{f16_at, hsum8, Variant, QK_K};
 
 /// Bytes of one Q2_K super-block.
 pub const BLOCK_BYTES: usize = 84;
@@ -71,7 +72,7 @@ fn min_lanes(m: &[u8; 16], a: &Q8KBlock) -> [i32; 8] {
 }
 
 /// A super-block's quants (value order), scales and minimums, scalar.
-struct Unpacked {
+pub(crate) struct Unpacked {
     q: [u8; QK_K],
     sc: [u8; 16],
     m: [u8; 16],
@@ -135,71 +136,68 @@ fn finish(v: Variant, acc: &[f32; 8]) -> f32 {
     }
 }
 
-/// ggml's floating-point order over the super-blocks' integer parts.
-#[inline(always)]
-fn combine(v: Variant, w: &[u8], a: &[Q8KBlock], ints: impl Fn(&[u8], &Q8KBlock) -> Ints) -> f32 {
-    let mut acc = [0f32; 8];
-    for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        step(v, &mut acc, wb, ab, &ints(wb, ab));
-    }
-    finish(v, &acc)
-}
+/// Q2_K as the shared drivers see it ([`SuperBlock`]).
+pub(crate) struct Format;
 
-/// One weight row `w` against several activation rows `a[i]` (kernel `v[i]`),
-/// into `out[i]`, each weight super-block unpacked once for all of them; `out[i]`
-/// equals `dot(avx2, v[i], w, a[i])` bit for bit.
-pub fn dot_rows(avx2: bool, v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA.
-        return unsafe { avx2::dot_rows(v, w, a, out) };
-    }
-    let _ = avx2;
-    let n = ROWS_AT_ONCE;
-    for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
-        let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
-        for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-            let u = unpack_scalar(wb);
-            for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                step(vi, s, wb, &ar[b], &ints_unpacked(&u, &ar[b]));
-            }
-        }
-        for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-            *o = finish(vi, s);
-        }
-    }
-}
+impl SuperBlock for Format {
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+    type Ints = Ints;
+    type Acc = [f32; 8];
+    type Unpacked = Unpacked;
 
-/// One output: weight row `w` against activation row `a`; `avx2` picks the AVX2
-/// integer kernel (the caller checked the CPU has it).
-pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-    debug_assert_eq!(w.len(), a.len() * BLOCK_BYTES);
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA; the lengths match.
-        return unsafe { avx2::dot(v, w, a) };
+    #[inline(always)]
+    fn unpack(w: &[u8]) -> Self::Unpacked {
+        unpack_scalar(w)
     }
-    let _ = avx2;
-    combine(v, w, a, ints_scalar)
+
+    #[inline(always)]
+    fn ints(u: &Self::Unpacked, a: &Q8KBlock) -> Ints {
+        ints_unpacked(u, a)
+    }
+
+    #[inline(always)]
+    fn step(v: Variant, acc: &mut [f32; 8], wb: &[u8], ab: &Q8KBlock, i: &Ints) {
+        step(v, acc, wb, ab, i)
+    }
+
+    #[inline(always)]
+    fn finish(v: Variant, acc: &[f32; 8]) -> f32 {
+        finish(v, acc)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    type Vectors = avx2::Unpacked;
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn unpack_avx2(w: &[u8]) -> avx2::Unpacked {
+        avx2::unpack(w)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn ints_avx2(u: &avx2::Unpacked, a: &Q8KBlock) -> Ints {
+        avx2::ints_unpacked(u, a)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{combine, finish, step, Ints, Q8KBlock, Variant, BLOCK_BYTES, QS, ROWS_AT_ONCE};
+    use super::{Ints, Q8KBlock, QS};
 
     /// A super-block unpacked for AVX2: its quants as eight vectors of 32 (value
     /// order), per vector the scales of its two 16-value halves, and the sixteen
     /// minimums widened to i16.
-    struct Unpacked {
+    pub(crate) struct Unpacked {
         q: [__m256i; 8],
         sc: [__m256i; 8],
         mins: __m256i,
     }
 
     #[inline(always)]
-    unsafe fn unpack(w: &[u8]) -> Unpacked {
+    pub(super) unsafe fn unpack(w: &[u8]) -> Unpacked {
         let p = w.as_ptr();
         let m3 = _mm256_set1_epi8(3);
         let mut q = [_mm256_setzero_si256(); 8];
@@ -228,7 +226,7 @@ mod avx2 {
     /// with the activation quants, `madd` with the scales (the same exact
     /// integers as ggml's lanes), and the minimums against `bsums`.
     #[inline(always)]
-    unsafe fn ints_unpacked(u: &Unpacked, a: &Q8KBlock) -> Ints {
+    pub(super) unsafe fn ints_unpacked(u: &Unpacked, a: &Q8KBlock) -> Ints {
         let y = a.qs.as_ptr();
         let mut sumi = _mm256_setzero_si256();
         for c in 0..8 {
@@ -247,31 +245,5 @@ mod avx2 {
             _mm256_madd_epi16(u.mins, bsums),
         );
         ints
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; every `a[i]` as long as `w` in super-blocks.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_rows(v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
-        let n = ROWS_AT_ONCE;
-        for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
-            let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
-            for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-                let u = unpack(wb);
-                for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                    step(vi, s, wb, &ar[b], &ints_unpacked(&u, &ar[b]));
-                }
-            }
-            for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-                *o = finish(vi, s);
-            }
-        }
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; `w.len() == a.len() * BLOCK_BYTES`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot(v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-        combine(v, w, a, |wb, ab| unsafe { ints_unpacked(&unpack(wb), ab) })
     }
 }

@@ -15,7 +15,8 @@
 //! super-block `acc = fma(d * total, d_x, acc)`.
 
 use super::q8k::Q8KBlock;
-use super::{f16_at, hsum8, Variant, QK_K, ROWS_AT_ONCE};
+use super::superblock::{lanes_finish, lanes_step, SuperBlock};
+use super::{f16_at, Variant, QK_K};
 
 /// Bytes of one Q3_K super-block.
 pub const BLOCK_BYTES: usize = 110;
@@ -87,101 +88,74 @@ pub fn lanes_scalar(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
     lanes_unpacked(&unpack_scalar(w), &scales(w), a)
 }
 
-/// Adds one super-block's lanes to the running sums `acc` in ggml's order (see
-/// the module doc); the tiled order keeps its one sum in lane 0.
-#[inline(always)]
-fn step(v: Variant, acc: &mut [f32; 8], wb: &[u8], ab: &Q8KBlock, lanes: &[i32; 8]) {
-    if v == Variant::Tiled {
-        let s1: i32 = lanes.iter().sum();
-        acc[0] = (f16_at(wb, D) * s1 as f32).mul_add(ab.d, acc[0]);
-    } else {
-        let d = ab.d * f16_at(wb, D);
-        for (acc, &p) in acc.iter_mut().zip(lanes) {
-            *acc = d.mul_add(p as f32, *acc);
-        }
-    }
-}
+/// Q3_K as the shared drivers see it ([`SuperBlock`]).
+pub(crate) struct Format;
 
-#[inline(always)]
-fn finish(v: Variant, acc: &[f32; 8]) -> f32 {
-    if v == Variant::Tiled {
-        acc[0]
-    } else {
-        hsum8(acc)
-    }
-}
+impl SuperBlock for Format {
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+    type Ints = [i32; 8];
+    type Acc = [f32; 8];
+    type Unpacked = ([i8; QK_K], [i8; 16]);
 
-/// ggml's floating-point order over the super-blocks' integer lanes.
-#[inline(always)]
-fn combine(
-    v: Variant,
-    w: &[u8],
-    a: &[Q8KBlock],
-    lanes: impl Fn(&[u8], &Q8KBlock) -> [i32; 8],
-) -> f32 {
-    let mut acc = [0f32; 8];
-    for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        step(v, &mut acc, wb, ab, &lanes(wb, ab));
+    #[inline(always)]
+    fn unpack(w: &[u8]) -> Self::Unpacked {
+        (unpack_scalar(w), scales(w))
     }
-    finish(v, &acc)
-}
 
-/// One weight row `w` against several activation rows `a[i]` (kernel `v[i]`),
-/// into `out[i]`, each weight super-block unpacked once for all of them; `out[i]`
-/// equals `dot(avx2, v[i], w, a[i])` bit for bit.
-pub fn dot_rows(avx2: bool, v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
+    #[inline(always)]
+    fn ints(u: &Self::Unpacked, a: &Q8KBlock) -> [i32; 8] {
+        lanes_unpacked(&u.0, &u.1, a)
+    }
+
+    #[inline(always)]
+    fn ints_one(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
+        lanes_scalar(w, a)
+    }
+
+    #[inline(always)]
+    fn step(v: Variant, acc: &mut [f32; 8], wb: &[u8], ab: &Q8KBlock, i: &[i32; 8]) {
+        lanes_step(v, acc, f16_at(wb, D), ab, i)
+    }
+
+    #[inline(always)]
+    fn finish(v: Variant, acc: &[f32; 8]) -> f32 {
+        lanes_finish(v, acc)
+    }
+
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA.
-        return unsafe { avx2::dot_rows(v, w, a, out) };
-    }
-    let _ = avx2;
-    let n = ROWS_AT_ONCE;
-    for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
-        let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
-        for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-            let (q, sc) = (unpack_scalar(wb), scales(wb));
-            for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                step(vi, s, wb, &ar[b], &lanes_unpacked(&q, &sc, &ar[b]));
-            }
-        }
-        for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-            *o = finish(vi, s);
-        }
-    }
-}
+    type Vectors = avx2::Unpacked;
 
-/// One output: weight row `w` against activation row `a`; `avx2` picks the AVX2
-/// integer kernel (the caller checked the CPU has it).
-pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-    debug_assert_eq!(w.len(), a.len() * BLOCK_BYTES);
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA; the lengths match.
-        return unsafe { avx2::dot(v, w, a) };
+    #[inline(always)]
+    unsafe fn unpack_avx2(w: &[u8]) -> avx2::Unpacked {
+        avx2::unpack(w)
     }
-    let _ = avx2;
-    combine(v, w, a, lanes_scalar)
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn ints_avx2(u: &avx2::Unpacked, a: &Q8KBlock) -> [i32; 8] {
+        avx2::lanes_unpacked(u, a)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{combine, finish, scales, step, Q8KBlock, Variant, BLOCK_BYTES, QS, ROWS_AT_ONCE};
+    use super::{scales, Q8KBlock, QS};
 
     /// A super-block unpacked for AVX2 as ggml splits it: per vector of 32 values
     /// (value order) the unsigned low parts and, apart, 4 where the high bit is
     /// clear (so `q = low - that`, both `maddubs`-able), and the scales of its two
     /// 16-value halves.
-    struct Unpacked {
+    pub(crate) struct Unpacked {
         low: [__m256i; 8],
         off: [__m256i; 8],
         sc: [__m256i; 8],
     }
 
     #[inline(always)]
-    unsafe fn unpack(w: &[u8]) -> Unpacked {
+    pub(super) unsafe fn unpack(w: &[u8]) -> Unpacked {
         let p = w.as_ptr();
         let m3 = _mm256_set1_epi8(3);
         let one = _mm256_set1_epi8(1);
@@ -216,7 +190,7 @@ mod avx2 {
     /// The lanes from an unpacked block: `maddubs(low, y) - maddubs(off, y)`
     /// (exact in i16), `madd` with the scales, as ggml computes them.
     #[inline(always)]
-    unsafe fn lanes_unpacked(u: &Unpacked, a: &Q8KBlock) -> [i32; 8] {
+    pub(super) unsafe fn lanes_unpacked(u: &Unpacked, a: &Q8KBlock) -> [i32; 8] {
         let y = a.qs.as_ptr();
         let mut sumi = _mm256_setzero_si256();
         for c in 0..8 {
@@ -230,31 +204,5 @@ mod avx2 {
         let mut out = [0i32; 8];
         _mm256_storeu_si256(out.as_mut_ptr().cast(), sumi);
         out
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; every `a[i]` as long as `w` in super-blocks.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_rows(v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
-        let n = ROWS_AT_ONCE;
-        for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
-            let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
-            for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-                let u = unpack(wb);
-                for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                    step(vi, s, wb, &ar[b], &lanes_unpacked(&u, &ar[b]));
-                }
-            }
-            for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-                *o = finish(vi, s);
-            }
-        }
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; `w.len() == a.len() * BLOCK_BYTES`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot(v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-        combine(v, w, a, |wb, ab| unsafe { lanes_unpacked(&unpack(wb), ab) })
     }
 }

@@ -20,7 +20,8 @@
 //!   `res = fma(-dmin, total_min, d * total)`, `acc = fma(res, d_x, acc)`.
 
 use super::q8k::Q8KBlock;
-use super::{f16_at, hsum8, Variant, QK_K, ROWS_AT_ONCE};
+use super::superblock::SuperBlock;
+use super::{f16_at, hsum8, Variant, QK_K};
 
 /// Bytes of one Q4_K super-block.
 pub const BLOCK_BYTES: usize = 144;
@@ -198,73 +199,73 @@ fn ints_unpacked(u: &Unpacked, a: &Q8KBlock) -> Ints {
     ints
 }
 
-/// ggml's floating-point combination over a whole row (see the module doc).
-#[inline(always)]
-fn combine(v: Variant, w: &[u8], a: &[Q8KBlock], ints: impl Fn(&[u8], &Q8KBlock) -> Ints) -> f32 {
-    let mut s = Acc::default();
-    for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        step(v, &mut s, wb, ab, &ints(wb, ab));
-    }
-    finish(v, &s)
-}
+/// Q4_K as the shared drivers see it ([`SuperBlock`]).
+pub(crate) struct Format;
 
-/// One weight row `w` against several activation rows `a[i]` (kernel `v[i]`),
-/// into `out[i]`: each weight super-block is unpacked once for all of them, and
-/// each output keeps its own kernel's order, so `out[i]` equals
-/// `dot(avx2, v[i], w, a[i])` bit for bit.
-pub fn dot_rows(avx2: bool, v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA.
-        return unsafe { avx2::dot_rows(v, w, a, out) };
-    }
-    let _ = avx2;
-    for ((v, a), out) in v
-        .chunks(ROWS_AT_ONCE)
-        .zip(a.chunks(ROWS_AT_ONCE))
-        .zip(out.chunks_mut(ROWS_AT_ONCE))
-    {
-        let mut accs = [Acc::default(); ROWS_AT_ONCE];
-        for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-            let u = unpack_scalar(wb);
-            for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                step(vi, s, wb, &ar[b], &ints_unpacked(&u, &ar[b]));
-            }
-        }
-        for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-            *o = finish(vi, s);
-        }
-    }
-}
+impl SuperBlock for Format {
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+    type Ints = Ints;
+    type Acc = Acc;
+    type Unpacked = Unpacked;
 
-/// One output: weight row `w` (whole super-blocks) against activation row `a`, in
-/// the order of `v`; `avx2` picks the AVX2 integer kernel (the caller checked the
-/// CPU has it).
-pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-    debug_assert_eq!(w.len(), a.len() * BLOCK_BYTES);
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA; the lengths match.
-        return unsafe { avx2::dot(v, w, a) };
+    #[inline(always)]
+    fn unpack(w: &[u8]) -> Self::Unpacked {
+        unpack_scalar(w)
     }
-    let _ = avx2;
-    combine(v, w, a, ints_scalar)
+
+    #[inline(always)]
+    fn ints(u: &Self::Unpacked, a: &Q8KBlock) -> Ints {
+        ints_unpacked(u, a)
+    }
+
+    #[inline(always)]
+    fn ints_one(w: &[u8], a: &Q8KBlock) -> Ints {
+        ints_scalar(w, a)
+    }
+
+    #[inline(always)]
+    fn step(v: Variant, acc: &mut Acc, wb: &[u8], ab: &Q8KBlock, i: &Ints) {
+        step(v, acc, wb, ab, i)
+    }
+
+    #[inline(always)]
+    fn finish(v: Variant, acc: &Acc) -> f32 {
+        finish(v, acc)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    type Vectors = avx2::Unpacked;
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn unpack_avx2(w: &[u8]) -> avx2::Unpacked {
+        avx2::unpack(w)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn ints_avx2(u: &avx2::Unpacked, a: &Q8KBlock) -> Ints {
+        avx2::ints_unpacked(u, a)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn ints_one_avx2(w: &[u8], a: &Q8KBlock) -> Ints {
+        avx2::ints(w, a)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{
-        combine, finish, min_pairs, scales_mins, step, Acc, Ints, Q8KBlock, Variant, BLOCK_BYTES,
-        QK_K, ROWS_AT_ONCE,
-    };
+    use super::{min_pairs, scales_mins, Ints, Q8KBlock};
 
     /// The integer parts with AVX2: per pair of sub-blocks, unsigned 4-bit quants
     /// times signed activation quants pairwise (`maddubs`), then times the scale
     /// and summed to 8 lanes of 4 values (`madd`), as ggml does.
     #[inline(always)]
-    unsafe fn ints(w: &[u8], a: &Q8KBlock) -> Ints {
+    pub(super) unsafe fn ints(w: &[u8], a: &Q8KBlock) -> Ints {
         let (sc, m) = scales_mins(&w[4..16]);
         let qs = w.as_ptr().add(16);
         let y = a.qs.as_ptr();
@@ -308,14 +309,14 @@ mod avx2 {
 
     /// A super-block's nibbles split into eight vectors of 32 quants and its
     /// scales broadcast, once for many activation rows.
-    struct Unpacked {
+    pub(crate) struct Unpacked {
         q: [__m256i; 8],
         sc: [__m256i; 8],
         m: [u8; 8],
     }
 
     #[inline(always)]
-    unsafe fn unpack(w: &[u8]) -> Unpacked {
+    pub(super) unsafe fn unpack(w: &[u8]) -> Unpacked {
         let (sc, m) = scales_mins(&w[4..16]);
         let qs = w.as_ptr().add(16);
         let m4 = _mm256_set1_epi8(0xF);
@@ -334,7 +335,7 @@ mod avx2 {
 
     /// The integer parts from an unpacked block (the same exact integers).
     #[inline(always)]
-    unsafe fn ints_unpacked(u: &Unpacked, a: &Q8KBlock) -> Ints {
+    pub(super) unsafe fn ints_unpacked(u: &Unpacked, a: &Q8KBlock) -> Ints {
         let y = a.qs.as_ptr();
         let mut pos = _mm256_setzero_si256();
         let mut s = [_mm256_setzero_si256(); 4];
@@ -358,32 +359,5 @@ mod avx2 {
             pair,
             mins: min_pairs(&u.m, a),
         }
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; every `a[i]` as long as `w` in super-blocks.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_rows(v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
-        let n = ROWS_AT_ONCE;
-        for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
-            let mut accs = [Acc::default(); ROWS_AT_ONCE];
-            for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-                let u = unpack(wb);
-                for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                    step(vi, s, wb, &ar[b], &ints_unpacked(&u, &ar[b]));
-                }
-            }
-            for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-                *o = finish(vi, s);
-            }
-        }
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; `w.len() == a.len() * BLOCK_BYTES`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot(v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-        debug_assert_eq!(w.len() / BLOCK_BYTES * QK_K, a.len() * QK_K);
-        combine(v, w, a, |wb, ab| unsafe { ints(wb, ab) })
     }
 }

@@ -12,7 +12,8 @@
 
 use super::q4k::scales_mins;
 use super::q8k::Q8KBlock;
-use super::{f16_at, hsum8, Variant, QK_K, ROWS_AT_ONCE};
+use super::superblock::SuperBlock;
+use super::{f16_at, hsum8, Variant, QK_K};
 
 /// Bytes of one Q5_K super-block.
 pub const BLOCK_BYTES: usize = 176;
@@ -67,7 +68,7 @@ fn min_total(m: &[u8; 8], a: &Q8KBlock) -> i32 {
 /// One output's running sums: eight lanes and the minimums (`summs`); the tiled
 /// order keeps its one sum in lane 0.
 #[derive(Clone, Copy, Default)]
-struct Acc {
+pub(crate) struct Acc {
     acc: [f32; 8],
     summs: f32,
 }
@@ -99,72 +100,73 @@ fn finish(v: Variant, s: &Acc) -> f32 {
     }
 }
 
-#[inline(always)]
-fn combine(
-    v: Variant,
-    w: &[u8],
-    a: &[Q8KBlock],
-    ints: impl Fn(&[u8], &Q8KBlock) -> ([i32; 8], i32),
-) -> f32 {
-    let mut s = Acc::default();
-    for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        step(v, &mut s, wb, ab, ints(wb, ab));
-    }
-    finish(v, &s)
-}
+/// Q5_K as the shared drivers see it ([`SuperBlock`]).
+pub(crate) struct Format;
 
-/// One weight row `w` against several activation rows `a[i]` (kernel `v[i]`),
-/// into `out[i]`, each weight super-block unpacked once for all of them; `out[i]`
-/// equals `dot(avx2, v[i], w, a[i])` bit for bit.
-pub fn dot_rows(avx2: bool, v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA.
-        return unsafe { avx2::dot_rows(v, w, a, out) };
-    }
-    let _ = avx2;
-    let n = ROWS_AT_ONCE;
-    for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
-        let mut accs = [Acc::default(); ROWS_AT_ONCE];
-        for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-            let (sc, m) = scales_mins(&wb[4..16]);
-            let q: [u8; QK_K] = std::array::from_fn(|j| quant(wb, j));
-            for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                step(vi, s, wb, &ar[b], ints_unpacked(&q, &sc, &m, &ar[b]));
-            }
-        }
-        for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-            *o = finish(vi, s);
-        }
-    }
-}
+impl SuperBlock for Format {
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+    type Ints = ([i32; 8], i32);
+    type Acc = Acc;
+    type Unpacked = ([u8; QK_K], [u8; 8], [u8; 8]);
 
-/// One output: weight row `w` against activation row `a`; `avx2` picks the AVX2
-/// integer kernel (the caller checked the CPU has it).
-pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-    debug_assert_eq!(w.len(), a.len() * BLOCK_BYTES);
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA; the lengths match.
-        return unsafe { avx2::dot(v, w, a) };
+    #[inline(always)]
+    fn unpack(w: &[u8]) -> Self::Unpacked {
+        let (sc, m) = scales_mins(&w[4..16]);
+        (std::array::from_fn(|j| quant(w, j)), sc, m)
     }
-    let _ = avx2;
-    combine(v, w, a, ints_scalar)
+
+    #[inline(always)]
+    fn ints(u: &Self::Unpacked, a: &Q8KBlock) -> ([i32; 8], i32) {
+        ints_unpacked(&u.0, &u.1, &u.2, a)
+    }
+
+    #[inline(always)]
+    fn ints_one(w: &[u8], a: &Q8KBlock) -> ([i32; 8], i32) {
+        ints_scalar(w, a)
+    }
+
+    #[inline(always)]
+    fn step(v: Variant, acc: &mut Acc, wb: &[u8], ab: &Q8KBlock, i: &([i32; 8], i32)) {
+        step(v, acc, wb, ab, *i)
+    }
+
+    #[inline(always)]
+    fn finish(v: Variant, acc: &Acc) -> f32 {
+        finish(v, acc)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    type Vectors = avx2::Unpacked;
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn unpack_avx2(w: &[u8]) -> avx2::Unpacked {
+        avx2::unpack(w)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn ints_avx2(u: &avx2::Unpacked, a: &Q8KBlock) -> ([i32; 8], i32) {
+        avx2::ints_unpacked(u, a)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn ints_one_avx2(w: &[u8], a: &Q8KBlock) -> ([i32; 8], i32) {
+        avx2::ints(w, a)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{
-        combine, finish, min_total, scales_mins, step, Acc, Q8KBlock, Variant, BLOCK_BYTES,
-        ROWS_AT_ONCE,
-    };
+    use super::{min_total, scales_mins, Q8KBlock};
 
     /// The integer parts with AVX2: 5-bit quants rebuilt from nibbles and `qh`
     /// bits, `maddubs` with the activation quants, `madd` with the scales.
     #[inline(always)]
-    unsafe fn ints(w: &[u8], a: &Q8KBlock) -> ([i32; 8], i32) {
+    pub(super) unsafe fn ints(w: &[u8], a: &Q8KBlock) -> ([i32; 8], i32) {
         let (sc, m) = scales_mins(&w[4..16]);
         let hbits = _mm256_loadu_si256(w.as_ptr().add(16).cast());
         let qs = w.as_ptr().add(48);
@@ -212,14 +214,14 @@ mod avx2 {
 
     /// A super-block's 5-bit quants (eight vectors of 32), broadcast scales and
     /// minimums, once for many activation rows.
-    struct Unpacked {
+    pub(crate) struct Unpacked {
         q: [__m256i; 8],
         sc: [__m256i; 8],
         m: [u8; 8],
     }
 
     #[inline(always)]
-    unsafe fn unpack(w: &[u8]) -> Unpacked {
+    pub(super) unsafe fn unpack(w: &[u8]) -> Unpacked {
         let (sc, m) = scales_mins(&w[4..16]);
         let mut hbits = _mm256_loadu_si256(w.as_ptr().add(16).cast());
         let qs = w.as_ptr().add(48);
@@ -244,7 +246,7 @@ mod avx2 {
 
     /// The integer parts from an unpacked block (the same exact integers).
     #[inline(always)]
-    unsafe fn ints_unpacked(u: &Unpacked, a: &Q8KBlock) -> ([i32; 8], i32) {
+    pub(super) unsafe fn ints_unpacked(u: &Unpacked, a: &Q8KBlock) -> ([i32; 8], i32) {
         let y = a.qs.as_ptr();
         let mut sumi = _mm256_setzero_si256();
         for s in 0..8 {
@@ -255,31 +257,5 @@ mod avx2 {
         let mut lanes = [0i32; 8];
         _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sumi);
         (lanes, min_total(&u.m, a))
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; every `a[i]` as long as `w` in super-blocks.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_rows(v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
-        let n = ROWS_AT_ONCE;
-        for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
-            let mut accs = [Acc::default(); ROWS_AT_ONCE];
-            for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-                let u = unpack(wb);
-                for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                    step(vi, s, wb, &ar[b], ints_unpacked(&u, &ar[b]));
-                }
-            }
-            for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-                *o = finish(vi, s);
-            }
-        }
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; `w.len() == a.len() * BLOCK_BYTES`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot(v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-        combine(v, w, a, |wb, ab| unsafe { ints(wb, ab) })
     }
 }

@@ -13,7 +13,8 @@
 //! instead: per super-block `acc = fma(d * total, d_x, acc)`.
 
 use super::q8k::Q8KBlock;
-use super::{f16_at, hsum8, Variant, QK_K, ROWS_AT_ONCE};
+use super::superblock::{lanes_finish, lanes_step, SuperBlock};
+use super::{f16_at, Variant, QK_K};
 
 /// Bytes of one Q6_K super-block.
 pub const BLOCK_BYTES: usize = 210;
@@ -75,93 +76,73 @@ pub fn lanes_scalar(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
     lanes_unpacked(&unpack_scalar(w), &scales(w), a)
 }
 
-/// Adds one super-block's lanes to the running sums `acc` in ggml's order.
-#[inline(always)]
-fn step(v: Variant, acc: &mut [f32; 8], wb: &[u8], ab: &Q8KBlock, lanes: &[i32; 8]) {
-    if v == Variant::Tiled {
-        let s1: i32 = lanes.iter().sum();
-        acc[0] = (f16_at(wb, 208) * s1 as f32).mul_add(ab.d, acc[0]);
-    } else {
-        let d = ab.d * f16_at(wb, 208);
-        for (acc, &p) in acc.iter_mut().zip(lanes) {
-            *acc = d.mul_add(p as f32, *acc);
-        }
-    }
-}
+/// Q6_K as the shared drivers see it ([`SuperBlock`]).
+pub(crate) struct Format;
 
-#[inline(always)]
-fn finish(v: Variant, acc: &[f32; 8]) -> f32 {
-    if v == Variant::Tiled {
-        acc[0]
-    } else {
-        hsum8(acc)
-    }
-}
+impl SuperBlock for Format {
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+    type Ints = [i32; 8];
+    type Acc = [f32; 8];
+    type Unpacked = ([u8; QK_K], [i8; 16]);
 
-/// ggml's floating-point order over the super-blocks' integer lanes.
-#[inline(always)]
-fn combine(
-    v: Variant,
-    w: &[u8],
-    a: &[Q8KBlock],
-    lanes: impl Fn(&[u8], &Q8KBlock) -> [i32; 8],
-) -> f32 {
-    let mut acc = [0f32; 8];
-    for (wb, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        step(v, &mut acc, wb, ab, &lanes(wb, ab));
+    #[inline(always)]
+    fn unpack(w: &[u8]) -> Self::Unpacked {
+        (unpack_scalar(w), scales(w))
     }
-    finish(v, &acc)
-}
 
-/// One weight row `w` against several activation rows `a[i]` (kernel `v[i]`),
-/// into `out[i]`, each weight super-block unpacked once for all of them; `out[i]`
-/// equals `dot(avx2, v[i], w, a[i])` bit for bit.
-pub fn dot_rows(avx2: bool, v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
+    #[inline(always)]
+    fn ints(u: &Self::Unpacked, a: &Q8KBlock) -> [i32; 8] {
+        lanes_unpacked(&u.0, &u.1, a)
+    }
+
+    #[inline(always)]
+    fn ints_one(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
+        lanes_scalar(w, a)
+    }
+
+    #[inline(always)]
+    fn step(v: Variant, acc: &mut [f32; 8], wb: &[u8], ab: &Q8KBlock, i: &[i32; 8]) {
+        lanes_step(v, acc, f16_at(wb, 208), ab, i)
+    }
+
+    #[inline(always)]
+    fn finish(v: Variant, acc: &[f32; 8]) -> f32 {
+        lanes_finish(v, acc)
+    }
+
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA.
-        return unsafe { avx2::dot_rows(v, w, a, out) };
-    }
-    let _ = avx2;
-    let n = ROWS_AT_ONCE;
-    for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
-        let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
-        for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-            let (q, sc) = (unpack_scalar(wb), scales(wb));
-            for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                step(vi, s, wb, &ar[b], &lanes_unpacked(&q, &sc, &ar[b]));
-            }
-        }
-        for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-            *o = finish(vi, s);
-        }
-    }
-}
+    type Vectors = avx2::Unpacked;
 
-/// One output: weight row `w` against activation row `a`; `avx2` picks the AVX2
-/// integer kernel (the caller checked the CPU has it).
-pub fn dot(avx2: bool, v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-    debug_assert_eq!(w.len(), a.len() * BLOCK_BYTES);
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 and FMA; the lengths match.
-        return unsafe { avx2::dot(v, w, a) };
+    #[inline(always)]
+    unsafe fn unpack_avx2(w: &[u8]) -> avx2::Unpacked {
+        avx2::unpack(w)
     }
-    let _ = avx2;
-    combine(v, w, a, lanes_scalar)
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn ints_avx2(u: &avx2::Unpacked, a: &Q8KBlock) -> [i32; 8] {
+        avx2::lanes_unpacked(u, a)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn ints_one_avx2(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
+        avx2::lanes(w, a)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{combine, finish, step, Q8KBlock, Variant, BLOCK_BYTES, ROWS_AT_ONCE};
+    use super::Q8KBlock;
 
     /// The lanes with AVX2, as ggml computes them: 6-bit quants rebuilt from their
     /// nibble and 2-bit parts, `maddubs` with the activation quants, `madd` with
     /// the scales, and the offset subtracted through `bsums`.
     #[inline(always)]
-    unsafe fn lanes(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
+    pub(super) unsafe fn lanes(w: &[u8], a: &Q8KBlock) -> [i32; 8] {
         let (ql, qh, sc) = (w.as_ptr(), w.as_ptr().add(128), w.as_ptr().add(192));
         let y = a.qs.as_ptr();
         let m3 = _mm256_set1_epi8(3);
@@ -211,14 +192,14 @@ mod avx2 {
     /// A super-block's 6-bit quants (eight vectors of 32) and scales (per vector,
     /// the pair for its two halves; all sixteen widened for the offset), once for
     /// many activation rows.
-    struct Unpacked {
+    pub(crate) struct Unpacked {
         q: [__m256i; 8],
         sc: [__m256i; 8],
         sc16: __m256i,
     }
 
     #[inline(always)]
-    unsafe fn unpack(w: &[u8]) -> Unpacked {
+    pub(super) unsafe fn unpack(w: &[u8]) -> Unpacked {
         let (ql, qh, sc) = (w.as_ptr(), w.as_ptr().add(128), w.as_ptr().add(192));
         let m3 = _mm256_set1_epi8(3);
         let m15 = _mm256_set1_epi8(15);
@@ -259,7 +240,7 @@ mod avx2 {
 
     /// The lanes from an unpacked block (the same exact integers).
     #[inline(always)]
-    unsafe fn lanes_unpacked(u: &Unpacked, a: &Q8KBlock) -> [i32; 8] {
+    pub(super) unsafe fn lanes_unpacked(u: &Unpacked, a: &Q8KBlock) -> [i32; 8] {
         let y = a.qs.as_ptr();
         let mut sumi = _mm256_setzero_si256();
         for c in 0..8 {
@@ -272,31 +253,5 @@ mod avx2 {
         let mut out = [0i32; 8];
         _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_sub_epi32(sumi, sub));
         out
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; every `a[i]` as long as `w` in super-blocks.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_rows(v: &[Variant], w: &[u8], a: &[&[Q8KBlock]], out: &mut [f32]) {
-        let n = ROWS_AT_ONCE;
-        for ((v, a), out) in v.chunks(n).zip(a.chunks(n)).zip(out.chunks_mut(n)) {
-            let mut accs = [[0f32; 8]; ROWS_AT_ONCE];
-            for (b, wb) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-                let u = unpack(wb);
-                for ((s, ar), &vi) in accs.iter_mut().zip(a).zip(v) {
-                    step(vi, s, wb, &ar[b], &lanes_unpacked(&u, &ar[b]));
-                }
-            }
-            for ((o, s), &vi) in out.iter_mut().zip(&accs).zip(v) {
-                *o = finish(vi, s);
-            }
-        }
-    }
-
-    /// # Safety
-    /// AVX2 and FMA available; `w.len() == a.len() * BLOCK_BYTES`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot(v: Variant, w: &[u8], a: &[Q8KBlock]) -> f32 {
-        combine(v, w, a, |wb, ab| unsafe { lanes(wb, ab) })
     }
 }
