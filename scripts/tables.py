@@ -1,5 +1,5 @@
-"""Regenerates the result tables of docs/TRAINING.md, docs/SPARSE_RL.md and
-docs/REASONING.md from their records (docs/records/<run>/, docs/eval/*.jsonl).
+"""Regenerates the result tables of docs/TRAINING.md, docs/SPARSE_RL.md,
+docs/REASONING.md and docs/KV.md from their records (docs/records/<run>/, docs/eval/*.jsonl).
 
 Each generated table sits between `<!-- table:NAME:start -->` and
 `<!-- table:NAME:end -->` in its doc; only the text between a pair is ever
@@ -340,6 +340,133 @@ def reasoning_humaneval():
             "that greedy solves.\n")
 
 
+# ---------------------------------------------------------------- docs/KV.md
+
+def wilson(k, n, z=1.96):
+    """The 95% Wilson score interval of k successes in n, in percent."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / d
+    return 100 * max(0.0, c - h), 100 * min(1.0, c + h)
+
+
+KV_GSM8K = EVAL / "rkv-gsm8k-2026-12-03"
+
+
+def kv_gsm8k_rkv():
+    """Greedy GSM8K CoT to 512 tokens under R-KV, SnapKV and StreamingLLM at
+    budgets 64/128/256 against the full cache, on the problems every run
+    answered: accuracy, and how often each run's final answer equals the full
+    cache's (the model is right ~2% of the time, so agreement is the finer
+    measure of what compression changes)."""
+    runs = [("full", "-", KV_GSM8K / "full.jsonl")]
+    for budget in (256, 128, 64):
+        for pol in ("rkv", "snapkv", "streaming"):
+            path = KV_GSM8K / f"{pol}-budget-{budget}.jsonl"
+            if path.exists():
+                runs.append((pol, str(budget), path))
+    recs = [eval_records(p) for (_, _, p) in runs]
+    tasks = sorted(set.intersection(*[{t for (_, t) in r} for r in recs]))
+    n = len(tasks)
+    full = recs[0]
+    out = []
+    for (pol, budget, _), r in zip(runs, recs):
+        right = sum(1 for t in tasks if r[("single", t)]["ok"])
+        lo, hi = wilson(right, n)
+        agree = sum(1 for t in tasks if r[("single", t)]["answer"] == full[("single", t)]["answer"])
+        same_len = sum(1 for t in tasks if r[("single", t)]["tokens"] == full[("single", t)]["tokens"])
+        tokens = sum(r[("single", t)]["tokens"] for t in tasks) / n
+        over = sum(1 for t in tasks if r[("single", t)]["tokens"] >= 512)
+        out.append([pol, budget, f"{pct(right, n)} [{lo:.1f}, {hi:.1f}]",
+                    "-" if pol == "full" else pct(agree, n),
+                    "-" if pol == "full" else str(same_len),
+                    f"{tokens:.1f}", str(over)])
+    return table(["policy", "budget", "right [95% CI]", "same answer as full",
+                  "same length as full", "tokens/answer", "hit 512"], out)
+
+
+
+# ---------------------------------------------------------------- issue 28's ablation
+
+# Arms of docs/sparse/story.toml's ablation: (label, record prefix, seeds planned).
+SPARSE28_ARMS = [
+    ("dense", "dense", 3),
+    ("dense + numerics correction (10 steps)", "numerics", 1),
+    ("sparse, no correction, rkv:budget=104", "none-r104", 3),
+    ("sparse-rl, rkv:budget=104", "sparserl-r104", 3),
+    ("sparse-rl + sparse-replay, rkv:budget=104", "replay-r104", 3),
+    ("sparse, no correction, rkv:budget=80", "none-r80", 1),
+    ("sparse-rl, rkv:budget=80", "sparserl-r80", 1),
+    ("sparse-rl + sparse-replay, rkv:budget=80", "replay-r80", 1),
+]
+
+
+def sparse28_finished(prefix):
+    """{seed: (metrics, eval)} of the arm's runs whose held-out scoring is in."""
+    out = {}
+    for d in sorted(RECORDS.glob(f"sparse28-{prefix}-s*")):
+        ev_path, m_path = d / "eval.json", d / "metrics.jsonl"
+        if not (ev_path.exists() and m_path.exists()):
+            continue
+        ev = json.loads(ev_path.read_text())
+        if "after" not in ev:
+            continue
+        out[int(d.name.rsplit("-s", 1)[1])] = (jsonl(m_path), ev)
+    return out
+
+
+def held_out(runs, key):
+    """Per-seed accuracies (percent) under `key` and the pooled Wilson interval."""
+    accs, k, n = [], 0, 0
+    for _, (_, ev) in sorted(runs.items()):
+        if ev.get(key) is None:
+            return None
+        accs.append(100 * ev[key])
+        k += round(ev[key] * ev["tasks"])
+        n += ev["tasks"]
+    lo, hi = wilson(k, n)
+    return f"{' / '.join(f'{a:.1f}' for a in accs)} [{lo:.1f}, {hi:.1f}]"
+
+
+def sparse28_arms():
+    """One row per arm, over its finished seeds: held-out accuracy before and
+    after (greedy, full cache and under the rollout policy; pooled 95% Wilson
+    interval), reward early and late, rejected tokens, KV kept, speed."""
+    rows = []
+    for label, prefix, planned in SPARSE28_ARMS:
+        runs = sparse28_finished(prefix)
+        if not runs:
+            rows.append([label, f"0/{planned}"] + ["not finished"] + ["-"] * 7)
+            continue
+        steps = [m for (ms, _) in runs.values() for m in ms]
+        first = [m["reward_mean"] for (ms, _) in runs.values() for m in ms[:10]]
+        last = [m["reward_mean"] for (ms, _) in runs.values() for m in ms[-10:]]
+        rejected = sum((m.get("rho") or {}).get("rejected_tokens", 0) for m in steps)
+        learner = sum(m["learner_tokens"] for m in steps)
+        peak = sum(m["kv_bytes_peak"] for m in steps)
+        full = sum(m["kv_bytes_full"] for m in steps)
+        tps = sum(m["tokens_per_s"] for m in steps) / len(steps)
+        per_hour = 3600 * len(steps) / sum(m["seconds"] for m in steps)
+        before = sorted({round(100 * ev["before"], 1) for (_, ev) in runs.values()})
+        rows.append([
+            label, f"{len(runs)}/{planned}",
+            held_out(runs, "after") or "-",
+            held_out(runs, "after_policy") or "-",
+            " / ".join(f"{b:.1f}" for b in before),
+            f"{sum(first) / len(first):.3f} -> {sum(last) / len(last):.3f}",
+            f"{100 * rejected / learner:.1f}%" if learner else "-",
+            f"{100 * peak / full:.0f}%" if full else "-",
+            f"{tps:.0f}", f"{per_hour:.0f}",
+        ])
+    return table(["arm", "seeds", "held-out after, full cache (per seed) [95% CI]",
+                  "held-out after, rollout policy", "before", "reward (first 10 -> last 10 steps)",
+                  "rejected tokens", "KV kept (peak / full)", "rollout tok/s", "steps/hour"], rows)
+
+
+
 TABLES = {
     "TRAINING.md": {
         "training-learner-vs-f32": training_learner_vs_f32,
@@ -348,11 +475,15 @@ TABLES = {
     },
     "SPARSE_RL.md": {
         "sparse-cap-600mib": sparse_cap_600mib,
+        "sparse28-arms": sparse28_arms,
     },
     "REASONING.md": {
         "reasoning-arith-bon8": reasoning_arith_bon8,
         "reasoning-gsm8k-bon8": reasoning_gsm8k_bon8,
         "reasoning-humaneval": reasoning_humaneval,
+    },
+    "KV.md": {
+        "kv-gsm8k-rkv": kv_gsm8k_rkv,
     },
 }
 
