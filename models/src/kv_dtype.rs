@@ -271,9 +271,59 @@ impl QueryBlocks {
     /// ggml's `vec_dot_{q8_0,q4_0}_q8_0` of a stored row against this query:
     /// per block, the integer sum of each run of four products goes to one of
     /// eight lanes as `fma(d_k * d_q, sum, lane)`; the lanes are then added in
-    /// `hsum_float_8`'s order. Integer sums are exact, so this scalar form
-    /// gives the AVX2 kernel's bits.
+    /// `hsum_float_8`'s order. Integer sums are exact, so the AVX2 kernel
+    /// (used when the CPU has it) and the scalar one give the same bits.
     pub fn dot(&self, dtype: KvDtype, row: &[u8]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if crate::quant::dot::best_kernel() == crate::quant::dot::Kernel::Avx2 {
+            // SAFETY: the CPU has AVX2 and FMA (checked once, cached).
+            return unsafe { self.dot_avx2(dtype, row) };
+        }
+        self.dot_scalar(dtype, row)
+    }
+
+    /// [`QueryBlocks::dot`] with AVX2, as ggml's x86 kernels: the key block's
+    /// signed bytes (Q4_0: nibbles minus 8) against the query's by
+    /// `maddubs(|k|, sign(q, k))`, pairs summed to eight i32 lanes of four
+    /// products, one FMA per block into eight float lanes.
+    ///
+    /// # Safety
+    /// AVX2 and FMA available.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_avx2(&self, dtype: KvDtype, row: &[u8]) -> f32 {
+        use std::arch::x86_64::*;
+        let block = match dtype {
+            KvDtype::Q8_0 => Q8_0_BLOCK,
+            KvDtype::Q4_0 => Q4_0_BLOCK,
+            _ => unreachable!("float rows use the float kernels"),
+        };
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        for ((b, &dq), qq) in row.chunks_exact(block).zip(&self.d).zip(&self.q) {
+            let dk = f16::from_le_bytes([b[0], b[1]]).to_f32();
+            let k = if dtype == KvDtype::Q8_0 {
+                _mm256_loadu_si256(b.as_ptr().add(2).cast())
+            } else {
+                let x = _mm_loadu_si128(b.as_ptr().add(2).cast());
+                let m = _mm_set1_epi8(0x0f);
+                let lo = _mm_and_si128(x, m);
+                let hi = _mm_and_si128(_mm_srli_epi16::<4>(x), m);
+                _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
+            };
+            let q = _mm256_loadu_si256(qq.as_ptr().cast());
+            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(k, k), _mm256_sign_epi8(q, k));
+            let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dk * dq), lanes, acc);
+        }
+        let mut l = [0f32; 8];
+        _mm256_storeu_ps(l.as_mut_ptr(), acc);
+        let a = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
+        (a[0] + a[2]) + (a[1] + a[3])
+    }
+
+    /// [`QueryBlocks::dot`] in portable scalar code.
+    pub fn dot_scalar(&self, dtype: KvDtype, row: &[u8]) -> f32 {
         let mut lanes = [0f32; 8];
         let mut k = [0i32; QK];
         let block = match dtype {
@@ -451,6 +501,11 @@ mod tests {
                     .collect();
             let want: f64 = kd.iter().zip(&qd).map(|(a, b)| (a * b) as f64).sum();
             let got = qb.dot(dtype, &row) as f64;
+            assert_eq!(
+                qb.dot(dtype, &row).to_bits(),
+                qb.dot_scalar(dtype, &row).to_bits(),
+                "{dtype}: the AVX2 and scalar dots differ"
+            );
             assert!(
                 (got - want).abs() < 1e-4 * want.abs().max(1.0),
                 "{dtype}: {got} vs {want}"
