@@ -468,7 +468,17 @@ impl Heads<'_, '_> {
         };
         let mut scores = vec![0f32; if self.want_weights { len } else { 0 }];
         let mut acc = vec![0f32; hd];
-        let mut value = vec![0f32; hd];
+        // The value rows any row of the block can see, dequantized once for
+        // all of them rather than once per query row (the same floats).
+        let last_pos = rows.clone().map(|i| self.qs.pos[i]).max().unwrap_or(0);
+        let mut values = vec![0f32; len * hd];
+        let mut scratch = vec![0f32; hd];
+        for (c, &kp) in self.k_pos[..len].iter().enumerate() {
+            if kp <= last_pos {
+                let v = self.v.row(self.kvh, c, &mut scratch);
+                values[c * hd..(c + 1) * hd].copy_from_slice(v);
+            }
+        }
         for j in 0..self.qs.group {
             for i in rows.clone() {
                 let q_pos = self.qs.pos[i];
@@ -491,7 +501,7 @@ impl Heads<'_, '_> {
                     } else {
                         vs = (score - max).exp();
                     }
-                    let v = self.v.row(self.kvh, c, &mut value);
+                    let v = &values[c * hd..(c + 1) * hd];
                     for (a, &x) in acc.iter_mut().zip(v) {
                         *a = x.mul_add(vs, *a);
                     }
