@@ -232,6 +232,59 @@ def training_learner_ab():
     return table(["learner", "learner tokens/s", "peak RSS", "loss, grad norm"], rows)
 
 
+def training_learner_ab_rounds():
+    """The three learners over three interleaved rounds at one thread, and
+    one round at two threads (docs/records/learner-ab-2026-12-04/)."""
+    d = RECORDS / "learner-ab-2026-12-04"
+    step = lambda f: jsonl(d / f"{f}.metrics.jsonl")[0]
+    tps = lambda s: s["learner_tokens"] / s["learner_seconds"]
+    learners = [("f32-false", "`--learner-weights f32`"),
+                ("gguf-false", "`--learner-weights gguf --recompute false`"),
+                ("gguf-true", "`--learner-weights gguf --recompute true`")]
+    med = {}
+    for key, _ in learners:
+        xs = sorted(tps(step(f"r{r}-{key}")) for r in (1, 2, 3))
+        med[key] = xs[1]
+    rows = []
+    for key, label in learners:
+        rounds = [tps(step(f"r{r}-{key}")) for r in (1, 2, 3)]
+        t2 = tps(step(f"t2-{key}"))
+        t2f = tps(step("t2-f32-false"))
+        ratio = lambda x, b: "" if key == "f32-false" else f" ({x / b:.2f}x)"
+        rss = step(f"r1-{key}")["peak_rss_bytes"]
+        rss = f"{rss / GIB:.1f} GiB" if rss >= GIB else mib(rss)
+        rows.append([label, ", ".join(f"{x:.1f}" for x in rounds),
+                     f"**{med[key]:.1f}**{ratio(med[key], med['f32-false'])}",
+                     f"{t2:.1f}{ratio(t2, t2f)}", rss])
+    return table(["learner", "tokens/s, rounds 1-3 (1 thread)", "median",
+                  "2 threads (one round)", "peak RSS"], rows)
+
+
+def training_planner_calibration():
+    """The planner's learner estimate against the learner phase's own
+    measured peak (docs/records/planner-calibration/)."""
+    d = RECORDS / "planner-calibration"
+    runs = [("old-ab-recompute", "grpo-arith, micro 8, recompute", "before"),
+            ("old-ab-stored", "grpo-arith, micro 8, kept", "before"),
+            ("old-story-plan", "story, micro 12 (planner), recompute", "before"),
+            ("old-story-rc4", "story, micro 4, recompute", "before"),
+            ("old-story-st1", "story, micro 1, kept", "before"),
+            ("new-ab-recompute", "grpo-arith, micro 8, recompute", "after"),
+            ("new-story-plan", "story, micro 12 (planner), recompute", "after"),
+            ("new-sft-stored", "SFT word problems, micro 8, kept", "after"),
+            ("new-sft-recompute", "SFT word problems, micro 8, recompute", "after")]
+    rows = []
+    for name, label, when in runs:
+        f = d / f"{name}.metrics.jsonl"
+        if not f.exists():
+            continue
+        for s in jsonl(f):
+            est, peak = s["peak_estimate_bytes"], s["learner_peak_bytes"]
+            rows.append([label, when, str(s["step"]), mib(est), mib(peak),
+                         f"{100 * (est - peak) / peak:+.0f}%"])
+    return table(["run", "planner", "step", "estimate", "measured learner peak", "error"], rows)
+
+
 def training_llama32_1b_shape():
     """One LoRA step of each algorithm on a random Llama-3.2-1B-shaped model."""
     steps = {r["algorithm"]: r["metrics"] for r in jsonl(RECORDS / "llama32-1b-shape/steps.jsonl")}
@@ -471,6 +524,8 @@ TABLES = {
     "TRAINING.md": {
         "training-learner-vs-f32": training_learner_vs_f32,
         "training-learner-ab": training_learner_ab,
+        "training-learner-ab-rounds": training_learner_ab_rounds,
+        "training-planner-calibration": training_planner_calibration,
         "training-llama32-1b-shape": training_llama32_1b_shape,
     },
     "SPARSE_RL.md": {

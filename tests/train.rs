@@ -218,38 +218,53 @@ fn bad_input_is_refused_before_any_work() {
 }
 
 #[test]
-fn real_model_memory_estimate_is_within_a_quarter_of_the_measured_peak() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
-    let model = real_model();
-    let o = train(&[
-        "--model",
-        model.to_str().unwrap(),
-        "--task",
-        "arithmetic:count=50,seed=1,ops=word",
-        "--algorithm",
-        "sft",
-        "--steps",
-        "1",
-        "--prompts-per-step",
-        "4",
-        "--micro-batch",
-        "4",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    ok(&o);
-    let m = &metrics(&out)[0];
-    let (est, peak) = (
-        m["peak_estimate_bytes"].as_f64().unwrap(),
-        m["peak_rss_bytes"].as_f64().unwrap(),
-    );
-    let err = (est - peak).abs() / peak;
-    assert!(
-        err < 0.25,
-        "estimate {est} vs measured peak {peak}: {:.0}% off",
-        err * 100.0
-    );
+fn real_model_memory_estimate_is_within_a_quarter_of_the_learners_measured_peak() {
+    // The learner phase's own peak (`learner_peak_bytes`: the kernel's
+    // high-water mark reset when the phase starts), with activations kept
+    // and with blocks recomputed: the planner picks micro-batches from
+    // these estimates, so neither may be far off.
+    for recompute in ["false", "true"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run");
+        let model = real_model();
+        let o = train(&[
+            "--model",
+            model.to_str().unwrap(),
+            "--task",
+            "arithmetic:count=50,seed=1,ops=word",
+            "--algorithm",
+            "sft",
+            "--steps",
+            "1",
+            "--prompts-per-step",
+            "8",
+            "--micro-batch",
+            "8",
+            "--recompute",
+            recompute,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        ok(&o);
+        let m = &metrics(&out)[0];
+        let (est, peak) = (
+            m["peak_estimate_bytes"].as_f64().unwrap(),
+            m["learner_peak_bytes"].as_f64().unwrap(),
+        );
+        if peak == 0.0 {
+            continue; // a kernel that cannot reset the peak: nothing measured
+        }
+        let err = (est - peak).abs() / peak;
+        assert!(
+            err < 0.25,
+            "recompute {recompute}: estimate {est} vs learner peak {peak}: {:.0}% off",
+            err * 100.0
+        );
+        assert!(
+            m["peak_rss_bytes"].as_f64().unwrap() >= peak * 0.99,
+            "the lifetime peak covers the phase's"
+        );
+    }
 }
 
 #[test]

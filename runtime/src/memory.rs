@@ -14,9 +14,32 @@ pub fn release_free_memory() {
     }
 }
 
-/// Peak resident set size of this process in bytes (`VmHWM`), if readable.
+/// The highest `VmHWM` seen before the last [`start_phase`] reset it.
+static EARLIER_PEAK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Peak resident set size of this process in bytes over its whole life
+/// (`VmHWM`, and what it was before any [`start_phase`]), if readable.
 pub fn peak_rss_bytes() -> Option<u64> {
+    let earlier = EARLIER_PEAK.load(std::sync::atomic::Ordering::Relaxed);
+    phase_peak_rss_bytes().map(|p| p.max(earlier))
+}
+
+/// Peak resident set size since the last [`start_phase`] (the process's
+/// start if none), if readable.
+pub fn phase_peak_rss_bytes() -> Option<u64> {
     status_kb("VmHWM:").map(|kb| kb * 1024)
+}
+
+/// Starts measuring a phase's own peak: folds the peak so far into the
+/// lifetime figure and resets the kernel's `VmHWM` to the current resident
+/// size (`/proc/self/clear_refs`), so that [`phase_peak_rss_bytes`] then
+/// reports what this phase alone reached. Returns whether the reset took
+/// (kernels before 4.0, or a read-only /proc, keep the lifetime peak).
+pub fn start_phase() -> bool {
+    if let Some(p) = phase_peak_rss_bytes() {
+        EARLIER_PEAK.fetch_max(p, std::sync::atomic::Ordering::Relaxed);
+    }
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
 /// Current resident set size of this process in bytes (`VmRSS`), if readable.
@@ -90,5 +113,26 @@ mod tests {
         // 64 MiB at any real machine's speed: between 100 MB/s and 10 TB/s.
         let bw = super::read_bandwidth(2, 64 << 20);
         assert!(bw > 1e8 && bw < 1e13, "{bw}");
+    }
+
+    #[test]
+    fn a_phase_peak_forgets_earlier_phases_but_the_lifetime_peak_does_not() {
+        // 256 MiB touched and freed, then a new phase: the phase's peak is
+        // back near the current size, the lifetime peak still holds it.
+        let big: Vec<u8> = vec![1; 256 << 20];
+        std::hint::black_box(&big);
+        let before = super::peak_rss_bytes().unwrap();
+        drop(big);
+        super::release_free_memory();
+        if !super::start_phase() {
+            return; // a kernel without clear_refs: nothing to check here
+        }
+        let phase = super::phase_peak_rss_bytes().unwrap();
+        assert!(
+            phase + (128 << 20) < before,
+            "phase {phase} lifetime {before}"
+        );
+        // The kernel's counters lag by a few pages per thread.
+        assert!(super::peak_rss_bytes().unwrap() + (4 << 20) >= before);
     }
 }

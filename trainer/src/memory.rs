@@ -13,10 +13,19 @@ use crate::logprob::CHUNK;
 pub const BASE_BYTES: u64 = 48 << 20;
 /// Share of the cap plans may use; the rest absorbs allocator slack.
 pub const PLAN_SHARE: f64 = 0.85;
+/// What the learner phase holds beyond its tensors: freed blocks the
+/// allocator keeps between micro-batches. Fitted with the per-token figures
+/// below on SmolLM2-135M's measured learner-phase peaks (`learner_peak_bytes`,
+/// 267 to 1,353 tokens per micro-batch, recompute on and off; records in
+/// docs/records/planner-calibration/).
+pub const LEARNER_SLACK: u64 = 48 << 20;
 
 /// What one phase is expected to need at its peak.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Estimate {
+    /// The process before any weights: [`BASE_BYTES`], or what was measured
+    /// once the rollout model was loaded (see [`Estimate::measured_base`]).
+    pub base: u64,
     /// Dense f32 weights of the learner (0 when the LoRA learner shares the
     /// rollout engine's quantized weights).
     pub learner_weights: u64,
@@ -59,23 +68,34 @@ impl Estimate {
         let per_layer = if f32_base {
             4 * (55 * d + 11 * f + 4 * kvd)
         } else {
-            // The quantized learner's ops keep their inputs only: 1.2 MB
-            // per token measured on SmolLM2-135M at 720 tokens, 2.7 MB at
-            // 240 (the peak then has fixed parts); sized by the latter.
-            4 * (22 * d + 6 * f + 4 * kvd)
+            // The quantized learner's ops keep their inputs only: 2.9 MB
+            // per token on SmolLM2-135M, measured as the learner phase's own
+            // peak at 299 tokens per micro-batch (with LEARNER_SLACK).
+            4 * (25 * d + 6 * f + 4 * kvd)
         };
         Estimate {
+            base: BASE_BYTES,
             learner_weights: if f32_base { params * 4 } else { 0 },
             rollout_weights: gguf_bytes,
             // value, accumulated gradient, two moments, one transient gradient
             trainable_state: trainable_params * 4 * 5,
             activation_per_token: l * per_layer,
-            // Each block's input (and its gradient in flight), plus one block
-            // run again with the output gradient's chunks: measured 335 KB
-            // per token on SmolLM2-135M.
-            recompute_per_token: l * 4 * d * 2 + 2 * per_layer,
+            // Each block's input (and its gradient in flight), plus the block
+            // being run again, its backward's gradients and what the
+            // allocator has not reused yet: about four blocks' worth in all.
+            // SmolLM2-135M's learner phase measured 0.6 MB per token with
+            // the logit chunks and attention rows (267 to 1,353 tokens).
+            recompute_per_token: l * 4 * d * 2 + 4 * per_layer,
             attention_layers: if f32_base { l } else { 1 },
         }
+    }
+
+    /// Takes the process's resident size once the rollout model is loaded
+    /// (`resident`) as the truth about everything but the weights: the
+    /// tokenizer, the engine's buffers and the runtime are larger for some
+    /// models than [`BASE_BYTES`] says (SmolLM2-135M: 32 MiB more).
+    pub fn measured_base(&mut self, resident: u64) {
+        self.base = self.base.max(resident.saturating_sub(self.rollout_weights));
     }
 
     /// Peak while loading: the rollout model, plus for an f32 learner its
@@ -86,7 +106,7 @@ impl Estimate {
         } else {
             0
         };
-        BASE_BYTES + self.learner_weights + self.rollout_weights + dequantizing
+        self.base + self.learner_weights + self.rollout_weights + dequantizing
     }
 
     /// Peak of a learner pass over `tokens` tokens in sequences of at most
@@ -106,7 +126,8 @@ impl Estimate {
         } else {
             self.activation_per_token
         };
-        BASE_BYTES
+        self.base
+            + LEARNER_SLACK
             + self.learner_weights
             + self.rollout_weights
             + self.trainable_state
@@ -214,7 +235,7 @@ pub fn plan(
     };
     // Rollouts run when the learner's activations are free: what the learner
     // phase would use beyond the fixed state is theirs, up to a full cache.
-    let fixed = BASE_BYTES + est.learner_weights + est.rollout_weights + est.trainable_state;
+    let fixed = est.base + est.learner_weights + est.rollout_weights + est.trainable_state;
     let kv = usable.saturating_sub(fixed) as usize;
     if kv < rollout_kv_full.min(64 << 10) {
         return Err(refuse(

@@ -54,6 +54,14 @@ pub struct StepMetrics {
     pub peak_rss_bytes: u64,
     /// The estimator's peak for this step's largest learner micro-batch.
     pub peak_estimate_bytes: u64,
+    /// Peak resident memory of this step's rollout phase alone (0 where the
+    /// kernel cannot reset the peak, and in records written before it).
+    #[serde(default)]
+    pub rollout_peak_bytes: u64,
+    /// Peak resident memory of this step's learner phase alone (scoring,
+    /// gradients, update): what `peak_estimate_bytes` predicts.
+    #[serde(default)]
+    pub learner_peak_bytes: u64,
     /// Mismatch statistics of the sampler against pi_old, for every GRPO step
     /// whose learner batch is not empty (both sides at the sampling
     /// temperature, so a dense run's are exactly 1 on the quantized learner).

@@ -126,6 +126,7 @@ pub fn run(
 ) -> Result<Outcome> {
     let cfg = ctx.cfg;
     let t0 = Instant::now();
+    let resets = tern_runtime::memory::start_phase();
     ctx.engine
         .set_adapters(step as u64, learner.adapters_snapshot()?)?;
     let mut m = StepMetrics {
@@ -148,6 +149,8 @@ pub fn run(
         kv_bytes_full: 0,
         peak_rss_bytes: 0,
         peak_estimate_bytes: 0,
+        rollout_peak_bytes: 0,
+        learner_peak_bytes: 0,
         rho: None,
         seconds: 0.0,
         learner_seconds: 0.0,
@@ -171,8 +174,12 @@ pub fn run(
         Algorithm::Sft => sft_batch(ctx, learner, picks)?,
     };
 
+    if resets && cfg.algorithm == Algorithm::Grpo {
+        m.rollout_peak_bytes = tern_runtime::memory::phase_peak_rss_bytes().unwrap_or(0);
+    }
     // The rollouts' KV is free now: let the learner's activations have it.
     tern_runtime::memory::release_free_memory();
+    let resets = tern_runtime::memory::start_phase();
     let learning = Instant::now();
     let corrected = correct(ctx, learner, &mut batch, &mut m)?;
     // Per sample: pi_old if already known, and the correction's weights.
@@ -226,6 +233,9 @@ pub fn run(
         Vec::new()
     };
     m.learner_seconds = learning.elapsed().as_secs_f64();
+    if resets {
+        m.learner_peak_bytes = tern_runtime::memory::phase_peak_rss_bytes().unwrap_or(0);
+    }
     // And the learner's activations for the next step's rollouts.
     tern_runtime::memory::release_free_memory();
     m.peak_rss_bytes = memory::check(ctx.cap, "the optimizer update")?;

@@ -171,7 +171,7 @@ pub fn train(
     let replay_kv = cfg.learner_kv == LearnerKv::SparseReplay && kv_policy != KvPolicy::Full;
 
     // Plan before loading anything big.
-    let (mcfg, est) = estimate(cfg, model_path)?;
+    let (mcfg, mut est) = estimate(cfg, model_path)?;
     if let Some(c) = cap {
         // Refuse a cap that cannot even hold the weights before loading them.
         memory::plan(&mcfg, &est, Some(c), 1, 1, Some(1), 0, Some(true))?;
@@ -180,6 +180,9 @@ pub fn train(
 
     rec.note("loading the rollout model".into());
     let serving = Arc::new(LoadedModel::load(model_path)?);
+    if let Some(rss) = tern_runtime::memory::rss_bytes() {
+        est.measured_base(rss);
+    }
     let plan = plan_memory(cfg, &serving, &train_tasks, &kv_policy, (&mcfg, &est), cap)?;
 
     rec.note("loading the learner".into());
