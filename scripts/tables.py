@@ -266,11 +266,11 @@ def training_planner_calibration():
     d = RECORDS / "planner-calibration"
     runs = [("old-ab-recompute", "grpo-arith, micro 8, recompute", "before"),
             ("old-ab-stored", "grpo-arith, micro 8, kept", "before"),
-            ("old-story-plan", "story, micro 12 (planner), recompute", "before"),
+            ("old-story-plan", "story, micro 12 (the planner's choice), recompute", "before"),
             ("old-story-rc4", "story, micro 4, recompute", "before"),
             ("old-story-st1", "story, micro 1, kept", "before"),
             ("new-ab-recompute", "grpo-arith, micro 8, recompute", "after"),
-            ("new-story-plan", "story, micro 12 (planner), recompute", "after"),
+            ("new-story-plan", "story, micro 7 (the planner's choice), recompute", "after"),
             ("new-sft-stored", "SFT word problems, micro 8, kept", "after"),
             ("new-sft-recompute", "SFT word problems, micro 8, recompute", "after")]
     rows = []
