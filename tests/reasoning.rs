@@ -615,3 +615,170 @@ fn eval_grades_code_tasks_by_running_their_tests() {
     );
     assert_clean_error(&out, "needs code tasks");
 }
+
+#[test]
+fn eval_compares_named_synthesizers_over_the_same_candidates() {
+    // The served model loaded again under a name: over the very same
+    // candidates its syntheses equal the default synthesizer's (same
+    // weights, greedy synthesis), so the two rows agree on every count; the
+    // head-to-head against the first row carries McNemar's p.
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("tasks.jsonl");
+    std::fs::write(
+        &task,
+        "{\"question\": \"What is 2 + 2?\", \"answer\": 4}\n\
+         {\"question\": \"What is 5 + 1?\", \"answer\": 6}\n",
+    )
+    .unwrap();
+    let model = real_model();
+    let named = format!("again={}", model.to_str().unwrap());
+    let rows = eval_rows(
+        &task,
+        &[
+            "--max-tokens",
+            "24",
+            "--temperature",
+            "0.9",
+            "--strategy",
+            "majority@3,synthesize@3,synthesize@3:with=again",
+            "--synthesizer",
+            &named,
+        ],
+    );
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[2]["strategy"], "synthesize@3:with=again");
+    assert_eq!(rows[2]["shared_samples"], true);
+    for k in ["correct", "tokens", "candidates_per_task"] {
+        assert_eq!(rows[1][k], rows[2][k], "{k}");
+    }
+    let h = &rows[2]["vs_first"];
+    let p = h["mcnemar_p"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&p), "{h}");
+    if h["wins"] == 0 && h["losses"] == 0 {
+        assert_eq!(p, 1.0);
+    }
+    // A name no strategy uses, a strategy naming no synthesizer, and a
+    // malformed flag are refused before anything runs.
+    let m = model.to_str().unwrap();
+    let unused = eval_out(
+        &task,
+        &["--strategy", "majority@2", "--synthesizer", &named],
+    );
+    assert_clean_error(&unused, "no strategy uses it");
+    let missing = eval_out(&task, &["--strategy", "synthesize@2:with=nobody"]);
+    assert_clean_error(&missing, "--synthesizer nobody=MODEL");
+    let bare = eval_out(
+        &task,
+        &["--strategy", "synthesize@2:with=x", "--synthesizer", m],
+    );
+    assert_clean_error(&bare, "NAME=MODEL");
+    let opt = eval_out(&task, &["--strategy", "majority@2:with=x"]);
+    assert_clean_error(&opt, "majority@2:with=x");
+}
+
+#[test]
+fn synth_data_builds_resumable_training_tasks_from_sampled_candidates() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("synth.jsonl");
+    let model = real_model();
+    let run = |limit: &str| {
+        let o = tern(
+            &[
+                "synth-data",
+                "-m",
+                model.to_str().unwrap(),
+                "--task",
+                "arithmetic:count=20,seed=5,difficulty=1,ops=add",
+                "--limit",
+                limit,
+                "--n",
+                "3",
+                "--k",
+                "2",
+                "--max-tokens",
+                "24",
+                "--keep",
+                "all",
+                "--parallel",
+                "2",
+                "--out",
+                out.to_str().unwrap(),
+                "--json",
+            ],
+            None,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        last_json(&o)
+    };
+    assert_eq!(run("2")["tasks"], 2);
+    // A second run with a larger limit builds only the new task.
+    assert_eq!(run("3")["tasks"], 1);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for (i, e) in lines.iter().enumerate() {
+        // Written in task order, each one the synthesis prompt over its 3
+        // candidates with the source's answer.
+        assert_eq!(e["source"], i);
+        let q = e["question"].as_str().unwrap();
+        assert!(q.starts_with("You are checking other people's work"), "{q}");
+        assert!(
+            q.contains("Solution 3:") && !q.contains("Solution 4:"),
+            "{q}"
+        );
+        let (right, n) = (
+            e["candidates_right"].as_u64().unwrap(),
+            e["n"].as_u64().unwrap(),
+        );
+        assert!(right <= n);
+        if e["majority_right"] == true {
+            assert!(right > 0);
+        }
+        // A target exactly when some synthesis was right, and it states the answer.
+        let synth_right = e["syntheses_right"].as_u64().unwrap();
+        assert_eq!(e.get("target").is_some(), synth_right > 0, "{e}");
+        if let Some(t) = e["target"].as_str() {
+            assert!(t.contains(e["answer"].as_str().unwrap()), "{t}");
+        }
+    }
+    // The file is a task file: SFT trains on it (on `target` where present).
+    let run_dir = dir.path().join("run");
+    let o = tern(
+        &[
+            "train",
+            "-m",
+            model.to_str().unwrap(),
+            "--task",
+            out.to_str().unwrap(),
+            "--algorithm",
+            "sft",
+            "--steps",
+            "1",
+            "--prompts-per-step",
+            "2",
+            "--out",
+            run_dir.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Code tasks have no answer to synthesize.
+    let bad = tern(
+        &[
+            "synth-data",
+            "-m",
+            model.to_str().unwrap(),
+            "--task",
+            "../shared/data/HumanEval.jsonl.gz",
+            "--limit",
+            "1",
+            "--out",
+            dir.path().join("x.jsonl").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_clean_error(&bad, "code task");
+}

@@ -44,6 +44,10 @@ pub enum Command {
     /// Accuracy, tokens and time of answer strategies on a JSONL task file
     /// (single, majority@N, synthesize@N, adaptive[@N]).
     Eval(EvalArgs),
+    /// Training data for a synthesizer: N candidates per task, the synthesis
+    /// prompt synthesize@N shows, K syntheses, the correct ones kept as
+    /// targets; the file trains with `tern train --task FILE`.
+    SynthData(super::synth_data::SynthDataArgs),
     /// Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
     /// /v1/models, /health, /metrics) with continuous batching.
     Serve(ServeArgs),
@@ -394,6 +398,13 @@ pub struct EvalArgs {
     /// synthesize@N, run as its own engine (default: --model).
     #[arg(long)]
     pub synthesizer_model: Option<String>,
+    /// A named synthesizer, NAME=MODEL (repeatable), for strategies
+    /// `synthesize@N:with=NAME`: several synthesizers over the very same
+    /// candidates in one run, e.g. `--strategy
+    /// majority@8,synthesize@8,synthesize@8:with=trained --synthesizer
+    /// trained=runs/synth/export.gguf`.
+    #[arg(long, value_name = "NAME=MODEL")]
+    pub synthesizer: Vec<String>,
 }
 
 /// `tern chat`.

@@ -73,6 +73,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
     let synthesizer = resolve::synthesizer(a.synthesizer_model.as_deref())?;
     let synthesizer = synthesizer.as_ref().unwrap_or(&engine);
+    let named = named_synthesizers(&a.synthesizer, &strategies)?;
     let settings = Settings {
         temperature: a.temperature,
         seed: a.seed,
@@ -131,10 +132,52 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     let engines = eval::Engines {
         engine: &engine,
         synthesizer,
+        named: &named,
     };
     let sink = sink.as_mut().map(|f| f as &mut (dyn std::io::Write + Send));
     let totals = eval::run(&plan, engines, sink, &on_event)?;
     print_report(a, &strategies, &totals, tasks.len())
+}
+
+/// The engines of `--synthesizer NAME=MODEL`, each loaded once; every
+/// `synthesize@N:with=NAME` must name one of them, and every one must be used.
+fn named_synthesizers(
+    specs: &[String],
+    strategies: &[Strategy],
+) -> Result<Vec<(String, EngineHandle)>> {
+    let mut named: Vec<(String, EngineHandle)> = Vec::new();
+    for spec in specs {
+        let Some((name, model)) = spec
+            .split_once('=')
+            .filter(|(n, m)| !n.is_empty() && !m.is_empty())
+        else {
+            bail!("--synthesizer {spec}: give NAME=MODEL (a path or registry name)");
+        };
+        if named.iter().any(|(n, _)| n == name) {
+            bail!("--synthesizer {spec}: the name `{name}` is given twice");
+        }
+        if !strategies
+            .iter()
+            .any(|s| s.synthesizer.as_deref() == Some(name))
+        {
+            bail!("--synthesizer {spec}: no strategy uses it (add synthesize@N:with={name} to --strategy)");
+        }
+        let engine = resolve::synthesizer(Some(model))
+            .with_context(|| format!("--synthesizer {spec}"))?
+            .expect("a model was given");
+        named.push((name.to_string(), engine));
+    }
+    for s in strategies {
+        if let Some(name) = &s.synthesizer {
+            if !named.iter().any(|(n, _)| n == name) {
+                bail!(
+                    "strategy {}: no --synthesizer {name}=MODEL was given",
+                    s.label
+                );
+            }
+        }
+    }
+    Ok(named)
 }
 
 /// `secs` as `2h05m`, `4m10s` or `35s`.
@@ -190,8 +233,8 @@ fn print_report(
     for r in &rows {
         if let Some(h) = &r.vs_first {
             println!(
-                "{} vs {}: right where it is wrong on {} task(s), wrong where it is right on {}",
-                r.strategy, h.baseline, h.wins, h.losses
+                "{} vs {}: right where it is wrong on {} task(s), wrong where it is right on {} (McNemar exact p = {:.3})",
+                r.strategy, h.baseline, h.wins, h.losses, h.mcnemar_p
             );
         }
     }

@@ -19,6 +19,7 @@ mod pull;
 mod quantize;
 mod resolve;
 mod serve;
+mod synth_data;
 mod tokenize;
 mod train;
 
@@ -50,6 +51,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(a) => bench::run(&a),
         Command::Bon(a) => bon::run(&a),
         Command::Eval(a) => eval::run(&a),
+        Command::SynthData(a) => synth_data::run(&a),
         Command::KvEval(a) => kv_eval::run(&a),
         Command::Serve(a) => serve::run(&a),
         Command::Train(a) => train::run(&a),

@@ -77,6 +77,7 @@ fn every_attack_earns_no_reward_in_training() {
         difficulty: None,
         tests: vec!["pass".into()],
         prelude: String::new(),
+        target: None,
     };
     score(&mut rollouts, &task).expect("code rewards are computed");
     let rewarded: Vec<&str> = attacks

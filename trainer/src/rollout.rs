@@ -263,6 +263,7 @@ mod tests {
                 "assert add(5, 5) == 10".into(),
             ],
             prelude: String::new(),
+            target: None,
         };
         let mut group = vec![
             rollout("```python\ndef add(a, b):\n    return a + b\n```"),

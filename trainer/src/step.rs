@@ -329,11 +329,13 @@ fn sft_batch(ctx: &Context<'_>, learner: &Learner, picks: &[usize]) -> Result<Ba
             rollout::prompt_ids(ctx.engine.model(), ctx.cfg.system_prompt.as_deref(), task)?;
         // A base prompt ends in `Answer:`; the reply follows a space.
         let lead = if model.template.is_none() { " " } else { "" };
-        let mut response = model.tokenizer.encode(
-            &format!("{lead}The answer is {}.", task.answer),
-            false,
-            false,
-        )?;
+        // A worked target (synthesis data) is imitated as written;
+        // otherwise the bare answer line.
+        let text = match &task.target {
+            Some(t) => format!("{lead}{}", t.trim()),
+            None => format!("{lead}The answer is {}.", task.answer),
+        };
+        let mut response = model.tokenizer.encode(&text, false, false)?;
         response.extend(eos.first());
         batch.samples.push(Sample::new(prompt, response));
         batch.advantages.push(1.0);

@@ -91,12 +91,16 @@ fn plan_memory(
 ) -> Result<Plan> {
     // The longest sequence the learner can see: the longest prompt plus the
     // response cap (SFT: the reference answer).
-    let mut longest_prompt = 0;
+    let (mut longest_prompt, mut longest_target) = (0, 0);
     for t in train_tasks {
         let ids = rollout::prompt_ids(serving, cfg.system_prompt.as_deref(), t)?;
         longest_prompt = longest_prompt.max(ids.len());
+        if let (Algorithm::Sft, Some(target)) = (cfg.algorithm, &t.target) {
+            let n = serving.tokenizer.encode(target, false, false)?.len() + 1;
+            longest_target = longest_target.max(n);
+        }
     }
-    let seq_len = longest_prompt + cfg.max_new_tokens;
+    let seq_len = longest_prompt + cfg.max_new_tokens.max(longest_target);
     let batch_seqs = batch_seqs(cfg);
     // What the rollout batch needs at once under the rollout policy: the
     // engine reserves each sequence's worst case, so a sparse policy fits

@@ -37,6 +37,17 @@ pub enum EvalError {
     /// A strategy that compares answers asked of code tasks.
     #[error("strategy `{0}` compares answers, but these are code tasks graded by tests: use single or reward@N")]
     NeedsAnswers(String),
+    /// `synthesize@N:with=NAME` names no loaded synthesizer.
+    #[error("strategy `{strategy}`: no synthesizer named `{name}` is loaded")]
+    UnknownSynthesizer {
+        /// The strategy's label.
+        strategy: String,
+        /// The name it asked for.
+        name: String,
+    },
+    /// Synthesis data asked of code tasks (their answers are test results).
+    #[error("synthesis data needs answer tasks; task {0} is a code task graded by tests")]
+    SynthesisOfCode(usize),
     /// A strategy that runs unit tests asked of answer tasks.
     #[error("strategy `{0}` scores candidates by unit tests: it needs code tasks (HumanEval-style records)")]
     NeedsCode(String),

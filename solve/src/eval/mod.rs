@@ -13,9 +13,11 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod strategy;
+pub mod synthesis_data;
 
 pub use error::EvalError;
 pub use record::{judge, load_records, Grade, Record, Records};
 pub use report::{rows, totals_from_records, HeadToHead, Row, Totals};
 pub use run::{read_tasks, run, Engines, Event, Plan, Settings};
 pub use strategy::{check_fit, share_samples, Strategy};
+pub use synthesis_data::{synthesis_example, DataSettings, Keep, SynthesisExample};

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::reasoning::{best_of_n_shared, best_of_n_with, Aggregate, BonRequest};
+use crate::reasoning::{best_of_n_shared_by, best_of_n_with, Aggregate, BonRequest};
 use crate::tasks::{self, Task};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::EngineHandle;
@@ -104,6 +104,26 @@ pub struct Engines<'a> {
     pub engine: &'a EngineHandle,
     /// Writes syntheses (may be `engine` itself).
     pub synthesizer: &'a EngineHandle,
+    /// Synthesizers by name, for `synthesize@N:with=NAME`.
+    pub named: &'a [(String, EngineHandle)],
+}
+
+impl<'a> Engines<'a> {
+    /// The synthesizer strategy `s` asks for.
+    fn synthesizer_of(&self, s: &Strategy) -> Result<&'a EngineHandle, EvalError> {
+        match &s.synthesizer {
+            None => Ok(self.synthesizer),
+            Some(name) => self
+                .named
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, e)| e)
+                .ok_or_else(|| EvalError::UnknownSynthesizer {
+                    strategy: s.label.clone(),
+                    name: name.clone(),
+                }),
+        }
+    }
 }
 
 /// Runs every strategy of `plan` on every task that lacks a record,
@@ -121,10 +141,10 @@ pub fn run(
         settings,
         done,
     } = *plan;
-    let Engines {
-        engine,
-        synthesizer,
-    } = engines;
+    let engine = engines.engine;
+    for s in strategies {
+        engines.synthesizer_of(s)?;
+    }
     let groups = share_samples(strategies);
     // One task's records, in strategy order: those already on file, the rest
     // computed (and appended to the records file as soon as they exist).
@@ -165,16 +185,18 @@ pub fn run(
                 };
                 let t = Instant::now();
                 let results = if group.len() > 1 {
-                    let ways: Vec<(Aggregate, Option<usize>)> = group
+                    let ways = group
                         .iter()
                         .map(|&k| {
                             let s = &strategies[k];
-                            (s.aggregate, s.adaptive.then_some(s.wave))
+                            let by = engines.synthesizer_of(s)?;
+                            Ok((s.aggregate, s.adaptive.then_some(s.wave), by))
                         })
-                        .collect();
-                    best_of_n_shared(engine, synthesizer, &req, &ways)?
+                        .collect::<Result<Vec<(Aggregate, Option<usize>, &EngineHandle)>, EvalError>>()?;
+                    best_of_n_shared_by(engine, &req, &ways)?
                 } else {
-                    vec![best_of_n_with(engine, synthesizer, &req)?]
+                    let by = engines.synthesizer_of(lead)?;
+                    vec![best_of_n_with(engine, by, &req)?]
                 };
                 Some((results, t.elapsed().as_secs_f64()))
             };

@@ -23,6 +23,9 @@ pub struct Strategy {
     pub wave: usize,
     /// Adaptive length (`length@EFFORT`), if any.
     pub length: Option<LengthPolicy>,
+    /// `synthesize@N:with=NAME`: the synthesizer named NAME writes the
+    /// synthesis (the caller maps names to models); `None`: the default one.
+    pub synthesizer: Option<String>,
 }
 
 /// Adaptive width's default wave: 2 candidates per engine request, as `tern bon`.
@@ -30,8 +33,9 @@ pub const DEFAULT_WAVE: usize = 2;
 
 impl Strategy {
     /// Parses a spec: `single`, `majority@N`, `synthesize@N`, `adaptive[@N]`
-    /// (options after the count, `adaptive@8:wave=1`), `reward@N` or
-    /// `length@EFFORT`; a bare name samples 8. `probe_every` is adaptive
+    /// (options after the count, `adaptive@8:wave=1`), `synthesize@N:with=NAME`
+    /// (a named synthesizer), `reward@N` or `length@EFFORT`; a bare name
+    /// samples 8. `probe_every` is adaptive
     /// length's probe interval.
     pub fn parse(s: &str, probe_every: usize) -> Result<Strategy, EvalError> {
         if let Some(effort) = s.strip_prefix("length@") {
@@ -68,12 +72,27 @@ impl Strategy {
             return Err(bad(format!("N must be between 1 and {MAX_N}")));
         }
         let mut wave = DEFAULT_WAVE.min(n);
+        let mut synthesizer = None;
         if let Some(options) = options {
-            if !adaptive {
-                return Err(bad("only adaptive@N takes options (`:wave=W`)".into()));
+            if !adaptive && aggregate != Aggregate::Synthesize {
+                return Err(bad(
+                    "only adaptive@N (`:wave=W`) and synthesize@N (`:with=NAME`) take options"
+                        .into(),
+                ));
             }
             for kv in options.split(':') {
                 match kv.split_once('=') {
+                    Some(("with", name)) if aggregate == Aggregate::Synthesize => {
+                        if name.is_empty() {
+                            return Err(bad("`with=` needs a synthesizer's name".into()));
+                        }
+                        synthesizer = Some(name.to_string());
+                    }
+                    _ if aggregate == Aggregate::Synthesize => {
+                        return Err(bad(format!(
+                            "unknown option `{kv}` (synthesize@N takes with=NAME)"
+                        )))
+                    }
                     Some(("wave", w)) => {
                         wave = w
                             .parse::<usize>()
@@ -97,6 +116,7 @@ impl Strategy {
             aggregate,
             adaptive,
             wave,
+            synthesizer,
             length: None,
         })
     }
@@ -110,6 +130,7 @@ impl Strategy {
             adaptive: false,
             wave: 1,
             length: None,
+            synthesizer: None,
         }
     }
 }
@@ -134,6 +155,7 @@ fn parse_length(s: &str, effort: &str, probe_every: usize) -> Result<Strategy, E
         adaptive: false,
         wave: DEFAULT_WAVE,
         length: policy,
+        synthesizer: None,
     })
 }
 
@@ -187,12 +209,21 @@ mod tests {
         assert_eq!((s.n, s.wave, s.label.as_str()), (8, 1, "adaptive@8:wave=1"));
         assert_eq!(Strategy::parse("adaptive@8", 64).unwrap().wave, 2);
         assert_eq!(Strategy::parse("adaptive@1", 64).unwrap().wave, 1);
+        let named = Strategy::parse("synthesize@8:with=trained", 64).unwrap();
+        assert_eq!(named.synthesizer.as_deref(), Some("trained"));
+        assert_eq!(
+            Strategy::parse("synthesize@8", 64).unwrap().synthesizer,
+            None
+        );
         for bad in [
             "adaptive@8:wave=0",
             "adaptive@8:wave=9",
             "adaptive@8:wave=x",
             "adaptive@8:step=1",
             "majority@8:wave=1",
+            "majority@8:with=x",
+            "synthesize@8:with=",
+            "synthesize@8:wave=2",
         ] {
             let e = Strategy::parse(bad, 64).unwrap_err().to_string();
             assert!(e.contains(bad), "{bad}: {e}");

@@ -242,15 +242,27 @@ pub fn best_of_n_shared(
     req: &BonRequest,
     ways: &[(Aggregate, Option<usize>)],
 ) -> Result<Vec<BonResult>> {
+    let ways: Vec<_> = ways.iter().map(|&(a, w)| (a, w, synthesizer)).collect();
+    best_of_n_shared_by(engine, req, &ways)
+}
+
+/// [`best_of_n_shared`] with each way's own synthesizer: one set of
+/// candidates synthesized by several models (a trained synthesizer against
+/// the untrained one, over the very same candidates).
+pub fn best_of_n_shared_by(
+    engine: &EngineHandle,
+    req: &BonRequest,
+    ways: &[(Aggregate, Option<usize>, &EngineHandle)],
+) -> Result<Vec<BonResult>> {
     let sample = BonRequest {
         aggregate: Aggregate::Majority,
         adaptive: false,
         ..req.clone()
     };
-    let all = best_of_n_with(engine, synthesizer, &sample)?;
+    let all = best_of_n_with(engine, engine, &sample)?;
     let question = last_user_turn(&req.messages);
     ways.iter()
-        .map(|&(agg, adaptive)| {
+        .map(|&(agg, adaptive, synthesizer)| {
             let r = BonRequest {
                 aggregate: agg,
                 adaptive: adaptive.is_some(),

@@ -62,7 +62,13 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Task>, TaskError> {
         };
         let answer = verify::extract_answer(&raw).unwrap_or(raw);
         let difficulty = v["difficulty"].as_u64().map(|d| d as u32);
-        tasks.push(Task::answer(question.to_string(), answer, difficulty));
+        let mut task = Task::answer(question.to_string(), answer, difficulty);
+        task.target = match &v["target"] {
+            serde_json::Value::Null => None,
+            serde_json::Value::String(t) if !t.trim().is_empty() => Some(t.clone()),
+            _ => return Err(bad("`target` must be a non-empty string".into())),
+        };
+        tasks.push(task);
     }
     Ok(tasks)
 }
@@ -86,6 +92,7 @@ fn code_task(
         difficulty: v["difficulty"].as_u64().map(|d| d as u32),
         tests,
         prelude: v["prelude"].as_str().unwrap_or_default().to_string(),
+        target: None,
     })
 }
 

@@ -28,6 +28,7 @@ pub fn task(v: &serde_json::Value) -> Result<Task, String> {
         difficulty: None,
         tests: split_check(test, entry),
         prelude: prompt.to_string(),
+        target: None,
     })
 }
 

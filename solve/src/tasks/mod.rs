@@ -40,6 +40,11 @@ pub struct Task {
     /// signature the question shows), so a bare function body runs too.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prelude: String,
+    /// A worked response to imitate: SFT trains on it instead of the bare
+    /// `The answer is X.` (synthesis data's correct syntheses, see
+    /// `eval::synthesis_data`). Files give it as `target`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 impl Task {
@@ -51,6 +56,7 @@ impl Task {
             difficulty,
             tests: Vec::new(),
             prelude: String::new(),
+            target: None,
         }
     }
 
