@@ -166,11 +166,34 @@ pub fn probes_agree(probes: &[String]) -> bool {
     }
 }
 
+/// Words that mark a probe as unsure (Dynasor-CoT's certainty check): a probe
+/// that writes "wait" or "hmm" after the answer suffix is still reasoning,
+/// so its number is no vote for stopping.
+pub const HESITATION: [&str; 7] = [
+    "wait", "hmm", "hold on", "but", "however", "actually", "not sure",
+];
+
+/// Whether `text` contains one of [`HESITATION`] as a word (any case).
+pub fn hesitates(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    HESITATION.iter().any(|h| {
+        let hw: Vec<&str> = h.split(' ').collect();
+        words.windows(hw.len()).any(|w| w == hw.as_slice())
+    })
+}
+
 /// The answer a probe states: its text read as the end of the forced
 /// sentence, reduced to its final number when it has one ("3 + 5 = 8 apples"
 /// states 8). A probe that only restates the question of an answer ("The
-/// answer is") states nothing.
+/// answer is"), or hesitates ([`hesitates`]: "8. Wait, ..."), states nothing.
 pub fn probe_answer(probe: &str) -> Option<String> {
+    if hesitates(probe) {
+        return None;
+    }
     let stated = verify::extract_answer(&format!("{}{probe}", ANSWER_SUFFIX.trim_start()))?;
     if stated.to_ascii_lowercase().contains("answer") {
         return None;
@@ -368,6 +391,14 @@ mod tests {
         assert_eq!(probe_answer(" Paris.").as_deref(), Some("Paris"));
         assert_eq!(probe_answer(": The answer is"), None);
         assert_eq!(probe_answer(""), None);
+        // Hesitation: the probe is still reasoning, whatever number it wrote.
+        assert_eq!(probe_answer(" 8. Wait, let me check"), None);
+        assert_eq!(probe_answer(" hmm, 8"), None);
+        assert_eq!(probe_answer(" 8, but the second step"), None);
+        assert_eq!(probe_answer(" 8. Hold on."), None);
+        // Words that merely contain one are not hesitation.
+        assert_eq!(probe_answer(" 8 buttons.").as_deref(), Some("8"));
+        assert_eq!(probe_answer(" 12 waiters.").as_deref(), Some("12"));
     }
 
     #[test]
@@ -383,6 +414,7 @@ mod tests {
         assert!(!probes_agree(&p(&[" 8.", " 9.", " 8."])));
         assert!(!probes_agree(&p(&[":", ":", ":"])));
         assert!(!probes_agree(&p(&[" 8.", " 8.", " not sure"])));
+        assert!(!probes_agree(&p(&[" 8.", " 8.", " 8. Wait"])));
     }
 
     #[test]
