@@ -251,6 +251,43 @@ fn adaptive_length_stops_early_once_the_probes_agree() {
 }
 
 #[test]
+fn an_early_stop_answers_with_the_settling_probes_answer() {
+    // Sampled reasoning (T = 0.8, seed 1): the answer after an early stop is
+    // decoded greedily from where the settling probe was taken, so its
+    // words are that probe's (up to the end of its sentence) and the
+    // reported answer is the probe's, as Dynasor-CoT reuses it.
+    let j = bon(&[
+        "-p",
+        "What is 2 + 2? Explain your answer in detail.",
+        "-n",
+        "1",
+        "--temperature",
+        "0.8",
+        "--seed",
+        "1",
+        "--reasoning-effort",
+        "auto",
+        "--probe-every",
+        "16",
+        "--max-tokens",
+        "400",
+    ]);
+    let l = &j["candidates"][0]["length"];
+    assert_eq!(l["stopped_early"], true, "{j}");
+    let last = l["probes"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(j["answer"], last["answer"], "{j}");
+    assert_eq!(j["candidates"][0]["answer"], last["answer"], "{j}");
+    assert!(
+        l["answer_tokens"].as_u64().unwrap() <= last["tokens"].as_u64().unwrap(),
+        "{l}"
+    );
+    assert!(
+        j["text"].as_str().unwrap().contains("The final answer is"),
+        "{j}"
+    );
+}
+
+#[test]
 fn thinking_budget_caps_the_reasoning_and_forces_the_answer() {
     let j = length_run(
         "Tell me a long story about a dragon who loves books.",

@@ -171,14 +171,37 @@ pub(super) fn think_pass(
 }
 
 /// Ends completion `ci`'s reasoning: the answer suffix is forced and the
-/// completion may write `answer_tokens` more.
+/// completion may write `answer_tokens` more. An early stop (`early`: the
+/// probes settled) answers as the settling probe did, which was taken at
+/// exactly this point: greedily, within the probe's length, so its words are
+/// the probe's up to the answer's end of sentence (Dynasor-CoT returns the
+/// probe's answer; `solve` reports that answer).
 fn conclude(r: &mut Running, ci: usize, spec: &ThinkSpec, early: bool, model: &LoadedModel) {
     let c = &mut r.completions[ci];
     let at = c.generated;
-    c.force(&spec.answer_suffix, &spec.answer_stop, model);
+    let probe = spec.probe.as_ref().filter(|_| early);
+    match probe {
+        Some(p) => {
+            // The answer's own stops too: the text is then the probe's up
+            // to the end of its sentence.
+            let mut stops = spec.answer_stop.clone();
+            stops.extend(
+                p.stop
+                    .iter()
+                    .filter(|s| !spec.answer_stop.contains(s))
+                    .cloned(),
+            );
+            c.force(&spec.answer_suffix, &stops, model);
+            c.answer_greedily();
+        }
+        None => c.force(&spec.answer_suffix, &spec.answer_stop, model),
+    }
     if let Some(state) = c.think.as_mut() {
         state.concluded_at = Some(at);
-        c.limit = state.answer_limit(spec);
+        c.limit = match probe {
+            Some(p) => Some(at + p.max_tokens.min(spec.answer_tokens)),
+            None => state.answer_limit(spec),
+        };
     }
     let _ = r.events.send(Event::Concluded {
         index: c.index,

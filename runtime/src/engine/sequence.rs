@@ -125,6 +125,13 @@ impl Completion {
         self.pending_text.push_str(&text);
     }
 
+    /// Decodes greedily from here on, as an answer probe does: after an
+    /// early conclusion the answer is then the settling probe's own, token
+    /// for token (same cache, same suffix, same argmax).
+    pub fn answer_greedily(&mut self) {
+        self.sampler = Sampler::new(SamplingParams::greedy());
+    }
+
     /// The KV figures to report when it ends.
     pub fn kv_usage(
         policy: &KvPolicy,

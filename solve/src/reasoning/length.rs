@@ -204,6 +204,17 @@ pub fn probe_answer(probe: &str) -> Option<String> {
     }
 }
 
+/// A completion's final answer under adaptive length: after an early stop,
+/// the settling probe's own answer (Dynasor-CoT reuses it; the engine then
+/// writes that probe's words greedily, see `engine::apply::conclude`), else
+/// the answer its text states.
+pub fn final_answer(text: &str, report: &LengthReport) -> Option<String> {
+    match report.probes.last() {
+        Some(p) if report.stopped_early && p.answer.is_some() => p.answer.clone(),
+        _ => verify::extract_answer(text),
+    }
+}
+
 /// The engine's think spec for `policy`: the suffix tokenized for `model`,
 /// probes of [`PROBE_TOKENS`] judged by [`probes_agree`].
 pub fn think_spec(model: &LoadedModel, policy: &LengthPolicy) -> Result<ThinkSpec> {
@@ -368,11 +379,11 @@ pub fn adaptive_length(engine: &EngineHandle, req: &LengthRequest) -> Result<Len
     let out = engine.submit(sub)?.collect_blocking()?;
     let c = out.first();
     let (text, generated) = (c.text.clone(), c.completion_tokens);
-    let tally = LengthTally::of(policy.cap, c);
+    let length = LengthTally::of(policy.cap, c).finish(generated);
     Ok(LengthResult {
-        answer: verify::extract_answer(&text),
+        answer: final_answer(&text, &length),
         text,
-        length: tally.finish(generated),
+        length,
     })
 }
 

@@ -449,12 +449,18 @@ fn generate(
     Ok(out
         .into_completions()
         .into_iter()
-        .map(|c| Candidate {
-            answer: verify::extract_answer(&c.text),
-            tokens: c.completion_tokens,
-            length: length.then(|| LengthTally::of(cap, &c).finish(c.completion_tokens)),
-            text: c.text,
-            passed: None,
+        .map(|c| {
+            let report = length.then(|| LengthTally::of(cap, &c).finish(c.completion_tokens));
+            Candidate {
+                answer: match &report {
+                    Some(r) => length::final_answer(&c.text, r),
+                    None => verify::extract_answer(&c.text),
+                },
+                tokens: c.completion_tokens,
+                length: report,
+                text: c.text,
+                passed: None,
+            }
         })
         .collect())
 }
