@@ -482,8 +482,14 @@ fn eval_shared_samples_equal_separate_runs_and_records_resume() {
     // report that prefix, not all 8.
     let greedy = ["--max-tokens", "16", "--temperature", "0"];
     let run = |extra: &[&str]| eval_rows(&task, &[&greedy[..], extra].concat());
-    // Waves of 3 see 3 agreeing votes (P = 15/16, not enough), then 6.
-    let ways = ["majority@8", "adaptive@8", "adaptive@8:wave=3"];
+    // Waves of 3 see 3 agreeing votes (P = 15/16, not enough), then 6; one
+    // at a time at confidence 0.9, 3 agreeing votes are enough.
+    let ways = [
+        "majority@8",
+        "adaptive@8",
+        "adaptive@8:wave=3",
+        "adaptive@8:wave=1:confidence=0.9",
+    ];
     let shared = run(&["--strategy", &ways.join(",")]);
     assert_eq!(shared[0]["shared_samples"], true);
     for (i, s) in ways.iter().enumerate() {
@@ -493,6 +499,7 @@ fn eval_shared_samples_equal_separate_runs_and_records_resume() {
     }
     assert_eq!(shared[1]["candidates_per_task"], 4.0);
     assert_eq!(shared[2]["candidates_per_task"], 6.0);
+    assert_eq!(shared[3]["candidates_per_task"], 3.0);
     // Records: the first task, then both; the second run only adds the second
     // task's records, and its table equals the one-shot run's.
     let rec = dir.path().join("records.jsonl");

@@ -295,12 +295,16 @@ pub struct BonArgs {
     #[arg(long, default_value = "majority")]
     pub aggregate: tern_solve::reasoning::Aggregate,
     /// Sample in waves and stop once the leading answer is the majority with
-    /// probability >= 0.95 (Beta posterior).
+    /// probability >= --confidence (Beta posterior).
     #[arg(long)]
     pub adaptive: bool,
     /// Candidates per wave with --adaptive.
     #[arg(long, default_value_t = 2)]
     pub wave: usize,
+    /// With --adaptive: the posterior probability that the leading answer is
+    /// the majority at which sampling stops (0.5-1; higher samples more).
+    #[arg(long, default_value_t = tern_solve::reasoning::DEFAULT_CONFIDENCE, value_parser = parse_confidence)]
+    pub confidence: f64,
     /// Unit tests for --aggregate reward: one Python statement (or JSON string) per line.
     #[arg(long)]
     pub tests: Option<PathBuf>,
@@ -338,6 +342,16 @@ pub struct BonArgs {
     pub synthesizer_model: Option<String>,
 }
 
+/// A stopping confidence strictly between 0.5 and 1.
+fn parse_confidence(s: &str) -> Result<f64, String> {
+    let c: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if c > 0.5 && c < 1.0 {
+        Ok(c)
+    } else {
+        Err(format!("must be above 0.5 and below 1, got {c}"))
+    }
+}
+
 /// `tern eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
@@ -355,7 +369,8 @@ pub struct EvalArgs {
     pub task: String,
     /// Strategies to compare, comma-separated: single, majority@N, synthesize@N,
     /// adaptive[@N] (adaptive width in waves of 2; `adaptive@8:wave=1` samples
-    /// one candidate at a time), reward@N (code tasks: the candidate passing most tests),
+    /// one candidate at a time, `:confidence=0.9` stops at a lower posterior
+    /// than the default 0.95), synthesize@N:with=NAME (a --synthesizer), reward@N (code tasks: the candidate passing most tests),
     /// length@EFFORT (one greedy sample under adaptive length: EFFORT is low,
     /// medium, high, auto, or a token cap).
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]

@@ -63,6 +63,7 @@ pub fn run(a: &BonArgs) -> Result<()> {
         aggregate: a.aggregate,
         adaptive: a.adaptive,
         wave: a.wave,
+        confidence: a.confidence,
         kv_policy: a.kv.kv_policy.clone(),
         tests,
         prelude: String::new(),

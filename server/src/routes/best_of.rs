@@ -87,6 +87,7 @@ pub fn request(
         aggregate,
         adaptive: false,
         wave: 1,
+        confidence: tern_solve::reasoning::DEFAULT_CONFIDENCE,
         kv_policy: plan.submit.kv_policy.clone(),
         tests,
         prelude: String::new(),

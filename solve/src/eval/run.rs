@@ -177,6 +177,7 @@ pub fn run(
                     aggregate: lead.aggregate,
                     adaptive: lead.adaptive,
                     wave: lead.wave,
+                    confidence: lead.confidence,
                     kv_policy: settings.kv_policy.clone(),
                     tests: task.tests.clone(),
                     prelude: task.prelude.clone(),
@@ -185,14 +186,22 @@ pub fn run(
                 };
                 let t = Instant::now();
                 let results = if group.len() > 1 {
-                    let ways = group
-                        .iter()
-                        .map(|&k| {
-                            let s = &strategies[k];
-                            let by = engines.synthesizer_of(s)?;
-                            Ok((s.aggregate, s.adaptive.then_some(s.wave), by))
-                        })
-                        .collect::<Result<Vec<(Aggregate, Option<usize>, &EngineHandle)>, EvalError>>()?;
+                    let ways =
+                        group
+                            .iter()
+                            .map(|&k| {
+                                let s = &strategies[k];
+                                let by = engines.synthesizer_of(s)?;
+                                Ok((
+                                    s.aggregate,
+                                    s.adaptive.then_some((s.wave, s.confidence)),
+                                    by,
+                                ))
+                            })
+                            .collect::<Result<
+                                Vec<(Aggregate, Option<(usize, f64)>, &EngineHandle)>,
+                                EvalError,
+                            >>()?;
                     best_of_n_shared_by(engine, &req, &ways)?
                 } else {
                     let by = engines.synthesizer_of(lead)?;

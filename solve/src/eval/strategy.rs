@@ -2,7 +2,7 @@
 //! `length@auto` mean, which strategies fit a task set, and which ones can
 //! share one set of samples per task.
 
-use crate::reasoning::{Aggregate, Effort, LengthPolicy};
+use crate::reasoning::{Aggregate, Effort, LengthPolicy, DEFAULT_CONFIDENCE};
 use crate::tasks::Task;
 use tern_runtime::engine::MAX_N;
 
@@ -21,6 +21,9 @@ pub struct Strategy {
     pub adaptive: bool,
     /// Candidates per wave when adaptive (`adaptive@N:wave=W`, default 2).
     pub wave: usize,
+    /// When adaptive: the posterior probability of the leading answer being
+    /// the majority at which sampling stops (`adaptive@N:confidence=C`).
+    pub confidence: f64,
     /// Adaptive length (`length@EFFORT`), if any.
     pub length: Option<LengthPolicy>,
     /// `synthesize@N:with=NAME`: the synthesizer named NAME writes the
@@ -73,6 +76,7 @@ impl Strategy {
         }
         let mut wave = DEFAULT_WAVE.min(n);
         let mut synthesizer = None;
+        let mut confidence = DEFAULT_CONFIDENCE;
         if let Some(options) = options {
             if !adaptive && aggregate != Aggregate::Synthesize {
                 return Err(bad(
@@ -102,9 +106,20 @@ impl Strategy {
                                 bad(format!("wave must be a count from 1 to {n}, got `{w}`"))
                             })?
                     }
+                    Some(("confidence", c)) => {
+                        confidence = c
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|c| *c > 0.5 && *c < 1.0)
+                            .ok_or_else(|| {
+                                bad(format!(
+                                    "confidence must be above 0.5 and below 1, got `{c}`"
+                                ))
+                            })?
+                    }
                     _ => {
                         return Err(bad(format!(
-                            "unknown option `{kv}` (adaptive@N takes wave=W)"
+                            "unknown option `{kv}` (adaptive@N takes wave=W and confidence=C)"
                         )))
                     }
                 }
@@ -116,6 +131,7 @@ impl Strategy {
             aggregate,
             adaptive,
             wave,
+            confidence,
             synthesizer,
             length: None,
         })
@@ -129,6 +145,7 @@ impl Strategy {
             aggregate: Aggregate::Majority,
             adaptive: false,
             wave: 1,
+            confidence: DEFAULT_CONFIDENCE,
             length: None,
             synthesizer: None,
         }
@@ -154,6 +171,7 @@ fn parse_length(s: &str, effort: &str, probe_every: usize) -> Result<Strategy, E
         aggregate: Aggregate::Majority,
         adaptive: false,
         wave: DEFAULT_WAVE,
+        confidence: DEFAULT_CONFIDENCE,
         length: policy,
         synthesizer: None,
     })
@@ -209,6 +227,16 @@ mod tests {
         assert_eq!((s.n, s.wave, s.label.as_str()), (8, 1, "adaptive@8:wave=1"));
         assert_eq!(Strategy::parse("adaptive@8", 64).unwrap().wave, 2);
         assert_eq!(Strategy::parse("adaptive@1", 64).unwrap().wave, 1);
+        let sure = Strategy::parse("adaptive@8:wave=1:confidence=0.9", 64).unwrap();
+        assert_eq!((sure.wave, sure.confidence), (1, 0.9));
+        assert_eq!(Strategy::parse("adaptive@8", 64).unwrap().confidence, 0.95);
+        for bad in [
+            "adaptive@8:confidence=0.5",
+            "adaptive@8:confidence=1",
+            "adaptive@8:confidence=x",
+        ] {
+            assert!(Strategy::parse(bad, 64).is_err(), "{bad}");
+        }
         let named = Strategy::parse("synthesize@8:with=trained", 64).unwrap();
         assert_eq!(named.synthesizer.as_deref(), Some("trained"));
         assert_eq!(

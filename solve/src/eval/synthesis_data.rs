@@ -119,6 +119,7 @@ fn sample(
         aggregate: Aggregate::Majority,
         adaptive: false,
         wave: n,
+        confidence: crate::reasoning::DEFAULT_CONFIDENCE,
         kv_policy: KvPolicy::Full,
         tests: Vec::new(),
         prelude: String::new(),

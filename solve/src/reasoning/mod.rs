@@ -60,6 +60,10 @@ impl FromStr for Aggregate {
     }
 }
 
+/// Adaptive width's default stopping confidence: the leading answer is the
+/// majority with probability >= 0.95 (4 agreeing votes with no rival).
+pub const DEFAULT_CONFIDENCE: f64 = 0.95;
+
 /// A best-of-N request.
 #[derive(Clone, Debug)]
 pub struct BonRequest {
@@ -78,6 +82,9 @@ pub struct BonRequest {
     pub adaptive: bool,
     /// Candidates per wave when adaptive.
     pub wave: usize,
+    /// Adaptive width stops once the leading answer is the majority with
+    /// this posterior probability ([`DEFAULT_CONFIDENCE`] unless asked).
+    pub confidence: f64,
     /// KV policy for every generation.
     pub kv_policy: KvPolicy,
     /// Unit tests (Python snippets) for `reward` on code tasks.
@@ -199,7 +206,10 @@ pub fn best_of_n_with(
         let mut sampling = req.sampling.clone();
         sampling.seed = sampling.seed.wrapping_add(candidates.len() as u64);
         candidates.extend(generate(engine, &prompt, sampling, req, k)?);
-        if req.adaptive && req.aggregate != Aggregate::Reward && settled(&candidates) {
+        if req.adaptive
+            && req.aggregate != Aggregate::Reward
+            && settled(&candidates, req.confidence)
+        {
             break;
         }
     }
@@ -207,20 +217,21 @@ pub fn best_of_n_with(
 }
 
 /// Whether adaptive width stops after `candidates`: the leading answer is the
-/// majority with probability >= 0.95 (the Beta rule, `verify::majority_confident`).
-fn settled(candidates: &[Candidate]) -> bool {
+/// majority with probability >= `confidence` (the Beta rule,
+/// `verify::majority_confident`).
+fn settled(candidates: &[Candidate], confidence: f64) -> bool {
     verify::vote(candidates.iter().map(|c| c.answer.as_deref()))
-        .is_some_and(|v| verify::majority_confident(v.count, v.runner_up, 0.95))
+        .is_some_and(|v| verify::majority_confident(v.count, v.runner_up, confidence))
 }
 
 /// How many of `candidates` (in seed order) adaptive width with waves of `wave`
-/// would have sampled before stopping.
-pub fn adaptive_width(candidates: &[Candidate], wave: usize) -> usize {
+/// and stopping confidence `confidence` would have sampled before stopping.
+pub fn adaptive_width(candidates: &[Candidate], wave: usize, confidence: f64) -> usize {
     let wave = wave.max(1);
     let mut used = 0;
     while used < candidates.len() {
         used = (used + wave).min(candidates.len());
-        if settled(&candidates[..used]) {
+        if settled(&candidates[..used], confidence) {
             break;
         }
     }
@@ -242,17 +253,21 @@ pub fn best_of_n_shared(
     req: &BonRequest,
     ways: &[(Aggregate, Option<usize>)],
 ) -> Result<Vec<BonResult>> {
-    let ways: Vec<_> = ways.iter().map(|&(a, w)| (a, w, synthesizer)).collect();
+    let ways: Vec<_> = ways
+        .iter()
+        .map(|&(a, w)| (a, w.map(|w| (w, req.confidence)), synthesizer))
+        .collect();
     best_of_n_shared_by(engine, req, &ways)
 }
 
-/// [`best_of_n_shared`] with each way's own synthesizer: one set of
-/// candidates synthesized by several models (a trained synthesizer against
-/// the untrained one, over the very same candidates).
+/// [`best_of_n_shared`] with each way's own synthesizer and adaptive
+/// `(wave, confidence)`: one set of candidates synthesized by several models
+/// (a trained synthesizer against the untrained one, over the very same
+/// candidates), or stopped at several confidences.
 pub fn best_of_n_shared_by(
     engine: &EngineHandle,
     req: &BonRequest,
-    ways: &[(Aggregate, Option<usize>, &EngineHandle)],
+    ways: &[(Aggregate, Option<(usize, f64)>, &EngineHandle)],
 ) -> Result<Vec<BonResult>> {
     let sample = BonRequest {
         aggregate: Aggregate::Majority,
@@ -266,12 +281,13 @@ pub fn best_of_n_shared_by(
             let r = BonRequest {
                 aggregate: agg,
                 adaptive: adaptive.is_some(),
-                wave: adaptive.unwrap_or(req.wave),
+                wave: adaptive.map_or(req.wave, |(w, _)| w),
+                confidence: adaptive.map_or(req.confidence, |(_, c)| c),
                 ..req.clone()
             };
             let mut cands = all.candidates.clone();
-            if let Some(wave) = adaptive.filter(|_| agg != Aggregate::Reward) {
-                cands.truncate(adaptive_width(&cands, wave.clamp(1, req.n)));
+            if let Some((wave, confidence)) = adaptive.filter(|_| agg != Aggregate::Reward) {
+                cands.truncate(adaptive_width(&cands, wave.clamp(1, req.n), confidence));
             }
             aggregate(synthesizer, &r, &question, cands)
         })
