@@ -260,6 +260,10 @@ pub fn best_of_n_shared(
     best_of_n_shared_by(engine, req, &ways)
 }
 
+/// One way to aggregate shared candidates: the aggregate, adaptive width's
+/// `(wave, confidence)` if adaptive, and the engine that synthesizes.
+pub type Way<'a> = (Aggregate, Option<(usize, f64)>, &'a EngineHandle);
+
 /// [`best_of_n_shared`] with each way's own synthesizer and adaptive
 /// `(wave, confidence)`: one set of candidates synthesized by several models
 /// (a trained synthesizer against the untrained one, over the very same
@@ -267,7 +271,7 @@ pub fn best_of_n_shared(
 pub fn best_of_n_shared_by(
     engine: &EngineHandle,
     req: &BonRequest,
-    ways: &[(Aggregate, Option<(usize, f64)>, &EngineHandle)],
+    ways: &[Way<'_>],
 ) -> Result<Vec<BonResult>> {
     let sample = BonRequest {
         aggregate: Aggregate::Majority,
