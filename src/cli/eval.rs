@@ -202,8 +202,15 @@ fn print_report(
         println!("{}", serde_json::json!({ "task": a.task, "rows": rows }));
         return Ok(());
     }
+    // The label column fits the longest label (`synthesize@8:with=trained`).
+    let w = rows
+        .iter()
+        .map(|r| r.strategy.len())
+        .max()
+        .unwrap_or(0)
+        .max(16);
     println!(
-        "{:<16} {:>6} {:>9} {:>12} {:>12} {:>10} {:>11} {:>8} {:>7} {:>9}",
+        "{:<w$} {:>6} {:>9} {:>12} {:>12} {:>10} {:>11} {:>8} {:>7} {:>9}",
         "strategy",
         "tasks",
         "accuracy",
@@ -217,7 +224,7 @@ fn print_report(
     );
     for r in &rows {
         println!(
-            "{:<16} {:>6} {:>8.1}% {:>12.1} {:>12.2} {:>10} {:>11.2} {:>8} {:>7} {:>9.1}",
+            "{:<w$} {:>6} {:>8.1}% {:>12.1} {:>12.2} {:>10} {:>11.2} {:>8} {:>7} {:>9.1}",
             r.strategy,
             r.tasks,
             100.0 * r.accuracy,
