@@ -491,11 +491,19 @@ fn a_settled_probe_concludes_where_it_was_taken() {
     let req = think_request(ConvergenceRule::new(|p| p.len() >= 2));
     let suffix = vec![9, 10, 11];
     let reasoning = greedy_after(&model, req.prompt.clone(), 8);
-    let answer = greedy_after(&model, [&req.prompt[..], &reasoning, &suffix].concat(), 5);
+    // An early stop answers as the settling probe did: greedily, within the
+    // probe's 3 tokens (not the answer's 5), so its answer is the probe's.
+    let answer = greedy_after(&model, [&req.prompt[..], &reasoning, &suffix].concat(), 3);
+    let answer_text = model.tokenizer.decode(&answer, false);
     let engine = EngineHandle::spawn(Arc::new(model), small_config());
     let evs = events(engine.submit(req).unwrap());
     let tokens = sampled(&evs);
     assert_eq!(tokens, [reasoning, answer].concat());
+    let last_probe = evs.iter().rev().find_map(|e| match e {
+        Event::Probe { at: 8, text, .. } => Some(text.clone()),
+        _ => None,
+    });
+    assert_eq!(last_probe.as_deref(), Some(answer_text.as_str()));
     assert!(evs.iter().any(|e| matches!(
         e,
         Event::Concluded {
