@@ -148,7 +148,43 @@ pub fn render(m: &MetricsSnapshot) -> String {
         "Seconds between consecutive tokens of one completion.",
         &m.itl,
     );
+    gateway(w, m);
     out
+}
+
+/// The same load figures under the names Kubernetes inference gateways
+/// scrape by default (the Gateway API Inference Extension's model server
+/// protocol, whose defaults are vLLM's): queue depth, running requests and
+/// the KV cache's used fraction, so an endpoint picker can balance `tern
+/// serve` replicas as it balances vLLM ones. (Its LoRA-affinity series,
+/// `vllm:lora_requests_info`, needs adapters loaded at run time: not yet.)
+fn gateway(w: &mut String, m: &MetricsSnapshot) {
+    scalar(
+        w,
+        "vllm:num_requests_waiting",
+        "gauge",
+        "Requests waiting for admission (tern_requests_waiting).",
+        m.waiting,
+    );
+    scalar(
+        w,
+        "vllm:num_requests_running",
+        "gauge",
+        "Requests admitted and not finished (tern_requests_running).",
+        m.running,
+    );
+    header(
+        w,
+        "vllm:kv_cache_usage_perc",
+        "gauge",
+        "Fraction of the KV cache memory reserved, 1 = full (tern_kv_reserved_bytes / tern_kv_memory_bytes).",
+    );
+    let used = if m.kv_memory == 0 {
+        0.0
+    } else {
+        (m.kv_reserved as f64 / m.kv_memory as f64).min(1.0)
+    };
+    let _ = writeln!(w, "vllm:kv_cache_usage_perc {used}");
 }
 
 /// What `/metrics` says while the model is still loading.
@@ -258,6 +294,22 @@ mod tests {
         assert!(text.contains("# TYPE tern_requests_finished_total counter\n"));
         assert!(text.contains("tern_kv_bytes_in_use{policy=\"snapkv\",dtype=\"q8_0\"} 100\n"));
         assert!(text.contains("tern_kv_bytes_saved{policy=\"snapkv\",dtype=\"q8_0\"} 900\n"));
+    }
+
+    #[test]
+    fn inference_gateways_find_their_series() {
+        let text = render(&snapshot());
+        assert!(text.contains("# TYPE vllm:num_requests_waiting gauge\n"));
+        assert!(text.contains("vllm:num_requests_waiting 1\n"));
+        assert!(text.contains("vllm:num_requests_running 2\n"));
+        // 4096 bytes reserved of 1 GiB.
+        assert!(
+            text.contains("vllm:kv_cache_usage_perc 0.000003814697265625\n"),
+            "{text}"
+        );
+        let mut empty = snapshot();
+        empty.kv_memory = 0;
+        assert!(render(&empty).contains("vllm:kv_cache_usage_perc 0\n"));
     }
 
     #[test]
