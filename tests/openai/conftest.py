@@ -65,6 +65,13 @@ def running_server(model: Path, pull: str, extra: tuple[str, ...] = ()):
     """Starts `tern serve --model MODEL` (pulling `pull` from the registry when
     the file is missing) on a free localhost port with API key `test-key`,
     yields its base URL once `GET /health` answers 200, and stops it."""
+    with running_server_proc(model, pull, extra) as (url, _proc):
+        yield url
+
+
+@contextlib.contextmanager
+def running_server_proc(model: Path, pull: str, extra: tuple[str, ...] = ()):
+    """[`running_server`], yielding `(url, process)` for tests that kill it."""
     if not BINARY.exists():
         pytest.fail(f"{BINARY} is missing: run `cargo build --release` first")
     if not (ROOT / model).exists():
@@ -96,7 +103,7 @@ def running_server(model: Path, pull: str, extra: tuple[str, ...] = ()):
             if time.monotonic() > deadline:
                 pytest.fail(f"tern serve not healthy after {STARTUP_TIMEOUT_S:.0f} s:\n{_log_tail(log_path)}")
             time.sleep(0.25)
-        yield url
+        yield url, proc
     finally:
         _stop(proc)
         if os.environ.get("TERN_TEST_SHOW_LOG"):
