@@ -826,3 +826,60 @@ fn synth_data_builds_resumable_training_tasks_from_sampled_candidates() {
     );
     assert_clean_error(&bad, "code task");
 }
+
+#[test]
+fn eval_splits_its_table_by_task_difficulty() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("records.jsonl");
+    let model = real_model();
+    let run = |task: &str| {
+        tern(
+            &[
+                "eval",
+                "-m",
+                model.to_str().unwrap(),
+                "--task",
+                task,
+                "--limit",
+                "6",
+                "--max-tokens",
+                "16",
+                "--strategy",
+                "majority@3,adaptive@3:wave=1",
+                "--records",
+                rec.to_str().unwrap(),
+                "--by-difficulty",
+                "--json",
+            ],
+            None,
+        )
+    };
+    let out = run("arithmetic:count=6,seed=3,difficulty=1+2,ops=add");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let levels = last_json(&out)["by_difficulty"].as_array().unwrap().clone();
+    let ds: Vec<u64> = levels
+        .iter()
+        .map(|l| l["difficulty"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ds, [1, 2], "{levels:?}");
+    // The buckets partition the tasks, and each has both strategies' rows.
+    let tasks: u64 = levels
+        .iter()
+        .map(|l| l["rows"][0]["tasks"].as_u64().unwrap())
+        .sum();
+    assert_eq!(tasks, 6);
+    for l in &levels {
+        let rows = l["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1]["strategy"], "adaptive@3:wave=1");
+    }
+    // Tasks without a difficulty cannot be split.
+    let file = dir.path().join("plain.jsonl");
+    std::fs::write(&file, "{\"question\": \"What is 2 + 2?\", \"answer\": 4}\n").unwrap();
+    std::fs::remove_file(&rec).unwrap();
+    assert_clean_error(&run(file.to_str().unwrap()), "carry no difficulty");
+}

@@ -392,6 +392,11 @@ pub struct EvalArgs {
     /// against the first listed: tasks it wins and loses, one by one.
     #[arg(long, requires = "records")]
     pub report: bool,
+    /// With --records: also print the table per task difficulty (generated
+    /// tasks: digits per operand, a story's events), from every record on
+    /// file, to see where adaptive width or length saves and where it costs.
+    #[arg(long, requires = "records")]
+    pub by_difficulty: bool,
     /// Tasks in flight at once. They share the engine's batches (more rows per
     /// step, higher throughput); each task keeps its own seeds, so answers are
     /// the same as with 1, but a task's seconds then overlap other tasks'.

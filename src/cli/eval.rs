@@ -57,7 +57,8 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                 tasks.len()
             );
         }
-        return print_report(a, &strategies, &totals, complete);
+        print_report(a, &strategies, &totals, complete)?;
+        return by_difficulty(a, &strategies, &tasks);
     }
     let mut sink = match &a.records {
         Some(p) => Some(
@@ -136,7 +137,51 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     };
     let sink = sink.as_mut().map(|f| f as &mut (dyn std::io::Write + Send));
     let totals = eval::run(&plan, engines, sink, &on_event)?;
-    print_report(a, &strategies, &totals, tasks.len())
+    print_report(a, &strategies, &totals, tasks.len())?;
+    by_difficulty(a, &strategies, &tasks)
+}
+
+/// With `--by-difficulty`: the table again for each task difficulty, from
+/// the records file (so a resumed run's earlier records count too).
+fn by_difficulty(
+    a: &EvalArgs,
+    strategies: &[Strategy],
+    tasks: &[(usize, tern_solve::tasks::Task)],
+) -> Result<()> {
+    let Some(path) = a.records.as_ref().filter(|_| a.by_difficulty) else {
+        return Ok(());
+    };
+    let done = eval::load_records(path).map_err(worded)?;
+    let mut levels: Vec<u32> = tasks.iter().filter_map(|(_, t)| t.difficulty).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    if levels.is_empty() {
+        bail!("--by-difficulty: these tasks carry no difficulty (generated tasks do; files may give `difficulty`)");
+    }
+    let mut json = Vec::new();
+    for d in levels {
+        let numbers: Vec<usize> = tasks
+            .iter()
+            .filter(|(_, t)| t.difficulty == Some(d))
+            .map(|(i, _)| *i)
+            .collect();
+        let Ok((complete, totals)) = eval::totals_from_records(&numbers, strategies, &done) else {
+            continue;
+        };
+        if a.model.json {
+            json.push(serde_json::json!({
+                "difficulty": d,
+                "rows": eval::rows(strategies, &totals, complete),
+            }));
+        } else {
+            println!("\ndifficulty {d} ({complete} tasks with every record)");
+            print_report(a, strategies, &totals, complete)?;
+        }
+    }
+    if a.model.json {
+        println!("{}", serde_json::json!({ "by_difficulty": json }));
+    }
+    Ok(())
 }
 
 /// The engines of `--synthesizer NAME=MODEL`, each loaded once; every
