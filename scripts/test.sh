@@ -9,8 +9,8 @@ say() { printf '\n== %s\n' "$*"; }
 # 1. System packages: a C toolchain for -sys crates, cmake and libclang for
 #    llama.cpp (the `llama-cpp` backend, built by default), Python with pip for
 #    `tern pull` and the API suite, Chromium for the chat-page test, a font for
-#    `tern plot`, bubblewrap for the code judge's sandbox, nginx for the
-#    load-balancer test.
+#    `tern plot`, bubblewrap for the code judge's sandbox, nginx and Redis
+#    for the load-balancer and shared-store tests.
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
@@ -25,6 +25,8 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 # nginx in front of several `tern serve` replicas (tests/openai/test_nginx.py).
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+# Redis as the replicas' shared Responses store (tests/openai/test_state_store.py).
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v unzip >/dev/null 2>&1 || true

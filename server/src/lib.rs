@@ -98,6 +98,10 @@ pub struct ServerConfig {
     /// Most `/v1/responses` results kept for `previous_response_id` and
     /// `GET` (`--responses-store`; the oldest go first).
     pub responses_store: usize,
+    /// `redis://host:port[/db]`: keep stored responses in that Redis server
+    /// instead of this process's memory, shared by every replica naming it
+    /// (`--state-store`); `None`: in memory.
+    pub state_store: Option<String>,
 }
 
 impl ServerConfig {
@@ -121,6 +125,7 @@ impl ServerConfig {
             connections: ConnectionLimits::default(),
             embedding_pooling: Pooling::Mean,
             responses_store: DEFAULT_RESPONSES_STORE,
+            state_store: None,
         }
     }
 }
@@ -213,6 +218,9 @@ pub enum ServeError {
     /// A `--cors` origin is not a valid header value.
     #[error("invalid --cors origin `{0}` (use `*` or comma-separated origins such as https://example.com)")]
     Cors(String),
+    /// `--state-store` could not be reached or parsed.
+    #[error(transparent)]
+    StateStore(#[from] response_store::StoreError),
     /// Serving failed after startup.
     #[error("serving HTTP failed")]
     Io(#[from] std::io::Error),
@@ -292,6 +300,10 @@ pub async fn serve<L>(
 where
     L: FnOnce() -> Result<Loaded, LoadError> + Send + 'static,
 {
+    let store = match &config.state_store {
+        Some(url) => response_store::ResponseStore::redis(url, config.responses_store)?,
+        None => response_store::ResponseStore::new(config.responses_store),
+    };
     let addr = format!("{}:{}", config.host, config.port);
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
@@ -301,10 +313,13 @@ where
         })?;
     let bound = listener.local_addr()?;
     // The Host check needs the real port when 0 was asked for.
-    let state = AppState::new(&ServerConfig {
-        port: bound.port(),
-        ..config.clone()
-    });
+    let state = AppState::with_store(
+        &ServerConfig {
+            port: bound.port(),
+            ..config.clone()
+        },
+        store,
+    );
     let on_event = Arc::new(on_event);
     on_event(ServeEvent::Listening { addr: bound });
 

@@ -45,8 +45,14 @@ struct Inner {
 }
 
 impl AppState {
-    /// State for `config`, with the model not loaded yet.
+    /// State for `config`, with the model not loaded yet and responses
+    /// stored in memory.
     pub fn new(config: &ServerConfig) -> Self {
+        Self::with_store(config, ResponseStore::new(config.responses_store))
+    }
+
+    /// State for `config` with `responses` as the Responses store.
+    pub fn with_store(config: &ServerConfig, responses: ResponseStore) -> Self {
         Self(Arc::new(Inner {
             model_id: config.model_id.clone(),
             created: unix_now(),
@@ -61,7 +67,7 @@ impl AppState {
             allow_code_execution: config.allow_code_execution,
             body_timeout: config.connections.body_timeout,
             embedding_pooling: config.embedding_pooling,
-            responses: Arc::new(ResponseStore::new(config.responses_store)),
+            responses: Arc::new(responses),
             engine: OnceLock::new(),
             synthesizer: OnceLock::new(),
         }))

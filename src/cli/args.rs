@@ -727,6 +727,12 @@ pub struct ServeArgs {
     /// keeps none.
     #[arg(long, default_value_t = tern_server::DEFAULT_RESPONSES_STORE)]
     pub responses_store: usize,
+    /// Keep stored responses in a Redis server (`redis://host:port[/db]`)
+    /// instead of this process's memory: replicas behind a load balancer
+    /// that name the same store continue each other's conversations
+    /// (docs/SCALING.md). Checked at startup; later failures are 503s.
+    #[arg(long, value_name = "URL")]
+    pub state_store: Option<String>,
 }
 
 /// `--embedding-pooling`: how token states become one embedding.

@@ -158,6 +158,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         },
         embedding_pooling: a.embedding_pooling.into(),
         responses_store: a.responses_store,
+        state_store: a.state_store.clone(),
     })
 }
 

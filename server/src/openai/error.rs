@@ -194,6 +194,15 @@ impl ApiError {
         e
     }
 
+    /// A 503: the shared Responses store (`--state-store`) did not answer;
+    /// the response asked for may well exist.
+    pub fn state_store_unavailable(message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, SERVER_ERROR, message)
+            .with_code("state_store_unavailable");
+        e.retry_after = Some(1);
+        e
+    }
+
     /// A 500: the engine failed while running the request. The message is
     /// the engine's own summary, which carries no internals beyond the cause.
     pub fn internal(message: impl Into<String>) -> Self {

@@ -77,7 +77,7 @@ pub async fn create(
     )?;
     // The conversation: what the previous response held, then the input.
     let mut conversation: Vec<Value> = match &own.previous_response_id {
-        Some(prev) => match state.responses().get(prev) {
+        Some(prev) => match state.responses().get(prev).map_err(store_down)? {
             Some(s) => s.conversation.as_array().cloned().unwrap_or_default(),
             None => {
                 return Err(ApiError::not_found(
@@ -204,7 +204,7 @@ pub async fn retrieve(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    match state.responses().get(&id) {
+    match state.responses().get(&id).map_err(store_down)? {
         Some(s) => Ok(Json(s.response).into_response()),
         None => Err(missing(&id)),
     }
@@ -215,10 +215,24 @@ pub async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if state.responses().remove(&id) {
+    if state.responses().remove(&id).map_err(store_down)? {
         Ok(Json(json!({"id": id, "object": "response.deleted", "deleted": true})).into_response())
     } else {
         Err(missing(&id))
+    }
+}
+
+/// A 503: the shared store did not answer (not a 404: the response may be
+/// there).
+fn store_down(e: crate::response_store::StoreError) -> ApiError {
+    ApiError::state_store_unavailable(e.to_string())
+}
+
+/// Keeps a finished response; a store that fails costs only the later
+/// `previous_response_id` (a clear 404 then), not this answer.
+fn keep(store: &ResponseStore, id: String, stored: Stored) {
+    if let Err(e) = store.insert(id, stored) {
+        eprintln!("warning: {e}");
     }
 }
 
@@ -452,7 +466,8 @@ fn finish(ctx: &Context, text: &str, reason: Option<FinishReason>, output_tokens
     if let Some(store) = &ctx.store {
         let mut conversation = ctx.conversation.as_array().cloned().unwrap_or_default();
         conversation.extend(turns);
-        store.insert(
+        keep(
+            store,
             ctx.id.clone(),
             Stored {
                 response: r.clone(),
@@ -607,9 +622,9 @@ impl ChunkFormat for ResponsesFormat {
         response["output"] = Value::Array(final_items);
         if let Some(store) = &self.ctx.store {
             // Store what the client saw (the message's stream id).
-            if let Some(mut s) = store.get(&self.ctx.id) {
+            if let Ok(Some(mut s)) = store.get(&self.ctx.id) {
                 s.response = response.clone();
-                store.insert(self.ctx.id.clone(), s);
+                keep(store, self.ctx.id.clone(), s);
             }
         }
         let kind = if response["status"] == "incomplete" {
