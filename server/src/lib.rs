@@ -14,6 +14,7 @@
 //! seam tests drive in process. Every request passes the [`origin`] check
 //! (Host and Origin) so web pages cannot drive a local server.
 
+mod affinity;
 mod auth;
 mod body;
 mod collect;

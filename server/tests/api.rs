@@ -374,3 +374,45 @@ async fn a_base_model_without_a_template_refuses_chat_but_completes() {
     let r = post(&s.app, "/v1/completions", &completion).await;
     assert_eq!(r.status, 200, "{}", r.text);
 }
+
+#[tokio::test]
+async fn chat_answers_carry_a_prefix_key_for_balancers() {
+    // The same long system prompt, two different questions: one key, which
+    // a balancer can route on; a short prompt gets none.
+    let s = ready(config());
+    let system = "You answer questions about apples and pears. ".repeat(2);
+    let ask = |q: &str, sys: &str| {
+        json!({
+            "model": MODEL,
+            "messages": [{"role": "system", "content": sys}, {"role": "user", "content": q}],
+            "max_tokens": 2,
+            "temperature": 0
+        })
+    };
+    let key = |r: &crate::support::Reply| {
+        r.headers
+            .get("x-tern-prefix-key")
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    let a = post(&s.app, "/v1/chat/completions", &ask("How many?", &system)).await;
+    let b = post(
+        &s.app,
+        "/v1/chat/completions",
+        &ask("Which colour?", &system),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let ka = key(&a).expect("a long prompt has a key");
+    assert_eq!(ka.len(), 16);
+    assert_eq!(key(&b).as_deref(), Some(ka.as_str()));
+    let other = post(
+        &s.app,
+        "/v1/chat/completions",
+        &ask("How many?", &system.replace("apples", "plums")),
+    )
+    .await;
+    assert_ne!(key(&other).as_deref(), Some(ka.as_str()));
+    let short = post(&s.app, "/v1/chat/completions", &ask("hi", "be brief")).await;
+    assert_eq!(short.status, 200);
+    assert_eq!(key(&short), None);
+}

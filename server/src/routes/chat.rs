@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tern_runtime::engine::{FinishReason, TokenLogprob};
 
+use crate::affinity;
 use crate::body::{fields, JsonBody};
 use crate::collect::{collect, finish_name, Collected};
 use crate::events::Tally;
@@ -148,9 +149,13 @@ pub async fn chat_completions(
         // Every candidate reasons under the request's effort or budget.
         req.length = length;
         let prompt_tokens = plan.submit.prompt.len();
-        return best_of::respond(engine, synthesizer, req, meta, prompt_tokens).await;
+        let key = affinity::prefix_key(&plan.submit.prompt);
+        return best_of::respond(engine, synthesizer, req, meta, prompt_tokens)
+            .await
+            .map(|r| affinity::with_key(r, key.as_deref()));
     }
     params::compile_constraint(&mut plan, &model).await?;
+    let key = affinity::prefix_key(&plan.submit.prompt);
     let vocab: Arc<dyn Vocab> = model;
     let events = engine
         .submit(plan.submit)
@@ -164,20 +169,20 @@ pub async fn chat_completions(
             tools: tool_plan.map(|t| (t, syntax)),
             held: Vec::new(),
         };
-        return Ok(sse_response(
-            events,
-            StreamState::new(format, tally, plan.include_usage),
+        return Ok(affinity::with_key(
+            sse_response(events, StreamState::new(format, tally, plan.include_usage)),
+            key.as_deref(),
         ));
     }
     let collected = collect(events, tally).await?;
-    Ok(Json(completion(
+    let body = Json(completion(
         meta,
         collected,
         logprobs.is_some(),
         vocab.as_ref(),
         tool_plan.as_ref().map(|t| (t, syntax)),
-    ))
-    .into_response())
+    ));
+    Ok(affinity::with_key(body.into_response(), key.as_deref()))
 }
 
 /// The non-streamed answer.
