@@ -4,7 +4,7 @@
 # of one step equal at --threads 1 and 2), and two one-thread runs side by
 # side finish about 1.7 times the steps per hour of one two-thread run on a
 # 2-core machine (dense seed 1: 96 s per step alone at two threads, 111 s at
-# one thread beside another arm; docs/SPARSE_RL.md). Each worker takes the next arm nobody holds (a lock directory), resumes
+# one thread beside another arm; docs/records/sparse28-throughput-2026-12-04). Each worker takes the next arm nobody holds (a lock directory), resumes
 # it from its latest checkpoint or starts it, and copies its records to
 # docs/records/sparse28-<arm>/. Start with: scripts/sparse28_arms.sh start
 # (TERN=path picks the binary; every arm must run on the build it started with).

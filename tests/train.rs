@@ -826,6 +826,10 @@ fn dry_run_reports_rollouts_and_writes_no_checkpoint() {
     assert_eq!(m.len(), 1);
     assert!(m[0]["rollout_tokens"].as_u64().unwrap() > 0);
     assert!(m[0]["kv_bytes_peak"].as_u64() < m[0]["kv_bytes_full"].as_u64());
+    // The rollout phase's own peak is reported (0 only where the kernel
+    // cannot reset the high-water mark), and the lifetime peak covers it.
+    let phase = m[0]["rollout_peak_bytes"].as_f64().unwrap();
+    assert!(phase <= m[0]["peak_rss_bytes"].as_f64().unwrap() * 1.01);
     assert!(!out.join("latest").exists(), "a dry run saves nothing");
 }
 

@@ -160,6 +160,10 @@ pub fn run(
         Algorithm::Grpo => {
             let batch = rollouts(ctx, step, picks, &mut m, &mut pass_rates)?;
             if cfg.dry_run {
+                if resets {
+                    m.rollout_peak_bytes =
+                        tern_runtime::memory::phase_peak_rss_bytes().unwrap_or(0);
+                }
                 m.peak_rss_bytes = memory::check(ctx.cap, "rollouts")?;
                 m.seconds = t0.elapsed().as_secs_f64();
                 return Ok(Outcome {
