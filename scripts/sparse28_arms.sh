@@ -32,10 +32,13 @@ ARMS=(
   "replay-r80-s1|--seed 1 --rollout-kv-policy $R25 --correction sparse-rl --learner-kv sparse-replay"
 )
 worker() {
+  mkdir -p runs/sparse28
   for a in "${ARMS[@]}"; do
     name=${a%%|*}; args=${a#*|}
     out=runs/sparse28/$name; rec=docs/records/sparse28-$name
+    # Finished here, or finished on another machine and committed.
     if [ -f $out/eval.json ] && grep -q '"after": [0-9]' $out/eval.json; then continue; fi
+    if [ -f $rec/eval.json ] && grep -q '"after": [0-9]' $rec/eval.json; then continue; fi
     mkdir runs/sparse28/.lock-$name 2>/dev/null || continue
     mkdir -p $rec runs/sparse28
     if ls -d $out/step-* >/dev/null 2>&1; then

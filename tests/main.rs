@@ -7,6 +7,7 @@ mod backend;
 mod cli;
 mod engine;
 mod export;
+mod fleet;
 mod formats;
 mod forward;
 mod humaneval;

@@ -6,6 +6,7 @@
 //! back to GGUF. It knows nothing of tokenizers, sampling or serving, and never
 //! fetches anything (that is `tern-hub`).
 
+pub mod adapter_file;
 pub mod arch;
 pub mod attention;
 mod batch;
@@ -27,6 +28,7 @@ mod rope;
 mod visibility;
 mod weight;
 
+pub use adapter_file::{load_adapter, save_adapter};
 pub use arch::{Llama, Model, Trunk};
 pub use batch::{LogitsWanted, SeqBatch};
 pub use config::ModelConfig;

@@ -8,7 +8,7 @@ use std::future::Future;
 use tern_runtime::engine::{Event, KvUsage, RequestStream};
 use tern_solve::reasoning::{Effort, LengthTally};
 
-use crate::openai::usage::{ReasoningInfo, TernInfo, Usage};
+use crate::openai::usage::{ChoiceKv, ReasoningInfo, TernInfo, Usage};
 
 /// A request's events in order; `None` once there are no more. Dropping the
 /// source cancels the request (for the engine's stream).
@@ -129,6 +129,20 @@ impl Tally {
             kv_bytes: kv().map(|k| k.bytes_peak).max().unwrap_or(0),
             kv_bytes_full: kv().map(|k| k.bytes_full).max().unwrap_or(0),
             prompt_tokens: self.prompt_tokens,
+            choices: if self.done.len() > 1 {
+                self.done
+                    .iter()
+                    .map(|d| {
+                        d.as_ref()
+                            .map_or_else(ChoiceKv::default, |(_, kv)| ChoiceKv {
+                                kv_bytes: kv.bytes_peak,
+                                kv_bytes_full: kv.bytes_full,
+                            })
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
             reasoning: self.reasoning.as_ref().map(|(effort, tallies)| {
                 let reports = tallies
                     .iter()

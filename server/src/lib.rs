@@ -14,6 +14,7 @@
 //! seam tests drive in process. Every request passes the [`origin`] check
 //! (Host and Origin) so web pages cannot drive a local server.
 
+mod adapters;
 mod affinity;
 mod auth;
 mod body;
@@ -57,6 +58,9 @@ pub use state::AppState;
 
 /// Default largest request body: 4 MiB.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
+
+/// Default number of LoRA adapters one server holds at once.
+pub const DEFAULT_MAX_LORAS: usize = 4;
 
 /// Default bound of the in-memory Responses store.
 pub const DEFAULT_RESPONSES_STORE: usize = 1024;
@@ -103,6 +107,11 @@ pub struct ServerConfig {
     /// instead of this process's memory, shared by every replica naming it
     /// (`--state-store`); `None`: in memory.
     pub state_store: Option<String>,
+    /// `--lora-dir`: LoRA adapters under this directory may be loaded at run
+    /// time (`/v1/load_lora_adapter`); `None`: loading is off.
+    pub lora_dir: Option<std::path::PathBuf>,
+    /// Most adapters held at once (`--max-loras`).
+    pub max_loras: usize,
 }
 
 impl ServerConfig {
@@ -127,6 +136,8 @@ impl ServerConfig {
             embedding_pooling: Pooling::Mean,
             responses_store: DEFAULT_RESPONSES_STORE,
             state_store: None,
+            lora_dir: None,
+            max_loras: DEFAULT_MAX_LORAS,
         }
     }
 }
@@ -245,7 +256,9 @@ pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 /// The HTTP routes over `state`, with body limit, auth, Host/Origin and CORS
 /// layers (CORS outermost, so preflights are answered first).
 pub fn router(state: AppState) -> Router {
-    use routes::{chat, completions, embeddings, health, metrics, models, responses, tokenize, ui};
+    use routes::{
+        adapters, chat, completions, embeddings, health, metrics, models, responses, tokenize, ui,
+    };
     let require_key = || axum::middleware::from_fn_with_state(state.clone(), auth::require_api_key);
     let v1 = Router::new()
         .route("/v1/models", get(models::list))
@@ -254,6 +267,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/responses", post(responses::create))
+        .route("/v1/load_lora_adapter", post(adapters::load))
+        .route("/v1/unload_lora_adapter", post(adapters::unload))
         .route(
             "/v1/responses/{id}",
             get(responses::retrieve).delete(responses::delete),

@@ -87,26 +87,45 @@ pub fn chat_entry(vocab: &dyn Vocab, lp: &TokenLogprob) -> Option<ChatTokenLogpr
 #[derive(Debug, Default)]
 pub struct LegacyBuilder {
     offset: usize,
+    /// Tokens as `token_id:N` (`return_tokens_as_token_ids`).
+    ids: bool,
 }
 
 impl LegacyBuilder {
-    /// Appends `lp` to `out` (control tokens are skipped, as in the text).
+    /// A builder naming tokens by text, or by `token_id:N` when `ids`.
+    pub fn new(ids: bool) -> Self {
+        Self { offset: 0, ids }
+    }
+
+    /// Appends `lp` to `out`. By text, control tokens are skipped, as in the
+    /// text; by id, every sampled token is listed, so a client gets exactly
+    /// the sequence the model produced.
     pub fn push(&mut self, vocab: &dyn Vocab, lp: &TokenLogprob, out: &mut LegacyLogprobs) {
-        if vocab.is_control(lp.token) {
+        let control = vocab.is_control(lp.token);
+        if control && !self.ids {
             return;
         }
-        let (token, _) = text_of(vocab, lp.token);
+        let name = |id: u32| {
+            if self.ids {
+                format!("token_id:{id}")
+            } else {
+                text_of(vocab, id).0
+            }
+        };
+        let token = name(lp.token);
         let mut top: Vec<(String, f32)> = lp
             .top
             .iter()
-            .map(|&(id, p)| (text_of(vocab, id).0, finite(p)))
+            .map(|&(id, p)| (name(id), finite(p)))
             .collect();
         // The legacy API lists the chosen token among the alternatives.
         if !lp.top.iter().any(|&(id, _)| id == lp.token) {
             top.push((token.clone(), finite(lp.logprob)));
         }
         out.text_offset.push(self.offset);
-        self.offset += token.chars().count();
+        if !control {
+            self.offset += text_of(vocab, lp.token).0.chars().count();
+        }
         out.tokens.push(token);
         out.token_logprobs.push(finite(lp.logprob));
         out.top_logprobs.push(TopTokens(top));

@@ -207,7 +207,9 @@ fn sampling(
             format!("repetition_penalty must be > 0, got {repetition_penalty}"),
         ));
     }
+    let tempered_logprobs = logprobs_mode(f, logprobs, top_k, f64::from(top_p))?;
     let params = SamplingParams {
+        tempered_logprobs,
         temperature: float("temperature", f.temperature, 1.0, 0.0, 2.0)?,
         top_k,
         top_p,
@@ -225,6 +227,35 @@ fn sampling(
         .validate()
         .map_err(|e| ApiError::invalid_param("sampling", e.to_string()))?;
     Ok(params)
+}
+
+/// `logprobs_mode`: whether the sampled tokens' log-probabilities are taken
+/// at the sampling temperature. `processed_logprobs` is refused where Tern
+/// would report something else than the distribution sampled from (top-k,
+/// top-p or min-p truncation, alternatives, which stay raw).
+fn logprobs_mode(
+    f: &GenerationFields,
+    logprobs: Option<usize>,
+    top_k: Option<usize>,
+    top_p: f64,
+) -> Result<bool, ApiError> {
+    match f.logprobs_mode.as_deref() {
+        None | Some("raw_logprobs") => Ok(false),
+        Some("processed_logprobs") => {
+            let truncated = top_k.is_some() || top_p < 1.0 || f.min_p.is_some_and(|m| m > 0.0);
+            if truncated || logprobs.unwrap_or(0) > 0 {
+                return Err(ApiError::invalid_param(
+                    "logprobs_mode",
+                    "processed_logprobs applies the temperature only: it cannot be combined with top_k, top_p, min_p or alternatives (top logprobs)",
+                ));
+            }
+            Ok(true)
+        }
+        Some(other) => Err(ApiError::invalid_param(
+            "logprobs_mode",
+            format!("unknown logprobs_mode `{other}` (valid: raw_logprobs, processed_logprobs)"),
+        )),
+    }
 }
 
 fn logit_bias(f: &GenerationFields, vocab_size: usize) -> Result<Vec<(u32, f32)>, ApiError> {

@@ -156,8 +156,8 @@ pub fn render(m: &MetricsSnapshot) -> String {
 /// scrape by default (the Gateway API Inference Extension's model server
 /// protocol, whose defaults are vLLM's): queue depth, running requests and
 /// the KV cache's used fraction, so an endpoint picker can balance `tern
-/// serve` replicas as it balances vLLM ones. (Its LoRA-affinity series,
-/// `vllm:lora_requests_info`, needs adapters loaded at run time: not yet.)
+/// serve` replicas as it balances vLLM ones. Its LoRA-affinity series is
+/// [`adapters`].
 fn gateway(w: &mut String, m: &MetricsSnapshot) {
     scalar(
         w,
@@ -185,6 +185,24 @@ fn gateway(w: &mut String, m: &MetricsSnapshot) {
         (m.kv_reserved as f64 / m.kv_memory as f64).min(1.0)
     };
     let _ = writeln!(w, "vllm:kv_cache_usage_perc {used}");
+}
+
+/// `vllm:lora_requests_info`, the series gateways read for LoRA affinity:
+/// the adapters loaded at run time as `running_lora_adapters` (Tern keeps
+/// every loaded adapter ready, so loaded is running), none waiting, and
+/// `--max-loras`; its value is the time of the scrape, as vLLM's is.
+pub fn adapters(w: &mut String, names: &[String], max: usize, now: u64) {
+    header(
+        w,
+        "vllm:lora_requests_info",
+        "gauge",
+        "LoRA adapters loaded at run time (labels), value: unix time.",
+    );
+    let _ = writeln!(
+        w,
+        "vllm:lora_requests_info{{max_lora=\"{max}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"\"}} {now}",
+        names.join(",")
+    );
 }
 
 /// What `/metrics` says while the model is still loading.

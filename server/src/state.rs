@@ -7,6 +7,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use tern_models::LoraSet;
 use tern_runtime::engine::{EngineHandle, Pooling};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::KvDtype;
@@ -14,6 +15,7 @@ use tern_runtime::LoadedModel;
 
 use tern_runtime::chat_prompt::ContentTokens;
 
+use crate::adapters::AdapterRegistry;
 use crate::ids::unix_now;
 use crate::openai::error::ApiError;
 use crate::origin::HostPolicy;
@@ -40,6 +42,7 @@ struct Inner {
     body_timeout: Duration,
     embedding_pooling: Pooling,
     responses: Arc<ResponseStore>,
+    adapters: AdapterRegistry,
     engine: OnceLock<EngineHandle>,
     synthesizer: OnceLock<(String, EngineHandle)>,
 }
@@ -68,6 +71,7 @@ impl AppState {
             body_timeout: config.connections.body_timeout,
             embedding_pooling: config.embedding_pooling,
             responses: Arc::new(responses),
+            adapters: AdapterRegistry::new(config.lora_dir.as_deref(), config.max_loras),
             engine: OnceLock::new(),
             synthesizer: OnceLock::new(),
         }))
@@ -197,15 +201,38 @@ impl AppState {
         self.0.embedding_pooling
     }
 
-    /// `model` must be given and name the served model.
+    /// LoRA adapters loaded at run time.
+    pub fn adapters(&self) -> &AdapterRegistry {
+        &self.0.adapters
+    }
+
+    /// `model` must be given and name the served model or a loaded adapter.
     pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
+        self.resolve_model(requested).map(|_| ())
+    }
+
+    /// What `model` names: the served model (`None`) or a loaded adapter
+    /// (its weights, which the request runs under).
+    pub fn resolve_model(&self, requested: Option<&str>) -> Result<Option<Arc<LoraSet>>, ApiError> {
         match requested {
             None | Some("") => Err(ApiError::invalid_param(
                 "model",
                 "Missing required parameter: `model`",
             )),
-            Some(m) if m == self.0.model_id => Ok(()),
-            Some(m) => Err(ApiError::model_not_found(m, &self.0.model_id)),
+            Some(m) if m == self.0.model_id => Ok(None),
+            Some(m) => match self.0.adapters.get(m) {
+                Some(set) => Ok(Some(set)),
+                None => Err(ApiError::model_not_found(m, &self.0.model_id)),
+            },
+        }
+    }
+
+    /// The `model` an answer reports: the adapter's name when the request
+    /// named one, else the served model's id.
+    pub fn answer_model(&self, requested: Option<&str>) -> String {
+        match requested {
+            Some(m) if self.0.adapters.get(m).is_some() => m.to_string(),
+            _ => self.0.model_id.clone(),
         }
     }
 }

@@ -415,4 +415,21 @@ async fn chat_answers_carry_a_prefix_key_for_balancers() {
     let short = post(&s.app, "/v1/chat/completions", &ask("hi", "be brief")).await;
     assert_eq!(short.status, 200);
     assert_eq!(key(&short), None);
+    // Completions and Responses carry it too: one key per shared beginning.
+    for (path, field, limit) in [
+        ("/v1/completions", "prompt", "max_tokens"),
+        ("/v1/responses", "input", "max_output_tokens"),
+    ] {
+        let mut keys = Vec::new();
+        for q in ["How many?", "Which colour?"] {
+            let mut body = json!({"model": MODEL, "temperature": 0});
+            body[field] = json!(format!("{system}{system}{q}"));
+            body[limit] = json!(2);
+            let r = post(&s.app, path, &body).await;
+            assert_eq!(r.status, 200, "{path}: {}", r.text);
+            keys.push(key(&r));
+        }
+        assert!(keys[0].is_some(), "{path}: a long prompt has a key");
+        assert_eq!(keys[0], keys[1], "{path}");
+    }
 }

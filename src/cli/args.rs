@@ -733,6 +733,17 @@ pub struct ServeArgs {
     /// (docs/SCALING.md). Checked at startup; later failures are 503s.
     #[arg(long, value_name = "URL")]
     pub state_store: Option<String>,
+    /// Allow LoRA adapters under DIR to be loaded while the server runs
+    /// (POST /v1/load_lora_adapter {"lora_name", "lora_path"}, vLLM's
+    /// endpoint; /v1/unload_lora_adapter drops one); a request then names an
+    /// adapter as its `model`. Off by default: a client names a path, so the
+    /// server reads only files under DIR. `tern train --rollout-endpoints`
+    /// publishes each update this way.
+    #[arg(long, value_name = "DIR")]
+    pub lora_dir: Option<std::path::PathBuf>,
+    /// Most LoRA adapters held at once.
+    #[arg(long, default_value_t = tern_server::DEFAULT_MAX_LORAS, value_name = "N")]
+    pub max_loras: usize,
 }
 
 /// `--embedding-pooling`: how token states become one embedding.

@@ -119,6 +119,13 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         Some(spec) => Cors::parse(spec)?,
         None => Cors::Off,
     };
+    if let Some(dir) = &a.lora_dir {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "--lora-dir {}: not a directory",
+            dir.display()
+        );
+    }
     if a.allow_code_execution {
         // Refuse now rather than on the first request: never run code unsandboxed.
         tern_solve::verify::check().context("--allow-code-execution")?;
@@ -159,6 +166,8 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         embedding_pooling: a.embedding_pooling.into(),
         responses_store: a.responses_store,
         state_store: a.state_store.clone(),
+        lora_dir: a.lora_dir.clone(),
+        max_loras: a.max_loras,
     })
 }
 

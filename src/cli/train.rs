@@ -173,6 +173,25 @@ pub struct TrainArgs {
     /// Groups the replay buffer keeps [32].
     #[arg(long)]
     pub replay_capacity: Option<usize>,
+    /// Roll out on these OpenAI-compatible servers instead of in this
+    /// process (comma-separated URLs, e.g. http://127.0.0.1:8081,http://127.0.0.1:8082):
+    /// `tern serve --lora-dir DIR` workers, whose DIR holds this run's --out
+    /// (each update is published as an adapter there and loaded by path), or
+    /// any server that returns completion log-probabilities as token ids
+    /// (vLLM with runtime LoRA updating; dense policy only). Groups go to the
+    /// least-loaded worker; a failed worker's groups are retried on another
+    /// (docs/SCALING.md).
+    #[arg(long, value_delimiter = ',', value_name = "URL,...")]
+    pub rollout_endpoints: Option<Vec<String>>,
+    /// Seconds a worker may take over one group before it is taken out and
+    /// the group retried elsewhere [600].
+    #[arg(long, value_name = "SECS")]
+    pub rollout_timeout_secs: Option<u64>,
+    /// A group sampled under an older adapter than the learner's: `correct`
+    /// (importance-weighted against pi_old like any sampler mismatch) or
+    /// `drop` [correct].
+    #[arg(long)]
+    pub stale_rollouts: Option<tern_trainer::fleet::StaleRollouts>,
 }
 
 fn parse_selection(s: &str) -> Result<tern_trainer::data::Selection, String> {
@@ -239,7 +258,10 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         selection,
         pass_rate_alpha,
         replay_share,
-        replay_capacity
+        replay_capacity,
+        rollout_endpoints,
+        rollout_timeout_secs,
+        stale_rollouts
     );
     if a.eval_task.is_some() {
         c.eval_task = a.eval_task.clone();

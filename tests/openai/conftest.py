@@ -61,6 +61,36 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
+def running_redis():
+    """A throwaway `redis-server` on a free loopback port (no persistence);
+    yields `(url, process)`. Skips the test where Redis is not installed
+    (scripts/test.sh installs Debian's redis-server)."""
+    import shutil
+
+    redis_bin = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not Path(redis_bin).exists():
+        pytest.skip("redis-server is not installed (scripts/test.sh installs it)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with contextlib.suppress(OSError):
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}", proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
 def running_server(model: Path, pull: str, extra: tuple[str, ...] = ()):
     """Starts `tern serve --model MODEL` (pulling `pull` from the registry when
     the file is missing) on a free localhost port with API key `test-key`,

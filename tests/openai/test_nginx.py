@@ -1,8 +1,11 @@
 """Three `tern serve` replicas behind nginx with the repository's config
-(deploy/nginx/tern.conf, docs/SCALING.md): the openai SDK streams a chat
-through the balancer, and a replica killed with SIGKILL under a 32-request
-load leaves every request completed or answered with a clean error, none
-hung. Needs nginx (scripts/test.sh installs Debian's nginx-light)."""
+(deploy/nginx/tern.conf, docs/SCALING.md), sharing one Redis Responses
+store: the openai SDK streams a chat through the balancer, a Responses
+chain continues when its second turn lands on another replica, and a
+replica killed with SIGKILL under a 32-request load leaves every request
+completed or answered with a clean error, none hung. Needs nginx and
+redis-server (scripts/test.sh installs Debian's nginx-light and
+redis-server)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import API_KEY, MODEL, ROOT, _free_port, httpx, running_server_proc
+from conftest import API_KEY, MODEL, ROOT, _free_port, httpx, running_redis, running_server_proc
 
 CONFIG = ROOT / "deploy" / "nginx" / "tern.conf"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -33,12 +36,9 @@ def balanced():
     lb = _free_port()
     hosts = f"127.0.0.1:{lb},localhost:{lb}"
     with contextlib.ExitStack() as stack:
-        replicas = [
-            stack.enter_context(
-                running_server_proc(MODEL, "smollm2-135m-instruct", ("--threads", "1", "--allowed-hosts", hosts))
-            )
-            for _ in range(3)
-        ]
+        store, _ = stack.enter_context(running_redis())
+        flags = ("--threads", "1", "--allowed-hosts", hosts, "--state-store", store)
+        replicas = [stack.enter_context(running_server_proc(MODEL, "smollm2-135m-instruct", flags)) for _ in range(3)]
         conf = CONFIG.read_text().replace("listen 127.0.0.1:8080;", f"listen 127.0.0.1:{lb};")
         for old, (url, _) in zip(("8081", "8082", "8083"), replicas):
             conf = conf.replace(f"server 127.0.0.1:{old} ", f"server {url.removeprefix('http://')} ")
@@ -89,6 +89,31 @@ def test_a_streamed_chat_passes_through_the_balancer(balanced):
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text.strip()
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_responses_chain_continues_on_another_replica(balanced):
+    """The second turn of a conversation lands on a replica other than the
+    one that stored the first (the config's `X-Tern-Upstream` header names
+    the replica), and its prompt holds the first turn, read from Redis."""
+    url, _ = balanced
+    client = sdk(url)
+    model_id = served_id(url)
+    first = client.responses.with_raw_response.create(
+        model=model_id, input="What is the capital of France?", max_output_tokens=16, temperature=0
+    )
+    first_at = first.headers["x-tern-upstream"]
+    first = first.parse()
+    alone = client.responses.create(model=model_id, input="And of Italy?", max_output_tokens=1, temperature=0)
+    # least_conn breaks ties round-robin: within a few tries a turn goes elsewhere.
+    for _ in range(6):
+        second = client.responses.with_raw_response.create(
+            model=model_id, input="And of Italy?", previous_response_id=first.id, max_output_tokens=16, temperature=0
+        )
+        if second.headers["x-tern-upstream"] != first_at:
+            break
+    assert second.headers["x-tern-upstream"] != first_at, "every turn went to one replica"
+    second = second.parse()
+    assert second.usage.input_tokens > alone.usage.input_tokens + first.usage.output_tokens
 
 
 def test_a_replica_killed_under_load_leaves_no_request_hanging(balanced):

@@ -7,46 +7,19 @@ and a store that goes away is a 503, not a 404. Needs redis-server
 from __future__ import annotations
 
 import contextlib
-import shutil
-import socket
-import subprocess
-import time
-from pathlib import Path
 
 import openai
 import pytest
 
-from conftest import API_KEY, MODEL, _free_port, httpx, running_server_proc
-
-REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
-
+from conftest import API_KEY, MODEL, httpx, running_redis, running_server_proc
 
 @pytest.fixture(scope="module")
 def replicas():
     """`([replica URL, replica URL], redis process)` sharing one store."""
-    if not Path(REDIS).exists():
-        pytest.skip("redis-server is not installed (scripts/test.sh installs it)")
-    port = _free_port()
-    redis = subprocess.Popen(
-        [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            with contextlib.suppress(OSError):
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            assert redis.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.1)
-        store = ("--threads", "1", "--state-store", f"redis://127.0.0.1:{port}")
-        with contextlib.ExitStack() as stack:
-            urls = [stack.enter_context(running_server_proc(MODEL, "smollm2-135m-instruct", store))[0] for _ in range(2)]
-            yield urls, redis
-    finally:
-        redis.kill()
-        redis.wait()
+    with running_redis() as (store_url, redis), contextlib.ExitStack() as stack:
+        store = ("--threads", "1", "--state-store", store_url)
+        urls = [stack.enter_context(running_server_proc(MODEL, "smollm2-135m-instruct", store))[0] for _ in range(2)]
+        yield urls, redis
 
 
 def sdk(url: str) -> openai.OpenAI:

@@ -3,91 +3,26 @@
 //! server, and with `--allow-code-execution` every attack runs inside the
 //! sandbox, leaks nothing, and the next request is answered normally.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::fixture::{attacks, tiny_model, Expect, Host, SECRET};
+use crate::support::server::Server;
 
 /// The tiny model's end-of-sequence id: biased up, candidates are empty
 /// programs, so the tests run.
 const EOS: u32 = 2;
 
-/// A `tern serve` child, killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(model: &Path, key_file: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
-            .args(["serve", "-m", &model.display().to_string(), "--port", "0"])
-            .args(["--api-key-file", &key_file.display().to_string()])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tern serve");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut port = None;
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            if let Some(rest) = line.split("listening on http://").nth(1) {
-                let addr = rest.split_whitespace().next().unwrap();
-                port = addr.rsplit(':').next().and_then(|p| p.parse().ok());
-            }
-            if line.contains("ready in") {
-                break;
-            }
-        }
-        // Keep draining stdout so the server never blocks on it.
-        std::thread::spawn(move || for _ in lines {});
-        Server {
-            child,
-            port: port.expect("tern serve printed its address"),
-        }
-    }
-
-    /// One HTTP/1.1 request; the status and the body as JSON (or a string).
-    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(120)))
-            .unwrap();
-        let body = body.map(Value::to_string).unwrap_or_default();
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {SECRET}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.port,
-            body.len()
-        )
-        .unwrap();
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).unwrap();
-        let text = String::from_utf8_lossy(&raw);
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let payload = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-        let value = serde_json::from_str(payload).unwrap_or_else(|_| Value::String(payload.into()));
-        (status, value)
-    }
+/// `tern serve` of `model` behind the fixture's API key.
+fn start(model: &std::path::Path, host: &Host, extra: &[&str]) -> Server {
+    let key_file = host.key_file.display().to_string();
+    let mut args = vec!["--api-key-file", key_file.as_str()];
+    args.extend_from_slice(extra);
+    Server::start(model, Some(SECRET), &args)
 }
 
 /// The most tests any candidate passed, from the response's `tern` object.
@@ -118,7 +53,7 @@ fn a_default_server_refuses_code_execution() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(&dir);
     let host = Host::new(&model);
-    let server = Server::start(&model, &host.key_file, &[]);
+    let server = start(&model, &host, &[]);
     let leak = format!(
         "assert open('{}').read().startswith('t')",
         host.key_file.display()
@@ -148,7 +83,7 @@ fn every_attack_fails_through_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(&dir);
     let mut host = Host::new(&model);
-    let server = Server::start(&model, &host.key_file, &["--allow-code-execution"]);
+    let server = start(&model, &host, &["--allow-code-execution"]);
     // Attacks aim at the server itself: its port and its pid.
     host.port = server.port;
     host.pid = server.child.id();
@@ -228,7 +163,7 @@ fn a_client_that_disconnects_stops_its_judge() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(&dir);
     let host = Host::new(&model);
-    let server = Server::start(&model, &host.key_file, &["--allow-code-execution"]);
+    let server = start(&model, &host, &["--allow-code-execution"]);
     let pid = server.child.id();
     // 8 candidates x 2 screening tests of ~1.9 s each: ~15 s of judging on
     // two cores if nobody stops it.
@@ -277,7 +212,7 @@ fn sigterm_exits_with_idle_and_slow_connections_open() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(&dir);
     let host = Host::new(&model);
-    let mut server = Server::start(&model, &host.key_file, &["--shutdown-grace", "2s"]);
+    let mut server = start(&model, &host, &["--shutdown-grace", "2s"]);
     let idle: Vec<TcpStream> = (0..100)
         .map(|_| TcpStream::connect(("127.0.0.1", server.port)).unwrap())
         .collect();

@@ -3,6 +3,7 @@
 
 #[cfg(feature = "llama-cpp")]
 pub mod quantize;
+pub mod server;
 pub mod tiny;
 
 use std::path::PathBuf;

@@ -203,6 +203,15 @@ pub struct TrainConfig {
     pub replay_share: f64,
     /// Groups the replay buffer keeps.
     pub replay_capacity: usize,
+    /// OpenAI-compatible servers that roll out instead of the trainer's own
+    /// engine (`tern serve --lora-dir`, or any server returning completion
+    /// log-probabilities as token ids); empty: co-located rollouts.
+    pub rollout_endpoints: Vec<String>,
+    /// Seconds a worker may take over one group before its requests go to
+    /// another worker.
+    pub rollout_timeout_secs: u64,
+    /// A rollout sampled under an older adapter: corrected or dropped.
+    pub stale_rollouts: crate::fleet::StaleRollouts,
 }
 
 impl Default for TrainConfig {
@@ -249,6 +258,9 @@ impl Default for TrainConfig {
             pass_rate_alpha: 0.5,
             replay_share: 0.0,
             replay_capacity: 32,
+            rollout_endpoints: Vec::new(),
+            rollout_timeout_secs: 600,
+            stale_rollouts: crate::fleet::StaleRollouts::Correct,
         }
     }
 }
@@ -333,6 +345,23 @@ impl TrainConfig {
         self.rollout_kv_policy
             .parse::<tern_runtime::kv::policy::KvPolicy>()
             .map_err(|e| TrainError::Config(format!("rollout_kv_policy: {e}")))?;
+        if !self.rollout_endpoints.is_empty() {
+            if self.full || self.algorithm != Algorithm::Grpo {
+                return bad(
+                    "rollout_endpoints need grpo with LoRA: workers receive each update as an adapter"
+                        .into(),
+                );
+            }
+            if self.learner_kv == LearnerKv::SparseReplay {
+                return bad(
+                    "learner_kv sparse-replay needs each rollout's eviction record, which remote workers do not return: use co-located rollouts"
+                        .into(),
+                );
+            }
+            if self.rollout_timeout_secs == 0 {
+                return bad("rollout_timeout_secs must be at least 1".into());
+            }
+        }
         Ok(())
     }
 
@@ -446,6 +475,16 @@ mod tests {
                     clip_max: 0.9,
                     clip_min: None,
                 },
+                ..ok.clone()
+            },
+            TrainConfig {
+                rollout_endpoints: vec!["http://127.0.0.1:1".into()],
+                learner_kv: LearnerKv::SparseReplay,
+                ..ok.clone()
+            },
+            TrainConfig {
+                rollout_endpoints: vec!["http://127.0.0.1:1".into()],
+                full: true,
                 ..ok.clone()
             },
         ] {

@@ -12,6 +12,7 @@ pub mod correction;
 pub mod data;
 mod error;
 pub mod export;
+pub mod fleet;
 mod grpo;
 pub mod learner;
 mod logprob;

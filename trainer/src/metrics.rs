@@ -73,6 +73,10 @@ pub struct StepMetrics {
     /// the update): `learner_tokens / learner_seconds` is its throughput.
     #[serde(default)]
     pub learner_seconds: f64,
+    /// Rollouts on `--rollout-endpoints`: what each worker did, retries and
+    /// stale rollouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<crate::fleet::FleetStats>,
 }
 
 /// Per-step statistics of `rho = pi_old / pi_sampler` (pi_sparse under a

@@ -234,6 +234,60 @@ pub fn rollout(
     Ok((groups, t0.elapsed().as_secs_f64()))
 }
 
+/// [`rollout`] on a fleet of servers (`--rollout-endpoints`): the same
+/// prompts and seeds (request `i` seeded `seed_base + 1000 i`), one
+/// `/v1/completions` request per group under the adapter last published. A
+/// group sampled under an older adapter is dropped when the run says so.
+/// Returns the groups, the wall seconds and what each worker did.
+pub fn rollout_remote(
+    fleet: &crate::fleet::Fleet,
+    model: &LoadedModel,
+    tasks: &[Task],
+    picks: &[usize],
+    spec: &RolloutSpec<'_>,
+    seed_base: u64,
+) -> Result<(Vec<Group>, f64, crate::fleet::FleetStats)> {
+    let t0 = Instant::now();
+    let mut jobs = Vec::with_capacity(picks.len());
+    for (i, &ti) in picks.iter().enumerate() {
+        jobs.push(crate::fleet::Job {
+            prompt: prompt_ids(model, spec.system, &tasks[ti])?,
+            n: spec.group_size,
+            seed: seed_base.wrapping_add(1000 * i as u64),
+            temperature: spec.temperature,
+            max_tokens: spec.max_new_tokens,
+            kv_policy: spec.kv_policy.to_string(),
+        });
+    }
+    let (answers, stats) = fleet.run(&jobs)?;
+    let mut groups = Vec::with_capacity(answers.len());
+    for ((&ti, job), answer) in picks.iter().zip(jobs).zip(answers) {
+        if fleet.drops(&answer) {
+            continue;
+        }
+        let mut rollouts: Vec<Rollout> = answer
+            .completions
+            .into_iter()
+            .map(|c| Rollout {
+                text: c.text,
+                tokens: c.tokens,
+                logprobs: c.logprobs,
+                reward: 0.0,
+                kv_peak_bytes: c.kv_peak_bytes,
+                kv_full_bytes: c.kv_full_bytes,
+                evictions: None,
+            })
+            .collect();
+        score(&mut rollouts, &tasks[ti])?;
+        groups.push(Group {
+            task: ti,
+            prompt: job.prompt,
+            rollouts,
+        });
+    }
+    Ok((groups, t0.elapsed().as_secs_f64(), stats))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,8 +30,10 @@ pub struct Context<'a> {
     pub cfg: &'a TrainConfig,
     /// The training tasks (picks index them).
     pub tasks: &'a [Task],
-    /// The rollout engine.
+    /// The rollout engine (held-out scoring and prompts too).
     pub engine: &'a EngineHandle,
+    /// Rollout workers, when rollouts run on `--rollout-endpoints`.
+    pub fleet: Option<&'a crate::fleet::Fleet>,
     /// The rollouts' KV policy.
     pub kv_policy: &'a KvPolicy,
     /// Record each rollout's evictions for the sparse-replay learner.
@@ -127,8 +129,17 @@ pub fn run(
     let cfg = ctx.cfg;
     let t0 = Instant::now();
     let resets = tern_runtime::memory::start_phase();
-    ctx.engine
-        .set_adapters(step as u64, learner.adapters_snapshot()?)?;
+    match ctx.fleet {
+        Some(fleet) => {
+            let set = learner.adapters_snapshot()?.ok_or_else(|| {
+                crate::error::TrainError::Config("rollout endpoints need LoRA adapters".into())
+            })?;
+            fleet.publish(step as u64, &set)?;
+        }
+        None => ctx
+            .engine
+            .set_adapters(step as u64, learner.adapters_snapshot()?)?,
+    }
     let mut m = StepMetrics {
         step: step + 1,
         reward_mean: 0.0,
@@ -154,6 +165,7 @@ pub fn run(
         rho: None,
         seconds: 0.0,
         learner_seconds: 0.0,
+        fleet: None,
     };
     let mut pass_rates = Vec::new();
     let mut batch = match cfg.algorithm {
@@ -271,7 +283,16 @@ fn rollouts(
         record_evictions: ctx.replay_kv,
     };
     let seed = cfg.seed.wrapping_add(1_000_003 * step as u64);
-    let (groups, secs) = rollout::rollout(ctx.engine, ctx.tasks, picks, &spec, seed)?;
+    let (groups, secs) = match ctx.fleet {
+        Some(fleet) => {
+            let model = ctx.engine.model();
+            let (groups, secs, stats) =
+                rollout::rollout_remote(fleet, model, ctx.tasks, picks, &spec, seed)?;
+            m.fleet = Some(stats);
+            (groups, secs)
+        }
+        None => rollout::rollout(ctx.engine, ctx.tasks, picks, &spec, seed)?,
+    };
     memory::check(ctx.cap, "rollouts")?;
     let rewards: Vec<f64> = groups
         .iter()

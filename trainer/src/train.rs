@@ -245,6 +245,23 @@ pub fn train(
         rec.note(format!("resumed after step {start}"));
     }
     rec.resume_at(start)?;
+    let fleet = if cfg.rollout_endpoints.is_empty() {
+        None
+    } else {
+        let fleet = crate::fleet::Fleet::connect(
+            &cfg.rollout_endpoints,
+            std::time::Duration::from_secs(cfg.rollout_timeout_secs),
+            &kv_policy.to_string(),
+            &cfg.out.join("adapters"),
+            cfg.stale_rollouts,
+        )?;
+        rec.note(format!(
+            "rolling out on {} (adapters published from {})",
+            fleet.urls().join(", "),
+            cfg.out.join("adapters").display()
+        ));
+        Some(fleet)
+    };
     if let (Some(et), 0, false) = (&eval_tasks, start, cfg.dry_run) {
         rec.evaluate(When::Before, 0, &engine, &learner, cfg, et)?;
     }
@@ -260,6 +277,7 @@ pub fn train(
         cfg,
         tasks: &train_tasks,
         engine: &engine,
+        fleet: fleet.as_ref(),
         kv_policy: &kv_policy,
         replay_kv,
         cap,

@@ -157,6 +157,10 @@ pub struct SubmitRequest {
     /// and return the record in [`KvUsage::evictions`]; the trainer's
     /// `sparse-replay` learner masks attention with it.
     pub record_evictions: bool,
+    /// LoRA adapters this request runs under instead of the engine's own
+    /// (a server's per-request adapter, addressed by name as `model`); its
+    /// rows run in a forward of their own when others run other adapters.
+    pub adapters: Option<Arc<tern_models::LoraSet>>,
 }
 
 impl SubmitRequest {
@@ -176,6 +180,7 @@ impl SubmitRequest {
             logprobs: false,
             think: None,
             record_evictions: false,
+            adapters: None,
         }
     }
 

@@ -27,6 +27,15 @@ pub(super) struct StepPlan<'a> {
     pub slots: Vec<Slot>,
 }
 
+impl Slot {
+    /// The running request the row belongs to.
+    pub fn req(&self) -> usize {
+        match *self {
+            Slot::Prefill { req, .. } | Slot::Decode { req, .. } | Slot::Probe { req, .. } => req,
+        }
+    }
+}
+
 impl StepPlan<'_> {
     /// Rows and tokens in the batch (for the step log).
     pub fn shape(&self) -> (usize, usize) {

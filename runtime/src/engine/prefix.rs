@@ -65,11 +65,13 @@ impl PrefixCache {
 
     /// Whether `req` may read from and write to the cache: only an
     /// uncompressed cache holds its prompt as a prefix, and the trainer's
-    /// recorded rollouts stay independent of earlier requests.
+    /// recorded rollouts stay independent of earlier requests; a request
+    /// with adapters of its own computes other keys and values.
     pub fn eligible(&self, req: &SubmitRequest) -> bool {
         self.capacity > 0
             && matches!(req.kv_policy, KvPolicy::Full)
             && !req.record_evictions
+            && req.adapters.is_none()
             && req.prompt.len() > PREFIX_MIN
     }
 

@@ -17,8 +17,9 @@ use super::plan::{plan, Slot, StepPlan};
 use super::prefix::PrefixCache;
 use super::running::Running;
 use super::{Command, Event, Pending, Shared};
-use crate::backend::Backend;
+use crate::backend::{Backend, Row};
 use crate::error::{Result, RuntimeError};
+use tern_models::LoraSet;
 
 struct Engine {
     shared: Arc<Shared>,
@@ -30,6 +31,10 @@ struct Engine {
     /// KV bytes reserved by running requests and cached prefixes together.
     reserved: usize,
     prefixes: PrefixCache,
+    /// The adapters of requests that bring none (the trainer's policy).
+    default_adapters: Option<Arc<LoraSet>>,
+    /// The adapters the backend runs now.
+    applied: Option<Arc<LoraSet>>,
 }
 
 /// The engine thread's body: runs until every handle is gone and no work is left.
@@ -43,6 +48,8 @@ pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Rece
         embeds: Vec::new(),
         reserved: 0,
         prefixes: PrefixCache::new(shared_prefix_capacity),
+        default_adapters: None,
+        applied: None,
     };
     loop {
         if engine.running.is_empty() && engine.waiting.is_empty() && engine.embeds.is_empty() {
@@ -84,9 +91,15 @@ impl Engine {
             } => {
                 let res = self
                     .backend
-                    .set_adapters(adapters)
+                    .set_adapters(adapters.clone())
                     .map_err(|e| e.to_string());
                 if res.is_ok() {
+                    self.applied = adapters.clone();
+                    self.default_adapters = adapters;
+                    // Cached prompts were computed under the old weights.
+                    while !self.prefixes.is_empty() {
+                        self.reserved -= self.prefixes.evict(self.backend.as_mut());
+                    }
                     self.shared
                         .weights_version
                         .store(version, Ordering::Release);
@@ -229,8 +242,16 @@ impl Engine {
         let started = Instant::now();
         let shape = step_log().then(|| step.shape());
         let StepPlan { rows, slots } = step;
-        let logits = self.backend.forward(&rows)?;
-        drop(rows);
+        let wanted: Vec<Option<Arc<LoraSet>>> = slots
+            .iter()
+            .map(|s| {
+                let req = &self.running[s.req()].req;
+                req.adapters
+                    .clone()
+                    .or_else(|| self.default_adapters.clone())
+            })
+            .collect();
+        let logits = forward_by_adapters(self.backend.as_mut(), &mut self.applied, rows, &wanted)?;
         let _log = shape.map(|(rows, tokens)| StepLog {
             rows,
             tokens,
@@ -298,6 +319,18 @@ impl Engine {
     /// tokens), then answers every request whose inputs are all pooled. A
     /// failure ends the requests that had inputs in the forward.
     fn embed_step(&mut self) {
+        // Embeddings run under the engine's own adapters.
+        if let Err(e) = switch_adapters(
+            self.backend.as_mut(),
+            &mut self.applied,
+            &self.default_adapters,
+        ) {
+            for job in std::mem::take(&mut self.embeds) {
+                self.shared.embeds_pending.fetch_sub(1, Ordering::AcqRel);
+                job.fail(self.backend.as_mut(), format!("embedding failed: {e}"));
+            }
+            return;
+        }
         let backend = self.backend.as_mut();
         let (cancelled, live): (Vec<EmbedJob>, Vec<EmbedJob>) = std::mem::take(&mut self.embeds)
             .into_iter()
@@ -405,6 +438,63 @@ impl Engine {
 /// Whether `TERN_STEP_LOG` asks for one stderr line per engine step (rows,
 /// tokens, forward time, whole step time): how the batching measurements in
 /// docs/BENCHMARKS.md were taken.
+/// Whether two adapter choices are the same adapters.
+fn same_adapters(a: &Option<Arc<LoraSet>>, b: &Option<Arc<LoraSet>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        _ => false,
+    }
+}
+
+/// Points the backend at `wanted` unless it runs them already.
+fn switch_adapters(
+    backend: &mut dyn Backend,
+    applied: &mut Option<Arc<LoraSet>>,
+    wanted: &Option<Arc<LoraSet>>,
+) -> Result<()> {
+    if !same_adapters(applied, wanted) {
+        backend.set_adapters(wanted.clone())?;
+        *applied = wanted.clone();
+    }
+    Ok(())
+}
+
+/// The step's forward: one over every row when all run the same adapters
+/// (the usual case), else one per adapter set, each row's logits put back in
+/// its place. Rows are computed independently, so splitting a batch does not
+/// change any row's numbers.
+fn forward_by_adapters(
+    backend: &mut dyn Backend,
+    applied: &mut Option<Arc<LoraSet>>,
+    rows: Vec<Row<'_>>,
+    wanted: &[Option<Arc<LoraSet>>],
+) -> Result<Vec<Option<Vec<f32>>>> {
+    let mut groups: Vec<(Option<Arc<LoraSet>>, Vec<usize>)> = Vec::new();
+    for (i, w) in wanted.iter().enumerate() {
+        match groups.iter_mut().find(|(g, _)| same_adapters(g, w)) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((w.clone(), vec![i])),
+        }
+    }
+    if groups.len() <= 1 {
+        if let Some((w, _)) = groups.first() {
+            switch_adapters(backend, applied, w)?;
+        }
+        return backend.forward(&rows);
+    }
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; rows.len()];
+    let mut rows: Vec<Option<Row<'_>>> = rows.into_iter().map(Some).collect();
+    for (w, members) in groups {
+        switch_adapters(backend, applied, &w)?;
+        let sub: Vec<Row<'_>> = members.iter().filter_map(|&i| rows[i].take()).collect();
+        for (i, l) in members.into_iter().zip(backend.forward(&sub)?) {
+            out[i] = l;
+        }
+    }
+    Ok(out)
+}
+
 fn step_log() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("TERN_STEP_LOG").is_some_and(|v| v != "0"))

@@ -22,6 +22,9 @@ pub struct ModelCard {
     pub created: u64,
     /// Always `tern`.
     pub owned_by: &'static str,
+    /// For a LoRA adapter loaded at run time, the model it adapts (vLLM's field).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 impl ModelCard {
@@ -32,6 +35,15 @@ impl ModelCard {
             object: "model",
             created,
             owned_by: "tern",
+            parent: None,
+        }
+    }
+
+    /// The card of adapter `id` on the model `parent`.
+    pub fn adapter(id: &str, parent: &str, created: u64) -> Self {
+        Self {
+            parent: Some(parent.to_string()),
+            ..Self::new(id, created)
         }
     }
 }

@@ -61,6 +61,14 @@ pub struct GenerationFields {
     pub kv_dtype: Option<String>,
     /// Generate past end-of-sequence tokens (vLLM extension, for benchmarks).
     pub ignore_eos: Option<bool>,
+    /// Which log-probabilities are returned (vLLM's names): `raw_logprobs`
+    /// (the model's, the default) or `processed_logprobs` (the sampled
+    /// token's at the sampling temperature, what an RL trainer compares its
+    /// learner with; only temperature may shape the distribution then).
+    pub logprobs_mode: Option<String>,
+    /// Logprob tokens as `token_id:N` instead of text (vLLM extension), so a
+    /// client gets the exact ids sampled.
+    pub return_tokens_as_token_ids: Option<bool>,
 }
 
 /// `stream_options`.

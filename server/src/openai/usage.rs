@@ -41,9 +41,22 @@ pub struct TernInfo {
     pub kv_bytes_full: usize,
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
+    /// With `n > 1`, each completion's own KV figures, by index (a trainer
+    /// records them per rollout).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub choices: Vec<ChoiceKv>,
     /// Adaptive length's probes and tokens spent and saved, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<ReasoningInfo>,
+}
+
+/// One completion's KV figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ChoiceKv {
+    /// Peak bytes of keys and values it kept.
+    pub kv_bytes: usize,
+    /// Bytes a full cache would have held for its tokens.
+    pub kv_bytes_full: usize,
 }
 
 /// What `reasoning_effort` / `thinking_budget_tokens` did for the request.

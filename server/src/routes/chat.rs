@@ -39,7 +39,7 @@ pub async fn chat_completions(
     let engine = state.engine()?.clone();
     let shared: GenerationFields = fields(&body)?;
     let own: ChatFields = fields(&body)?;
-    state.check_model(shared.model.as_deref())?;
+    let adapters = state.resolve_model(shared.model.as_deref())?;
     if own.functions.as_ref().is_some_and(|f| !f.is_empty()) {
         return Err(ApiError::unsupported(
             "functions",
@@ -87,6 +87,7 @@ pub async fn chat_completions(
         logprobs,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
+    plan.submit.adapters = adapters;
     if let Some(forced) = tool_plan.as_ref().and_then(|t| t.constraint(syntax)) {
         if plan.constraint.is_some() {
             return Err(ApiError::invalid_param(
@@ -121,7 +122,7 @@ pub async fn chat_completions(
         id: response_id("chatcmpl"),
         object: "chat.completion",
         created: unix_now(),
-        model: state.model_id().to_string(),
+        model: state.answer_model(shared.model.as_deref()),
         system_fingerprint: system_fingerprint(),
     };
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {

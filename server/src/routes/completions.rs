@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tern_runtime::engine::{FinishReason, TokenLogprob};
 
+use crate::affinity;
 use crate::body::{fields, JsonBody};
 use crate::collect::{collect, finish_name, Collected};
 use crate::events::Tally;
@@ -33,7 +34,7 @@ pub async fn completions(
     let engine = state.engine()?.clone();
     let shared: GenerationFields = fields(&body)?;
     let mut own: CompletionFields = fields(&body)?;
-    state.check_model(shared.model.as_deref())?;
+    let adapters = state.resolve_model(shared.model.as_deref())?;
     if own.echo == Some(true) {
         return Err(ApiError::unsupported("echo", "echo"));
     }
@@ -44,6 +45,7 @@ pub async fn completions(
         return Err(ApiError::unsupported("best_of", "best_of other than 1"));
     }
     let logprobs = params::completion_logprobs(own.logprobs)?;
+    let ids_out = shared.return_tokens_as_token_ids.unwrap_or(false);
     let model = Arc::clone(engine.model());
     let text = std::mem::take(&mut own.prompt);
     let ids = {
@@ -57,6 +59,7 @@ pub async fn completions(
         logprobs,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
+    plan.submit.adapters = adapters;
     params::compile_constraint(&mut plan, &model).await?;
     let tally = Tally::new(
         plan.submit.n,
@@ -67,10 +70,11 @@ pub async fn completions(
         id: response_id("cmpl"),
         object: "text_completion",
         created: unix_now(),
-        model: state.model_id().to_string(),
+        model: state.answer_model(shared.model.as_deref()),
         system_fingerprint: system_fingerprint(),
     };
     let vocab: Arc<dyn Vocab> = model;
+    let key = affinity::prefix_key(&plan.submit.prompt);
     let events = engine
         .submit(plan.submit)
         .map_err(|e| ApiError::from_submit(e, "prompt"))?;
@@ -80,28 +84,29 @@ pub async fn completions(
             meta,
             include_usage: plan.include_usage,
             vocab,
-            logprobs: logprobs.map(|_| (0..n).map(|_| LegacyBuilder::default()).collect()),
+            logprobs: logprobs.map(|_| (0..n).map(|_| LegacyBuilder::new(ids_out)).collect()),
         };
-        return Ok(sse_response(
-            events,
-            StreamState::new(format, tally, plan.include_usage),
+        return Ok(affinity::with_key(
+            sse_response(events, StreamState::new(format, tally, plan.include_usage)),
+            key.as_deref(),
         ));
     }
     let collected = collect(events, tally).await?;
-    Ok(Json(completion(
+    let body = Json(completion(
         meta,
         collected,
-        logprobs.is_some(),
+        logprobs.is_some().then_some(ids_out),
         vocab.as_ref(),
-    ))
-    .into_response())
+    ));
+    Ok(affinity::with_key(body.into_response(), key.as_deref()))
 }
 
-/// The non-streamed answer.
+/// The non-streamed answer; `logprobs` says whether they were asked for and
+/// whether tokens are named by id.
 fn completion(
     meta: ResponseMeta,
     c: Collected,
-    logprobs: bool,
+    logprobs: Option<bool>,
     vocab: &dyn Vocab,
 ) -> TextCompletion {
     let choices = c
@@ -109,8 +114,8 @@ fn completion(
         .into_iter()
         .enumerate()
         .map(|(index, choice)| {
-            let logprobs = logprobs.then(|| {
-                let mut builder = LegacyBuilder::default();
+            let logprobs = logprobs.map(|ids| {
+                let mut builder = LegacyBuilder::new(ids);
                 let mut out = LegacyLogprobs::default();
                 for lp in &choice.logprobs {
                     builder.push(vocab, lp, &mut out);

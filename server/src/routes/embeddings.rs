@@ -21,7 +21,12 @@ pub async fn embeddings(
 ) -> Result<Json<EmbeddingList>, ApiError> {
     let engine = state.engine()?.clone();
     let mut f: EmbeddingFields = fields(&body)?;
-    state.check_model(f.model.as_deref())?;
+    if state.resolve_model(f.model.as_deref())?.is_some() {
+        return Err(ApiError::invalid_param(
+            "model",
+            "embeddings come from the served model itself, not a LoRA adapter",
+        ));
+    }
     let model = Arc::clone(engine.model());
     let encoding = encoding(f.encoding_format.as_deref())?;
     let dims = dimensions(f.dimensions, model.config().n_embd)?;

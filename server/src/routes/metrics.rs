@@ -11,7 +11,17 @@ use crate::state::AppState;
 /// The scrape endpoint.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let body = match state.engine() {
-        Ok(engine) => prometheus::render(&engine.metrics().snapshot()),
+        Ok(engine) => {
+            let mut body = prometheus::render(&engine.metrics().snapshot());
+            let adapters = state.adapters();
+            prometheus::adapters(
+                &mut body,
+                &adapters.names(),
+                adapters.max(),
+                crate::ids::unix_now(),
+            );
+            body
+        }
         Err(_) => prometheus::render_loading(),
     };
     ([(CONTENT_TYPE, prometheus::CONTENT_TYPE)], body)

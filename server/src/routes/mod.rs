@@ -1,6 +1,7 @@
 //! One file per endpoint; each handler parses, validates, submits and
 //! answers, with every failure an [`ApiError`].
 
+pub mod adapters;
 pub mod best_of;
 pub mod chat;
 pub mod completions;

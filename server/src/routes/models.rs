@@ -1,4 +1,5 @@
-//! `GET /v1/models` and `GET /v1/models/{id}`: the one model this server runs.
+//! `GET /v1/models` and `GET /v1/models/{id}`: the model this server runs and
+//! the LoRA adapters loaded on it.
 
 use axum::extract::{Path, State};
 use axum::Json;
@@ -10,9 +11,17 @@ use crate::state::AppState;
 /// Lists the served model.
 pub async fn list(State(state): State<AppState>) -> Result<Json<ModelList>, ApiError> {
     state.engine()?;
+    let mut data = vec![ModelCard::new(state.model_id(), state.created())];
+    data.extend(
+        state
+            .adapters()
+            .names()
+            .iter()
+            .map(|n| ModelCard::adapter(n, state.model_id(), state.created())),
+    );
     Ok(Json(ModelList {
         object: "list",
-        data: vec![ModelCard::new(state.model_id(), state.created())],
+        data,
     }))
 }
 
@@ -22,6 +31,12 @@ pub async fn retrieve(
     Path(id): Path<String>,
 ) -> Result<Json<ModelCard>, ApiError> {
     state.engine()?;
-    state.check_model(Some(&id))?;
-    Ok(Json(ModelCard::new(state.model_id(), state.created())))
+    match state.resolve_model(Some(&id))? {
+        None => Ok(Json(ModelCard::new(state.model_id(), state.created()))),
+        Some(_) => Ok(Json(ModelCard::adapter(
+            &id,
+            state.model_id(),
+            state.created(),
+        ))),
+    }
 }

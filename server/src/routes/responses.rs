@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use tern_runtime::chat::tools::ToolSyntax;
 use tern_runtime::engine::{FinishReason, TokenLogprob};
 
+use crate::affinity;
 use crate::body::{fields, JsonBody};
 use crate::collect::collect;
 use crate::events::Tally;
@@ -68,7 +69,7 @@ pub async fn create(
     let engine = state.engine()?.clone();
     let own: ResponseFields = fields(&body)?;
     let model_field = body.get("model").and_then(Value::as_str);
-    state.check_model(model_field)?;
+    let adapters = state.resolve_model(model_field)?;
     let chat_tools = own.tools.as_ref().map(|t| chat_tools(t)).transpose()?;
     let tool_plan = tools::plan(
         chat_tools.as_ref(),
@@ -135,6 +136,7 @@ pub async fn create(
         logprobs: None,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
+    plan.submit.adapters = adapters;
     let syntax = model
         .template
         .as_ref()
@@ -167,13 +169,14 @@ pub async fn create(
     let ctx = Context {
         id: format!("resp_{:016x}{:016x}", random_u64(), random_u64()),
         created: unix_now(),
-        model: state.model_id().to_string(),
+        model: state.answer_model(model_field),
         echo,
         conversation: Value::Array(conversation),
         tools: tool_plan.map(|t| (t, syntax)),
         store: own.store.unwrap_or(true).then(|| state.responses_arc()),
         prompt_tokens,
     };
+    let key = affinity::prefix_key(&plan.submit.prompt);
     let events = engine
         .submit(plan.submit)
         .map_err(|e| ApiError::from_submit(e, "input"))?;
@@ -185,7 +188,10 @@ pub async fn create(
             seq: 0,
             started_message: false,
         };
-        return Ok(sse_response(events, StreamState::new(format, tally, false)));
+        return Ok(affinity::with_key(
+            sse_response(events, StreamState::new(format, tally, false)),
+            key.as_deref(),
+        ));
     }
     let collected = collect(events, tally).await?;
     let choice = collected.choices.into_iter().next().unwrap_or_default();
@@ -196,7 +202,10 @@ pub async fn create(
         choice.finish_reason,
         usage.completion_tokens,
     );
-    Ok(Json(response).into_response())
+    Ok(affinity::with_key(
+        Json(response).into_response(),
+        key.as_deref(),
+    ))
 }
 
 /// `GET /v1/responses/{id}`.
