@@ -606,6 +606,28 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_from_an_older_adapter_is_counted_and_dropped_only_when_asked() {
+        let fleet = |stale| Fleet {
+            workers: Mutex::new(Vec::new()),
+            agent: ureq::agent(),
+            adapters: PathBuf::new(),
+            current: Mutex::new(Some((adapter_name(5), 5))),
+            stale,
+        };
+        let answer = |version| Answered {
+            completions: Vec::new(),
+            version,
+            worker: 0,
+        };
+        let (keep, drop) = (fleet(StaleRollouts::Correct), fleet(StaleRollouts::Drop));
+        assert!(!keep.drops(&answer(Some(4))));
+        assert!(drop.drops(&answer(Some(4))));
+        assert!(!drop.drops(&answer(Some(5))));
+        // A server that does not name the adapter it ran cannot be judged stale.
+        assert!(!drop.drops(&answer(None)));
+    }
+
+    #[test]
     fn urls_and_names() {
         assert_eq!(
             base_url("http://127.0.0.1:8080/v1/").unwrap(),
