@@ -16,6 +16,7 @@ use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::SamplingParams;
 
 use crate::support::tiny::{load_tiny, load_tiny_spec, TinySpec};
+use crate::support::values;
 
 fn prompt(seed: usize, len: usize) -> Vec<u32> {
     (0..len)
@@ -688,4 +689,69 @@ fn stops_after_content_pass_the_opening_and_cut_the_rest() {
         deferred.len() < full.len() && full[deferred.len()..].starts_with(&stop),
         "cut at {stop:?}: {deferred:?} of {full:?}"
     );
+}
+
+/// Adapters of rank 2 on every projection of the tiny model, from `seed`.
+fn adapters(model: &tern_runtime::LoadedModel, seed: u64) -> Arc<tern_models::LoraSet> {
+    use tern_models::{LoraAdapter, LoraTarget};
+    let c = model.config();
+    let dev = candle_core::Device::Cpu;
+    let mut set = tern_models::LoraSet::default();
+    for layer in 0..c.n_layer {
+        for (k, target) in LoraTarget::ALL.into_iter().enumerate() {
+            let (out, inp) = target.shape(c);
+            let s = seed * 1000 + (layer * 10 + k) as u64;
+            let a = candle_core::Tensor::from_vec(values(2 * inp, s, -0.5, 0.5), (2, inp), &dev);
+            let b =
+                candle_core::Tensor::from_vec(values(out * 2, s + 500, -0.5, 0.5), (out, 2), &dev);
+            set.adapters.insert(
+                (layer, target),
+                LoraAdapter {
+                    a: a.unwrap(),
+                    b: b.unwrap(),
+                    scale: 2.0,
+                },
+            );
+        }
+    }
+    Arc::new(set)
+}
+
+/// Requests under different LoRA adapters (a server's per-request
+/// adapters, addressed as `model`) share the engine's steps: each step runs
+/// one forward per adapter set, and every request's tokens equal those of
+/// the same request run alone under its adapters.
+#[test]
+fn requests_under_different_adapters_match_each_alone() {
+    let (_d, model) = load_tiny();
+    let sets = [None, Some(adapters(&model, 1)), Some(adapters(&model, 2))];
+    let reqs: Vec<SubmitRequest> = sets
+        .iter()
+        .map(|set| {
+            let mut r = SubmitRequest::new(prompt(3, 20), sampling(0.0, 7), 12);
+            r.ignore_eos = true;
+            r.adapters = set.clone();
+            r
+        })
+        .collect();
+    let expected: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|r| {
+            model.arch.set_adapters(r.adapters.clone());
+            let tokens = alone(&model, r);
+            model.arch.set_adapters(None);
+            tokens
+        })
+        .collect();
+    // The adapters change the answer, so the check below can fail.
+    assert_ne!(expected[0], expected[1]);
+    assert_ne!(expected[1], expected[2]);
+    let engine = EngineHandle::spawn(Arc::new(model), small_config());
+    let streams = engine.submit_all(reqs).unwrap();
+    for (i, s) in streams.into_iter().enumerate() {
+        assert_eq!(collect(s)[0].0, expected[i], "request {i}");
+    }
+    // They were batched together: fewer steps than tokens.
+    let m = engine.metrics().snapshot();
+    assert!(m.steps < 36, "steps {}", m.steps);
 }
