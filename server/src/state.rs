@@ -206,35 +206,36 @@ impl AppState {
         &self.0.adapters
     }
 
-    /// `model` must be given and name the served model or a loaded adapter.
-    pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
-        self.resolve_model(requested).map(|_| ())
-    }
-
-    /// What `model` names: the served model (`None`) or a loaded adapter
-    /// (its weights, which the request runs under).
-    pub fn resolve_model(&self, requested: Option<&str>) -> Result<Option<Arc<LoraSet>>, ApiError> {
+    /// What `model` names: the served model, or a loaded adapter (whose
+    /// weights the request runs under, held even if it is unloaded
+    /// meanwhile). It must be given and be one of them.
+    pub fn resolve_model(&self, requested: Option<&str>) -> Result<Served, ApiError> {
         match requested {
             None | Some("") => Err(ApiError::invalid_param(
                 "model",
                 "Missing required parameter: `model`",
             )),
-            Some(m) if m == self.0.model_id => Ok(None),
+            Some(m) if m == self.0.model_id => Ok(Served {
+                name: m.to_string(),
+                adapters: None,
+            }),
             Some(m) => match self.0.adapters.get(m) {
-                Some(set) => Ok(Some(set)),
+                Some(set) => Ok(Served {
+                    name: m.to_string(),
+                    adapters: Some(set),
+                }),
                 None => Err(ApiError::model_not_found(m, &self.0.model_id)),
             },
         }
     }
+}
 
-    /// The `model` an answer reports: the adapter's name when the request
-    /// named one, else the served model's id.
-    pub fn answer_model(&self, requested: Option<&str>) -> String {
-        match requested {
-            Some(m) if self.0.adapters.get(m).is_some() => m.to_string(),
-            _ => self.0.model_id.clone(),
-        }
-    }
+/// The model a request named, as [`AppState::resolve_model`] found it.
+pub struct Served {
+    /// The `model` its answer reports: the served id or the adapter's name.
+    pub name: String,
+    /// The adapter's weights, when it named one.
+    pub adapters: Option<Arc<LoraSet>>,
 }
 
 /// The limits request validation checks against.

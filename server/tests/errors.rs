@@ -157,6 +157,15 @@ async fn bad_parameters_name_their_field() {
             json!({"best_of": 2, "aggregate": "synthesize", "synthesizer_model": "nope"}),
             "synthesizer_model",
         ),
+        (
+            json!({"return_tokens_as_token_ids": true}),
+            "return_tokens_as_token_ids",
+        ),
+        (json!({"logprobs_mode": "odd"}), "logprobs_mode"),
+        (
+            json!({"logprobs_mode": "processed_logprobs", "top_p": 0.9}),
+            "logprobs_mode",
+        ),
     ];
     for (extra, param) in cases {
         let r = post(&s.app, "/v1/chat/completions", &chat(extra.clone())).await;
@@ -188,6 +197,10 @@ async fn completion_specific_errors() {
             "logprobs",
         ),
         (json!({"model": MODEL, "prompt": "x", "echo": true}), "echo"),
+        (
+            json!({"model": MODEL, "prompt": "x", "logprobs": 2, "logprobs_mode": "processed_logprobs"}),
+            "logprobs_mode",
+        ),
         (json!({"model": MODEL, "prompt": ""}), "prompt"),
     ];
     for (body, param) in cases {

@@ -435,9 +435,6 @@ impl Engine {
     }
 }
 
-/// Whether `TERN_STEP_LOG` asks for one stderr line per engine step (rows,
-/// tokens, forward time, whole step time): how the batching measurements in
-/// docs/BENCHMARKS.md were taken.
 /// Whether two adapter choices are the same adapters.
 fn same_adapters(a: &Option<Arc<LoraSet>>, b: &Option<Arc<LoraSet>>) -> bool {
     match (a, b) {
@@ -495,6 +492,9 @@ fn forward_by_adapters(
     Ok(out)
 }
 
+/// Whether `TERN_STEP_LOG` asks for one stderr line per engine step (rows,
+/// tokens, forward time, whole step time): how the batching measurements in
+/// docs/BENCHMARKS.md were taken.
 fn step_log() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("TERN_STEP_LOG").is_some_and(|v| v != "0"))

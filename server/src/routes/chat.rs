@@ -39,7 +39,13 @@ pub async fn chat_completions(
     let engine = state.engine()?.clone();
     let shared: GenerationFields = fields(&body)?;
     let own: ChatFields = fields(&body)?;
-    let adapters = state.resolve_model(shared.model.as_deref())?;
+    let served = state.resolve_model(shared.model.as_deref())?;
+    if shared.return_tokens_as_token_ids == Some(true) {
+        return Err(ApiError::unsupported(
+            "return_tokens_as_token_ids",
+            "return_tokens_as_token_ids on chat completions (use /v1/completions)",
+        ));
+    }
     if own.functions.as_ref().is_some_and(|f| !f.is_empty()) {
         return Err(ApiError::unsupported(
             "functions",
@@ -87,7 +93,7 @@ pub async fn chat_completions(
         logprobs,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
-    plan.submit.adapters = adapters;
+    plan.submit.adapters = served.adapters;
     if let Some(forced) = tool_plan.as_ref().and_then(|t| t.constraint(syntax)) {
         if plan.constraint.is_some() {
             return Err(ApiError::invalid_param(
@@ -122,7 +128,7 @@ pub async fn chat_completions(
         id: response_id("chatcmpl"),
         object: "chat.completion",
         created: unix_now(),
-        model: state.answer_model(shared.model.as_deref()),
+        model: served.name,
         system_fingerprint: system_fingerprint(),
     };
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {

@@ -34,7 +34,7 @@ pub async fn completions(
     let engine = state.engine()?.clone();
     let shared: GenerationFields = fields(&body)?;
     let mut own: CompletionFields = fields(&body)?;
-    let adapters = state.resolve_model(shared.model.as_deref())?;
+    let served = state.resolve_model(shared.model.as_deref())?;
     if own.echo == Some(true) {
         return Err(ApiError::unsupported("echo", "echo"));
     }
@@ -59,7 +59,7 @@ pub async fn completions(
         logprobs,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
-    plan.submit.adapters = adapters;
+    plan.submit.adapters = served.adapters;
     params::compile_constraint(&mut plan, &model).await?;
     let tally = Tally::new(
         plan.submit.n,
@@ -70,7 +70,7 @@ pub async fn completions(
         id: response_id("cmpl"),
         object: "text_completion",
         created: unix_now(),
-        model: state.answer_model(shared.model.as_deref()),
+        model: served.name,
         system_fingerprint: system_fingerprint(),
     };
     let vocab: Arc<dyn Vocab> = model;

@@ -21,7 +21,7 @@ pub async fn embeddings(
 ) -> Result<Json<EmbeddingList>, ApiError> {
     let engine = state.engine()?.clone();
     let mut f: EmbeddingFields = fields(&body)?;
-    if state.resolve_model(f.model.as_deref())?.is_some() {
+    if state.resolve_model(f.model.as_deref())?.adapters.is_some() {
         return Err(ApiError::invalid_param(
             "model",
             "embeddings come from the served model itself, not a LoRA adapter",

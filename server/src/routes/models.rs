@@ -31,7 +31,7 @@ pub async fn retrieve(
     Path(id): Path<String>,
 ) -> Result<Json<ModelCard>, ApiError> {
     state.engine()?;
-    match state.resolve_model(Some(&id))? {
+    match state.resolve_model(Some(&id))?.adapters {
         None => Ok(Json(ModelCard::new(state.model_id(), state.created()))),
         Some(_) => Ok(Json(ModelCard::adapter(
             &id,

@@ -69,7 +69,7 @@ pub async fn create(
     let engine = state.engine()?.clone();
     let own: ResponseFields = fields(&body)?;
     let model_field = body.get("model").and_then(Value::as_str);
-    let adapters = state.resolve_model(model_field)?;
+    let served = state.resolve_model(model_field)?;
     let chat_tools = own.tools.as_ref().map(|t| chat_tools(t)).transpose()?;
     let tool_plan = tools::plan(
         chat_tools.as_ref(),
@@ -136,7 +136,7 @@ pub async fn create(
         logprobs: None,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
-    plan.submit.adapters = adapters;
+    plan.submit.adapters = served.adapters;
     let syntax = model
         .template
         .as_ref()
@@ -169,7 +169,7 @@ pub async fn create(
     let ctx = Context {
         id: format!("resp_{:016x}{:016x}", random_u64(), random_u64()),
         created: unix_now(),
-        model: state.answer_model(model_field),
+        model: served.name,
         echo,
         conversation: Value::Array(conversation),
         tools: tool_plan.map(|t| (t, syntax)),
