@@ -11,25 +11,37 @@
 cd "$(dirname "$0")/.."
 T=${TERN:-./target/release/tern}
 CFG=docs/sparse/story.toml
-R50="rkv:budget=104,window=8,every=8"
-R25="rkv:budget=80,window=8,every=8"
+# Budget 104 kept 89% of the full-cache KV over the sparse-rl seed-1 run
+# (answers shorten as the model learns), so it stays as one light point
+# (seed 1, every sparse arm) and the paper's operating points are budget 56
+# (about half of the sequence's KV over a run) and 28 (about a quarter):
+# scripts/sparse28_budget_estimate.py; the measured share is each arm's
+# "KV kept" column in docs/SPARSE_RL.md.
+R104="rkv:budget=104,window=8,every=8"
+R50="rkv:budget=56,window=8,every=8"
+R25="rkv:budget=28,window=8,every=8"
+S50="snapkv:budget=56,window=8,every=8"
 ARMS=(
   "dense-s1|--seed 1"
-  "sparserl-r104-s1|--seed 1 --rollout-kv-policy $R50 --correction sparse-rl"
-  "none-r104-s1|--seed 1 --rollout-kv-policy $R50 --correction none"
-  "replay-r104-s1|--seed 1 --rollout-kv-policy $R50 --correction sparse-rl --learner-kv sparse-replay"
+  "sparserl-r104-s1|--seed 1 --rollout-kv-policy $R104 --correction sparse-rl"
+  "none-r104-s1|--seed 1 --rollout-kv-policy $R104 --correction none"
+  "replay-r104-s1|--seed 1 --rollout-kv-policy $R104 --correction sparse-rl --learner-kv sparse-replay"
   "numerics-s1|--seed 1 --numerics-correction token_truncate --steps 10"
+  "sparserl-r56-s1|--seed 1 --rollout-kv-policy $R50 --correction sparse-rl"
+  "none-r56-s1|--seed 1 --rollout-kv-policy $R50 --correction none"
+  "replay-r56-s1|--seed 1 --rollout-kv-policy $R50 --correction sparse-rl --learner-kv sparse-replay"
   "dense-s2|--seed 2"
-  "sparserl-r104-s2|--seed 2 --rollout-kv-policy $R50 --correction sparse-rl"
-  "none-r104-s2|--seed 2 --rollout-kv-policy $R50 --correction none"
-  "replay-r104-s2|--seed 2 --rollout-kv-policy $R50 --correction sparse-rl --learner-kv sparse-replay"
+  "sparserl-r56-s2|--seed 2 --rollout-kv-policy $R50 --correction sparse-rl"
+  "none-r56-s2|--seed 2 --rollout-kv-policy $R50 --correction none"
+  "replay-r56-s2|--seed 2 --rollout-kv-policy $R50 --correction sparse-rl --learner-kv sparse-replay"
   "dense-s3|--seed 3"
-  "sparserl-r104-s3|--seed 3 --rollout-kv-policy $R50 --correction sparse-rl"
-  "none-r104-s3|--seed 3 --rollout-kv-policy $R50 --correction none"
-  "replay-r104-s3|--seed 3 --rollout-kv-policy $R50 --correction sparse-rl --learner-kv sparse-replay"
-  "sparserl-r80-s1|--seed 1 --rollout-kv-policy $R25 --correction sparse-rl"
-  "none-r80-s1|--seed 1 --rollout-kv-policy $R25 --correction none"
-  "replay-r80-s1|--seed 1 --rollout-kv-policy $R25 --correction sparse-rl --learner-kv sparse-replay"
+  "sparserl-r56-s3|--seed 3 --rollout-kv-policy $R50 --correction sparse-rl"
+  "none-r56-s3|--seed 3 --rollout-kv-policy $R50 --correction none"
+  "replay-r56-s3|--seed 3 --rollout-kv-policy $R50 --correction sparse-rl --learner-kv sparse-replay"
+  "sparserl-r28-s1|--seed 1 --rollout-kv-policy $R25 --correction sparse-rl"
+  "none-r28-s1|--seed 1 --rollout-kv-policy $R25 --correction none"
+  "replay-r28-s1|--seed 1 --rollout-kv-policy $R25 --correction sparse-rl --learner-kv sparse-replay"
+  "sparserl-s56-s1|--seed 1 --rollout-kv-policy $S50 --correction sparse-rl"
 )
 worker() {
   mkdir -p runs/sparse28

@@ -448,12 +448,16 @@ def kv_gsm8k_rkv():
 SPARSE28_ARMS = [
     ("dense", "dense", 3),
     ("dense + numerics correction (10 steps)", "numerics", 1),
-    ("sparse, no correction, rkv:budget=104", "none-r104", 3),
-    ("sparse-rl, rkv:budget=104", "sparserl-r104", 3),
-    ("sparse-rl + sparse-replay, rkv:budget=104", "replay-r104", 3),
-    ("sparse, no correction, rkv:budget=80", "none-r80", 1),
-    ("sparse-rl, rkv:budget=80", "sparserl-r80", 1),
-    ("sparse-rl + sparse-replay, rkv:budget=80", "replay-r80", 1),
+    ("sparse, no correction, rkv:budget=104 (light)", "none-r104", 1),
+    ("sparse-rl, rkv:budget=104 (light)", "sparserl-r104", 1),
+    ("sparse-rl + sparse-replay, rkv:budget=104 (light)", "replay-r104", 1),
+    ("sparse, no correction, rkv:budget=56 (~50%)", "none-r56", 3),
+    ("sparse-rl, rkv:budget=56 (~50%)", "sparserl-r56", 3),
+    ("sparse-rl + sparse-replay, rkv:budget=56 (~50%)", "replay-r56", 3),
+    ("sparse, no correction, rkv:budget=28 (~25%)", "none-r28", 1),
+    ("sparse-rl, rkv:budget=28 (~25%)", "sparserl-r28", 1),
+    ("sparse-rl + sparse-replay, rkv:budget=28 (~25%)", "replay-r28", 1),
+    ("sparse-rl, snapkv:budget=56 (~50%)", "sparserl-s56", 1),
 ]
 
 
