@@ -6,14 +6,15 @@
 # 2-core machine (dense seed 1: 96 s per step alone at two threads, 111 s at
 # one thread beside another arm; docs/records/sparse28-throughput-2026-12-04). Each worker takes the next arm nobody holds (a lock directory), resumes
 # it from its latest checkpoint or starts it, and copies its records to
-# docs/records/sparse28-<arm>/. Start with: scripts/sparse28_arms.sh start
+# docs/records/sparse28-<arm>/, then scores the arm's export. Start with: scripts/sparse28_arms.sh start
 # (TERN=path picks the binary; every arm must run on the build it started with).
 cd "$(dirname "$0")/.."
 T=${TERN:-./target/release/tern}
 CFG=docs/sparse/story.toml
 # Budget 104 kept 89% of the full-cache KV over the sparse-rl seed-1 run
 # (answers shorten as the model learns), so it stays as one light point
-# (seed 1, every sparse arm) and the paper's operating points are budget 56
+# (seed 1, every sparse arm; its last two arms run last) and the paper's
+# operating points are budget 56
 # (about half of the sequence's KV over a run) and 28 (about a quarter):
 # scripts/sparse28_budget_estimate.py; the measured share is each arm's
 # "KV kept" column in docs/SPARSE_RL.md.
@@ -24,11 +25,9 @@ S50="snapkv:budget=56,window=8,every=8"
 ARMS=(
   "dense-s1|--seed 1"
   "sparserl-r104-s1|--seed 1 --rollout-kv-policy $R104 --correction sparse-rl"
-  "none-r104-s1|--seed 1 --rollout-kv-policy $R104 --correction none"
-  "replay-r104-s1|--seed 1 --rollout-kv-policy $R104 --correction sparse-rl --learner-kv sparse-replay"
-  "numerics-s1|--seed 1 --numerics-correction token_truncate --steps 10"
   "sparserl-r56-s1|--seed 1 --rollout-kv-policy $R50 --correction sparse-rl"
   "none-r56-s1|--seed 1 --rollout-kv-policy $R50 --correction none"
+  "numerics-s1|--seed 1 --numerics-correction token_truncate --steps 10"
   "replay-r56-s1|--seed 1 --rollout-kv-policy $R50 --correction sparse-rl --learner-kv sparse-replay"
   "dense-s2|--seed 2"
   "sparserl-r56-s2|--seed 2 --rollout-kv-policy $R50 --correction sparse-rl"
@@ -42,6 +41,8 @@ ARMS=(
   "none-r28-s1|--seed 1 --rollout-kv-policy $R25 --correction none"
   "replay-r28-s1|--seed 1 --rollout-kv-policy $R25 --correction sparse-rl --learner-kv sparse-replay"
   "sparserl-s56-s1|--seed 1 --rollout-kv-policy $S50 --correction sparse-rl"
+  "none-r104-s1|--seed 1 --rollout-kv-policy $R104 --correction none"
+  "replay-r104-s1|--seed 1 --rollout-kv-policy $R104 --correction sparse-rl --learner-kv sparse-replay"
 )
 worker() {
   mkdir -p runs/sparse28
@@ -62,6 +63,11 @@ worker() {
       /usr/bin/time -v $T train --config $CFG --threads 1 $args --out $out > $rec/log.txt 2>&1
     fi
     cp $out/metrics.jsonl $out/eval.json $rec/ 2>/dev/null
+    # The export served compressed (scripts/sparse28_export_eval.sh), while
+    # this machine still has the arm's checkpoint.
+    if grep -q '"after": [0-9]' $rec/eval.json 2>/dev/null && [ ! -s $rec/export-eval-full.json ]; then
+      TERN=$T scripts/sparse28_export_eval.sh $name >> $rec/log.txt 2>&1
+    fi
     rmdir runs/sparse28/.lock-$name
   done
 }
