@@ -524,6 +524,46 @@ def sparse28_arms():
 
 
 
+def export_score(d, name):
+    """(correct, tasks) of an arm's export scored by `tern eval` under `name`
+    (scripts/sparse28_export_eval.sh), or None."""
+    path = d / f"export-eval-{name}.json"
+    if not path.exists():
+        return None
+    row = json.loads(path.read_text())["rows"][0]
+    return row["correct"], row["tasks"]
+
+
+def sparse28_exports():
+    """Each finished arm's export (q8_0 GGUF) scored on the held-out set with
+    a full cache and under its rollout policy (dense: under budgets 56 and
+    28), pooled over seeds with the 95% Wilson interval; the untrained model
+    scored the same way first."""
+    def cell(scores):
+        if not scores or any(s is None for s in scores):
+            return "-"
+        k, n = sum(s[0] for s in scores), sum(s[1] for s in scores)
+        lo, hi = wilson(k, n)
+        return f"{100 * k / n:.1f} [{lo:.1f}, {hi:.1f}]"
+    rows = []
+    base = RECORDS / "sparse28-base-eval"
+    if export_score(base, "full"):
+        rows.append(["untrained model (no export)", "-", cell([export_score(base, "full")]),
+                     "-", "-", "-"])
+    for label, prefix, _ in SPARSE28_ARMS:
+        dirs = [d for d in sorted(RECORDS.glob(f"sparse28-{prefix}-s*"))
+                if export_score(d, "full")]
+        if not dirs:
+            continue
+        names = ["policy", "r56", "r28"]
+        cells = [cell([export_score(d, n) for d in dirs]) for n in names]
+        rows.append([label, str(len(dirs)), cell([export_score(d, "full") for d in dirs])]
+                    + cells)
+    return table(["arm", "seeds", "export, full cache [95% CI]", "export, rollout policy",
+                  "export, rkv:budget=56", "export, rkv:budget=28"], rows)
+
+
+
 TABLES = {
     "TRAINING.md": {
         "training-learner-vs-f32": training_learner_vs_f32,
@@ -535,6 +575,7 @@ TABLES = {
     "SPARSE_RL.md": {
         "sparse-cap-600mib": sparse_cap_600mib,
         "sparse28-arms": sparse28_arms,
+        "sparse28-exports": sparse28_exports,
     },
     "REASONING.md": {
         "reasoning-arith-bon8": reasoning_arith_bon8,
