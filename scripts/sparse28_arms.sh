@@ -7,7 +7,8 @@
 # one thread beside another arm; docs/records/sparse28-throughput-2026-12-04). Each worker takes the next arm nobody holds (a lock directory), resumes
 # it from its latest checkpoint or starts it, and copies its records to
 # docs/records/sparse28-<arm>/, then scores the arm's export. Start with: scripts/sparse28_arms.sh start
-# (TERN=path picks the binary; every arm must run on the build it started with).
+# (TERN=path picks the binary; every arm must run on the build it started with;
+# `scripts/sparse28_arms.sh worker` adds one worker and leaves others' locks).
 cd "$(dirname "$0")/.."
 T=${TERN:-./target/release/tern}
 CFG=docs/sparse/story.toml
@@ -75,4 +76,7 @@ if [ "$1" = start ]; then
   rm -rf runs/sparse28/.lock-*
   worker & sleep 30; worker & wait
   echo "all arms finished"
+elif [ "$1" = worker ]; then
+  # One more worker beside running ones (their locks stay).
+  worker
 fi

@@ -496,11 +496,14 @@ def sparse28_arms():
     for label, prefix, planned in SPARSE28_ARMS:
         runs = sparse28_finished(prefix)
         if not runs:
-            rows.append([label, f"0/{planned}"] + ["not finished"] + ["-"] * 7)
+            rows.append([label, f"0/{planned}"] + ["not finished"] + ["-"] * 8)
             continue
         steps = [m for (ms, _) in runs.values() for m in ms]
         first = [m["reward_mean"] for (ms, _) in runs.values() for m in ms[:10]]
         last = [m["reward_mean"] for (ms, _) in runs.values() for m in ms[-10:]]
+        # Answer tokens per rollout (4 prompts x 8 rollouts a step).
+        len_first = [m["rollout_tokens"] / 32 for (ms, _) in runs.values() for m in ms[:10]]
+        len_last = [m["rollout_tokens"] / 32 for (ms, _) in runs.values() for m in ms[-10:]]
         rejected = sum((m.get("rho") or {}).get("rejected_tokens", 0) for m in steps)
         learner = sum(m["learner_tokens"] for m in steps)
         peak = sum(m["kv_bytes_peak"] for m in steps)
@@ -514,12 +517,14 @@ def sparse28_arms():
             held_out(runs, "after_policy") or "-",
             " / ".join(f"{b:.1f}" for b in before),
             f"{sum(first) / len(first):.3f} -> {sum(last) / len(last):.3f}",
+            f"{sum(len_first) / len(len_first):.0f} -> {sum(len_last) / len(len_last):.0f}",
             f"{100 * rejected / learner:.1f}%" if learner else "-",
             f"{100 * peak / full:.0f}%" if full else "-",
             f"{tps:.0f}", f"{per_hour:.0f}",
         ])
     return table(["arm", "seeds", "held-out after, full cache (per seed) [95% CI]",
                   "held-out after, rollout policy", "before", "reward (first 10 -> last 10 steps)",
+                  "answer tokens (first 10 -> last 10)",
                   "rejected tokens", "KV kept (peak / full)", "rollout tok/s", "steps/hour"], rows)
 
 

@@ -268,6 +268,42 @@ fn real_model_memory_estimate_is_within_a_quarter_of_the_learners_measured_peak(
 }
 
 #[test]
+fn real_model_steps_plan_the_learner_from_their_own_lengths_under_the_cap() {
+    // At answers of --max-new-tokens (256) eight sequences would not fit
+    // 2 GiB with activations kept, so the start plan recomputes; the step's
+    // answers are short, so it keeps activations (a forward pass per block
+    // fewer) with several sequences per micro-batch, and stays under the cap.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let model = real_model();
+    let o = train(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--task",
+        "arithmetic:count=50,seed=1,ops=word",
+        "--algorithm",
+        "sft",
+        "--steps",
+        "1",
+        "--prompts-per-step",
+        "8",
+        "--max-new-tokens",
+        "256",
+        "--memory-cap",
+        "2GiB",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    ok(&o);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("recompute on"), "{stderr}");
+    let m = &metrics(&out)[0];
+    assert_eq!(m["recompute"], false, "{m}");
+    assert!(m["micro_batch"].as_u64().unwrap() >= 2, "{m}");
+    assert!(m["peak_rss_bytes"].as_u64().unwrap() <= 2 << 30, "{m}");
+}
+
+#[test]
 fn real_model_cap_below_the_weights_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");

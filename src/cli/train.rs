@@ -356,7 +356,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
                 plan.rollout_at_once,
                 plan.cap
                     .map(|c| format!(
-                        ", cap {} (learner peak estimate {}, recompute {}; the cap binds on {})",
+                        ", cap {} (at answers of --max-new-tokens: learner peak estimate {}, recompute {}; the cap binds on {}; each step re-plans its micro-batch and recompute from its own lengths)",
                         format_size(c as usize),
                         format_size(plan.learner_peak as usize),
                         if plan.recompute { "on" } else { "off" },

@@ -22,6 +22,7 @@
 //! gradients.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use candle_core::backprop::GradStore;
@@ -95,8 +96,9 @@ pub struct Learner {
     /// The rollout engine's prefill chunk: which attention kernel each prompt
     /// row was computed on.
     prompt_chunk: usize,
-    /// Keep only each block's input and run the block again in the backward.
-    recompute: bool,
+    /// Keep only each block's input and run the block again in the backward
+    /// (set per step by the memory plan, so shared references may change it).
+    recompute: AtomicBool,
 }
 
 /// The projection onto the vocabulary, as the learner reads it.
@@ -199,7 +201,7 @@ impl Learner {
             full,
             temperature: 1.0,
             prompt_chunk: EngineConfig::default().prompt_chunk(),
-            recompute: false,
+            recompute: AtomicBool::new(false),
         }
     }
 
@@ -215,14 +217,15 @@ impl Learner {
     }
 
     /// Recompute each block in the backward pass instead of keeping its
-    /// activations (LoRA only: full fine-tuning keeps them).
-    pub fn set_recompute(&mut self, on: bool) {
-        self.recompute = on;
+    /// activations (LoRA only: full fine-tuning keeps them). Each GRPO step
+    /// may switch it once its rollouts' lengths are known (`memory::step_plan`).
+    pub fn set_recompute(&self, on: bool) {
+        self.recompute.store(on, Ordering::Relaxed);
     }
 
     /// Whether blocks are recomputed in the backward pass.
     pub fn recomputes(&self) -> bool {
-        self.recompute && self.quantized()
+        self.recompute.load(Ordering::Relaxed) && self.quantized()
     }
 
     /// The model (tokenizer and template included).

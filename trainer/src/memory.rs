@@ -261,6 +261,77 @@ pub fn plan(
     })
 }
 
+/// Tokens one learner pass over `seqs` feeds at `micro` sequences per
+/// micro-batch (the most of any micro-batch), and the longest sequence.
+/// `seqs` holds each sequence's prompt and response length, in batch order;
+/// consecutive sequences with one prompt share its pass, so it counts once.
+pub fn micro_batch_tokens(seqs: &[(&[u32], usize)], micro: usize) -> (u64, u64) {
+    let (mut tokens, mut longest) = (0u64, 0u64);
+    for chunk in seqs.chunks(micro.max(1)) {
+        let mut fed = 0u64;
+        for (i, (prompt, response)) in chunk.iter().enumerate() {
+            if i == 0 || chunk[i - 1].0 != *prompt {
+                fed += prompt.len() as u64;
+            }
+            fed += *response as u64;
+            longest = longest.max((prompt.len() + response) as u64);
+        }
+        tokens = tokens.max(fed);
+    }
+    (tokens, longest)
+}
+
+/// The learner's micro-batch and recompute for one step, planned from the
+/// sequences it is about to train (`seqs`, see [`micro_batch_tokens`])
+/// rather than the start plan's worst case, where every answer is
+/// `max_new_tokens` long. Keeping activations saves a forward pass per block,
+/// so it is chosen whenever a micro-batch of two sequences (or the one
+/// forced) fits the cap; otherwise blocks are recomputed, with the largest
+/// micro-batch that fits. Forced settings (`--micro-batch`, `--recompute`)
+/// are kept; without a cap, or with nothing to train, the start plan stands.
+pub fn step_plan(
+    cfg: &ModelConfig,
+    est: &Estimate,
+    start: &Plan,
+    forced_micro: Option<usize>,
+    forced_recompute: Option<bool>,
+    seqs: &[(&[u32], usize)],
+) -> (usize, bool) {
+    let Some(cap) = start.cap else {
+        return (start.micro_batch, start.recompute);
+    };
+    if seqs.is_empty() {
+        return (start.micro_batch, start.recompute);
+    }
+    let usable = (cap as f64 * PLAN_SHARE) as u64;
+    let fits = |m: usize, recompute: bool| {
+        let (tokens, longest) = micro_batch_tokens(seqs, m);
+        est.learner_peak(cfg, tokens, longest, recompute) <= usable
+    };
+    // Recompute exists only for the quantized LoRA learner.
+    let options: &[bool] = match forced_recompute {
+        Some(true) if est.learner_weights == 0 => &[true],
+        _ if est.learner_weights != 0 => &[false],
+        Some(_) => &[false],
+        None => &[false, true],
+    };
+    if let Some(m) = forced_micro {
+        let recompute = options.iter().copied().find(|&r| fits(m, r));
+        return (m, recompute.unwrap_or(*options.last().unwrap_or(&false)));
+    }
+    let most = seqs.len();
+    for &recompute in options {
+        let best = (1..=most).filter(|&m| fits(m, recompute)).last();
+        match best {
+            Some(m) if recompute || m >= 2.min(most) || options.len() == 1 => {
+                return (m, recompute)
+            }
+            _ => {}
+        }
+    }
+    (1, *options.last().unwrap_or(&false))
+}
+
 /// Fails with the phase's name if the measured peak passed the cap.
 pub fn check(cap: Option<u64>, phase: &'static str) -> Result<u64> {
     let peak = tern_runtime::memory::peak_rss_bytes().unwrap_or(0);
@@ -318,5 +389,61 @@ mod tests {
         assert!(small.learner_peak <= (2u64 << 30));
         let forced = plan(&c, &e, Some(2 << 30), 100, 16, Some(64), 1 << 20, None);
         assert!(forced.unwrap_err().to_string().contains("micro-batch"));
+    }
+
+    /// 32 sequences, 4 prompts of `prompt` tokens x 8 answers of `answer`.
+    fn groups(prompt: usize, answer: usize) -> (Vec<Vec<u32>>, usize) {
+        ((0..4).map(|p| vec![p as u32; prompt]).collect(), answer)
+    }
+
+    fn seqs(g: &(Vec<Vec<u32>>, usize)) -> Vec<(&[u32], usize)> {
+        g.0.iter()
+            .flat_map(|p| std::iter::repeat_n((p.as_slice(), g.1), 8))
+            .collect()
+    }
+
+    #[test]
+    fn a_micro_batch_counts_a_shared_prompt_once() {
+        let g = groups(58, 100);
+        let s = seqs(&g);
+        assert_eq!(micro_batch_tokens(&s, 1), (158, 158));
+        assert_eq!(micro_batch_tokens(&s, 4), (58 + 400, 158));
+        // 5 + 3 per prompt: the second chunk of 5 spans two prompts.
+        assert_eq!(
+            micro_batch_tokens(&s, 5),
+            (58 + 3 * 100 + 58 + 2 * 100, 158)
+        );
+    }
+
+    #[test]
+    fn steps_keep_activations_when_their_sequences_fit_and_recompute_when_not() {
+        let c = smollm();
+        // The quantized LoRA learner (no f32 copy of the weights).
+        let e = Estimate::new(&c, 100 << 20, 5 << 20, false);
+        // The start plan assumes 256-token answers and recomputes.
+        let start = plan(&c, &e, Some(2 << 30), 58 + 256, 32, None, 1 << 20, None).unwrap();
+        assert!(start.recompute);
+        // Answers of 60 tokens: activations kept, more than one sequence at once,
+        // and the step's peak within the plan's share of the cap.
+        let short = groups(58, 60);
+        let (m, r) = step_plan(&c, &e, &start, None, None, &seqs(&short));
+        assert!(!r && m >= 2, "micro {m}, recompute {r}");
+        let (t, l) = micro_batch_tokens(&seqs(&short), m);
+        assert!(e.learner_peak(&c, t, l, false) as f64 <= (2u64 << 30) as f64 * PLAN_SHARE);
+        // Answers of 1,000 tokens: two do not fit with activations kept.
+        let long = groups(58, 1000);
+        let (m, r) = step_plan(&c, &e, &start, None, None, &seqs(&long));
+        assert!(r && m >= 1, "micro {m}, recompute {r}");
+        // Forced settings stand.
+        assert_eq!(
+            step_plan(&c, &e, &start, Some(3), Some(true), &seqs(&short)),
+            (3, true)
+        );
+        let (_, r) = step_plan(&c, &e, &start, None, Some(true), &seqs(&short));
+        assert!(r);
+        // No cap: the start plan.
+        let free = plan(&c, &e, None, 58 + 256, 32, None, 1 << 20, None).unwrap();
+        let got = step_plan(&c, &e, &free, None, None, &seqs(&short));
+        assert_eq!(got, (free.micro_batch, free.recompute));
     }
 }

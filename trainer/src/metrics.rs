@@ -52,6 +52,13 @@ pub struct StepMetrics {
     pub kv_bytes_full: usize,
     /// Peak resident memory of the process so far.
     pub peak_rss_bytes: u64,
+    /// Sequences per learner micro-batch this step (planned from its
+    /// sequences' lengths under the cap; 0 in records written before that).
+    #[serde(default)]
+    pub micro_batch: usize,
+    /// Whether this step's learner recomputed blocks in its backward pass.
+    #[serde(default)]
+    pub recompute: bool,
     /// The estimator's peak for this step's largest learner micro-batch.
     pub peak_estimate_bytes: u64,
     /// Peak resident memory of this step's rollout phase alone (0 where the

@@ -159,6 +159,8 @@ pub fn run(
         kv_bytes_peak: 0,
         kv_bytes_full: 0,
         peak_rss_bytes: 0,
+        micro_batch: 0,
+        recompute: false,
         peak_estimate_bytes: 0,
         rollout_peak_bytes: 0,
         learner_peak_bytes: 0,
@@ -197,7 +199,33 @@ pub fn run(
     tern_runtime::memory::release_free_memory();
     let resets = tern_runtime::memory::start_phase();
     let learning = Instant::now();
-    let corrected = correct(ctx, learner, &mut batch, &mut m)?;
+    // The learner's micro-batch and recompute for the sequences this step
+    // trains (fresh, then replayed), now that their lengths are known.
+    let (micro, recompute) = {
+        let seqs: Vec<(&[u32], usize)> = batch
+            .samples
+            .iter()
+            .map(|s| (s.prompt.as_slice(), s.response.len()))
+            .chain(
+                replayed
+                    .iter()
+                    .flatten()
+                    .map(|r| (r.prompt.as_slice(), r.response.len())),
+            )
+            .collect();
+        memory::step_plan(
+            ctx.mcfg,
+            ctx.est,
+            ctx.plan,
+            cfg.micro_batch,
+            if cfg.full { Some(false) } else { cfg.recompute },
+            &seqs,
+        )
+    };
+    learner.set_recompute(recompute);
+    m.micro_batch = micro;
+    m.recompute = learner.recomputes();
+    let corrected = correct(ctx, learner, micro, &mut batch, &mut m)?;
     // Per sample: pi_old if already known, and the correction's weights.
     let n_fresh = batch.samples.len();
     let (mut old_per, mut weights_per): (PerToken, PerToken) = match corrected {
@@ -225,6 +253,7 @@ pub fn run(
         update(
             ctx,
             learner,
+            micro,
             opt,
             &batch,
             &mut old_per,
@@ -384,6 +413,7 @@ struct Corrected {
 fn correct(
     ctx: &Context<'_>,
     learner: &Learner,
+    micro: usize,
     batch: &mut Batch,
     m: &mut StepMetrics,
 ) -> Result<Option<Corrected>> {
@@ -395,7 +425,7 @@ fn correct(
     let mut out = None;
     let mut keep = vec![true; batch.samples.len()];
     if is_grpo && needs_rho && !batch.samples.is_empty() {
-        let scored = learner.score(&batch.samples, ctx.plan.micro_batch, false)?;
+        let scored = learner.score(&batch.samples, micro, false)?;
         let c = if cfg.numerics_correction != NumericsCorrection::None {
             correction::correct_numerics(
                 cfg.numerics_correction,
@@ -456,31 +486,23 @@ fn rho_stats(
 fn update(
     ctx: &Context<'_>,
     learner: &Learner,
+    micro: usize,
     opt: &mut AdamW,
     batch: &Batch,
     old_per: &mut [Option<Vec<f64>>],
     weights_per: &[Option<Vec<f64>>],
     m: &mut StepMetrics,
 ) -> Result<()> {
-    let (cfg, micro) = (ctx.cfg, ctx.plan.micro_batch);
+    let cfg = ctx.cfg;
     let samples = &batch.samples;
-    let (mut tokens, mut longest) = (0u64, 0u64);
-    for chunk in samples.chunks(micro) {
-        // Consecutive samples with one prompt share its pass (see
-        // `Learner`): the prompt counts once.
-        let mut fed = 0u64;
-        for (i, s) in chunk.iter().enumerate() {
-            if i == 0 || chunk[i - 1].prompt != s.prompt {
-                fed += s.prompt.len() as u64;
-            }
-            fed += s.response.len() as u64;
-            longest = longest.max((s.prompt.len() + s.response.len()) as u64);
-        }
-        tokens = tokens.max(fed);
-    }
+    let seqs: Vec<(&[u32], usize)> = samples
+        .iter()
+        .map(|s| (s.prompt.as_slice(), s.response.len()))
+        .collect();
+    let (tokens, longest) = memory::micro_batch_tokens(&seqs, micro);
     m.peak_estimate_bytes = ctx
         .est
-        .learner_peak(ctx.mcfg, tokens, longest, ctx.plan.recompute);
+        .learner_peak(ctx.mcfg, tokens, longest, learner.recomputes());
     let n_tokens = grpo::counted_tokens(samples.iter().map(|s| s.response.len()), weights_per);
     let inv = 1.0 / n_tokens.max(1) as f64;
     let refs = if cfg.kl_coef > 0.0 && !cfg.full {
