@@ -533,9 +533,10 @@ def export_score(d, name):
     """(correct, tasks) of an arm's export scored by `tern eval` under `name`
     (scripts/sparse28_export_eval.sh), or None."""
     path = d / f"export-eval-{name}.json"
-    if not path.exists():
-        return None
-    row = json.loads(path.read_text())["rows"][0]
+    text = path.read_text() if path.exists() else ""
+    if not text.strip():
+        return None  # not scored, or still being scored
+    row = json.loads(text)["rows"][0]
     return row["correct"], row["tasks"]
 
 

@@ -1,0 +1,106 @@
+#!/bin/bash
+# Issue 29's loop, one stage per call, each resumable and each leaving its
+# records in docs/records/synth29/ or docs/eval/ (small JSONL; the model
+# files stay in runs/synth29/):
+#   scripts/synth29.sh data        training data: N=8 candidates per story task of
+#                                  the training seed (1), K syntheses, correct ones kept
+#   scripts/synth29.sh train       LoRA SFT of the synthesizer on that data
+#   scripts/synth29.sh export      merge it into a q8_0 GGUF
+#   scripts/synth29.sh eval-story  held-out stories (seed 98, never trained on):
+#                                  single, majority@8, synthesize@8 untrained and trained,
+#                                  over the same candidates in one run
+#   scripts/synth29.sh eval-gsm8k  the same on all of GSM8K test
+#   scripts/synth29.sh adaptive    adaptive width and length by difficulty bucket
+#                                  (arithmetic difficulty 1..4) against best-of-8 and
+#                                  fixed-length greedy
+#   scripts/synth29.sh all         every stage in order, with each stage's wall time
+# Sizes come from the environment so that a tiny run checks the plumbing:
+#   DATA_TASKS (400), K (4), SFT_STEPS (100), STORY_TASKS (300), GSM8K_TASKS (1319),
+#   ADAPTIVE_TASKS (400), THREADS (2), TERN (./target/release/tern), OUT (runs/synth29),
+#   REC (docs/records/synth29), EVAL (docs/eval/synth29).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+T=${TERN:-./target/release/tern}
+TH=${THREADS:-2}
+OUT=${OUT:-runs/synth29}
+REC=${REC:-docs/records/synth29}
+EVAL=${EVAL:-docs/eval/synth29}
+mkdir -p "$OUT" "$REC" "$EVAL"
+TRAIN_TASKS="story:count=2000,seed=1,steps=1,cot=0"
+STORY_HELD_OUT="story:count=300,seed=98,steps=1,cot=0"
+STRATEGIES="single,majority@8,synthesize@8,synthesize@8:with=trained"
+
+timed() { # stage command...
+  local s=$1; shift
+  local t0; t0=$(date +%s)
+  echo "$(date -u +%FT%TZ) $s: $*" >> "$REC/commands.txt"
+  "$@"
+  echo "{\"stage\":\"$s\",\"seconds\":$(($(date +%s) - t0)),\"threads\":$TH,\"finished\":\"$(date -u +%FT%TZ)\"}" >> "$REC/wall.jsonl"
+}
+
+data() {
+  timed data "$T" synth-data --task "$TRAIN_TASKS" --limit "${DATA_TASKS:-400}" --n 8 --k "${K:-4}" \
+    --keep disagree --threads "$TH" --json --out "$OUT/data.jsonl" > "$REC/data-summary.json"
+}
+
+train() {
+  cat > "$OUT/sft.toml" <<EOF
+# The synthesizer's SFT (issue 29): LoRA on the synthesis prompts of
+# $OUT/data.jsonl, imitating the kept correct syntheses.
+model = "smollm2-135m-instruct"
+task = "$OUT/data.jsonl"
+algorithm = "sft"
+lora_rank = 8
+lora_alpha = 16
+lora_targets = "all"
+lr = 2e-4
+prompts_per_step = 4
+max_new_tokens = 256
+steps = ${SFT_STEPS:-100}
+seed = 1
+memory_cap = "4GiB"
+checkpoint_every = 10
+EOF
+  cp "$OUT/sft.toml" "$REC/sft.toml"
+  if ls -d "$OUT"/sft/step-* > /dev/null 2>&1; then
+    timed train "$T" train --resume "$OUT/sft" --threads "$TH"
+  else
+    timed train "$T" train --config "$OUT/sft.toml" --threads "$TH" --out "$OUT/sft"
+  fi
+  cp "$OUT/sft/metrics.jsonl" "$REC/sft-metrics.jsonl"
+}
+
+export_model() {
+  timed export "$T" export --checkpoint "$OUT/sft" --out "$OUT/synth.gguf" --threads "$TH" \
+    > "$REC/export-log.txt" 2>&1
+}
+
+compare() { # stage task limit records
+  timed "$1" "$T" eval --task "$2" --limit "$3" --strategy "$STRATEGIES" \
+    --synthesizer "trained=$OUT/synth.gguf" --threads "$TH" --parallel 4 --records "$4" \
+    --json > "$EVAL/$1.json"
+}
+
+adaptive() {
+  timed adaptive "$T" eval --task "arithmetic:count=${ADAPTIVE_TASKS:-400},seed=29,difficulty=1+2+3+4,ops=add+sub+word" \
+    --limit "${ADAPTIVE_TASKS:-400}" --strategy "majority@8,adaptive@8,adaptive@8:wave=1,single,length@auto" \
+    --threads "$TH" --parallel 4 --records "$EVAL/adaptive.jsonl" --json > "$EVAL/adaptive.json"
+  "$T" eval --task "arithmetic:count=${ADAPTIVE_TASKS:-400},seed=29,difficulty=1+2+3+4,ops=add+sub+word" \
+    --limit "${ADAPTIVE_TASKS:-400}" --strategy "majority@8,adaptive@8,adaptive@8:wave=1,single,length@auto" \
+    --records "$EVAL/adaptive.jsonl" --report --by-difficulty > "$EVAL/adaptive-by-difficulty.txt"
+}
+
+case "${1:-}" in
+  data) data ;;
+  train) train ;;
+  export) export_model ;;
+  eval-story) compare eval-story "$STORY_HELD_OUT" "${STORY_TASKS:-300}" "$EVAL/story.jsonl" ;;
+  eval-gsm8k) compare eval-gsm8k ../shared/data/gsm8k_test.jsonl "${GSM8K_TASKS:-1319}" "$EVAL/gsm8k.jsonl" ;;
+  adaptive) adaptive ;;
+  all)
+    data; train; export_model
+    compare eval-story "$STORY_HELD_OUT" "${STORY_TASKS:-300}" "$EVAL/story.jsonl"
+    compare eval-gsm8k ../shared/data/gsm8k_test.jsonl "${GSM8K_TASKS:-1319}" "$EVAL/gsm8k.jsonl"
+    adaptive ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
+esac
