@@ -537,7 +537,7 @@ def export_score(d, name):
     if not text.strip():
         return None  # not scored, or still being scored
     row = json.loads(text)["rows"][0]
-    return row["correct"], row["tasks"]
+    return row["correct"], row["tasks"], row["tokens"]
 
 
 def sparse28_exports():
@@ -551,11 +551,16 @@ def sparse28_exports():
         k, n = sum(s[0] for s in scores), sum(s[1] for s in scores)
         lo, hi = wilson(k, n)
         return f"{100 * k / n:.1f} [{lo:.1f}, {hi:.1f}]"
+
+    def tokens(scores):
+        if not scores or any(s is None for s in scores):
+            return "-"
+        return f"{sum(s[2] for s in scores) / sum(s[1] for s in scores):.0f}"
     rows = []
     base = RECORDS / "sparse28-base-eval"
     if export_score(base, "full"):
         rows.append(["untrained model (no export)", "-", cell([export_score(base, "full")]),
-                     "-", "-", "-"])
+                     tokens([export_score(base, "full")]), "-", "-", "-"])
     for label, prefix, _ in SPARSE28_ARMS:
         dirs = [d for d in sorted(RECORDS.glob(f"sparse28-{prefix}-s*"))
                 if export_score(d, "full")]
@@ -563,9 +568,10 @@ def sparse28_exports():
             continue
         names = ["policy", "r56", "r28"]
         cells = [cell([export_score(d, n) for d in dirs]) for n in names]
-        rows.append([label, str(len(dirs)), cell([export_score(d, "full") for d in dirs])]
-                    + cells)
-    return table(["arm", "seeds", "export, full cache [95% CI]", "export, rollout policy",
+        full = [export_score(d, "full") for d in dirs]
+        rows.append([label, str(len(dirs)), cell(full), tokens(full)] + cells)
+    return table(["arm", "seeds", "export, full cache [95% CI]",
+                  "answer tokens (full cache, greedy)", "export, rollout policy",
                   "export, rkv:budget=56", "export, rkv:budget=28"], rows)
 
 
