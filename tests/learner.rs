@@ -154,7 +154,7 @@ fn recomputed_blocks_give_the_stored_activations_gradients() {
     let path = dir.path().join("tiny.gguf");
     write_tiny_model(&path, &TinySpec::default());
     let all = tern_models::LoraTarget::parse_list("all").unwrap();
-    let mut learner = Learner::load(Path::new(&path), &all, 4, 8.0, 3).unwrap();
+    let learner = Learner::load(Path::new(&path), &all, 4, 8.0, 3).unwrap();
     perturb(&learner, 5);
     let prompt: Vec<u32> = (0..21).map(|i| (i * 31 % 200 + 5) as u32).collect();
     let resp = |n: usize, k: u32| (0..n as u32).map(|i| i * k % 200 + 4).collect::<Vec<_>>();

@@ -783,7 +783,7 @@ pub struct PlotArgs {
     /// PNG file to write.
     #[arg(long, short = 'o')]
     pub out: PathBuf,
-    /// Keys to plot, one panel each, comma-separated; `*_bytes` keys are
+    /// Keys to plot, one panel each, comma-separated; `*_bytes` and `kv_bytes_*` keys are
     /// shown in MiB; a dotted key reaches into an object (`rho.mean_rho`).
     #[arg(
         long,

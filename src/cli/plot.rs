@@ -7,7 +7,7 @@
 //! ...). Everything is checked before anything is drawn: a malformed line is
 //! reported with its number, a key found in no line is named with the keys
 //! that are there. A metric that is `null` on a line (serde_json writes NaN as
-//! `null`) or missing from it is a gap, not an error. `*_bytes` keys are shown
+//! `null`) or missing from it is a gap, not an error. `*_bytes` keys (and `kv_bytes_*`) are shown
 //! in MiB.
 //!
 //! Drawing uses plotters' bitmap backend in memory with ab_glyph text from a
@@ -242,9 +242,15 @@ fn read_metrics(
     Ok((series, seen))
 }
 
+/// Whether `key` counts bytes: `peak_rss_bytes`, and the trainer's
+/// `kv_bytes_peak` / `kv_bytes_full`.
+fn is_bytes(key: &str) -> bool {
+    key.ends_with("_bytes") || key.contains("_bytes_")
+}
+
 /// Byte counts are plotted in MiB: a 9-digit axis is unreadable.
 fn unit_divisor(key: &str) -> f64 {
-    if key.ends_with("_bytes") {
+    if is_bytes(key) {
         (1u64 << 20) as f64
     } else {
         1.0
@@ -254,6 +260,7 @@ fn unit_divisor(key: &str) -> f64 {
 fn title(key: &str) -> String {
     match key.strip_suffix("_bytes") {
         Some(base) => format!("{base} (MiB)"),
+        None if is_bytes(key) => format!("{key} (MiB)"),
         None => key.to_string(),
     }
 }
@@ -370,4 +377,20 @@ fn encode_png(rgb: &[u8], w: u32, h: u32) -> Result<Vec<u8>> {
 /// plotters' errors carry the backend's error type; the message is what matters.
 fn plot_err<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow::anyhow!("drawing the plot failed: {e}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_are_drawn_in_mib_whatever_the_bytes_position() {
+        for key in ["peak_rss_bytes", "kv_bytes_peak", "kv_bytes_full"] {
+            assert_eq!(unit_divisor(key), (1u64 << 20) as f64, "{key}");
+            assert!(title(key).ends_with("(MiB)"), "{key}");
+        }
+        assert_eq!(title("peak_rss_bytes"), "peak_rss (MiB)");
+        assert_eq!(unit_divisor("reward_mean"), 1.0);
+        assert_eq!(title("rho.mean_rho"), "rho.mean_rho");
+    }
 }

@@ -321,7 +321,7 @@ pub fn step_plan(
     }
     let most = seqs.len();
     for &recompute in options {
-        let best = (1..=most).filter(|&m| fits(m, recompute)).last();
+        let best = (1..=most).rev().find(|&m| fits(m, recompute));
         match best {
             Some(m) if recompute || m >= 2.min(most) || options.len() == 1 => {
                 return (m, recompute)

@@ -483,6 +483,7 @@ fn rho_stats(
 /// on the same batch with pi_old fixed; the first epoch's figures go in `m`
 /// (every epoch's in `m.epochs`), and its log-probabilities, taken before the
 /// first update, fill in the samples' unknown pi_old.
+#[allow(clippy::too_many_arguments)]
 fn update(
     ctx: &Context<'_>,
     learner: &Learner,
