@@ -575,6 +575,43 @@ def sparse28_exports():
                   "export, rkv:budget=56", "export, rkv:budget=28"], rows)
 
 
+MASKING_BUCKETS = [(1, 32), (33, 64), (65, 128), (129, 10**9)]
+
+
+def sparse28_masking():
+    """Whether long answers are masked more: every scored rollout of the
+    sparse arms' finished runs that log per-rollout ratios (`rho.rollouts`),
+    pooled over seeds, by answer length: the share of its tokens outside
+    Sparse-RL's band and the share of rollouts vetoed, whichever correction
+    the arm ran; then the same by the sign of the rollout's advantage."""
+    rows = []
+    for label, prefix, _ in SPARSE28_ARMS:
+        if not prefix.startswith(("sparserl", "none", "replay")):
+            continue
+        per = [m["rho"]["rollouts"] for (ms, _) in sparse28_finished(prefix).values()
+               for m in ms if (m.get("rho") or {}).get("rollouts")]
+        if not per:
+            continue
+        roll = [(t, o, v, a) for r in per
+                for t, o, v, a in zip(r["tokens"], r["outside"], r["vetoed"], r["advantage"])]
+
+        def cell(sel):
+            n = len(sel)
+            if not n:
+                return "-"
+            toks = sum(t for t, _, _, _ in sel)
+            out = sum(o for _, o, _, _ in sel)
+            vet = sum(1 for _, _, v, _ in sel if v)
+            return f"{n}: {100 * out / max(toks, 1):.1f}% / {100 * vet / n:.0f}%"
+        cells = [cell([r for r in roll if lo <= r[0] <= hi]) for lo, hi in MASKING_BUCKETS]
+        cells += [cell([r for r in roll if r[3] > 0]), cell([r for r in roll if r[3] < 0])]
+        rows.append([label, str(len(roll))] + cells)
+    if not rows:
+        rows.append(["no finished run logs per-rollout ratios yet", "-"] + ["-"] * 6)
+    return table(["arm", "rollouts scored",
+                  "1-32 tokens", "33-64", "65-128", "129+",
+                  "advantage > 0", "advantage < 0"], rows)
+
 
 TABLES = {
     "TRAINING.md": {
@@ -588,6 +625,7 @@ TABLES = {
         "sparse-cap-600mib": sparse_cap_600mib,
         "sparse28-arms": sparse28_arms,
         "sparse28-exports": sparse28_exports,
+        "sparse28-masking": sparse28_masking,
     },
     "REASONING.md": {
         "reasoning-arith-bon8": reasoning_arith_bon8,

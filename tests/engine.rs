@@ -221,31 +221,43 @@ fn dropping_the_stream_cancels_and_frees_the_sequence() {
 
 #[test]
 fn admission_waits_for_kv_memory_and_the_queue_is_bounded() {
-    let (_d, model) = load_tiny();
-    let mut req = SubmitRequest::new(prompt(2, 8), sampling(1.0, 2), 200);
-    req.ignore_eos = true;
-    let one = tern_runtime::kv::SeqCache::reservation_bytes(
-        model.config(),
-        &req.kv_policy,
-        req.kv_dtype,
-        8,
-        200,
-        16,
-    );
+    // A asks for almost the whole of a long context, so it is still running
+    // when B and C arrive even on a loaded machine (a 200-token request can
+    // finish before the test submits C); it is cancelled, never completed.
+    let (_d, model) = load_tiny_spec(&TinySpec {
+        context_length: 8192,
+        ..TinySpec::default()
+    });
+    let ctx = model.config().context_length;
+    let reservation = |r: &SubmitRequest| {
+        tern_runtime::kv::SeqCache::reservation_bytes(
+            model.config(),
+            &r.kv_policy,
+            r.kv_dtype,
+            r.prompt.len(),
+            r.max_tokens,
+            16,
+        )
+    };
+    let mut long = SubmitRequest::new(prompt(2, 8), sampling(1.0, 2), ctx - 8);
+    long.ignore_eos = true;
+    let mut short = long.clone();
+    short.max_tokens = 200;
+    let (big, small) = (reservation(&long), reservation(&short));
     let engine = EngineHandle::spawn(
         Arc::new(model),
         EngineConfig {
-            kv_memory: one + one / 2,
+            kv_memory: big + small / 2,
             max_queue: 1,
             ..small_config()
         },
     );
-    assert_eq!(engine.reservation(&req), one);
-    let mut a = engine.submit(req.clone()).unwrap();
+    assert_eq!(engine.reservation(&long), big);
+    let mut a = engine.submit(long.clone()).unwrap();
     assert!(matches!(a.blocking_recv(), Some(Event::Prefilled { .. })));
     // A is running and holds the memory: B waits, C finds the queue full.
-    let b = engine.submit(req.clone()).unwrap();
-    match engine.submit(req.clone()) {
+    let b = engine.submit(short.clone()).unwrap();
+    match engine.submit(short.clone()) {
         Err(SubmitError::QueueFull {
             waiting: 1,
             limit: 1,
@@ -253,12 +265,12 @@ fn admission_waits_for_kv_memory_and_the_queue_is_bounded() {
         other => panic!("expected QueueFull, got {:?}", other.map(|s| s.id)),
     }
     let m = engine.metrics().snapshot();
-    assert_eq!((m.running, m.kv_reserved as usize), (1, one));
-    // B runs once A is done.
+    assert_eq!((m.running, m.kv_reserved as usize), (1, big));
+    // B runs once A is gone.
     drop(a);
     assert_eq!(collect(b)[0].0.len(), 200);
     // A request that could never fit is refused up front.
-    let mut huge = req.clone();
+    let mut huge = long.clone();
     huge.n = 2;
     assert!(matches!(
         engine.submit(huge),

@@ -394,6 +394,32 @@ fn mismatched_sparse_sampler_is_measured_and_corrected() {
     );
     assert_eq!(p["rejected_tokens"], 0);
     assert!(f["rejected_tokens"].as_u64().unwrap() > 0, "{f}");
+    // Each run logs, per scored rollout, what Sparse-RL's thresholds see
+    // whichever correction acts: the uncorrected run's record predicts what
+    // sparse-rl masked on the same rollouts (a vetoed rollout whole, else
+    // its tokens outside the band).
+    let per = &p["rollouts"];
+    let col = |k: &str| per[k].as_array().unwrap().clone();
+    let (tokens, outside, vetoed) = (col("tokens"), col("outside"), col("vetoed"));
+    assert!(
+        !tokens.is_empty() && tokens.len() == col("advantage").len(),
+        "{per}"
+    );
+    let predicted: u64 = (0..tokens.len())
+        .map(|i| {
+            if vetoed[i].as_bool().unwrap() {
+                tokens[i].as_u64().unwrap()
+            } else {
+                outside[i].as_u64().unwrap()
+            }
+        })
+        .sum();
+    assert_eq!(
+        Some(predicted),
+        f["rejected_tokens"].as_u64(),
+        "{per} vs {f}"
+    );
+    assert_eq!(per, &f["rollouts"]);
     assert!(
         fixed[k]["learner_tokens"].as_u64() <= plain[k]["learner_tokens"].as_u64(),
         "vetoed rollouts leave the learner's batch"

@@ -242,6 +242,18 @@ pub fn summarize(rhos: &[Vec<f64>]) -> RhoSummary {
     }
 }
 
+/// Per rollout of `rhos`: its tokens outside `[th.low, th.high]` and
+/// whether one fell below `th.veto`, as Sparse-RL would judge it whichever
+/// correction the run uses.
+pub fn band_counts(th: &Thresholds, rhos: &[Vec<f64>]) -> Vec<(usize, bool)> {
+    rhos.iter()
+        .map(|r| {
+            let outside = r.iter().filter(|&&x| x < th.low || x > th.high).count();
+            (outside, r.iter().any(|&x| x < th.veto))
+        })
+        .collect()
+}
+
 /// Sparse-RL's weights for every token of every rollout from the learner's
 /// `old` and the sampler's `sparse` log-probabilities (same shapes).
 pub fn correct(
@@ -370,6 +382,18 @@ mod tests {
     fn lp(rhos: &[f64]) -> (Vec<f64>, Vec<f64>) {
         // old = ln rho, sparse = 0: the ratio of each token is rho.
         (rhos.iter().map(|r| r.ln()).collect(), vec![0.0; rhos.len()])
+    }
+
+    #[test]
+    fn band_counts_judge_each_rollout_by_sparse_rls_thresholds() {
+        // Default band [0.5, 1.5], veto 1e-4: the first rollout has two
+        // tokens outside the band and none vetoed, the second one vetoed
+        // token (also outside), the third none.
+        let rhos = vec![vec![0.4, 1.0, 1.6], vec![1.0, 1e-5], vec![0.9, 1.1]];
+        assert_eq!(
+            band_counts(&Thresholds::default(), &rhos),
+            vec![(2, false), (1, true), (0, false)]
+        );
     }
 
     /// The log-probabilities of several rollouts with these ratios.

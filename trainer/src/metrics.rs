@@ -107,6 +107,26 @@ pub struct RhoStats {
     /// `[0.5, 0.8)`, ..., `[0.99, 1.01)`, ..., `[2, inf)`).
     #[serde(default)]
     pub hist: Vec<usize>,
+    /// Per scored rollout, what Sparse-RL's thresholds see in its ratios
+    /// whichever correction acts (none included), so that a run can test
+    /// whether long answers are masked more (docs/SPARSE_RL.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollouts: Option<RolloutRho>,
+}
+
+/// One entry per rollout the learner scored (groups with a reward signal),
+/// in batch order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RolloutRho {
+    /// Response tokens.
+    pub tokens: Vec<usize>,
+    /// Tokens whose ratio lies outside Sparse-RL's `[low, high]` band.
+    pub outside: Vec<usize>,
+    /// Whether any token's ratio fell below Sparse-RL's veto.
+    pub vetoed: Vec<bool>,
+    /// The rollout's group-normalised advantage (its sign: better or worse
+    /// than its group).
+    pub advantage: Vec<f64>,
 }
 
 /// The PPO ratio `r = pi_theta / pi_old` over the tokens of an update.

@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::grpo::{self, Objective};
 use crate::learner::{Learner, Sample};
 use crate::memory::{self, Estimate, Plan};
-use crate::metrics::{EpochStats, RatioStats, RhoStats, StepMetrics};
+use crate::metrics::{EpochStats, RatioStats, RhoStats, RolloutRho, StepMetrics};
 use crate::optim::{clip_grad_norm, AdamW};
 use crate::rollout::{self, RolloutSpec};
 
@@ -269,8 +269,10 @@ pub fn run(
             .iter()
             .map(|o| o.clone().unwrap_or_default())
             .collect();
-        let stats = correction::summarize(&correction::ratios(&old, &batch.behaviour));
-        m.rho = Some(rho_stats(0, 0, stats));
+        let rhos = correction::ratios(&old, &batch.behaviour);
+        let mut rho = rho_stats(0, 0, correction::summarize(&rhos));
+        rho.rollouts = Some(per_rollout(&cfg.rho, &rhos, &batch.advantages[..n_fresh]));
+        m.rho = Some(rho);
     }
     let fresh = if cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0 {
         fresh_groups(&batch, n_fresh, &old_per)
@@ -436,7 +438,10 @@ fn correct(
         } else {
             correction::correct(cfg.correction, &cfg.rho, &scored, &batch.behaviour)
         };
-        m.rho = Some(rho_stats(c.rejected_rollouts, c.rejected_tokens, c.stats));
+        let mut rho = rho_stats(c.rejected_rollouts, c.rejected_tokens, c.stats);
+        let rhos = correction::ratios(&scored, &batch.behaviour);
+        rho.rollouts = Some(per_rollout(&cfg.rho, &rhos, &batch.advantages));
+        m.rho = Some(rho);
         if corrects {
             keep = c
                 .weights
@@ -462,6 +467,17 @@ fn correct(
     }))
 }
 
+/// Each scored rollout's length, band counts and advantage (`RolloutRho`).
+fn per_rollout(th: &correction::Thresholds, rhos: &[Vec<f64>], advantages: &[f64]) -> RolloutRho {
+    let (outside, vetoed) = correction::band_counts(th, rhos).into_iter().unzip();
+    RolloutRho {
+        tokens: rhos.iter().map(Vec::len).collect(),
+        outside,
+        vetoed,
+        advantage: advantages.to_vec(),
+    }
+}
+
 /// A step's `rho` record from a correction's counts and the ratios' statistics.
 fn rho_stats(
     rejected_rollouts: usize,
@@ -476,6 +492,7 @@ fn rho_stats(
         max_rho: s.max_rho,
         kl_old_sparse: s.kl_old_sparse,
         hist: s.hist,
+        rollouts: None,
     }
 }
 
