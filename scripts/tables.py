@@ -15,6 +15,7 @@ Usage:
   python3 scripts/tables.py --self-test  check the region rewriter on a temporary doc
 """
 import json
+import math
 import pathlib
 import re
 import sys
@@ -575,6 +576,68 @@ def sparse28_exports():
                   "export, rkv:budget=56", "export, rkv:budget=28"], rows)
 
 
+def export_tasks(d, name):
+    """{task: ok} of an arm's export scored under `name`, or None."""
+    path = d / f"export-eval-{name}.jsonl"
+    if not path.exists() or not path.read_text().strip():
+        return None
+    rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+    return {r["task"]: r["ok"] for r in rows}
+
+
+def mcnemar_p(b, c):
+    """Exact two-sided McNemar p-value for b and c discordant pairs."""
+    n, k = b + c, min(b, c)
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired(pairs):
+    """Accuracy difference (percent points) of paired outcomes [(a_ok, b_ok)]
+    with its 95% interval, a-only / b-only wins and McNemar's p."""
+    n = len(pairs)
+    b = sum(1 for x, y in pairs if x and not y)
+    c = sum(1 for x, y in pairs if y and not x)
+    d = (b - c) / n
+    h = 1.96 * max(0.0, (b + c) / n - d * d) ** 0.5 / n ** 0.5
+    return f"{100 * d:+.1f} [{100 * (d - h):+.1f}, {100 * (d + h):+.1f}]", f"{b} / {c}", f"{mcnemar_p(b, c):.3g}"
+
+
+def sparse28_paired():
+    """Each sparse arm's export against dense's, task by task on the same
+    held-out set and seed (pooled over the seeds both arms finished): with a
+    full cache, and served under the arm's budget (dense's export scored
+    under rkv 56 and 28); the difference in points with its paired 95%
+    interval, tasks only the arm / only dense got right, McNemar's p."""
+    dense = {int(d.name.rsplit("-s", 1)[1]): d for d in sorted(RECORDS.glob("sparse28-dense-s*"))}
+    rows = []
+    for label, prefix, _ in SPARSE28_ARMS:
+        if prefix in ("dense", "numerics"):
+            continue
+        budget = {"r56": "r56", "r28": "r28"}.get(prefix.rsplit("-", 1)[1])
+        for mode, mine, theirs in (("full cache", "full", "full"),
+                                   ("served under its policy", "policy", budget)):
+            if theirs is None:
+                continue
+            pairs, seeds = [], []
+            for d in sorted(RECORDS.glob(f"sparse28-{prefix}-s*")):
+                seed = int(d.name.rsplit("-s", 1)[1])
+                a = export_tasks(d, mine)
+                b = export_tasks(dense[seed], theirs) if seed in dense else None
+                if a is None or b is None or set(a) != set(b):
+                    continue
+                seeds.append(str(seed))
+                pairs += [(a[t], b[t]) for t in sorted(a)]
+            if pairs:
+                rows.append([label, mode, ", ".join(seeds), str(len(pairs)), *paired(pairs)])
+    if not rows:
+        rows.append(["no sparse arm and dense have exports of the same seed yet", "-", "-", "-", "-", "-", "-"])
+    return table(["arm", "scored", "seeds", "tasks", "arm - dense, points [95% CI]",
+                  "only arm / only dense right", "McNemar p"], rows)
+
+
 MASKING_BUCKETS = [(1, 32), (33, 64), (65, 128), (129, 10**9)]
 
 
@@ -626,6 +689,7 @@ TABLES = {
         "sparse28-arms": sparse28_arms,
         "sparse28-exports": sparse28_exports,
         "sparse28-masking": sparse28_masking,
+        "sparse28-paired": sparse28_paired,
     },
     "REASONING.md": {
         "reasoning-arith-bon8": reasoning_arith_bon8,
