@@ -638,6 +638,62 @@ def sparse28_paired():
                   "only arm / only dense right", "McNemar p"], rows)
 
 
+def ranks(v):
+    """Ranks of `v` (ties share their mean rank)."""
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    r = [0.0] * len(v)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2
+        i = j + 1
+    return r
+
+
+def pearson(x, y):
+    n = len(x)
+    mx, my = sum(x) / n, sum(y) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
+    sxx = sum((a - mx) ** 2 for a in x)
+    syy = sum((b - my) ** 2 for b in y)
+    return sxy / (sxx * syy) ** 0.5 if sxx and syy else float("nan")
+
+
+def sparse28_masking_steps():
+    """Step-level reading of the masking question for every finished
+    sparse-rl run (per-rollout records or not): across the steps that
+    scored rollouts, Spearman's correlation between the step's mean answer
+    length and the share of its generated tokens the correction discarded,
+    and the same with the step number partialled out (answers shorten and
+    the mismatch changes as training goes on, so time alone could tie them)."""
+    rows = []
+    for label, prefix, _ in SPARSE28_ARMS:
+        if not prefix.startswith("sparserl"):
+            continue
+        for seed, (ms, _) in sorted(sparse28_finished(prefix).items()):
+            pts = [(m["step"], m["rollout_tokens"] / 32, m["rho"]["rejected_tokens"] / m["rollout_tokens"])
+                   for m in ms if m.get("rho") and m["rollout_tokens"] and m["learner_tokens"]]
+            if len(pts) < 10:
+                continue
+            t, x, y = (ranks([p[i] for p in pts]) for i in range(3))
+            rxy, rxt, ryt = pearson(x, y), pearson(x, t), pearson(y, t)
+            partial = (rxy - rxt * ryt) / ((1 - rxt ** 2) * (1 - ryt ** 2)) ** 0.5
+            share = sum(m["rho"]["rejected_tokens"] for m in ms if m.get("rho")) / sum(m["rollout_tokens"] for m in ms)
+            # Two-sided p of the partial correlation (Fisher's z, one
+            # variable controlled).
+            z = math.atanh(partial) * (len(pts) - 4) ** 0.5
+            p = math.erfc(abs(z) / 2 ** 0.5)
+            rows.append([label, str(seed), str(len(pts)), f"{100 * share:.1f}%",
+                         f"{rxy:+.2f}", f"{partial:+.2f} (p = {p:.1g})"])
+    if not rows:
+        rows.append(["no finished sparse-rl run", "-", "-", "-", "-", "-"])
+    return table(["arm", "seed", "steps that scored", "generated tokens discarded",
+                  "Spearman (answer length, share discarded)", "same, step number partialled out"], rows)
+
+
 MASKING_BUCKETS = [(1, 32), (33, 64), (65, 128), (129, 10**9)]
 
 
@@ -689,6 +745,7 @@ TABLES = {
         "sparse28-arms": sparse28_arms,
         "sparse28-exports": sparse28_exports,
         "sparse28-masking": sparse28_masking,
+        "sparse28-masking-steps": sparse28_masking_steps,
         "sparse28-paired": sparse28_paired,
     },
     "REASONING.md": {
