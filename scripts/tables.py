@@ -497,7 +497,7 @@ def sparse28_arms():
     for label, prefix, planned in SPARSE28_ARMS:
         runs = sparse28_finished(prefix)
         if not runs:
-            rows.append([label, f"0/{planned}"] + ["not finished"] + ["-"] * 8)
+            rows.append([label, f"0/{planned}"] + ["not finished"] + ["-"] * 9)
             continue
         steps = [m for (ms, _) in runs.values() for m in ms]
         first = [m["reward_mean"] for (ms, _) in runs.values() for m in ms[:10]]
@@ -521,12 +521,17 @@ def sparse28_arms():
             f"{sum(len_first) / len(len_first):.0f} -> {sum(len_last) / len(len_last):.0f}",
             f"{100 * rejected / learner:.1f}%" if learner else "-",
             f"{100 * peak / full:.0f}%" if full else "-",
+            # Per rollout (32 a step), in MiB: its peak KV, and what it saved
+            # against a full cache.
+            f"{peak / (32 * len(steps)) / 2**20:.2f} ({(full - peak) / (32 * len(steps)) / 2**20:.2f})"
+            if full else "-",
             f"{tps:.0f}", f"{per_hour:.0f}",
         ])
     return table(["arm", "seeds", "held-out after, full cache (per seed) [95% CI]",
                   "held-out after, rollout policy", "before", "reward (first 10 -> last 10 steps)",
                   "answer tokens (first 10 -> last 10)",
-                  "rejected tokens", "KV kept (peak / full)", "rollout tok/s", "steps/hour"], rows)
+                  "rejected tokens", "KV kept (peak / full)",
+                  "KV per rollout, MiB (saved)", "rollout tok/s", "steps/hour"], rows)
 
 
 
