@@ -261,6 +261,27 @@ def training_learner_ab_rounds():
                   "2 threads (one round)", "peak RSS"], rows)
 
 
+def training_learner_ab_vm2():
+    """The same three learners, three interleaved rounds at one thread, on
+    the second VM (docs/records/learner-ab-2026-12-04-vm2/)."""
+    d = RECORDS / "learner-ab-2026-12-04-vm2"
+    step = lambda f: jsonl(d / f"{f}.metrics.jsonl")[0]
+    tps = lambda s: s["learner_tokens"] / s["learner_seconds"]
+    learners = [("f32-false", "`--learner-weights f32`"),
+                ("gguf-false", "`--learner-weights gguf --recompute false`"),
+                ("gguf-true", "`--learner-weights gguf --recompute true`")]
+    med = {k: sorted(tps(step(f"r{r}-{k}")) for r in (1, 2, 3))[1] for k, _ in learners}
+    rows = []
+    for key, label in learners:
+        rounds = [tps(step(f"r{r}-{key}")) for r in (1, 2, 3)]
+        ratio = "" if key == "f32-false" else f" ({med[key] / med['f32-false']:.2f}x)"
+        peak = step(f"r1-{key}")["learner_peak_bytes"]
+        peak = f"{peak / GIB:.1f} GiB" if peak >= GIB else mib(peak)
+        rows.append([label, ", ".join(f"{x:.1f}" for x in rounds),
+                     f"**{med[key]:.1f}**{ratio}", peak])
+    return table(["learner", "tokens/s, rounds 1-3 (1 thread)", "median",
+                  "learner peak RSS"], rows)
+
 def training_planner_calibration():
     """The planner's learner estimate against the learner phase's own
     measured peak (docs/records/planner-calibration/)."""
@@ -742,6 +763,7 @@ TABLES = {
         "training-learner-vs-f32": training_learner_vs_f32,
         "training-learner-ab": training_learner_ab,
         "training-learner-ab-rounds": training_learner_ab_rounds,
+        "training-learner-ab-vm2": training_learner_ab_vm2,
         "training-planner-calibration": training_planner_calibration,
         "training-llama32-1b-shape": training_llama32_1b_shape,
     },
