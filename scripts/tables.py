@@ -233,21 +233,27 @@ def training_learner_ab():
     return table(["learner", "learner tokens/s", "peak RSS", "loss, grad norm"], rows)
 
 
+AB_LEARNERS = [("f32-false", "`--learner-weights f32`"),
+               ("gguf-false", "`--learner-weights gguf --recompute false`"),
+               ("gguf-true", "`--learner-weights gguf --recompute true`")]
+
+
+def ab_rounds(name):
+    """A learner A/B's records: `step(run)` (its one step's metrics),
+    `tps(step)` (learner tokens/s) and each learner's median over rounds 1-3."""
+    d = RECORDS / name
+    step = lambda f: jsonl(d / f"{f}.metrics.jsonl")[0]
+    tps = lambda s: s["learner_tokens"] / s["learner_seconds"]
+    med = {k: sorted(tps(step(f"r{r}-{k}")) for r in (1, 2, 3))[1] for k, _ in AB_LEARNERS}
+    return step, tps, med
+
+
 def training_learner_ab_rounds():
     """The three learners over three interleaved rounds at one thread, and
     one round at two threads (docs/records/learner-ab-2026-12-04/)."""
-    d = RECORDS / "learner-ab-2026-12-04"
-    step = lambda f: jsonl(d / f"{f}.metrics.jsonl")[0]
-    tps = lambda s: s["learner_tokens"] / s["learner_seconds"]
-    learners = [("f32-false", "`--learner-weights f32`"),
-                ("gguf-false", "`--learner-weights gguf --recompute false`"),
-                ("gguf-true", "`--learner-weights gguf --recompute true`")]
-    med = {}
-    for key, _ in learners:
-        xs = sorted(tps(step(f"r{r}-{key}")) for r in (1, 2, 3))
-        med[key] = xs[1]
+    step, tps, med = ab_rounds("learner-ab-2026-12-04")
     rows = []
-    for key, label in learners:
+    for key, label in AB_LEARNERS:
         rounds = [tps(step(f"r{r}-{key}")) for r in (1, 2, 3)]
         t2 = tps(step(f"t2-{key}"))
         t2f = tps(step("t2-f32-false"))
@@ -264,15 +270,9 @@ def training_learner_ab_rounds():
 def training_learner_ab_vm2():
     """The same three learners, three interleaved rounds at one thread, on
     the second VM (docs/records/learner-ab-2026-12-04-vm2/)."""
-    d = RECORDS / "learner-ab-2026-12-04-vm2"
-    step = lambda f: jsonl(d / f"{f}.metrics.jsonl")[0]
-    tps = lambda s: s["learner_tokens"] / s["learner_seconds"]
-    learners = [("f32-false", "`--learner-weights f32`"),
-                ("gguf-false", "`--learner-weights gguf --recompute false`"),
-                ("gguf-true", "`--learner-weights gguf --recompute true`")]
-    med = {k: sorted(tps(step(f"r{r}-{k}")) for r in (1, 2, 3))[1] for k, _ in learners}
+    step, tps, med = ab_rounds("learner-ab-2026-12-04-vm2")
     rows = []
-    for key, label in learners:
+    for key, label in AB_LEARNERS:
         rounds = [tps(step(f"r{r}-{key}")) for r in (1, 2, 3)]
         ratio = "" if key == "f32-false" else f" ({med[key] / med['f32-false']:.2f}x)"
         peak = step(f"r1-{key}")["learner_peak_bytes"]
