@@ -38,6 +38,9 @@ ARMS=(
   "sparserl-r56-s3|--seed 3 --rollout-kv-policy $R50 --correction sparse-rl"
   "none-r56-s3|--seed 3 --rollout-kv-policy $R50 --correction none"
   "replay-r56-s3|--seed 3 --rollout-kv-policy $R50 --correction sparse-rl --learner-kv sparse-replay"
+  # Build 3's question: group advantages over the rollouts the correction
+  # kept instead of all G (every other arm uses all).
+  "kept-r56-s1|--seed 1 --rollout-kv-policy $R50 --correction sparse-rl --advantages kept"
   "sparserl-r28-s1|--seed 1 --rollout-kv-policy $R25 --correction sparse-rl"
   "none-r28-s1|--seed 1 --rollout-kv-policy $R25 --correction none"
   "replay-r28-s1|--seed 1 --rollout-kv-policy $R25 --correction sparse-rl --learner-kv sparse-replay"

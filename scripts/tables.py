@@ -476,6 +476,7 @@ SPARSE28_ARMS = [
     ("sparse, no correction, rkv:budget=56 (~50%)", "none-r56", 3),
     ("sparse-rl, rkv:budget=56 (~50%)", "sparserl-r56", 3),
     ("sparse-rl + sparse-replay, rkv:budget=56 (~50%)", "replay-r56", 3),
+    ("sparse-rl, advantages over kept rollouts, rkv:budget=56 (~50%)", "kept-r56", 1),
     ("sparse, no correction, rkv:budget=28 (~25%)", "none-r28", 1),
     ("sparse-rl, rkv:budget=28 (~25%)", "sparserl-r28", 1),
     ("sparse-rl + sparse-replay, rkv:budget=28 (~25%)", "replay-r28", 1),
@@ -697,7 +698,7 @@ def sparse28_masking_steps():
     the mismatch changes as training goes on, so time alone could tie them)."""
     rows = []
     for label, prefix, _ in SPARSE28_ARMS:
-        if not prefix.startswith("sparserl"):
+        if not prefix.startswith(("sparserl", "kept")):
             continue
         for seed, (ms, _) in sorted(sparse28_finished(prefix).items()):
             pts = [(m["step"], m["rollout_tokens"] / 32, m["rho"]["rejected_tokens"] / m["rollout_tokens"])
@@ -731,7 +732,7 @@ def sparse28_masking():
     the arm ran; then the same by the sign of the rollout's advantage."""
     rows = []
     for label, prefix, _ in SPARSE28_ARMS:
-        if not prefix.startswith(("sparserl", "none", "replay")):
+        if not prefix.startswith(("sparserl", "none", "replay", "kept")):
             continue
         per = [m["rho"]["rollouts"] for (ms, _) in sparse28_finished(prefix).values()
                for m in ms if (m.get("rho") or {}).get("rollouts")]
