@@ -729,7 +729,17 @@ def sparse28_masking():
     sparse arms' finished runs that log per-rollout ratios (`rho.rollouts`),
     pooled over seeds, by answer length: the share of its tokens outside
     Sparse-RL's band and the share of rollouts vetoed, whichever correction
-    the arm ran; then the same by the sign of the rollout's advantage."""
+    the arm ran; for all rollouts, then for those better and worse than
+    their group (advantage above and below 0), with their mean length."""
+    def cell(sel):
+        n = len(sel)
+        if not n:
+            return "-"
+        toks = sum(t for t, _, _, _ in sel)
+        out = sum(o for _, o, _, _ in sel)
+        vet = sum(1 for _, _, v, _ in sel if v)
+        return f"{n}: {100 * out / max(toks, 1):.1f}% / {100 * vet / n:.0f}%"
+
     rows = []
     for label, prefix, _ in SPARSE28_ARMS:
         if not prefix.startswith(("sparserl", "none", "replay", "kept")):
@@ -740,24 +750,17 @@ def sparse28_masking():
             continue
         roll = [(t, o, v, a) for r in per
                 for t, o, v, a in zip(r["tokens"], r["outside"], r["vetoed"], r["advantage"])]
-
-        def cell(sel):
-            n = len(sel)
-            if not n:
-                return "-"
-            toks = sum(t for t, _, _, _ in sel)
-            out = sum(o for _, o, _, _ in sel)
-            vet = sum(1 for _, _, v, _ in sel if v)
-            return f"{n}: {100 * out / max(toks, 1):.1f}% / {100 * vet / n:.0f}%"
-        cells = [cell([r for r in roll if lo <= r[0] <= hi]) for lo, hi in MASKING_BUCKETS]
-        cells += [cell([r for r in roll if r[3] > 0]), cell([r for r in roll if r[3] < 0])]
-        rows.append([label, str(len(roll))] + cells)
+        for which, sel in (("all", roll), ("advantage > 0", [r for r in roll if r[3] > 0]),
+                           ("advantage < 0", [r for r in roll if r[3] < 0])):
+            if not sel:
+                continue
+            mean = sum(r[0] for r in sel) / len(sel)
+            rows.append([label, which, cell(sel), f"{mean:.0f}"]
+                        + [cell([r for r in sel if lo <= r[0] <= hi]) for lo, hi in MASKING_BUCKETS])
     if not rows:
-        rows.append(["no finished run logs per-rollout ratios yet", "-"] + ["-"] * 6)
-    return table(["arm", "rollouts scored",
-                  "1-32 tokens", "33-64", "65-128", "129+",
-                  "advantage > 0", "advantage < 0"], rows)
-
+        rows.append(["no finished run logs per-rollout ratios yet"] + ["-"] * 7)
+    return table(["arm", "rollouts", "all lengths", "mean answer tokens",
+                  "1-32 tokens", "33-64", "65-128", "129+"], rows)
 
 TABLES = {
     "TRAINING.md": {
