@@ -31,16 +31,41 @@ STORY_HELD_OUT="story:count=300,seed=98,steps=1,cot=0"
 STRATEGIES="single,majority@8,synthesize@8,synthesize@8:with=trained"
 
 timed() { # stage command...
+  # Wall time per stage in wall.jsonl. A stage killed with its session (a
+  # machine reclaims its jobs) leaves wall-open.json, its last heartbeat;
+  # the next call files that as an interrupted part, so a stage resumed
+  # over several sessions still sums to its whole time (to within 5 s).
   local s=$1; shift
+  if [ -f "$REC/wall-open.json" ]; then
+    cat "$REC/wall-open.json" >> "$REC/wall.jsonl"
+    rm "$REC/wall-open.json"
+  fi
   local t0; t0=$(date +%s)
   echo "$(date -u +%FT%TZ) $s: $*" >> "$REC/commands.txt"
-  "$@"
+  "$@" &
+  local pid=$!
+  while kill -0 "$pid" 2> /dev/null; do
+    sleep 5
+    echo "{\"stage\":\"$s\",\"seconds\":$(($(date +%s) - t0)),\"threads\":$TH,\"interrupted\":true}" \
+      > "$REC/wall-open.json"
+  done
+  wait "$pid"
+  rm -f "$REC/wall-open.json"
   echo "{\"stage\":\"$s\",\"seconds\":$(($(date +%s) - t0)),\"threads\":$TH,\"finished\":\"$(date -u +%FT%TZ)\"}" >> "$REC/wall.jsonl"
 }
 
 data() {
   timed data "$T" synth-data --task "$TRAIN_TASKS" --limit "${DATA_TASKS:-400}" --n 8 --k "${K:-4}" \
     --keep disagree --threads "$TH" --json --out "$OUT/data.jsonl" > "$REC/data-summary.json"
+  # The whole data set's record, also when the stage was resumed (the
+  # summary above counts only its last call): every task done, and each kept
+  # example's sampling outcome without its prompt text (tasks not kept had
+  # their majority right and no disagreement).
+  cp "$OUT/data.jsonl.sources" "$REC/data-sources.txt"
+  python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    e = json.loads(l); e["has_target"] = "target" in e
+    e.pop("question"); e.pop("target", None); print(json.dumps(e))' "$OUT/data.jsonl" > "$REC/data-kept.jsonl"
 }
 
 train() {
@@ -88,6 +113,9 @@ adaptive() {
   "$T" eval --task "arithmetic:count=${ADAPTIVE_TASKS:-400},seed=29,difficulty=1+2+3+4,ops=add+sub+word" \
     --limit "${ADAPTIVE_TASKS:-400}" --strategy "majority@8,adaptive@8,adaptive@8:wave=1,single,length@auto" \
     --records "$EVAL/adaptive.jsonl" --report --by-difficulty > "$EVAL/adaptive-by-difficulty.txt"
+  "$T" eval --task "arithmetic:count=${ADAPTIVE_TASKS:-400},seed=29,difficulty=1+2+3+4,ops=add+sub+word" \
+    --limit "${ADAPTIVE_TASKS:-400}" --strategy "majority@8,adaptive@8,adaptive@8:wave=1,single,length@auto" \
+    --records "$EVAL/adaptive.jsonl" --report --by-difficulty --json > "$EVAL/adaptive-by-difficulty.json"
 }
 
 case "${1:-}" in

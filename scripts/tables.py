@@ -415,6 +415,162 @@ def reasoning_humaneval():
             "that greedy solves.\n")
 
 
+
+# ---------------------------------------------------------------- issue 29 (docs/REASONING.md)
+
+SYNTH29_REC = RECORDS / "synth29"
+SYNTH29_EVAL = EVAL / "synth29"
+SYNTH29_STRATEGIES = ["single", "majority@8", "synthesize@8", "synthesize@8:with=trained"]
+SYNTH29_LABELS = {"single": "single (greedy)", "majority@8": "majority@8",
+                  "synthesize@8": "synthesize@8, untrained synthesizer",
+                  "synthesize@8:with=trained": "synthesize@8, trained synthesizer"}
+
+
+def not_run(stage, what):
+    return f"Not run yet: `scripts/synth29.sh {stage}` writes {what}.\n"
+
+
+def synth29_data(rec=None):
+    """The synthesizer's training data: every task processed (data-sources.txt)
+    and each kept example's sampling outcome (data-kept.jsonl)."""
+    rec = rec or SYNTH29_REC
+    src = rec / "data-sources.txt"
+    if not src.exists():
+        return not_run("data", "docs/records/synth29/data-sources.txt and data-kept.jsonl")
+    tasks = {int(l) for l in src.read_text().split()}
+    kept = jsonl(rec / "data-kept.jsonl")
+    n = len(tasks)
+    # A task not kept had its majority right and no disagreement.
+    majority_right = n - len(kept) + sum(e["majority_right"] for e in kept)
+    some_right = n - len(kept) + sum(e["candidates_right"] > 0 for e in kept)
+    target = sum(e["has_target"] for e in kept)
+    k = sum(e["k"] for e in kept)
+    rows = [
+        ["training tasks (story seed 1) sampled, 8 candidates each", str(n)],
+        ["majority of the 8 right", pct(majority_right, n)],
+        ["some candidate right", pct(some_right, n)],
+        ["kept: candidates disagree or majority wrong", pct(len(kept), n)],
+        ["syntheses of kept tasks right", pct(sum(e["syntheses_right"] for e in kept), k) if k else "-"],
+        ["SFT examples (kept tasks with a right synthesis as target)", str(target)],
+        ["kept tasks whose majority was wrong, with a target", str(sum(e["has_target"] and not e["majority_right"] for e in kept))],
+    ]
+    sft = rec / "sft-metrics.jsonl"
+    if sft.exists():
+        losses = [m["loss"] for m in jsonl(sft) if isinstance(m.get("loss"), (int, float))]
+        if len(losses) >= 2:
+            w = min(10, len(losses) // 2)
+            rows.append([f"SFT loss, mean of steps 1-{w} -> last {w} ({len(losses)} steps)",
+                         f"{sum(losses[:w]) / w:.3f} -> {sum(losses[-w:]) / w:.3f}"])
+    return table(["synthesis training data", ""], rows)
+
+
+def synth29_compare(records, total, stage):
+    """single, majority@8 and the two synthesizers over the same candidates,
+    each against majority@8 task by task, and trained against untrained."""
+    if not records.exists() or not records.read_text().strip():
+        return not_run(stage, f"docs/eval/synth29/{records.name}")
+    rows = eval_rows(records, SYNTH29_STRATEGIES)
+    n = rows["single"]["tasks"]
+    if n == 0:
+        return not_run(stage, f"docs/eval/synth29/{records.name}")
+    ok = {s: [r["ok"] for r in rows[s]["records"]] for s in SYNTH29_STRATEGIES}
+
+    def versus(a, b):
+        wins = sum(1 for x, y in zip(ok[a], ok[b]) if x and not y)
+        losses = sum(1 for x, y in zip(ok[a], ok[b]) if y and not x)
+        return f"{wins} / {losses}", f"{mcnemar_p(wins, losses):.3g}"
+
+    out = []
+    for s in SYNTH29_STRATEGIES:
+        r = rows[s]
+        lo, hi = wilson(r["correct"], n)
+        vs = versus(s, "majority@8") if s != "majority@8" else ("-", "-")
+        out.append([SYNTH29_LABELS[s], f"{pct(r['correct'], n)} [{lo:.1f}, {hi:.1f}]",
+                    f"{r['tokens_per_task']:.1f}", vs[0], vs[1]])
+    head = f"All {n} tasks" if n == total else f"Progress so far: {n} of {total} tasks"
+    tw = versus("synthesize@8:with=trained", "synthesize@8")
+    return (f"{head} (temperature 0.7, top-p 0.95, seed 42 + 1000 x task; the three best-of-8 "
+            f"strategies share each task's 8 candidates):\n\n"
+            + table(["strategy", "accuracy [95% CI]", "tokens/task", "vs majority@8: wins / losses",
+                     "McNemar p"], out)
+            + f"\nTrained against untrained synthesizer: {tw[0]} (wins / losses), McNemar p = {tw[1]}.\n")
+
+
+def synth29_story(ev=None):
+    return synth29_compare((ev or SYNTH29_EVAL) / "story.jsonl", 300, "eval-story")
+
+
+def synth29_gsm8k(ev=None):
+    return synth29_compare((ev or SYNTH29_EVAL) / "gsm8k.jsonl", GSM8K_TOTAL, "eval-gsm8k")
+
+
+def synth29_adaptive(ev=None):
+    """Adaptive width (against majority@8) and adaptive length (against
+    single, the fixed-length greedy answer) by generator difficulty."""
+    path = (ev or SYNTH29_EVAL) / "adaptive-by-difficulty.json"
+    if not path.exists() or not path.read_text().strip():
+        return not_run("adaptive", "docs/eval/synth29/adaptive-by-difficulty.json")
+    # `--report --json` prints the whole run's report, then the buckets.
+    levels = jsonl(path)[-1]["by_difficulty"]
+    buckets = [(str(l["difficulty"]), {r["strategy"]: r for r in l["rows"]}) for l in levels]
+    # All buckets together, summed from theirs.
+    total = {}
+    for _, rows in buckets:
+        for s, r in rows.items():
+            t = total.setdefault(s, {"tasks": 0, "correct": 0, "tokens": 0, "candidates": 0.0})
+            t["tasks"] += r["tasks"]
+            t["correct"] += r["correct"]
+            t["tokens"] += r["tokens"]
+            t["candidates"] += r["candidates_per_task"] * r["tasks"]
+    for t in total.values():
+        t["tokens_per_task"] = t["tokens"] / t["tasks"]
+        t["candidates_per_task"] = t["candidates"] / t["tasks"]
+    out, pays = [], []
+
+    def cell(r, base, saved, label, d):
+        dacc = 100 * (r["correct"] - base["correct"]) / r["tasks"]
+        ok = saved >= 30 and abs(dacc) <= 1
+        if ok:
+            pays.append(f"{label} at difficulty {d}")
+        return f"{100 * r['correct'] / r['tasks']:.1f} ({dacc:+.1f})", f"{saved:.0f}%{' **pays**' if ok else ''}"
+
+    for d, rows in buckets + [("all", total)]:
+        maj, single = rows["majority@8"], rows["single"]
+        line = [d, str(maj["tasks"]), f"{100 * maj['correct'] / maj['tasks']:.1f}"]
+        for s in ["adaptive@8", "adaptive@8:wave=1"]:
+            r = rows[s]
+            saved = 100 * (1 - r["candidates_per_task"] / maj["candidates_per_task"])
+            line += cell(r, maj, saved, s, d)
+        line += [f"{100 * single['correct'] / single['tasks']:.1f}", f"{single['tokens_per_task']:.1f}"]
+        r = rows["length@auto"]
+        saved = 100 * (1 - r["tokens_per_task"] / single["tokens_per_task"]) if single["tokens_per_task"] else 0.0
+        line += cell(r, single, saved, "length@auto", d)
+        out.append(line)
+    verdict = ("Buckets where a method saves at least 30% within 1 point of accuracy: "
+               + (", ".join(pays) if pays else "none") + ".\n")
+    return table(["difficulty", "tasks", "majority@8 acc %", "adaptive@8 acc % (change)", "samples saved",
+                  "adaptive@8:wave=1 acc % (change)", "samples saved", "single acc %", "single tokens/task",
+                  "length@auto acc % (change)", "tokens saved"], out) + "\n" + verdict
+
+
+def synth29_wall(rec=None):
+    """Each stage's wall time from wall.jsonl (interrupted parts included)."""
+    path = (rec or SYNTH29_REC) / "wall.jsonl"
+    if not path.exists():
+        return not_run("all", "docs/records/synth29/wall.jsonl")
+    stages = {}
+    for w in jsonl(path):
+        s = stages.setdefault(w["stage"], {"seconds": 0, "calls": 0, "interrupted": 0, "threads": w["threads"]})
+        s["seconds"] += w["seconds"]
+        s["calls"] += 1
+        s["interrupted"] += bool(w.get("interrupted"))
+    hm = lambda sec: f"{sec // 3600} h {sec % 3600 // 60:02d} min"
+    rows = [[s, hm(v["seconds"]), str(v["calls"]), str(v["interrupted"]), str(v["threads"])]
+            for s, v in stages.items()]
+    rows.append(["total", hm(sum(v["seconds"] for v in stages.values())), "", "", ""])
+    return table(["stage", "wall time", "calls", "of them interrupted (resumed later)", "threads"], rows)
+
+
 # ---------------------------------------------------------------- docs/KV.md
 
 def wilson(k, n, z=1.96):
@@ -783,6 +939,11 @@ TABLES = {
         "reasoning-arith-bon8": reasoning_arith_bon8,
         "reasoning-gsm8k-bon8": reasoning_gsm8k_bon8,
         "reasoning-humaneval": reasoning_humaneval,
+        "synth29-data": synth29_data,
+        "synth29-story": synth29_story,
+        "synth29-gsm8k": synth29_gsm8k,
+        "synth29-adaptive": synth29_adaptive,
+        "synth29-wall": synth29_wall,
     },
     "KV.md": {
         "kv-gsm8k-rkv": kv_gsm8k_rkv,
