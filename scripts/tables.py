@@ -845,6 +845,35 @@ def pearson(x, y):
     return sxy / (sxx * syy) ** 0.5 if sxx and syy else float("nan")
 
 
+# Timings and memory figures differ from run to run (the planner's estimate
+# too: the correction's own buffers); the numerics run alone logs its ratio.
+UNCOMPARED = {"seconds", "learner_seconds", "tokens_per_s", "peak_rss_bytes", "rollout_peak_bytes",
+              "learner_peak_bytes", "peak_estimate_bytes", "rho", "ratio", "epochs"}
+
+
+def sparse28_numerics_check():
+    """Dense + numerics correction (seed 2, its first steps) against dense
+    seed 2 on the same build and machine, step by step."""
+    d = RECORDS / "sparse28-numerics-check-s2"
+    if not (d / "metrics.jsonl").exists():
+        return "Not run yet: docs/records/sparse28-numerics-check-s2/metrics.jsonl.\n"
+    dense = {m["step"]: m for m in run("sparse28-dense-s2")[0]}
+    rows = []
+    for m in jsonl(d / "metrics.jsonl"):
+        base = dense[m["step"]]
+        keys = (set(m) | set(base)) - UNCOMPARED
+        diff = sorted(k for k in keys if m.get(k) != base.get(k))
+        rho = m.get("rho")
+        rows.append([str(m["step"]), str(m["rollout_tokens"]), str(m["groups_with_signal"]),
+                     f"{m['loss']:.6f}", f"{m['grad_norm']:.6f}",
+                     "yes" if not diff else "no: " + ", ".join(diff),
+                     f"{rho['min_rho']} / {rho['mean_rho']} / {rho['max_rho']}" if rho else "- (no group trained)",
+                     str(rho["rejected_tokens"]) if rho else "-"])
+    return table(["step", "rollout tokens", "groups trained", "loss", "grad norm",
+                  "every other logged number but timings and memory equal to dense's",
+                  "rho min / mean / max", "tokens truncated"], rows)
+
+
 def sparse28_masking_steps():
     """Step-level reading of the masking question for every finished
     sparse-rl run (per-rollout records or not): across the steps that
@@ -934,6 +963,7 @@ TABLES = {
         "sparse28-masking": sparse28_masking,
         "sparse28-masking-steps": sparse28_masking_steps,
         "sparse28-paired": sparse28_paired,
+        "sparse28-numerics-check": sparse28_numerics_check,
     },
     "REASONING.md": {
         "reasoning-arith-bon8": reasoning_arith_bon8,
