@@ -644,6 +644,8 @@ def sparse28_finished(prefix):
     """{seed: (metrics, eval)} of the arm's runs whose held-out scoring is in."""
     out = {}
     for d in sorted(RECORDS.glob(f"sparse28-{prefix}-s*")):
+        if not re.fullmatch(rf"sparse28-{re.escape(prefix)}-s\d+", d.name):
+            continue  # another run sharing the prefix (sparse28-numerics-check-s2)
         ev_path, m_path = d / "eval.json", d / "metrics.jsonl"
         if not (ev_path.exists() and m_path.exists()):
             continue
@@ -711,6 +713,42 @@ def sparse28_arms():
                   "rejected tokens", "KV kept (peak / full)",
                   "KV per rollout, MiB (saved)", "rollout tok/s", "steps/hour"], rows)
 
+
+
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # two-sided 95% Student t quantiles by df
+
+
+def sparse28_seeds():
+    """Seed by seed: each budget-56 arm's held-out accuracy (full cache)
+    against dense's of the same seed, and the mean difference with a t
+    interval over seeds, which counts the seed-to-seed spread the pooled
+    Wilson intervals of the arms table leave out."""
+    dense = sparse28_finished("dense")
+    rows = []
+    for label, prefix, _ in SPARSE28_ARMS:
+        if not prefix.endswith("-r56") or prefix == "kept-r56":
+            continue
+        runs = sparse28_finished(prefix)
+        diffs, cells = [], []
+        for seed in (1, 2, 3):
+            if seed in runs and seed in dense and runs[seed][1].get("after") is not None:
+                a, b = 100 * runs[seed][1]["after"], 100 * dense[seed][1]["after"]
+                diffs.append(a - b)
+                cells.append(f"{a:.1f} vs {b:.1f} ({a - b:+.1f})")
+            else:
+                cells.append("-")
+        if len(diffs) >= 2:
+            mean = sum(diffs) / len(diffs)
+            sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
+            h = T95[len(diffs) - 1] * sd / len(diffs) ** 0.5
+            summary = f"{mean:+.1f} [{mean - h:+.1f}, {mean + h:+.1f}]"
+        elif diffs:
+            summary = f"{diffs[0]:+.1f} (one seed)"
+        else:
+            summary = "-"
+        rows.append([label] + cells + [summary])
+    return table(["arm", "seed 1: arm vs dense (difference)", "seed 2", "seed 3",
+                  "mean difference over seeds [95% t interval]"], rows)
 
 
 def export_score(d, name):
@@ -963,6 +1001,7 @@ TABLES = {
         "sparse28-masking": sparse28_masking,
         "sparse28-masking-steps": sparse28_masking_steps,
         "sparse28-paired": sparse28_paired,
+        "sparse28-seeds": sparse28_seeds,
         "sparse28-numerics-check": sparse28_numerics_check,
     },
     "REASONING.md": {
