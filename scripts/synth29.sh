@@ -15,7 +15,7 @@
 #                                  fixed-length greedy
 #   scripts/synth29.sh all         every stage in order, with each stage's wall time
 # Sizes come from the environment so that a tiny run checks the plumbing:
-#   DATA_TASKS (400), K (4), SFT_STEPS (100), STORY_TASKS (300), GSM8K_TASKS (1319),
+#   DATA_TASKS (800), K (4), SFT_STEPS (100), STORY_TASKS (300), GSM8K_TASKS (1319),
 #   ADAPTIVE_TASKS (400), THREADS (2), TERN (./target/release/tern), OUT (runs/synth29),
 #   REC (docs/records/synth29), EVAL (docs/eval/synth29).
 set -euo pipefail
@@ -55,7 +55,13 @@ timed() { # stage command...
 }
 
 data() {
-  timed data "$T" synth-data --task "$TRAIN_TASKS" --limit "${DATA_TASKS:-400}" --n 8 --k "${K:-4}" \
+  # 800 tasks: on the first 100 (a pilot, 2026-12-04, docs/records/synth29)
+  # the 135M model's candidates were right 9.1% of the time, every task was
+  # kept (its 8 candidates disagreed), and 16 of 100 got a right synthesis
+  # among K=4 (a synthesis is right 4.5% of the time), so 800 tasks give
+  # about 130 SFT targets. More tasks rather than a larger K: the same cost
+  # buys more distinct questions.
+  timed data "$T" synth-data --task "$TRAIN_TASKS" --limit "${DATA_TASKS:-800}" --n 8 --k "${K:-4}" \
     --keep disagree --threads "$TH" --json --out "$OUT/data.jsonl" > "$REC/data-summary.json"
   # The whole data set's record, also when the stage was resumed (the
   # summary above counts only its last call): every task done, and each kept

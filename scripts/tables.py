@@ -751,6 +751,34 @@ def sparse28_seeds():
                   "mean difference over seeds [95% t interval]"], rows)
 
 
+def sparse28_stability():
+    """Gradient norms (before the trainer clips them to 1.0) of every
+    finished arm, pooled over its seeds: how often a step's gradient blew up."""
+    rows = []
+    for label, prefix, _ in SPARSE28_ARMS:
+        runs = sparse28_finished(prefix)
+        if not runs:
+            continue
+        per_seed = []
+        for seed, (ms, _) in sorted(runs.items()):
+            g = [m["grad_norm"] for m in ms if m.get("learner_tokens")]
+            per_seed.append((seed, g))
+        g = sorted(x for _, gs in per_seed for x in gs)
+        epochs = [e for (ms, _) in runs.values() for m in ms for e in m.get("epochs") or []]
+        kl = max((e["kl_ref"] for e in epochs if e.get("kl_ref") is not None), default=None)
+        ratio = max((e["ratio"]["max"] for e in epochs if e.get("ratio")), default=None)
+        rows.append([label, str(len(per_seed)), str(len(g)), f"{g[len(g) // 2]:.2f}",
+                     " / ".join(f"{max(gs):.2f}" for _, gs in per_seed),
+                     " / ".join(str(sum(x > 2 for x in gs)) for _, gs in per_seed),
+                     " / ".join(str(sum(x > 10 for x in gs)) for _, gs in per_seed),
+                     f"{kl:.3g}" if kl is not None else "-",
+                     f"{ratio:.3g}" if ratio is not None else "-"])
+    return table(["arm", "seeds", "steps that trained", "median gradient norm",
+                  "largest (per seed)", "steps above 2 (per seed)", "steps above 10 (per seed)",
+                  "largest KL to the reference (a step's mean per token)",
+                  "largest ratio pi_theta / pi_old (any epoch)"], rows)
+
+
 def export_score(d, name):
     """(correct, tasks) of an arm's export scored by `tern eval` under `name`
     (scripts/sparse28_export_eval.sh), or None."""
@@ -965,7 +993,9 @@ def sparse28_masking():
 
     rows = []
     for label, prefix, _ in SPARSE28_ARMS:
-        if not prefix.startswith(("sparserl", "none", "replay", "kept")):
+        # The sparse-replay learner scores each rollout under its sampler's
+        # own attention: its ratios are exactly 1, nothing to split.
+        if not prefix.startswith(("sparserl", "none", "kept")):
             continue
         per = [m["rho"]["rollouts"] for (ms, _) in sparse28_finished(prefix).values()
                for m in ms if (m.get("rho") or {}).get("rollouts")]
@@ -1002,6 +1032,7 @@ TABLES = {
         "sparse28-masking-steps": sparse28_masking_steps,
         "sparse28-paired": sparse28_paired,
         "sparse28-seeds": sparse28_seeds,
+        "sparse28-stability": sparse28_stability,
         "sparse28-numerics-check": sparse28_numerics_check,
     },
     "REASONING.md": {
