@@ -34,6 +34,10 @@ ARMS=(
   "sparserl-r56-s2|--seed 2 --rollout-kv-policy $R50 --correction sparse-rl"
   "none-r56-s2|--seed 2 --rollout-kv-policy $R50 --correction none"
   "replay-r56-s2|--seed 2 --rollout-kv-policy $R50 --correction sparse-rl --learner-kv sparse-replay"
+  # The paper's scripts clamp the KL estimator (slime's low_var_kl); every
+  # other arm runs k3 unclamped. Where that matters: the uncorrected arm,
+  # whose seed-2 run blew up on the KL term (docs/SPARSE_RL.md).
+  "none-lvkl-r56-s2|--seed 2 --rollout-kv-policy $R50 --correction none --kl-estimator low_var_kl"
   "dense-s3|--seed 3"
   "sparserl-r56-s3|--seed 3 --rollout-kv-policy $R50 --correction sparse-rl"
   "none-r56-s3|--seed 3 --rollout-kv-policy $R50 --correction none"

@@ -62,9 +62,9 @@ data() {
   # about 130 SFT targets. More tasks rather than a larger K: the same cost
   # buys more distinct questions.
   timed data "$T" synth-data --task "$TRAIN_TASKS" --limit "${DATA_TASKS:-800}" --n 8 --k "${K:-4}" \
-    --keep disagree --threads "$TH" --json --out "$OUT/data.jsonl" > "$REC/data-summary.json"
-  # The whole data set's record, also when the stage was resumed (the
-  # summary above counts only its last call): every task done, and each kept
+    --keep disagree --threads "$TH" --json --out "$OUT/data.jsonl" >> "$REC/data-summary.jsonl"
+  # The whole data set's record, also when the stage was resumed (each
+  # summary line above counts only its own call's tasks): every task done, and each kept
   # example's sampling outcome without its prompt text (tasks not kept had
   # their majority right and no disagreement).
   cp "$OUT/data.jsonl.sources" "$REC/data-sources.txt"

@@ -633,6 +633,7 @@ SPARSE28_ARMS = [
     ("sparse-rl, rkv:budget=56 (~50%)", "sparserl-r56", 3),
     ("sparse-rl + sparse-replay, rkv:budget=56 (~50%)", "replay-r56", 3),
     ("sparse-rl, advantages over kept rollouts, rkv:budget=56 (~50%)", "kept-r56", 1),
+    ("sparse, no correction, KL clamped (low_var_kl), rkv:budget=56 (~50%)", "none-lvkl-r56", 1),
     ("sparse, no correction, rkv:budget=28 (~25%)", "none-r28", 1),
     ("sparse-rl, rkv:budget=28 (~25%)", "sparserl-r28", 1),
     ("sparse-rl + sparse-replay, rkv:budget=28 (~25%)", "replay-r28", 1),

@@ -87,6 +87,11 @@ pub struct TrainArgs {
     /// KL-to-base coefficient, 0 to skip [0]; Sparse-RL's paper uses 1e-4.
     #[arg(long)]
     pub kl_coef: Option<f64>,
+    /// The KL penalty's per-token estimator: `k3` (unbounded) or
+    /// `low_var_kl` (k3 clamped to 10, no gradient past it: slime's and verl's,
+    /// the Sparse-RL paper's scripts) [k3].
+    #[arg(long)]
+    pub kl_estimator: Option<tern_trainer::config::KlEstimator>,
     /// Optimizer updates on each step's batch with pi_old fixed; from the
     /// second on the ratio moves and the clip acts [1].
     #[arg(long)]
@@ -308,6 +313,9 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
     }
     if a.numerics_clip_min.is_some() {
         c.numerics.clip_min = a.numerics_clip_min;
+    }
+    if let Some(k) = a.kl_estimator {
+        c.kl_estimator = k;
     }
     if let Some(k) = a.advantages {
         c.advantages = k;

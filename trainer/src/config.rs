@@ -68,6 +68,33 @@ pub enum Advantages {
     Kept,
 }
 
+/// How the KL penalty to the reference model is estimated per token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KlEstimator {
+    /// Schulman's k3, `exp(ref - logp) - (ref - logp) - 1`, unbounded above
+    /// (every run up to the Sparse-RL ablation used it).
+    #[default]
+    #[serde(rename = "k3")]
+    K3,
+    /// k3 clamped to at most 10 per token, with no gradient where the clamp
+    /// binds: slime's and verl's `low_var_kl`, which the Sparse-RL paper's
+    /// scripts use. A token the policy now finds far less likely than the
+    /// reference does then stops pulling on the update.
+    #[serde(rename = "low_var_kl")]
+    LowVarKl,
+}
+
+impl std::str::FromStr for KlEstimator {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "k3" => Ok(KlEstimator::K3),
+            "low_var_kl" => Ok(KlEstimator::LowVarKl),
+            o => Err(format!("unknown KL estimator `{o}` (k3 or low_var_kl)")),
+        }
+    }
+}
+
 impl std::str::FromStr for Advantages {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
@@ -152,6 +179,8 @@ pub struct TrainConfig {
     /// skips it (the default, as every recorded run used). Sparse-RL's paper
     /// uses 1e-4. LoRA only: full fine-tuning keeps no reference copy.
     pub kl_coef: f64,
+    /// The KL penalty's per-token estimator (`k3` or `low_var_kl`).
+    pub kl_estimator: KlEstimator,
     /// Optimizer updates on each step's batch, pi_old fixed at the
     /// pre-update policy: from the second on the ratio leaves 1 and the clip
     /// acts.
@@ -237,6 +266,7 @@ impl Default for TrainConfig {
             temperature: 1.0,
             clip_eps: 0.2,
             kl_coef: 0.0,
+            kl_estimator: KlEstimator::K3,
             ppo_epochs: 1,
             steps: 50,
             seed: 0,
@@ -420,15 +450,17 @@ mod tests {
         let e = TrainConfig::from_toml_str("algorithm = \"ppo\"\n").unwrap_err();
         assert!(e.contains("ppo"), "{e}");
         let c = TrainConfig::from_toml_str(
-            "numerics_correction = \"sequence_mask\"\nadvantages = \"kept\"\nkl_coef = 1e-4\nppo_epochs = 2\n[numerics]\nclip_max = 2.0\nclip_min = 0.5\n",
+            "numerics_correction = \"sequence_mask\"\nadvantages = \"kept\"\nkl_coef = 1e-4\nkl_estimator = \"low_var_kl\"\nppo_epochs = 2\n[numerics]\nclip_max = 2.0\nclip_min = 0.5\n",
         )
         .unwrap();
         assert_eq!(c.numerics_correction, NumericsCorrection::SequenceMask);
         assert_eq!(c.advantages, Advantages::Kept);
         assert_eq!((c.numerics.clip_max, c.numerics.clip_min), (2.0, Some(0.5)));
         assert_eq!((c.kl_coef, c.ppo_epochs), (1e-4, 2));
+        assert_eq!(c.kl_estimator, KlEstimator::LowVarKl);
         // Unset, the numerics bounds are TRL's defaults.
         let d = TrainConfig::default();
+        assert_eq!(d.kl_estimator, KlEstimator::K3);
         assert_eq!((d.numerics.clip_max, d.numerics.clip_min), (3.0, None));
         assert_eq!(d.advantages, Advantages::All);
     }

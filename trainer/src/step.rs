@@ -541,6 +541,7 @@ fn update(
             refs: refs.as_deref(),
             clip_eps: cfg.clip_eps,
             kl_coef: cfg.kl_coef,
+            kl_estimator: cfg.kl_estimator,
             clipped: 0,
             seen: grpo::Seen::default(),
         };

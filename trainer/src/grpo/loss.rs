@@ -4,7 +4,8 @@
 //! `(loss, dloss/dlogp)` into gradients; this is the one place that says what
 //! those are, so the step only wires the batch to it.
 
-use super::{clipped_token, kl_token};
+use super::{clipped_token, kl_token_with};
+use crate::config::KlEstimator;
 
 /// How many tokens the loss averages over: every response token, or under a
 /// correction only those with a weight (`weights[i]` is sample `i`'s, if any).
@@ -41,6 +42,8 @@ pub struct Objective<'a> {
     pub clip_eps: f64,
     /// The KL penalty's coefficient.
     pub kl_coef: f64,
+    /// The KL penalty's per-token estimator.
+    pub kl_estimator: KlEstimator,
     /// Tokens so far whose clipped branch was taken.
     pub clipped: usize,
     /// What the pass saw of the ratio and the KL, token by token.
@@ -129,7 +132,7 @@ impl Objective<'_> {
         s.ratio_max = s.ratio_max.max(t.ratio);
         let (mut l, mut d) = (t.loss, t.dloss_dlogp);
         if let Some(r) = self.refs {
-            let (kl, dkl) = kl_token(logp, r[i][j]);
+            let (kl, dkl) = kl_token_with(logp, r[i][j], self.kl_estimator);
             s.kl_sum += kl;
             l += self.kl_coef * kl * inv;
             d += self.kl_coef * dkl * inv;
@@ -155,6 +158,7 @@ mod tests {
             refs: None,
             clip_eps: 0.2,
             kl_coef: 0.0,
+            kl_estimator: KlEstimator::K3,
             clipped: 0,
             seen: Seen::default(),
         };
@@ -186,6 +190,7 @@ mod tests {
             refs: Some(&refs),
             clip_eps: 0.2,
             kl_coef: 1e-4,
+            kl_estimator: KlEstimator::K3,
             clipped: 0,
             seen: Seen::default(),
         };

@@ -6,6 +6,8 @@ mod loss;
 
 pub use loss::{counted_tokens, Objective, Seen};
 
+use crate::config::KlEstimator;
+
 /// Added to a group's standard deviation so equal rewards divide safely.
 pub const ADV_EPS: f64 = 1e-6;
 
@@ -92,6 +94,21 @@ pub fn kl_token(logp: f64, logp_ref: f64) -> (f64, f64) {
     (d.exp() - d - 1.0, 1.0 - d.exp())
 }
 
+/// Where `low_var_kl` clamps a token's k3 value.
+pub const LOW_VAR_KL_MAX: f64 = 10.0;
+
+/// One token's KL penalty and its derivative in `logp` under `estimator`:
+/// [`kl_token`], or with `low_var_kl` that value clamped to
+/// [`LOW_VAR_KL_MAX`], where the derivative is 0 (the clamp is flat).
+pub fn kl_token_with(logp: f64, logp_ref: f64, estimator: KlEstimator) -> (f64, f64) {
+    let (kl, d) = kl_token(logp, logp_ref);
+    match estimator {
+        KlEstimator::K3 => (kl, d),
+        KlEstimator::LowVarKl if kl > LOW_VAR_KL_MAX => (LOW_VAR_KL_MAX, 0.0),
+        KlEstimator::LowVarKl => (kl, d),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +183,25 @@ mod tests {
         assert_eq!(kl_token(-2.0, -2.0), (0.0, 0.0));
         let (kl, g) = kl_token(-1.0, -2.0);
         assert!(kl > 0.0 && g > 0.0);
+    }
+
+    #[test]
+    fn low_var_kl_caps_a_token_at_ten_and_stops_its_gradient() {
+        use KlEstimator::{LowVarKl, K3};
+        // Below the cap both estimators agree bit for bit.
+        for (lp, r) in [(-1.0, -2.0), (-2.0, -1.0), (-3.0, -0.6)] {
+            assert_eq!(kl_token_with(lp, r, LowVarKl), kl_token_with(lp, r, K3));
+            assert_eq!(kl_token_with(lp, r, K3), kl_token(lp, r));
+        }
+        // ref - logp = 18: k3 is e^18 - 19 (about 6.6e7) with slope 1 - e^18.
+        let (k3, g3) = kl_token_with(-20.0, -2.0, K3);
+        assert!(
+            (k3 - (18f64.exp() - 19.0)).abs() < 1e-6 && (g3 - (1.0 - 18f64.exp())).abs() < 1e-6
+        );
+        assert_eq!(kl_token_with(-20.0, -2.0, LowVarKl), (LOW_VAR_KL_MAX, 0.0));
+        // The cap binds from ref - logp = 2.61 (e^d - d - 1 = 10): 2.6 is
+        // under it, 2.7 over.
+        assert_eq!(kl_token_with(-3.0, -0.4, LowVarKl), kl_token(-3.0, -0.4));
+        assert_eq!(kl_token_with(-3.0, -0.3, LowVarKl), (LOW_VAR_KL_MAX, 0.0));
     }
 }
