@@ -918,27 +918,40 @@ UNCOMPARED = {"seconds", "learner_seconds", "tokens_per_s", "peak_rss_bytes", "r
               "learner_peak_bytes", "peak_estimate_bytes", "rho", "ratio", "epochs"}
 
 
-def sparse28_numerics_check():
-    """Dense + numerics correction (seed 2, its first steps) against dense
-    seed 2 on the same build and machine, step by step."""
-    d = RECORDS / "sparse28-numerics-check-s2"
+def against_dense_s2(name, with_rho):
+    """A short run's steps against dense seed 2's, field by field (timings
+    and memory aside): is it the same arithmetic?"""
+    d = RECORDS / name
     if not (d / "metrics.jsonl").exists():
-        return "Not run yet: docs/records/sparse28-numerics-check-s2/metrics.jsonl.\n"
+        return f"Not run yet: docs/records/{name}/metrics.jsonl.\n"
     dense = {m["step"]: m for m in run("sparse28-dense-s2")[0]}
     rows = []
     for m in jsonl(d / "metrics.jsonl"):
         base = dense[m["step"]]
         keys = (set(m) | set(base)) - UNCOMPARED
         diff = sorted(k for k in keys if m.get(k) != base.get(k))
-        rho = m.get("rho")
-        rows.append([str(m["step"]), str(m["rollout_tokens"]), str(m["groups_with_signal"]),
-                     f"{m['loss']:.6f}", f"{m['grad_norm']:.6f}",
-                     "yes" if not diff else "no: " + ", ".join(diff),
-                     f"{rho['min_rho']} / {rho['mean_rho']} / {rho['max_rho']}" if rho else "- (no group trained)",
-                     str(rho["rejected_tokens"]) if rho else "-"])
-    return table(["step", "rollout tokens", "groups trained", "loss", "grad norm",
-                  "every other logged number but timings and memory equal to dense's",
-                  "rho min / mean / max", "tokens truncated"], rows)
+        row = [str(m["step"]), str(m["rollout_tokens"]), str(m["groups_with_signal"]),
+               f"{m['loss']:.6f}", f"{m['grad_norm']:.6f}",
+               "yes" if not diff else "no: " + ", ".join(diff)]
+        if with_rho:
+            rho = m.get("rho")
+            row += [f"{rho['min_rho']} / {rho['mean_rho']} / {rho['max_rho']}" if rho else "- (no group trained)",
+                    str(rho["rejected_tokens"]) if rho else "-"]
+        rows.append(row)
+    head = ["step", "rollout tokens", "groups trained", "loss", "grad norm",
+            "every other logged number but timings and memory equal to dense's"]
+    return table(head + (["rho min / mean / max", "tokens truncated"] if with_rho else []), rows)
+
+
+def sparse28_numerics_check():
+    """Dense + numerics correction (seed 2, its first steps) against dense
+    seed 2 on the same build and machine, step by step."""
+    return against_dense_s2("sparse28-numerics-check-s2", True)
+
+
+def sparse28_build_check():
+    """Dense seed 2's first steps on the build that added `--kl-estimator`."""
+    return against_dense_s2("sparse28-build-check-2026-12-04", False)
 
 
 def sparse28_masking_steps():
@@ -1035,6 +1048,7 @@ TABLES = {
         "sparse28-seeds": sparse28_seeds,
         "sparse28-stability": sparse28_stability,
         "sparse28-numerics-check": sparse28_numerics_check,
+        "sparse28-build-check": sparse28_build_check,
     },
     "REASONING.md": {
         "reasoning-arith-bon8": reasoning_arith_bon8,
