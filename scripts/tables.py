@@ -634,6 +634,8 @@ SPARSE28_ARMS = [
     ("sparse-rl + sparse-replay, rkv:budget=56 (~50%)", "replay-r56", 3),
     ("sparse-rl, advantages over kept rollouts, rkv:budget=56 (~50%)", "kept-r56", 1),
     ("sparse, no correction, KL clamped (low_var_kl), rkv:budget=56 (~50%)", "none-lvkl-r56", 1),
+    ("dense, paper's bookkeeping (low_var_kl, mean per response)", "paper-dense", 1),
+    ("sparse-rl, paper's bookkeeping, rkv:budget=56 (~50%)", "paper-sparserl-r56", 1),
     ("sparse, no correction, rkv:budget=28 (~25%)", "none-r28", 1),
     ("sparse-rl, rkv:budget=28 (~25%)", "sparserl-r28", 1),
     ("sparse-rl + sparse-replay, rkv:budget=28 (~25%)", "replay-r28", 1),
@@ -724,11 +726,11 @@ def sparse28_seeds():
     against dense's of the same seed, and the mean difference with a t
     interval over seeds, which counts the seed-to-seed spread the pooled
     Wilson intervals of the arms table leave out."""
-    dense = sparse28_finished("dense")
     rows = []
     for label, prefix, _ in SPARSE28_ARMS:
         if not prefix.endswith("-r56") or prefix == "kept-r56":
             continue
+        dense = sparse28_finished(dense_of(prefix))
         runs = sparse28_finished(prefix)
         diffs, cells = [], []
         for seed in (1, 2, 3):
@@ -855,17 +857,25 @@ def paired(pairs):
     return f"{100 * d:+.1f} [{100 * (d - h):+.1f}, {100 * (d + h):+.1f}]", f"{b} / {c}", f"{mcnemar_p(b, c):.3g}"
 
 
+def dense_of(prefix):
+    """The dense arm an arm is compared with: the one run with the same
+    GRPO bookkeeping (the paper's for the `paper-` arms)."""
+    return "paper-dense" if prefix.startswith("paper-") else "dense"
+
+
 def sparse28_paired():
     """Each sparse arm's export against dense's, task by task on the same
     held-out set and seed (pooled over the seeds both arms finished): with a
     full cache, and served under the arm's budget (dense's export scored
     under rkv 56 and 28); the difference in points with its paired 95%
     interval, tasks only the arm / only dense got right, McNemar's p."""
-    dense = {int(d.name.rsplit("-s", 1)[1]): d for d in sorted(RECORDS.glob("sparse28-dense-s*"))}
     rows = []
     for label, prefix, _ in SPARSE28_ARMS:
-        if prefix in ("dense", "numerics"):
+        base = dense_of(prefix)
+        if prefix in ("dense", "numerics") or prefix == base:
             continue
+        dense = {int(d.name.rsplit("-s", 1)[1]): d for d in sorted(RECORDS.glob(f"sparse28-{base}-s*"))
+                 if re.fullmatch(rf"sparse28-{re.escape(base)}-s\d+", d.name)}
         budget = {"r56": "r56", "r28": "r28"}.get(prefix.rsplit("-", 1)[1])
         for mode, mine, theirs in (("full cache", "full", "full"),
                                    ("served under its policy", "policy", budget)):

@@ -628,6 +628,29 @@ fn numerics_mismatch_of_dense_rollouts_is_measured_and_corrected() {
     // the loss differs from the truncated run's on the same batch.
     assert_eq!(m["learner_tokens"], t["learner_tokens"], "{m}");
     assert_ne!(m["loss"], t["loss"], "{m}");
+    // The same masked batch as a mean per response: the responses keep
+    // different numbers of tokens, so the same terms weigh differently.
+    let per_response = run(
+        "mask-per-response",
+        &[
+            "--numerics-correction",
+            "token_mask",
+            &band[0],
+            &band[1],
+            "--loss-average",
+            "response",
+        ],
+    );
+    let r = &per_response[k];
+    assert_eq!(
+        r["rho"]["rejected_tokens"], m["rho"]["rejected_tokens"],
+        "{r}"
+    );
+    assert_eq!(r["learner_tokens"], m["learner_tokens"], "{r}");
+    assert_ne!(
+        r["loss"], m["loss"],
+        "a mean per response should move the loss: {r}"
+    );
 
     // A sequence whose product of ratios is below 1 is dropped.
     let seq = [

@@ -92,6 +92,11 @@ pub struct TrainArgs {
     /// the Sparse-RL paper's scripts) [k3].
     #[arg(long)]
     pub kl_estimator: Option<tern_trainer::config::KlEstimator>,
+    /// What the loss averages over: `token` (all the batch's counted tokens:
+    /// a long response weighs more) or `response` (each response's tokens,
+    /// then the responses: slime's default, the Sparse-RL paper's runs) [token].
+    #[arg(long)]
+    pub loss_average: Option<tern_trainer::config::LossAverage>,
     /// Optimizer updates on each step's batch with pi_old fixed; from the
     /// second on the ratio moves and the clip acts [1].
     #[arg(long)]
@@ -316,6 +321,9 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
     }
     if let Some(k) = a.kl_estimator {
         c.kl_estimator = k;
+    }
+    if let Some(k) = a.loss_average {
+        c.loss_average = k;
     }
     if let Some(k) = a.advantages {
         c.advantages = k;

@@ -84,6 +84,32 @@ pub enum KlEstimator {
     LowVarKl,
 }
 
+/// What the loss averages over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LossAverage {
+    /// One mean over all the batch's counted tokens (every recorded run):
+    /// a long response weighs in proportion to its length.
+    #[default]
+    Token,
+    /// A mean over each response's counted tokens, then over responses
+    /// (slime's default, the Sparse-RL paper's runs): every response weighs
+    /// the same whatever its length or how many of its tokens a correction
+    /// masked.
+    Response,
+}
+
+impl std::str::FromStr for LossAverage {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "token" => Ok(LossAverage::Token),
+            "response" => Ok(LossAverage::Response),
+            o => Err(format!("unknown loss average `{o}` (token or response)")),
+        }
+    }
+}
+
 impl std::str::FromStr for KlEstimator {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
@@ -181,6 +207,8 @@ pub struct TrainConfig {
     pub kl_coef: f64,
     /// The KL penalty's per-token estimator (`k3` or `low_var_kl`).
     pub kl_estimator: KlEstimator,
+    /// Whether the loss is a mean over tokens or over responses.
+    pub loss_average: LossAverage,
     /// Optimizer updates on each step's batch, pi_old fixed at the
     /// pre-update policy: from the second on the ratio leaves 1 and the clip
     /// acts.
@@ -267,6 +295,7 @@ impl Default for TrainConfig {
             clip_eps: 0.2,
             kl_coef: 0.0,
             kl_estimator: KlEstimator::K3,
+            loss_average: LossAverage::Token,
             ppo_epochs: 1,
             steps: 50,
             seed: 0,
@@ -450,7 +479,7 @@ mod tests {
         let e = TrainConfig::from_toml_str("algorithm = \"ppo\"\n").unwrap_err();
         assert!(e.contains("ppo"), "{e}");
         let c = TrainConfig::from_toml_str(
-            "numerics_correction = \"sequence_mask\"\nadvantages = \"kept\"\nkl_coef = 1e-4\nkl_estimator = \"low_var_kl\"\nppo_epochs = 2\n[numerics]\nclip_max = 2.0\nclip_min = 0.5\n",
+            "numerics_correction = \"sequence_mask\"\nadvantages = \"kept\"\nkl_coef = 1e-4\nkl_estimator = \"low_var_kl\"\nloss_average = \"response\"\nppo_epochs = 2\n[numerics]\nclip_max = 2.0\nclip_min = 0.5\n",
         )
         .unwrap();
         assert_eq!(c.numerics_correction, NumericsCorrection::SequenceMask);
@@ -458,9 +487,11 @@ mod tests {
         assert_eq!((c.numerics.clip_max, c.numerics.clip_min), (2.0, Some(0.5)));
         assert_eq!((c.kl_coef, c.ppo_epochs), (1e-4, 2));
         assert_eq!(c.kl_estimator, KlEstimator::LowVarKl);
+        assert_eq!(c.loss_average, LossAverage::Response);
         // Unset, the numerics bounds are TRL's defaults.
         let d = TrainConfig::default();
         assert_eq!(d.kl_estimator, KlEstimator::K3);
+        assert_eq!(d.loss_average, LossAverage::Token);
         assert_eq!((d.numerics.clip_max, d.numerics.clip_min), (3.0, None));
         assert_eq!(d.advantages, Advantages::All);
     }

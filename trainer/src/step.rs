@@ -13,7 +13,7 @@ use tern_runtime::engine::EngineHandle;
 use tern_runtime::kv::policy::KvPolicy;
 use tern_solve::tasks::Task;
 
-use crate::config::{Advantages, Algorithm, TrainConfig};
+use crate::config::{Advantages, Algorithm, LossAverage, TrainConfig};
 use crate::correction::{self, Correction, NumericsCorrection};
 use crate::data::Replayed;
 use crate::error::Result;
@@ -523,6 +523,8 @@ fn update(
         .learner_peak(ctx.mcfg, tokens, longest, learner.recomputes());
     let n_tokens = grpo::counted_tokens(samples.iter().map(|s| s.response.len()), weights_per);
     let inv = 1.0 / n_tokens.max(1) as f64;
+    let scales = (cfg.loss_average == LossAverage::Response)
+        .then(|| grpo::response_scales(samples.iter().map(|s| s.response.len()), weights_per));
     let refs = if cfg.kl_coef > 0.0 && !cfg.full {
         Some(learner.score(samples, micro, true)?)
     } else {
@@ -535,6 +537,7 @@ fn update(
         let mut objective = Objective {
             sft: cfg.algorithm == Algorithm::Sft,
             inv,
+            per_sample_inv: scales.as_deref(),
             advantages: &batch.advantages,
             old: old_per,
             weights: weights_per,

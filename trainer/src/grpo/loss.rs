@@ -23,12 +23,34 @@ pub fn counted_tokens(
         .sum()
 }
 
+/// Per sample, the factor that makes the loss a mean over each response's
+/// counted tokens and then over the responses (`loss_average = "response"`):
+/// `1 / (counted_i * responses)`, 0 for a response with no counted token.
+pub fn response_scales(
+    response_lens: impl IntoIterator<Item = usize>,
+    weights: &[Option<Vec<f64>>],
+) -> Vec<f64> {
+    let counts: Vec<usize> = response_lens
+        .into_iter()
+        .zip(weights)
+        .map(|(len, w)| counted_tokens([len], std::slice::from_ref(w)))
+        .collect();
+    let n = counts.len().max(1) as f64;
+    counts
+        .iter()
+        .map(|&c| if c == 0 { 0.0 } else { 1.0 / (c as f64 * n) })
+        .collect()
+}
+
 /// One update's per-token objective over a batch; sample `i`, token `j`.
 pub struct Objective<'a> {
     /// Supervised fine-tuning: `-logp` per token, no ratio, no clip.
     pub sft: bool,
     /// `1 / counted_tokens`: the loss is a mean.
     pub inv: f64,
+    /// Per sample, used instead of `inv` when the loss is a mean per
+    /// response ([`response_scales`]).
+    pub per_sample_inv: Option<&'a [f64]>,
     /// Each sample's advantage.
     pub advantages: &'a [f64],
     /// Each sample's `pi_old` log-probabilities, where known (otherwise the
@@ -112,7 +134,7 @@ impl Objective<'_> {
     /// Token `j` of sample `i` at learner log-probability `logp`: its
     /// `(loss, dloss/dlogp)`.
     pub fn token(&mut self, i: usize, j: usize, logp: f64) -> (f64, f64) {
-        let inv = self.inv;
+        let inv = self.per_sample_inv.map_or(self.inv, |v| v[i]);
         if self.sft {
             return (-logp * inv, -inv);
         }
@@ -152,6 +174,7 @@ mod tests {
         let mut o = Objective {
             sft: false,
             inv: 0.5,
+            per_sample_inv: None,
             advantages: &[1.0, 1.0],
             old: &[None, None],
             weights: &weights,
@@ -172,6 +195,36 @@ mod tests {
         assert_eq!(o.token(0, 0, -2.0), (1.0, -0.5));
     }
 
+    #[test]
+    fn a_response_mean_weighs_every_response_alike() {
+        // Two responses: one token, and three of which one is masked.
+        let weights = vec![None, Some(vec![1.0, 0.0, 1.0])];
+        let scales = response_scales([1, 3], &weights);
+        assert_eq!(scales, vec![0.5, 0.25]);
+        assert_eq!(response_scales([2], &[Some(vec![0.0, 0.0])]), vec![0.0]);
+        let mut o = Objective {
+            sft: false,
+            inv: 1.0 / 3.0,
+            per_sample_inv: Some(&scales),
+            advantages: &[1.0, 1.0],
+            old: &[None, None],
+            weights: &weights,
+            refs: None,
+            clip_eps: 0.2,
+            kl_coef: 0.0,
+            kl_estimator: KlEstimator::K3,
+            clipped: 0,
+            seen: Seen::default(),
+        };
+        // On-policy, A = 1: each response's tokens sum to -1/2.
+        assert_eq!(o.token(0, 0, -1.0), (-0.5, -0.5));
+        let (l1, _) = o.token(1, 0, -1.0);
+        let (l2, _) = o.token(1, 2, -1.0);
+        assert_eq!(l1 + l2, -0.5);
+        o.sft = true;
+        assert_eq!(o.token(0, 0, -2.0), (1.0, -0.5));
+    }
+
     /// A second PPO epoch: pi_old is the first epoch's pre-update
     /// log-probability, the update moved the policy, so the ratio leaves 1
     /// and the clip takes the tokens that moved too far in the advantage's
@@ -184,6 +237,7 @@ mod tests {
         let mut o = Objective {
             sft: false,
             inv: 1.0 / 3.0,
+            per_sample_inv: None,
             advantages: &[1.0],
             old: &old,
             weights: &weights,

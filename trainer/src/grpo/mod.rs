@@ -4,7 +4,7 @@
 
 mod loss;
 
-pub use loss::{counted_tokens, Objective, Seen};
+pub use loss::{counted_tokens, response_scales, Objective, Seen};
 
 use crate::config::KlEstimator;
 
