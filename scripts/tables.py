@@ -928,15 +928,15 @@ UNCOMPARED = {"seconds", "learner_seconds", "tokens_per_s", "peak_rss_bytes", "r
               "learner_peak_bytes", "peak_estimate_bytes", "rho", "ratio", "epochs"}
 
 
-def against_dense_s2(name, with_rho):
+def against_dense_s2(name, with_rho, metrics="metrics.jsonl"):
     """A short run's steps against dense seed 2's, field by field (timings
     and memory aside): is it the same arithmetic?"""
     d = RECORDS / name
-    if not (d / "metrics.jsonl").exists():
-        return f"Not run yet: docs/records/{name}/metrics.jsonl.\n"
+    if not (d / metrics).exists():
+        return f"Not run yet: docs/records/{name}/{metrics}.\n"
     dense = {m["step"]: m for m in run("sparse28-dense-s2")[0]}
     rows = []
-    for m in jsonl(d / "metrics.jsonl"):
+    for m in jsonl(d / metrics):
         base = dense[m["step"]]
         keys = (set(m) | set(base)) - UNCOMPARED
         diff = sorted(k for k in keys if m.get(k) != base.get(k))
@@ -960,8 +960,13 @@ def sparse28_numerics_check():
 
 
 def sparse28_build_check():
-    """Dense seed 2's first steps on the build that added `--kl-estimator`."""
-    return against_dense_s2("sparse28-build-check-2026-12-04", False)
+    """Dense seed 2's first steps on each later build (`metrics-<commit>.jsonl`)."""
+    name = "sparse28-build-check-2026-12-04"
+    parts = []
+    for f in sorted((RECORDS / name).glob("metrics-*.jsonl")):
+        commit = f.stem.split("-", 1)[1]
+        parts.append(f"Build {commit}:\n\n" + against_dense_s2(name, False, f.name))
+    return "\n".join(parts) if parts else f"Not run yet: docs/records/{name}/metrics-<commit>.jsonl.\n"
 
 
 def sparse28_masking_steps():
