@@ -44,17 +44,6 @@ pub enum LearnerKv {
     SparseReplay,
 }
 
-impl std::str::FromStr for LearnerKv {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "dense" => Ok(LearnerKv::Dense),
-            "sparse-replay" => Ok(LearnerKv::SparseReplay),
-            o => Err(format!("unknown learner_kv `{o}` (dense or sparse-replay)")),
-        }
-    }
-}
-
 /// Which rollouts of a group its advantages are computed over.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -99,39 +88,6 @@ pub enum LossAverage {
     Response,
 }
 
-impl std::str::FromStr for LossAverage {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "token" => Ok(LossAverage::Token),
-            "response" => Ok(LossAverage::Response),
-            o => Err(format!("unknown loss average `{o}` (token or response)")),
-        }
-    }
-}
-
-impl std::str::FromStr for KlEstimator {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "k3" => Ok(KlEstimator::K3),
-            "low_var_kl" => Ok(KlEstimator::LowVarKl),
-            o => Err(format!("unknown KL estimator `{o}` (k3 or low_var_kl)")),
-        }
-    }
-}
-
-impl std::str::FromStr for Advantages {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "all" => Ok(Advantages::All),
-            "kept" => Ok(Advantages::Kept),
-            o => Err(format!("unknown advantages `{o}` (all or kept)")),
-        }
-    }
-}
-
 /// How the LoRA learner holds the frozen base.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -145,15 +101,34 @@ pub enum LearnerWeights {
     F32,
 }
 
-impl std::str::FromStr for LearnerWeights {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "gguf" => Ok(LearnerWeights::Gguf),
-            "f32" => Ok(LearnerWeights::F32),
-            o => Err(format!("unknown learner_weights `{o}` (gguf or f32)")),
+/// A config enum from its TOML spelling (serde's names), for the CLI's
+/// flags: one list of names for both.
+fn parse_named<T: serde::de::DeserializeOwned>(
+    s: &str,
+    what: &str,
+    choices: &str,
+) -> Result<T, String> {
+    T::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(s))
+        .map_err(|_| format!("unknown {what} `{s}` ({choices})"))
+}
+
+macro_rules! from_str_by_name {
+    ($($t:ty => $what:literal, $choices:literal;)*) => {$(
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> std::result::Result<Self, String> {
+                parse_named(s, $what, $choices)
+            }
         }
-    }
+    )*};
+}
+
+from_str_by_name! {
+    LearnerKv => "learner_kv", "dense or sparse-replay";
+    LossAverage => "loss average", "token or response";
+    KlEstimator => "KL estimator", "k3 or low_var_kl";
+    Advantages => "advantages", "all or kept";
+    LearnerWeights => "learner_weights", "gguf or f32";
 }
 
 /// Every setting of a run. Field names are the TOML keys and the flag names
@@ -494,6 +469,19 @@ mod tests {
         assert_eq!(d.loss_average, LossAverage::Token);
         assert_eq!((d.numerics.clip_max, d.numerics.clip_min), (3.0, None));
         assert_eq!(d.advantages, Advantages::All);
+    }
+
+    #[test]
+    fn flags_parse_the_toml_names() {
+        assert_eq!("sparse-replay".parse(), Ok(LearnerKv::SparseReplay));
+        assert_eq!("low_var_kl".parse(), Ok(KlEstimator::LowVarKl));
+        assert_eq!("response".parse(), Ok(LossAverage::Response));
+        assert_eq!("kept".parse(), Ok(Advantages::Kept));
+        assert_eq!("f32".parse(), Ok(LearnerWeights::F32));
+        assert_eq!(
+            "K3".parse::<KlEstimator>(),
+            Err("unknown KL estimator `K3` (k3 or low_var_kl)".to_string())
+        );
     }
 
     #[test]
