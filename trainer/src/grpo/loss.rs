@@ -167,24 +167,35 @@ impl Objective<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn masked_tokens_neither_count_nor_carry_a_gradient() {
-        let weights = vec![None, Some(vec![1.0, 0.0, 0.5])];
-        assert_eq!(counted_tokens([4, 3], &weights), 6);
-        let mut o = Objective {
+    /// A GRPO objective with no reference, no correction's old log-probs and
+    /// PPO's usual clip; each test sets what it is about.
+    fn objective<'a>(
+        inv: f64,
+        advantages: &'a [f64],
+        old: &'a [Option<Vec<f64>>],
+        weights: &'a [Option<Vec<f64>>],
+    ) -> Objective<'a> {
+        Objective {
             sft: false,
-            inv: 0.5,
+            inv,
             per_sample_inv: None,
-            advantages: &[1.0, 1.0],
-            old: &[None, None],
-            weights: &weights,
+            advantages,
+            old,
+            weights,
             refs: None,
             clip_eps: 0.2,
             kl_coef: 0.0,
             kl_estimator: KlEstimator::K3,
             clipped: 0,
             seen: Seen::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn masked_tokens_neither_count_nor_carry_a_gradient() {
+        let weights = vec![None, Some(vec![1.0, 0.0, 0.5])];
+        assert_eq!(counted_tokens([4, 3], &weights), 6);
+        let mut o = objective(0.5, &[1.0, 1.0], &[None, None], &weights);
         assert_eq!(o.token(1, 1, -1.0), (0.0, 0.0));
         // On-policy, weight 0.5, mean over 2 tokens: -A w / n.
         assert_eq!(o.token(1, 2, -1.0), (-0.25, -0.25));
@@ -203,18 +214,8 @@ mod tests {
         assert_eq!(scales, vec![0.5, 0.25]);
         assert_eq!(response_scales([2], &[Some(vec![0.0, 0.0])]), vec![0.0]);
         let mut o = Objective {
-            sft: false,
-            inv: 1.0 / 3.0,
             per_sample_inv: Some(&scales),
-            advantages: &[1.0, 1.0],
-            old: &[None, None],
-            weights: &weights,
-            refs: None,
-            clip_eps: 0.2,
-            kl_coef: 0.0,
-            kl_estimator: KlEstimator::K3,
-            clipped: 0,
-            seen: Seen::default(),
+            ..objective(1.0 / 3.0, &[1.0, 1.0], &[None, None], &weights)
         };
         // On-policy, A = 1: each response's tokens sum to -1/2.
         assert_eq!(o.token(0, 0, -1.0), (-0.5, -0.5));
@@ -235,18 +236,9 @@ mod tests {
         let weights = vec![None];
         let refs = vec![vec![-1.0, -1.0, -1.0]];
         let mut o = Objective {
-            sft: false,
-            inv: 1.0 / 3.0,
-            per_sample_inv: None,
-            advantages: &[1.0],
-            old: &old,
-            weights: &weights,
             refs: Some(&refs),
-            clip_eps: 0.2,
             kl_coef: 1e-4,
-            kl_estimator: KlEstimator::K3,
-            clipped: 0,
-            seen: Seen::default(),
+            ..objective(1.0 / 3.0, &[1.0], &old, &weights)
         };
         // Ratios e^0.1 = 1.105 (inside), e^0.5 = 1.649 (clipped, A > 0),
         // e^-0.5 = 0.607 (below the range but A > 0: unclipped).
