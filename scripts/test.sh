@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-say() { printf '\n== %s\n' "$*"; }
+# Each phase says when it began (seconds since the start), so a slow CI run's
+# log shows which phase took the time.
+say() { printf '\n== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 # 1. System packages: a C toolchain for -sys crates, cmake and libclang for
 #    llama.cpp (the `llama-cpp` backend, built by default), Python with pip for
@@ -77,3 +79,4 @@ if ! python3 -c 'import playwright.sync_api' >/dev/null 2>&1; then
   python3 -m pip install --quiet playwright || python3 -m pip install --quiet --break-system-packages playwright
 fi
 python3 scripts/ui_test.py --check
+say "done"
