@@ -77,8 +77,9 @@ fn plot_overlays_runs_with_nested_keys_and_smoothing() {
     let with_rho: String = (0..6)
         .map(|s| {
             format!(
-                r#"{{"step": {s}, "reward_mean": 0.2, "loss": 0.5, "rho": {{"mean_rho": {}, "rejected_tokens": 3}}}}"#,
-                1.0 + 0.01 * s as f64
+                r#"{{"step": {s}, "reward_mean": 0.2, "loss": 0.5, "rho": {{"mean_rho": {}, "rejected_tokens": 3}}, "epochs": [{{"kl_ref": {}}}, {{"kl_ref": 0.5}}]}}"#,
+                1.0 + 0.01 * s as f64,
+                0.1 * s as f64
             ) + "\n"
         })
         .collect();
@@ -110,4 +111,21 @@ fn plot_overlays_runs_with_nested_keys_and_smoothing() {
     assert_clean_error(&tern(&bad, None), "--labels has 1 labels for 2 files");
     let out = tern(&["plot", d, s, "-o", p, "--keys", "rho.nope"], None);
     assert_clean_error(&out, "key `rho.nope` has no numeric value");
+
+    // A number reaches into an array (the trainer's per-epoch figures); an
+    // index past its end is a key no line has, and the error offers the
+    // array's keys.
+    let out = tern(&["plot", s, "-o", p, "--keys", "epochs.1.kl_ref"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tern(&["plot", s, "-o", p, "--keys", "epochs.2.kl_ref"], None);
+    assert_clean_error(&out, "key `epochs.2.kl_ref` has no numeric value");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("epochs.0.kl_ref"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

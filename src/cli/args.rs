@@ -784,7 +784,8 @@ pub struct PlotArgs {
     #[arg(long, short = 'o')]
     pub out: PathBuf,
     /// Keys to plot, one panel each, comma-separated; `*_bytes` and `kv_bytes_*` keys are
-    /// shown in MiB; a dotted key reaches into an object (`rho.mean_rho`).
+    /// shown in MiB; a dotted key reaches into an object (`rho.mean_rho`) or, by a number,
+    /// an array (`epochs.0.kl_ref`: the first PPO epoch's KL to the reference model).
     #[arg(
         long,
         value_delimiter = ',',

@@ -145,7 +145,9 @@ fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// `key` looked up in `obj`, reaching into nested objects at each dot.
+/// `key` looked up in `obj`, reaching at each dot into a nested object by
+/// name or into an array by position (`epochs.0.kl_ref`: the trainer logs
+/// per-epoch figures as an array).
 fn lookup<'a>(
     obj: &'a serde_json::Map<String, serde_json::Value>,
     key: &str,
@@ -153,7 +155,11 @@ fn lookup<'a>(
     let mut parts = key.split('.');
     let mut v = obj.get(parts.next()?)?;
     for p in parts {
-        v = v.as_object()?.get(p)?;
+        v = match v {
+            serde_json::Value::Object(m) => m.get(p)?,
+            serde_json::Value::Array(a) => a.get(p.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
     }
     Some(v)
 }
@@ -215,6 +221,17 @@ fn read_metrics(
             }
             for (inner, w) in v.as_object().into_iter().flatten() {
                 let dotted = format!("{key}.{inner}");
+                if w.is_number() && !seen.contains(&dotted) {
+                    seen.push(dotted);
+                }
+            }
+            // An array of objects is offered by its first element's keys.
+            let first = v
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|e| e.as_object());
+            for (inner, w) in first.into_iter().flatten() {
+                let dotted = format!("{key}.0.{inner}");
                 if w.is_number() && !seen.contains(&dotted) {
                     seen.push(dotted);
                 }
