@@ -6,7 +6,9 @@
 //! to Tern's (top-1 agreement and mean KL over 1024 tokens).
 #![cfg(feature = "llama-cpp")]
 
-use crate::support::{assert_clean_error, greedy_refs, last_json, real_model, reference, tern};
+use crate::support::{
+    assert_clean_error, greedy_refs, last_json, real_model, reference, tern, LLAMA_THREADS,
+};
 
 #[test]
 fn llama_cpp_backend_reproduces_llama_cpp_greedy_outputs() {
@@ -304,7 +306,7 @@ fn teacher_forced_logits_agree_across_backends() {
     let opts = LlamaCppOptions {
         n_ctx: 1088,
         n_seq_max: 1,
-        n_threads: 2,
+        n_threads: LLAMA_THREADS,
         kv_dtype: Default::default(),
     };
     let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
@@ -402,7 +404,7 @@ fn model_agreement(
     let opts = LlamaCppOptions {
         n_ctx: n as u32,
         n_seq_max: 1,
-        n_threads: 2,
+        n_threads: LLAMA_THREADS,
         kv_dtype: Default::default(),
     };
     let mut llama = LlamaCppBackend::load(path, model.config(), &opts).unwrap();

@@ -17,7 +17,7 @@ use crate::kquant::{forced, ggml_mul_mat_plain, ggml_quantize};
 use crate::repack::{ggml_repacked_mul_mat_with, repack_x8};
 use crate::support::quantize::{self, quantize_gguf_with, LLAMA_FTYPE_MOSTLY_IQ4_NL};
 use crate::support::tiny::{write_tiny_model, TinySpec};
-use crate::support::values;
+use crate::support::{values, LLAMA_THREADS};
 
 const GGML_TYPE_IQ4_NL: i32 = 20;
 const GGML_TYPE_IQ4_XS: i32 = 23;
@@ -223,7 +223,7 @@ fn tiny_agreement(
     let opts = LlamaCppOptions {
         n_ctx: n as u32,
         n_seq_max: 1,
-        n_threads: 2,
+        n_threads: LLAMA_THREADS,
         kv_dtype: Default::default(),
     };
     let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();

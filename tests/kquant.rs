@@ -14,7 +14,7 @@ use tern_models::quant::k::q8k::{quantize_block, quantize_block_x4, Q8KBlock};
 use tern_models::quant::k::{KFormat, KWeights, Order, QK_K};
 use tern_models::quant::Kernel;
 
-use crate::support::values;
+use crate::support::{values, LLAMA_THREADS};
 
 // ggml's C API (ggml.h, ggml-cpu.h, ggml-cpu/repack.h), linked through
 // llama-cpp-sys-2.
@@ -212,7 +212,7 @@ pub(crate) fn ggml_mul_mat_plain(
         let c = ggml_mul_mat(ctx, a, b);
         let g = ggml_new_graph(ctx);
         ggml_build_forward_expand(g, c);
-        assert_eq!(ggml_graph_compute_with_ctx(ctx, g, 2), 0);
+        assert_eq!(ggml_graph_compute_with_ctx(ctx, g, LLAMA_THREADS), 0);
         let out = std::slice::from_raw_parts(ggml_get_data(c).cast::<f32>(), rows * n).to_vec();
         ggml_free(ctx);
         out
@@ -598,7 +598,7 @@ fn tiny_kquant_agreement(pick: impl Fn(&str) -> Option<(GgmlDType, i32)>) -> (us
     let opts = LlamaCppOptions {
         n_ctx: n as u32,
         n_seq_max: 1,
-        n_threads: 2,
+        n_threads: LLAMA_THREADS,
         kv_dtype: Default::default(),
     };
     let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();

@@ -11,7 +11,7 @@ use tern_runtime::kv::{KvDtype, SeqCache};
 use tern_runtime::LoadedModel;
 
 use crate::support::tiny::{write_tiny_model, TinySpec};
-use crate::support::{real_model, reference};
+use crate::support::{real_model, reference, LLAMA_THREADS};
 
 /// A tiny llama whose heads hold 64 values (block types need multiples of
 /// 32) and whose context passes 512 positions, where decode takes its own
@@ -109,7 +109,7 @@ fn quantized_caches_give_llama_cpps_logits_bit_for_bit() {
         let opts = LlamaCppOptions {
             n_ctx: n as u32 + 64,
             n_seq_max: 1,
-            n_threads: 2,
+            n_threads: LLAMA_THREADS,
             kv_dtype: dtype,
         };
         let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();

@@ -16,8 +16,8 @@ use tern_runtime::backend::{LlamaCppBackend, LlamaCppOptions};
 use tern_runtime::tokenizer::Tokenizer;
 use tern_runtime::LoadedModel;
 
-use crate::support::real_gemma;
 use crate::support::tiny::{write_tiny_model_with, TinySpec, TinyVocab};
+use crate::support::{real_gemma, LLAMA_THREADS};
 
 /// The real Gemma file's vocabulary and every `tokenizer.*` key it has.
 fn gemma_vocab(file: &GgufFile) -> TinyVocab {
@@ -188,7 +188,7 @@ fn check_against_llama_cpp(path: &Path) -> Vec<(String, bool)> {
     let opts = LlamaCppOptions {
         n_ctx: 256,
         n_seq_max: 1,
-        n_threads: 2,
+        n_threads: LLAMA_THREADS,
         kv_dtype: Default::default(),
     };
     let llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();

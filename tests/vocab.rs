@@ -10,7 +10,7 @@ use tern_runtime::backend::{LlamaCppBackend, LlamaCppOptions};
 use tern_runtime::LoadedModel;
 
 use crate::support::tiny::{write_tiny_model_with, TinySpec, TinyVocab};
-use crate::support::{real_vocab, reference};
+use crate::support::{real_vocab, reference, LLAMA_THREADS};
 
 /// `tokenizer.json` as a GGUF vocabulary: tokens by id (added ones too),
 /// control tokens typed 3, other added tokens 4, merges as `"a b"`.
@@ -127,7 +127,7 @@ fn check(arch: &'static str, vocab: &TinyVocab, special_text: &str) {
     let opts = LlamaCppOptions {
         n_ctx: 256,
         n_seq_max: 1,
-        n_threads: 2,
+        n_threads: LLAMA_THREADS,
         kv_dtype: Default::default(),
     };
     let llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();

@@ -38,7 +38,10 @@ def tern_info(resp) -> dict:
 def llama_cpp_greedy(prompt: str, n: int) -> str:
     out = subprocess.run(
         [str(BINARY), "generate", "--model", str(GEMMA), "-p", prompt, "-n", str(n),
-         "--temperature", "0", "--backend", "llama-cpp"],
+         "--temperature", "0", "--backend", "llama-cpp",
+         # One thread: ggml's workers spin at barriers and stall when the
+         # machine is oversubscribed (tests/support/mod.rs, LLAMA_THREADS).
+         "--threads", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr

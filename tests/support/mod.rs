@@ -9,6 +9,16 @@ pub mod tiny;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// Threads for llama.cpp in the tests, in-process and through `tern`
+/// (`TERN_THREADS`, which an explicit `--threads` overrides). ggml's workers
+/// spin at every graph node's barrier, so when the harness runs two tests at
+/// once on a 2-core machine, two threads each oversubscribe it and a worker
+/// descheduled mid-graph stalls the others: a 160-token llama.cpp generation
+/// took 144 s at two threads and 4.3 s at one beside two busy processes
+/// (2026-12-04). Tern's own pool yields and parks instead, and its results do
+/// not depend on the thread count.
+pub const LLAMA_THREADS: i32 = 1;
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -80,6 +90,7 @@ pub fn greedy_refs() -> Vec<serde_json::Value> {
 pub fn tern(args: &[&str], stdin: Option<&str>) -> Output {
     use std::io::Write;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tern"));
+    cmd.env("TERN_THREADS", LLAMA_THREADS.to_string());
     cmd.args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
