@@ -13,10 +13,10 @@ use std::process::{Command, Output};
 /// (`TERN_THREADS`, which an explicit `--threads` overrides). ggml's workers
 /// spin at every graph node's barrier, so when the harness runs two tests at
 /// once on a 2-core machine, two threads each oversubscribe it and a worker
-/// descheduled mid-graph stalls the others: a 160-token llama.cpp generation
-/// took 144 s at two threads and 4.3 s at one beside two busy processes
-/// (2026-12-04). Tern's own pool yields and parks instead, and its results do
-/// not depend on the thread count.
+/// descheduled mid-graph stalls the others: beside two busy processes a
+/// 160-token llama.cpp generation took 190 s at two threads and 4.2 s at one
+/// (docs/records/llama-threads-2026-12-04). Tern's own pool yields and parks
+/// instead, and its results do not depend on the thread count.
 pub const LLAMA_THREADS: i32 = 1;
 
 /// The repository root.
