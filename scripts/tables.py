@@ -626,9 +626,7 @@ def kv_gsm8k_rkv():
 SPARSE28_ARMS = [
     ("dense", "dense", 3),
     ("dense + numerics correction (10 steps)", "numerics", 1),
-    ("sparse, no correction, rkv:budget=104 (light)", "none-r104", 1),
     ("sparse-rl, rkv:budget=104 (light)", "sparserl-r104", 1),
-    ("sparse-rl + sparse-replay, rkv:budget=104 (light)", "replay-r104", 1),
     ("sparse, no correction, rkv:budget=56 (~50%)", "none-r56", 3),
     ("sparse-rl, rkv:budget=56 (~50%)", "sparserl-r56", 3),
     ("sparse-rl + sparse-replay, rkv:budget=56 (~50%)", "replay-r56", 3),
@@ -640,6 +638,7 @@ SPARSE28_ARMS = [
     ("sparse-rl, rkv:budget=28 (~25%)", "sparserl-r28", 1),
     ("sparse-rl + sparse-replay, rkv:budget=28 (~25%)", "replay-r28", 1),
     ("sparse-rl, snapkv:budget=56 (~50%)", "sparserl-s56", 1),
+    ("sparse-rl, snapkv:budget=28 (~25%)", "sparserl-s28", 1),
 ]
 
 
