@@ -1003,6 +1003,68 @@ def sparse28_masking_steps():
 MASKING_BUCKETS = [(1, 32), (33, 64), (65, 128), (129, 10**9)]
 
 
+def sparse28_kept():
+    """Build 3's question, advantages over all G rollouts or over the ones
+    the correction kept: sparse-rl at rkv:budget=56, seed 1, each way (the
+    same tasks and seed; the two runs part at the first vetoed rollout).
+    Held-out scores, the exports task by task (kept minus all), and what the
+    choice touches: vetoed rollouts, rejected tokens, gradient norms."""
+    arms = [RECORDS / "sparse28-sparserl-r56-s1", RECORDS / "sparse28-kept-r56-s1"]
+    runs, missing = [], []
+    for d in arms:
+        ev = json.loads((d / "eval.json").read_text()) if (d / "eval.json").exists() else {}
+        if "after" not in ev or not (d / "metrics.jsonl").exists():
+            missing.append(f"`docs/records/{d.name}/`")
+        else:
+            runs.append((jsonl(d / "metrics.jsonl"), ev))
+    if missing:
+        return "Not finished yet: " + ", ".join(missing) + ".\n"
+
+    def ci(x, n):
+        k = round(x * n)
+        lo, hi = wilson(k, n)
+        return f"{100 * x:.1f} [{lo:.1f}, {hi:.1f}]"
+
+    rows = []
+    for key, what in (("after", "held-out after, full cache [95% CI]"),
+                      ("after_policy", "held-out after, under rkv:budget=56")):
+        rows.append([what] + [ci(ev[key], ev["tasks"]) for _, ev in runs] + ["-"])
+    for name, what in (("full", "export, full cache"), ("policy", "export, under rkv:budget=56")):
+        scores = [export_score(d, name) for d in arms]
+        tasks = [export_tasks(d, name) for d in arms]
+        cells = [ci(s[0] / s[1], s[1]) if s else "-" for s in scores]
+        diff = "-"
+        if tasks[0] and tasks[1] and set(tasks[0]) == set(tasks[1]):
+            d, wins, p = paired([(tasks[1][t], tasks[0][t]) for t in sorted(tasks[0])])
+            diff = f"{d} (only kept / only all: {wins}, McNemar p = {p})"
+        rows.append([what] + cells + [diff])
+    stats = []
+    for ms, _ in runs:
+        rho = [m.get("rho") or {} for m in ms]
+        vetoed = sum(r.get("rejected_rollouts", 0) for r in rho)
+        veto_steps = sum(1 for r in rho if r.get("rejected_rollouts"))
+        rejected = sum(r.get("rejected_tokens", 0) for r in rho)
+        learner = sum(m["learner_tokens"] for m in ms)
+        g = sorted(m["grad_norm"] for m in ms if m.get("learner_tokens"))
+
+        def early_late(f, digits):
+            return f"{sum(map(f, ms[:10])) / 10:.{digits}f} -> {sum(map(f, ms[-10:])) / 10:.{digits}f}"
+        stats.append([early_late(lambda m: m["reward_mean"], 3),
+                      early_late(lambda m: m["rollout_tokens"] / 32, 0),
+                      f"{vetoed} ({veto_steps} of {len(ms)} steps)",
+                      # As the arms table counts them: a vetoed rollout's
+                      # tokens are rejected and not the learner's.
+                      f"{100 * rejected / learner:.1f}%" if learner else "-",
+                      f"{g[len(g) // 2]:.2f} / {g[-1]:.2f}"])
+    for i, what in enumerate(("reward, first 10 -> last 10 steps",
+                              "answer tokens per rollout, first 10 -> last 10 steps",
+                              "rollouts vetoed (steps with a veto)",
+                              "rejected tokens (per learner token)", "gradient norm, median / largest")):
+        rows.append([what, stats[0][i], stats[1][i], "-"])
+    return table(["seed 1, rkv:budget=56, sparse-rl", "advantages over all G (the default)",
+                  "over the kept rollouts (`--advantages kept`)", "kept - all, task by task"], rows)
+
+
 def sparse28_masking():
     """Whether long answers are masked more: every scored rollout of the
     sparse arms' finished runs that log per-rollout ratios (`rho.rollouts`),
@@ -1056,6 +1118,7 @@ TABLES = {
         "sparse-cap-600mib": sparse_cap_600mib,
         "sparse28-arms": sparse28_arms,
         "sparse28-exports": sparse28_exports,
+        "sparse28-kept": sparse28_kept,
         "sparse28-masking": sparse28_masking,
         "sparse28-masking-steps": sparse28_masking_steps,
         "sparse28-paired": sparse28_paired,
