@@ -170,49 +170,102 @@ def mib(b):
 
 # ---------------------------------------------------------------- docs/TRAINING.md
 
-# The f32-learner run of 2026-11-30 (`runs/grpo-arith`) was never kept: runs/
-# is not in git. Its column is quoted from the doc as it stood, and the doc
-# says so under the table.
-UNRECORDED_F32_RUN = {
-    "cap": "2 GiB",
-    "resident": "not recorded (an f32 copy plus the GGUF)",
-    "plan": "activations kept (micro-batch not recorded)",
-    "peak": "1,931,816 kB = 1.84 GiB",
-    "heldout": "44% -> 93%",
-    "reward": "0.388 -> 0.909",
-    "wall": "33 min 35 s (two builds beside it)",
-    "learner": "not recorded",
-}
-
-
-def training_learner_vs_f32():
-    """The quantized learner's 50-step run under 600 MiB beside the f32 run."""
-    m, log, args = run("grpo-arith-gguf")
-    ev = json.loads((RECORDS / "grpo-arith-gguf/eval.json").read_text())
+def grpo_arith_column(name, beside):
+    """One 50-step grpo-arith run's figures from docs/records/<name>/. The
+    peak is the trainer's own lifetime figure (each step's `peak_rss_bytes`):
+    the trainer resets the kernel's high-water mark at each phase, so
+    `/usr/bin/time -v` reports only the last phase's."""
+    m, log, args = run(name)
+    ev = json.loads((RECORDS / name / "eval.json").read_text())
     assert len(m) == 50, "the table quotes steps 1-10 and 41-50 of a 50-step run"
-    kb, wall = time_v(log)
-    cap = float(log_field(log, r"cap ([\d.]+) MiB"))
+    _, wall = time_v(log)
+    peak = max(x["peak_rss_bytes"] for x in m)
+    cap = log_field(log, r"cap ([\d.]+ [MG]iB)")
     recompute = "recompute on" in log
     chosen = "" if "--recompute" in args else " (the planner's choice)"
+    micros = sorted({x["micro_batch"] for x in m if "micro_batch" in x})
+    replanned = f"; re-planned per step: {micros[0]}-{micros[-1]}" if len(micros) > 1 else ""
+    threads = arg(args, "--threads") if "--threads" in args else "2"
     wall = round(wall)
     mean = lambda xs: sum(x["reward_mean"] for x in xs) / len(xs)
     learner = sum(x["learner_tokens"] for x in m) / sum(x["learner_seconds"] for x in m)
-    f = UNRECORDED_F32_RUN
-    resident = float(log_field(log, r"loaded: resident ([\d.]+) MiB"))
+    resident = log_field(log, r"loaded: resident ([\d.]+ [MG]iB)")
     micro = log_field(log, r"micro-batch (\d+)")
-    rows = [
-        ["cap", f["cap"], f"{cap:g} MiB"],
-        ["resident after loading both models", f["resident"], f"{resident:.0f} MiB (one GGUF)"],
-        ["plan", f["plan"],
-         f"micro-batch {micro}{', blocks recomputed' if recompute else ', activations kept'}{chosen}"],
-        ["peak RSS (`/usr/bin/time -v`)", f["peak"], f"**{kb:,} kB = {kb / 1024:.1f} MiB**"],
-        ["held-out greedy accuracy before -> after", f["heldout"],
-         f"{100 * ev['before']:.0f}% -> **{100 * ev['after']:.0f}%**"],
-        ["mean reward, steps 1-10 -> 41-50", f["reward"], f"{mean(m[:10]):.3f} -> {mean(m[40:]):.3f}"],
-        [f"wall time, {len(m)} steps", f["wall"], f"{wall // 60} min {wall % 60} s (dry runs beside it)"],
-        ["learner tokens/s (`learner_tokens / learner_seconds`)", f["learner"], f"{learner:.1f}"],
+    return [
+        cap.replace(".0 ", " "),
+        resident,
+        f"micro-batch {micro}{', blocks recomputed' if recompute else ', activations kept'}{chosen}{replanned}",
+        f"**{peak / MIB:.1f} MiB = {peak / 1e6:.1f} MB**",
+        f"{100 * ev['before']:.0f}% -> **{100 * ev['after']:.0f}%**",
+        f"{mean(m[:10]):.3f} -> {mean(m[40:]):.3f}",
+        f"{wall // 60} min {wall % 60} s ({threads} thread{'s' if threads != '1' else ''}, {beside} beside it)",
+        f"{learner:.1f}",
     ]
-    return table(["", "f32 learner (run above, 2026-11-30)", "quantized learner (2026-12-03)"], rows)
+
+
+def training_grpo_arith():
+    """The f32 learner's grpo-arith run, seed 1 (the section's example run)."""
+    labels = ["cap", "resident after loading", "plan", "peak RSS",
+              "held-out greedy accuracy before -> after", "mean reward, steps 1-10 -> 41-50",
+              "wall time, 50 steps", "learner tokens/s (`learner_tokens / learner_seconds`)"]
+    col = grpo_arith_column("grpo-arith-seeds/f32-s1", "two Sparse-RL arms")
+    return table(["", "value"], [[lab, c] for lab, c in zip(labels, col)])
+
+
+def training_learner_seeds():
+    """Held-out accuracy of the f32 and the quantized learner over seeds 1-3
+    (grpo-arith, 50 steps, one build, one thread each): per seed, the mean,
+    and the late reward, from docs/records/grpo-arith-seeds/<learner>-s<seed>/."""
+    rows = []
+    for w, label in (("f32", "f32 learner, `--memory-cap 2GiB`"),
+                     ("gguf", "quantized learner, `--memory-cap 600MiB`")):
+        accs, late, peaks, speed = [], [], [], []
+        for seed in (1, 2, 3):
+            d = RECORDS / "grpo-arith-seeds" / f"{w}-s{seed}"
+            if not (d / "eval.json").exists():
+                accs.append(None)
+                continue
+            ev = json.loads((d / "eval.json").read_text())
+            m = jsonl(d / "metrics.jsonl")
+            accs.append(100 * ev["after"])
+            late.append(sum(x["reward_mean"] for x in m[40:]) / len(m[40:]))
+            peaks.append(max(x["peak_rss_bytes"] for x in m))
+            speed.append(sum(x["learner_tokens"] for x in m) / sum(x["learner_seconds"] for x in m))
+        done = [a for a in accs if a is not None]
+        rows.append([label] + [f"{a:.0f}%" if a is not None else "running" for a in accs] + [
+            f"{sum(done) / len(done):.1f}%" if done else "-",
+            " / ".join(f"{r:.3f}" for r in late) or "-",
+            f"{max(peaks) / MIB:.0f} MiB" if peaks else "-",
+            " / ".join(f"{v:.1f}" for v in speed) or "-"])
+    return table(["learner", "held-out after, seed 1", "seed 2", "seed 3", "mean",
+                  "mean reward, steps 41-50 (per seed)", "largest peak RSS", "learner tokens/s (per seed)"], rows)
+
+
+def training_export_eval():
+    """The f32 run's export (q8_0) scored as served, beside the base model
+    and the trainer's own evaluation (docs/records/grpo-arith-seeds/f32-s1)."""
+    d = RECORDS / "grpo-arith-seeds" / "f32-s1"
+    rows = []
+    for name, label in (("base", "SmolLM2-135M-Instruct Q4_1 (base)"), ("q8_0", "trained, exported q8_0")):
+        r = json.loads((d / f"export-eval-{name}.json").read_text())["rows"][0]
+        rows.append([label, f"{100 * r['accuracy']:.1f}%", f"{r['tokens_per_task']:.1f}"])
+    ev = json.loads((d / "eval.json").read_text())
+    rows.append(["trained, base + adapters (trainer's own evaluation)", f"{100 * ev['after']:.1f}%", "-"])
+    return table(["model", "accuracy", "tokens per answer"], rows)
+
+
+def training_learner_vs_f32():
+    """The quantized learner's 50-step runs (under 600 and 570 MiB) beside
+    the f32 learner's run of the same config and seed."""
+    labels = ["cap", "resident after loading both models", "plan", "peak RSS",
+              "held-out greedy accuracy before -> after", "mean reward, steps 1-10 -> 41-50",
+              "wall time, 50 steps", "learner tokens/s (`learner_tokens / learner_seconds`)"]
+    cols = [grpo_arith_column("grpo-arith-seeds/f32-s1", "two Sparse-RL arms"),
+            grpo_arith_column("grpo-arith-gguf", "dry runs"),
+            grpo_arith_column("grpo-arith-570", "two Sparse-RL arms")]
+    rows = [[lab, *cells] for lab, *cells in zip(labels, *cols)]
+    return table(["", "f32 learner (2026-12-05)", "quantized learner (2026-12-03)",
+                  "quantized learner, 570 MiB (2026-12-05)"], rows)
 
 
 def training_learner_ab():
@@ -1107,7 +1160,10 @@ def sparse28_masking():
 
 TABLES = {
     "TRAINING.md": {
+        "training-grpo-arith": training_grpo_arith,
         "training-learner-vs-f32": training_learner_vs_f32,
+        "training-learner-seeds": training_learner_seeds,
+        "training-export-eval": training_export_eval,
         "training-learner-ab": training_learner_ab,
         "training-learner-ab-rounds": training_learner_ab_rounds,
         "training-learner-ab-vm2": training_learner_ab_vm2,
