@@ -222,10 +222,10 @@ def training_learner_seeds():
         accs, late, peaks, speed = [], [], [], []
         for seed in (1, 2, 3):
             d = RECORDS / "grpo-arith-seeds" / f"{w}-s{seed}"
-            if not (d / "eval.json").exists():
+            ev = json.loads((d / "eval.json").read_text()) if (d / "eval.json").exists() else {}
+            if ev.get("after") is None:
                 accs.append(None)
                 continue
-            ev = json.loads((d / "eval.json").read_text())
             m = jsonl(d / "metrics.jsonl")
             accs.append(100 * ev["after"])
             late.append(sum(x["reward_mean"] for x in m[40:]) / len(m[40:]))
