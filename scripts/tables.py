@@ -216,10 +216,11 @@ def training_learner_seeds():
     """Held-out accuracy of the f32 and the quantized learner over seeds 1-3
     (grpo-arith, 50 steps, one build, one thread each): per seed, the mean,
     and the late reward, from docs/records/grpo-arith-seeds/<learner>-s<seed>/."""
-    rows = []
+    rows, per_learner = [], []
     for w, label in (("f32", "f32 learner, `--memory-cap 2GiB`"),
                      ("gguf", "quantized learner, `--memory-cap 600MiB`")):
         accs, late, peaks, speed = [], [], [], []
+        per_learner.append(accs)
         for seed in (1, 2, 3):
             d = RECORDS / "grpo-arith-seeds" / f"{w}-s{seed}"
             ev = json.loads((d / "eval.json").read_text()) if (d / "eval.json").exists() else {}
@@ -237,6 +238,17 @@ def training_learner_seeds():
             " / ".join(f"{r:.3f}" for r in late) or "-",
             f"{max(peaks) / MIB:.0f} MiB" if peaks else "-",
             " / ".join(f"{v:.1f}" for v in speed) or "-"])
+    # Seed by seed (the same tasks and first rollouts), with a t interval
+    # over the seeds both learners finished.
+    diffs = [q - f for f, q in zip(*per_learner) if f is not None and q is not None]
+    cells = [f"{q - f:+.0f}" if f is not None and q is not None else "-" for f, q in zip(*per_learner)]
+    summary = "-"
+    if len(diffs) >= 2:
+        mean = sum(diffs) / len(diffs)
+        sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
+        h = T95[len(diffs) - 1] * sd / len(diffs) ** 0.5
+        summary = f"{mean:+.1f} [{mean - h:+.1f}, {mean + h:+.1f}] (95% t interval over seeds)"
+    rows.append(["quantized - f32, points"] + cells + [summary, "-", "-", "-"])
     return table(["learner", "held-out after, seed 1", "seed 2", "seed 3", "mean",
                   "mean reward, steps 41-50 (per seed)", "largest peak RSS", "learner tokens/s (per seed)"], rows)
 
