@@ -723,6 +723,14 @@ def sparse28_finished(prefix):
     return out
 
 
+def scored_tokens(m):
+    """Tokens a step's correction judged: its rho histogram's count (the
+    learner's tokens plus those of the rollouts it vetoed, which
+    `learner_tokens` leaves out), or the learner's tokens without one."""
+    hist = (m.get("rho") or {}).get("hist")
+    return sum(hist) if hist else m["learner_tokens"]
+
+
 def held_out(runs, key):
     """Per-seed accuracies (percent) under `key` and the pooled Wilson interval."""
     accs, k, n = [], 0, 0
@@ -754,6 +762,7 @@ def sparse28_arms():
         len_last = [m["rollout_tokens"] / 32 for (ms, _) in runs.values() for m in ms[-10:]]
         rejected = sum((m.get("rho") or {}).get("rejected_tokens", 0) for m in steps)
         learner = sum(m["learner_tokens"] for m in steps)
+        scored = sum(scored_tokens(m) for m in steps)
         peak = sum(m["kv_bytes_peak"] for m in steps)
         full = sum(m["kv_bytes_full"] for m in steps)
         tps = sum(m["tokens_per_s"] for m in steps) / len(steps)
@@ -766,7 +775,7 @@ def sparse28_arms():
             " / ".join(f"{b:.1f}" for b in before),
             f"{sum(first) / len(first):.3f} -> {sum(last) / len(last):.3f}",
             f"{sum(len_first) / len(len_first):.0f} -> {sum(len_last) / len(len_last):.0f}",
-            f"{100 * rejected / learner:.1f}%" if learner else "-",
+            f"{100 * rejected / scored:.1f}%" if scored else "-",
             f"{100 * peak / full:.0f}%" if full else "-",
             # Per rollout (32 a step), in MiB: its peak KV, and what it saved
             # against a full cache.
@@ -777,7 +786,7 @@ def sparse28_arms():
     return table(["arm", "seeds", "held-out after, full cache (per seed) [95% CI]",
                   "held-out after, rollout policy", "before", "reward (first 10 -> last 10 steps)",
                   "answer tokens (first 10 -> last 10)",
-                  "rejected tokens", "KV kept (peak / full)",
+                  "rejected tokens (of those scored)", "KV kept (peak / full)",
                   "KV per rollout, MiB (saved)", "rollout tok/s", "steps/hour"], rows)
 
 
@@ -1109,7 +1118,7 @@ def sparse28_kept():
         vetoed = sum(r.get("rejected_rollouts", 0) for r in rho)
         veto_steps = sum(1 for r in rho if r.get("rejected_rollouts"))
         rejected = sum(r.get("rejected_tokens", 0) for r in rho)
-        learner = sum(m["learner_tokens"] for m in ms)
+        scored = sum(scored_tokens(m) for m in ms)
         g = sorted(m["grad_norm"] for m in ms if m.get("learner_tokens"))
 
         def early_late(f, digits):
@@ -1117,14 +1126,12 @@ def sparse28_kept():
         stats.append([early_late(lambda m: m["reward_mean"], 3),
                       early_late(lambda m: m["rollout_tokens"] / 32, 0),
                       f"{vetoed} ({veto_steps} of {len(ms)} steps)",
-                      # As the arms table counts them: a vetoed rollout's
-                      # tokens are rejected and not the learner's.
-                      f"{100 * rejected / learner:.1f}%" if learner else "-",
+                      f"{100 * rejected / scored:.1f}%" if scored else "-",
                       f"{g[len(g) // 2]:.2f} / {g[-1]:.2f}"])
     for i, what in enumerate(("reward, first 10 -> last 10 steps",
                               "answer tokens per rollout, first 10 -> last 10 steps",
                               "rollouts vetoed (steps with a veto)",
-                              "rejected tokens (per learner token)", "gradient norm, median / largest")):
+                              "rejected tokens (of those scored)", "gradient norm, median / largest")):
         rows.append([what, stats[0][i], stats[1][i], "-"])
     return table(["seed 1, rkv:budget=56, sparse-rl", "advantages over all G (the default)",
                   "over the kept rollouts (`--advantages kept`)", "kept - all, task by task"], rows)
