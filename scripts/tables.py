@@ -203,13 +203,16 @@ def grpo_arith_column(name, beside):
     ]
 
 
+# The rows of grpo_arith_column, in its order.
+GRPO_ARITH_LABELS = ["cap", "resident after loading both models", "plan", "peak RSS",
+                     "held-out greedy accuracy before -> after", "mean reward, steps 1-10 -> 41-50",
+                     "wall time, 50 steps", "learner tokens/s (`learner_tokens / learner_seconds`)"]
+
+
 def training_grpo_arith():
     """The f32 learner's grpo-arith run, seed 1 (the section's example run)."""
-    labels = ["cap", "resident after loading", "plan", "peak RSS",
-              "held-out greedy accuracy before -> after", "mean reward, steps 1-10 -> 41-50",
-              "wall time, 50 steps", "learner tokens/s (`learner_tokens / learner_seconds`)"]
     col = grpo_arith_column("grpo-arith-seeds/f32-s1", "two Sparse-RL arms")
-    return table(["", "value"], [[lab, c] for lab, c in zip(labels, col)])
+    return table(["", "value"], [[lab, c] for lab, c in zip(GRPO_ARITH_LABELS, col)])
 
 
 def training_learner_seeds():
@@ -242,12 +245,7 @@ def training_learner_seeds():
     # over the seeds both learners finished.
     diffs = [q - f for f, q in zip(*per_learner) if f is not None and q is not None]
     cells = [f"{q - f:+.0f}" if f is not None and q is not None else "-" for f, q in zip(*per_learner)]
-    summary = "-"
-    if len(diffs) >= 2:
-        mean = sum(diffs) / len(diffs)
-        sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
-        h = T95[len(diffs) - 1] * sd / len(diffs) ** 0.5
-        summary = f"{mean:+.1f} [{mean - h:+.1f}, {mean + h:+.1f}] (95% t interval over seeds)"
+    summary = f"{t_interval(diffs)} (95% t interval over seeds)" if len(diffs) >= 2 else "-"
     rows.append(["quantized - f32, points"] + cells + [summary, "-", "-", "-"])
     return table(["learner", "held-out after, seed 1", "seed 2", "seed 3", "mean",
                   "mean reward, steps 41-50 (per seed)", "largest peak RSS", "learner tokens/s (per seed)"], rows)
@@ -269,13 +267,10 @@ def training_export_eval():
 def training_learner_vs_f32():
     """The quantized learner's 50-step runs (under 600 and 570 MiB) beside
     the f32 learner's run of the same config and seed."""
-    labels = ["cap", "resident after loading both models", "plan", "peak RSS",
-              "held-out greedy accuracy before -> after", "mean reward, steps 1-10 -> 41-50",
-              "wall time, 50 steps", "learner tokens/s (`learner_tokens / learner_seconds`)"]
     cols = [grpo_arith_column("grpo-arith-seeds/f32-s1", "two Sparse-RL arms"),
             grpo_arith_column("grpo-arith-gguf", "dry runs"),
             grpo_arith_column("grpo-arith-570", "two Sparse-RL arms")]
-    rows = [[lab, *cells] for lab, *cells in zip(labels, *cols)]
+    rows = [[lab, *cells] for lab, *cells in zip(GRPO_ARITH_LABELS, *cols)]
     return table(["", "f32 learner (2026-12-05)", "quantized learner (2026-12-03)",
                   "quantized learner, 570 MiB (2026-12-05)"], rows)
 
@@ -794,6 +789,15 @@ def sparse28_arms():
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # two-sided 95% Student t quantiles by df
 
 
+def t_interval(diffs):
+    """`mean [lo, hi]` of two or more differences, with the 95% Student t
+    interval of their mean."""
+    mean = sum(diffs) / len(diffs)
+    sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
+    h = T95[len(diffs) - 1] * sd / len(diffs) ** 0.5
+    return f"{mean:+.1f} [{mean - h:+.1f}, {mean + h:+.1f}]"
+
+
 def sparse28_seeds():
     """Seed by seed: each budget-56 arm's held-out accuracy (full cache)
     against dense's of the same seed, and the mean difference with a t
@@ -814,10 +818,7 @@ def sparse28_seeds():
             else:
                 cells.append("-")
         if len(diffs) >= 2:
-            mean = sum(diffs) / len(diffs)
-            sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
-            h = T95[len(diffs) - 1] * sd / len(diffs) ** 0.5
-            summary = f"{mean:+.1f} [{mean - h:+.1f}, {mean + h:+.1f}]"
+            summary = t_interval(diffs)
         elif diffs:
             summary = f"{diffs[0]:+.1f} (one seed)"
         else:
