@@ -111,6 +111,12 @@ pub struct TrainArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Hard cap on peak resident memory, e.g. 2GiB.
+    ///
+    /// The trainer plans each step under it and checks the measured peak
+    /// after every phase. It reports the run's whole peak (the log's "peak
+    /// memory", `peak_rss_bytes` in metrics.jsonl); to measure each phase on
+    /// its own it resets the kernel's high-water mark, so an outside
+    /// `/usr/bin/time -v` shows only the last phase's.
     #[arg(long)]
     pub memory_cap: Option<String>,
     /// Sequences per learner micro-batch [the largest the cap allows].
