@@ -342,6 +342,21 @@ def training_learner_ab_vm2():
     return table(["learner", "tokens/s, rounds 1-3 (1 thread)", "median",
                   "learner peak RSS"], rows)
 
+def training_learner_ab_2t():
+    """The f32 and the quantized learner (activations kept) at two threads,
+    three interleaved rounds, on the second VM
+    (docs/records/learner-ab-2t-2026-12-05/)."""
+    d = RECORDS / "learner-ab-2t-2026-12-05"
+    tps = lambda f: (lambda s: s["learner_tokens"] / s["learner_seconds"])(jsonl(d / f"{f}.metrics.jsonl")[0])
+    rounds = {key: [tps(f"r{r}-{key}") for r in (1, 2, 3)] for key, _ in AB_LEARNERS[:2]}
+    med = {key: sorted(v)[1] for key, v in rounds.items()}
+    rows = []
+    for key, label in AB_LEARNERS[:2]:
+        ratio = "" if key == "f32-false" else f" ({med[key] / med['f32-false']:.2f}x)"
+        rows.append([label, ", ".join(f"{x:.1f}" for x in rounds[key]), f"**{med[key]:.1f}**{ratio}"])
+    return table(["learner", "tokens/s, rounds 1-3 (2 threads)", "median"], rows)
+
+
 def training_planner_calibration():
     """The planner's learner estimate against the learner phase's own
     measured peak (docs/records/planner-calibration/)."""
@@ -1187,6 +1202,7 @@ TABLES = {
         "training-learner-ab": training_learner_ab,
         "training-learner-ab-rounds": training_learner_ab_rounds,
         "training-learner-ab-vm2": training_learner_ab_vm2,
+        "training-learner-ab-2t": training_learner_ab_2t,
         "training-planner-calibration": training_planner_calibration,
         "training-llama32-1b-shape": training_llama32_1b_shape,
     },
