@@ -7,7 +7,8 @@ rm -rf runs/resume-a runs/resume-b
 target/release/tern train $ARGS --out runs/resume-a > /tmp/resume-a.log 2>&1
 target/release/tern train $ARGS --out runs/resume-b > /tmp/resume-b.log 2>&1 &
 PID=$!
-while [ "$(wc -l < runs/resume-b/metrics.jsonl 2>/dev/null || echo 0)" -lt 4 ]; do sleep 1; done
+lines() { cat runs/resume-b/metrics.jsonl 2>/dev/null | wc -l; }
+while [ "$(lines)" -lt 4 ]; do sleep 1; done
 kill -9 $PID; wait $PID 2>/dev/null || true
 echo "killed after $(wc -l < runs/resume-b/metrics.jsonl) metric lines; latest: $(cat runs/resume-b/latest)"
 target/release/tern train --resume runs/resume-b > /tmp/resume-b2.log 2>&1
