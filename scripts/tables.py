@@ -357,6 +357,32 @@ def training_learner_ab_2t():
     return table(["learner", "tokens/s, rounds 1-3 (2 threads)", "median"], rows)
 
 
+def training_learner_before_after():
+    """Issue 25's before and after: the learner of the build before the issue
+    (9ea5834, f32, its only one) against today's two, three interleaved
+    rounds at two threads (docs/records/learner-before-after-2026-12-05/).
+    The old build logs no `learner_seconds`, so every row times the step
+    outside its rollouts: `seconds - rollout_tokens / tokens_per_s`."""
+    d = RECORDS / "learner-before-after-2026-12-05"
+    step = lambda f: jsonl(d / f"{f}.metrics.jsonl")[0]
+    tps = lambda s: s["learner_tokens"] / (s["seconds"] - s["rollout_tokens"] / s["tokens_per_s"])
+    runs = [("old", "before: 9ea5834 (f32, the only learner)"),
+            ("f32", "today: `--learner-weights f32`"),
+            ("gguf", "today: `--learner-weights gguf --recompute false`")]
+    rounds = {k: [tps(step(f"r{r}-{k}")) for r in (1, 2, 3)] for k, _ in runs}
+    med = {k: sorted(v)[1] for k, v in rounds.items()}
+    rows = []
+    for k, label in runs:
+        s = step(f"r1-{k}")
+        ratio = "" if k == "old" else f" ({med[k] / med['old']:.2f}x)"
+        rss = s["peak_rss_bytes"]
+        rss = f"{rss / GIB:.1f} GiB" if rss >= GIB else mib(rss)
+        rows.append([label, ", ".join(f"{x:.1f}" for x in rounds[k]), f"**{med[k]:.1f}**{ratio}",
+                     rss, f"{s['loss']:.6f}, {s['grad_norm']:.6f}"])
+    return table(["learner", "tokens/s, rounds 1-3 (2 threads)", "median", "peak RSS",
+                  "loss, grad norm"], rows)
+
+
 def training_planner_calibration():
     """The planner's learner estimate against the learner phase's own
     measured peak (docs/records/planner-calibration/)."""
@@ -1203,6 +1229,7 @@ TABLES = {
         "training-learner-ab-rounds": training_learner_ab_rounds,
         "training-learner-ab-vm2": training_learner_ab_vm2,
         "training-learner-ab-2t": training_learner_ab_2t,
+        "training-learner-before-after": training_learner_before_after,
         "training-planner-calibration": training_planner_calibration,
         "training-llama32-1b-shape": training_llama32_1b_shape,
     },
