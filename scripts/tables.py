@@ -450,6 +450,59 @@ def sparse_cap_600mib():
                   "peak RSS, dry run", "real step: learner tokens", "real step: peak RSS"], rows)
 
 
+def sparse_cap_f32():
+    """The f32 learner's dry runs under a 3.5 GiB cap, full against rkv:32
+    (docs/records/cap3.5g-f32-*/, scripts/sparse_rerun.sh memory)."""
+    runs = {p: run(f"cap3.5g-f32-{p}") for p in ["full", "rkv"]}
+    if not all(m for (m, _, _) in runs.values()):
+        return "Not run yet: `scripts/sparse_rerun.sh memory` writes docs/records/cap3.5g-f32-{full,rkv}/.\n"
+    rows, base = [], None
+    for policy, (m, log, args) in runs.items():
+        d = m[0]
+        at_once = int(log_field(log, r"\((\d+) sequences at once\)"))
+        kv = log_field(log, r"rollout KV ([\d.]+ [KMG]iB)")
+        binds = log_field(log, r"the cap binds on ([^)]+)\)")
+        total = int(arg(args, "--group-size")) * int(arg(args, "--prompts-per-step"))
+        tps = d["tokens_per_s"]
+        if base is None:
+            base = (at_once, tps)
+            seqs, speed = f"**{at_once} of {total}**", f"{tps:.1f}"
+        else:
+            seqs = f"**{at_once} of {total}** ({at_once / base[0]:.1f}x)"
+            speed = f"{tps:.1f} ({tps / base[1]:.2f}x)"
+        rows.append([f"`{arg(args, '--rollout-kv-policy')}`", kv, binds, seqs,
+                     f"{d['kv_bytes_peak'] / 1e6:,.0f} MB", f"{d['kv_bytes_full'] / 1e6:,.0f} MB",
+                     f"{d['rollout_tokens']:,}", speed, f"{time_v(log)[0] / 1024:.0f} MiB"])
+    return table(["rollout policy", "rollout KV planned", "the cap binds on", "sequences decoding at once",
+                  "KV held at peak (sum over sequences)", "what full caches would hold",
+                  "rollout tokens", "rollout tokens/s", "peak RSS"], rows)
+
+
+def sparse_data_selection():
+    """Difficulty-targeted selection + replay against uniform on a 24- and a
+    100-task pool (docs/records/data-pool*/, scripts/sparse_rerun.sh data):
+    the first step whose trailing 5-step mean reward reaches each threshold."""
+    rows = []
+    for n in (24, 100):
+        for key, label in (("uniform", "uniform"), ("difficulty", "difficulty + replay")):
+            d = RECORDS / f"data-pool{n}-{key}"
+            if not (d / "eval.json").exists():
+                rows.append([f"{n} tasks", label, "not finished"] + ["-"] * 6)
+                continue
+            ms = jsonl(d / "metrics.jsonl")
+            ev = json.loads((d / "eval.json").read_text())
+            r = [m["reward_mean"] for m in ms]
+            trail = [sum(r[max(0, i - 4):i + 1]) / len(r[max(0, i - 4):i + 1]) for i in range(len(r))]
+            first = lambda t: next((str(ms[i]["step"]) for i, x in enumerate(trail) if x >= t), "never")
+            late = [m["reward_mean"] for m in ms if 21 <= m["step"] <= 30]
+            rows.append([f"{n} tasks", label, *(first(t) for t in (0.1, 0.2, 0.3, 0.4)),
+                         f"{sum(late) / len(late):.3f}" if late else "-",
+                         str(sum(m["groups_with_signal"] for m in ms)),
+                         f"{100 * ev['before']:.0f}% -> {100 * ev['after']:.0f}%"])
+    return table(["pool", "data", ">= 0.1", ">= 0.2", ">= 0.3", ">= 0.4", "reward steps 21-30",
+                  "groups with signal", "held-out before -> after"], rows)
+
+
 # ---------------------------------------------------------------- docs/REASONING.md
 
 def reasoning_arith_bon8():
@@ -496,6 +549,20 @@ def reasoning_gsm8k_bon8():
             f"wrong on {syn['wins']} problem(s)\nand wrong where majority is right on {syn['losses']}. "
             f"{adaptive} (on the\ngenerated arithmetic set above, where the model is often right, it "
             f"saves\nsamples).\n")
+
+
+def reasoning_gsm8k_single():
+    """The whole GSM8K test set, one greedy sample (resumable; says how far it got)."""
+    rows = eval_rows(EVAL / "gsm8k-single.jsonl", ["single"])
+    r = rows["single"]
+    n = r["tasks"]
+    head = (f"All {GSM8K_TOTAL} problems" if n == GSM8K_TOTAL
+            else f"Progress so far: {n} of {GSM8K_TOTAL} problems")
+    t = table(["strategy", "accuracy", "tokens/task", "no answer found", "hit the 256-token limit"],
+              [["single (greedy)", pct(r["correct"], n),
+                f"{r['tokens_per_task']:.1f}", str(r["no_answer"]),
+                str(sum(1 for x in r["records"] if x["tokens"] >= 256))]])
+    return f"{head}:\n\n{t}"
 
 
 def reasoning_humaneval():
@@ -1235,6 +1302,8 @@ TABLES = {
     },
     "SPARSE_RL.md": {
         "sparse-cap-600mib": sparse_cap_600mib,
+        "sparse-cap-f32": sparse_cap_f32,
+        "sparse-data-selection": sparse_data_selection,
         "sparse28-arms": sparse28_arms,
         "sparse28-exports": sparse28_exports,
         "sparse28-kept": sparse28_kept,
@@ -1249,6 +1318,7 @@ TABLES = {
     "REASONING.md": {
         "reasoning-arith-bon8": reasoning_arith_bon8,
         "reasoning-gsm8k-bon8": reasoning_gsm8k_bon8,
+        "reasoning-gsm8k-single": reasoning_gsm8k_single,
         "reasoning-humaneval": reasoning_humaneval,
         "synth29-data": synth29_data,
         "synth29-story": synth29_story,
