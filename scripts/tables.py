@@ -426,6 +426,19 @@ def training_llama32_1b_shape():
 
 # ---------------------------------------------------------------- docs/SPARSE_RL.md
 
+def cap_cells(base, d, log, args):
+    """A cap run's "sequences at once" and "rollout tokens/s" cells, each
+    against the first policy's (`base`, None for the first); returns the new
+    base and the two cells."""
+    at_once = int(log_field(log, r"\((\d+) sequences at once\)"))
+    total = int(arg(args, "--group-size")) * int(arg(args, "--prompts-per-step"))
+    tps = d["tokens_per_s"]
+    if base is None:
+        return (at_once, tps), f"**{at_once} of {total}**", f"{tps:.1f}"
+    return (base, f"**{at_once} of {total}** ({at_once / base[0]:.1f}x)",
+            f"{tps:.1f} ({tps / base[1]:.2f}x)")
+
+
 def sparse_cap_600mib():
     """Dry runs and one real step per rollout policy under a 600 MiB cap."""
     rows, base = [], None
@@ -433,15 +446,7 @@ def sparse_cap_600mib():
         dm, dlog, dargs = run(f"cap600-dryrun-{policy}")
         sm, slog, _ = run(f"cap600-step-{policy}")
         d, s = dm[0], sm[0]
-        at_once = int(log_field(dlog, r"\((\d+) sequences at once\)"))
-        total = int(arg(dargs, "--group-size")) * int(arg(dargs, "--prompts-per-step"))
-        tps = d["tokens_per_s"]
-        if base is None:
-            base = (at_once, tps)
-            seqs, speed = f"**{at_once} of {total}**", f"{tps:.1f}"
-        else:
-            seqs = f"**{at_once} of {total}** ({at_once / base[0]:.1f}x)"
-            speed = f"{tps:.1f} ({tps / base[1]:.2f}x)"
+        base, seqs, speed = cap_cells(base, d, dlog, dargs)
         rows.append([f"`{arg(dargs, '--rollout-kv-policy')}`", seqs, f"{d['rollout_tokens']:,}", speed,
                      f"{time_v(dlog)[0] / 1024:.0f} MiB",
                      f"{s['learner_tokens']:,} ({s['groups_with_signal']} groups with signal)",
@@ -459,17 +464,9 @@ def sparse_cap_f32():
     rows, base = [], None
     for policy, (m, log, args) in runs.items():
         d = m[0]
-        at_once = int(log_field(log, r"\((\d+) sequences at once\)"))
         kv = log_field(log, r"rollout KV ([\d.]+ [KMG]iB)")
         binds = log_field(log, r"the cap binds on ([^)]+)\)")
-        total = int(arg(args, "--group-size")) * int(arg(args, "--prompts-per-step"))
-        tps = d["tokens_per_s"]
-        if base is None:
-            base = (at_once, tps)
-            seqs, speed = f"**{at_once} of {total}**", f"{tps:.1f}"
-        else:
-            seqs = f"**{at_once} of {total}** ({at_once / base[0]:.1f}x)"
-            speed = f"{tps:.1f} ({tps / base[1]:.2f}x)"
+        base, seqs, speed = cap_cells(base, d, log, args)
         rows.append([f"`{arg(args, '--rollout-kv-policy')}`", kv, binds, seqs,
                      f"{d['kv_bytes_peak'] / 1e6:,.0f} MB", f"{d['kv_bytes_full'] / 1e6:,.0f} MB",
                      f"{d['rollout_tokens']:,}", speed, f"{time_v(log)[0] / 1024:.0f} MiB"])
