@@ -16,7 +16,9 @@ CFG=docs/sparse/base.toml
 one() { # name args...
   local name=$1; shift
   local out=runs/sparse-rerun/$name rec=docs/records/$name
-  if [ -f "$rec/metrics.jsonl" ] && { [ -f "$rec/eval.json" ] || grep -q -- --dry-run "$rec/args.txt"; }; then
+  # Done: a dry run's metrics are in, or a training run's held-out score after.
+  if [ -f "$rec/metrics.jsonl" ] && { grep -q '"after": [0-9]' "$rec/eval.json" 2>/dev/null ||
+    grep -q -- --dry-run "$rec/args.txt"; }; then
     return 0
   fi
   mkdir -p "$rec" runs/sparse-rerun

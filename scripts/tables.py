@@ -426,6 +426,9 @@ def training_llama32_1b_shape():
 
 # ---------------------------------------------------------------- docs/SPARSE_RL.md
 
+# The cap tables' peak RSS is the trainer's own (`peak_rss_bytes`, the whole
+# run): `tern train` resets the kernel's high-water mark per phase, so the
+# `time -v` in each record's log.txt shows only the last phase's.
 def cap_cells(base, d, log, args):
     """A cap run's "sequences at once" and "rollout tokens/s" cells, each
     against the first policy's (`base`, None for the first); returns the new
@@ -448,9 +451,9 @@ def sparse_cap_600mib():
         d, s = dm[0], sm[0]
         base, seqs, speed = cap_cells(base, d, dlog, dargs)
         rows.append([f"`{arg(dargs, '--rollout-kv-policy')}`", seqs, f"{d['rollout_tokens']:,}", speed,
-                     f"{time_v(dlog)[0] / 1024:.0f} MiB",
+                     mib(d["peak_rss_bytes"]),
                      f"{s['learner_tokens']:,} ({s['groups_with_signal']} groups with signal)",
-                     f"{time_v(slog)[0] / 1024:.0f} MiB"])
+                     mib(s["peak_rss_bytes"])])
     return table(["rollout policy", "sequences decoding at once", "rollout tokens", "rollout tokens/s",
                   "peak RSS, dry run", "real step: learner tokens", "real step: peak RSS"], rows)
 
@@ -469,7 +472,7 @@ def sparse_cap_f32():
         base, seqs, speed = cap_cells(base, d, log, args)
         rows.append([f"`{arg(args, '--rollout-kv-policy')}`", kv, binds, seqs,
                      f"{d['kv_bytes_peak'] / 1e6:,.0f} MB", f"{d['kv_bytes_full'] / 1e6:,.0f} MB",
-                     f"{d['rollout_tokens']:,}", speed, f"{time_v(log)[0] / 1024:.0f} MiB"])
+                     f"{d['rollout_tokens']:,}", speed, mib(d["peak_rss_bytes"])])
     return table(["rollout policy", "rollout KV planned", "the cap binds on", "sequences decoding at once",
                   "KV held at peak (sum over sequences)", "what full caches would hold",
                   "rollout tokens", "rollout tokens/s", "peak RSS"], rows)
@@ -483,11 +486,11 @@ def sparse_data_selection():
     for n in (24, 100):
         for key, label in (("uniform", "uniform"), ("difficulty", "difficulty + replay")):
             d = RECORDS / f"data-pool{n}-{key}"
-            if not (d / "eval.json").exists():
+            ev = json.loads((d / "eval.json").read_text()) if (d / "eval.json").exists() else {}
+            if ev.get("after") is None:
                 rows.append([f"{n} tasks", label, "not finished"] + ["-"] * 6)
                 continue
             ms = jsonl(d / "metrics.jsonl")
-            ev = json.loads((d / "eval.json").read_text())
             r = [m["reward_mean"] for m in ms]
             trail = [sum(r[max(0, i - 4):i + 1]) / len(r[max(0, i - 4):i + 1]) for i in range(len(r))]
             first = lambda t: next((str(ms[i]["step"]) for i, x in enumerate(trail) if x >= t), "never")
