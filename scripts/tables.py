@@ -13,6 +13,10 @@ Usage:
   python3 scripts/tables.py              rewrite every region
   python3 scripts/tables.py --check      exit 1 if a region differs from its records
   python3 scripts/tables.py --self-test  check the region rewriter on a temporary doc
+  python3 scripts/tables.py --pair RUN:MODE RUN:MODE
+      two issue-28 exports task by task (RUN as in docs/records/sparse28-RUN,
+      MODE full|policy|r56|r28): the difference, its 95% interval, the
+      discordant tasks and McNemar's p, as the prose quotes them
 """
 import json
 import math
@@ -1389,10 +1393,32 @@ def self_test():
     print("self-test passed")
 
 
+def pair_exports(a, b):
+    """Prints two arms' exports compared task by task on their shared tasks."""
+    got = []
+    for spec in (a, b):
+        run, _, mode = spec.partition(":")
+        tasks = export_tasks(RECORDS / f"sparse28-{run}", mode or "full")
+        if tasks is None:
+            print(f"no export records: docs/records/sparse28-{run}/export-eval-{mode or 'full'}.jsonl",
+                  file=sys.stderr)
+            return 1
+        got.append(tasks)
+    keys = sorted(set(got[0]) & set(got[1]))
+    if not keys:
+        print("the two records share no task", file=sys.stderr)
+        return 1
+    diff, wins, p = paired([(got[0][k], got[1][k]) for k in keys])
+    print(f"{a} - {b}: {diff} points over {len(keys)} tasks; only first / only second right {wins}; McNemar p {p}")
+    return 0
+
+
 def main(argv):
     if argv == ["--self-test"]:
         self_test()
         return 0
+    if len(argv) == 3 and argv[0] == "--pair":
+        return pair_exports(argv[1], argv[2])
     if argv not in ([], ["--check"]):
         print(__doc__, file=sys.stderr)
         return 2
