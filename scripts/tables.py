@@ -13,10 +13,12 @@ Usage:
   python3 scripts/tables.py              rewrite every region
   python3 scripts/tables.py --check      exit 1 if a region differs from its records
   python3 scripts/tables.py --self-test  check the region rewriter on a temporary doc
-  python3 scripts/tables.py --pair RUN:MODE RUN:MODE
-      two issue-28 exports task by task (RUN as in docs/records/sparse28-RUN,
-      MODE full|policy|r56|r28): the difference, its 95% interval, the
-      discordant tasks and McNemar's p, as the prose quotes them
+  python3 scripts/tables.py --pair A B
+      two sets of per-task outcomes compared task by task: the difference, its
+      95% interval, the discordant tasks and McNemar's p, as the prose quotes
+      them. A or B is an issue-28 export, RUN:MODE (docs/records/sparse28-RUN,
+      MODE full|policy|r56|r28), or an eval records file and one of its
+      strategies, FILE.jsonl:STRATEGY (docs/eval/gsm8k-bon8.jsonl:majority@8)
 """
 import json
 import math
@@ -1398,11 +1400,19 @@ def pair_exports(a, b):
     got = []
     for spec in (a, b):
         run, _, mode = spec.partition(":")
-        tasks = export_tasks(RECORDS / f"sparse28-{run}", mode or "full")
-        if tasks is None:
-            print(f"no export records: docs/records/sparse28-{run}/export-eval-{mode or 'full'}.jsonl",
-                  file=sys.stderr)
-            return 1
+        if run.endswith(".jsonl"):
+            path = pathlib.Path(run)
+            rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+            tasks = {r["task"]: r["ok"] for r in rows if not mode or r.get("strategy") == mode}
+            if not tasks:
+                print(f"no records of strategy {mode or '(any)'} in {run}", file=sys.stderr)
+                return 1
+        else:
+            tasks = export_tasks(RECORDS / f"sparse28-{run}", mode or "full")
+            if tasks is None:
+                print(f"no export records: docs/records/sparse28-{run}/export-eval-{mode or 'full'}.jsonl",
+                      file=sys.stderr)
+                return 1
         got.append(tasks)
     keys = sorted(set(got[0]) & set(got[1]))
     if not keys:
