@@ -734,12 +734,14 @@ def synth29_wall(rec=None):
         return not_run("all", "docs/records/synth29/wall.jsonl")
     stages = {}
     for w in jsonl(path):
-        s = stages.setdefault(w["stage"], {"seconds": 0, "calls": 0, "interrupted": 0, "threads": w["threads"]})
+        s = stages.setdefault(w["stage"], {"seconds": 0, "calls": 0, "interrupted": 0, "threads": []})
+        if w["threads"] not in s["threads"]:
+            s["threads"].append(w["threads"])
         s["seconds"] += w["seconds"]
         s["calls"] += 1
         s["interrupted"] += bool(w.get("interrupted"))
     hm = lambda sec: f"{sec // 3600} h {sec % 3600 // 60:02d} min"
-    rows = [[s, hm(v["seconds"]), str(v["calls"]), str(v["interrupted"]), str(v["threads"])]
+    rows = [[s, hm(v["seconds"]), str(v["calls"]), str(v["interrupted"]), ", ".join(map(str, v["threads"]))]
             for s, v in stages.items()]
     rows.append(["total", hm(sum(v["seconds"] for v in stages.values())), "", "", ""])
     return table(["stage", "wall time", "calls", "of them interrupted (resumed later)", "threads"], rows)
