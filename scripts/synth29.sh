@@ -6,6 +6,8 @@
 #                                  the training seed (1), K syntheses, correct ones kept
 #   scripts/synth29.sh train       LoRA SFT of the synthesizer on that data
 #   scripts/synth29.sh export      merge it into a q8_0 GGUF
+#   scripts/synth29.sh serve       serve it as --synthesizer-model and ask one
+#                                  best-of-8 synthesize request (server and CLI)
 #   scripts/synth29.sh eval-story  held-out stories (seed 98, never trained on):
 #                                  single, majority@8, synthesize@8 untrained and trained,
 #                                  over the same candidates in one run
@@ -18,7 +20,7 @@
 # Sizes come from the environment so that a tiny run checks the plumbing:
 #   DATA_TASKS (800), K (4), SFT_STEPS (100), STORY_TASKS (300), GSM8K_TASKS (1319),
 #   ADAPTIVE_TASKS (400), THREADS (2), TERN (./target/release/tern), OUT (runs/synth29),
-#   REC (docs/records/synth29), EVAL (docs/eval/synth29).
+#   REC (docs/records/synth29), EVAL (docs/eval/synth29), PORT (18129, serve).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${TERN:-./target/release/tern}
@@ -107,6 +109,49 @@ export_model() {
     > "$REC/export-log.txt" 2>&1
 }
 
+serve_check() {
+  # The loop's last step as a user takes it: the trained synthesizer loaded
+  # beside the model by `tern serve --synthesizer-model`, one best-of-8
+  # request that names it (GSM8K test's first question), and the same through
+  # `tern bon`. The responses are the records (serve-response.json,
+  # bon-response.json): which model synthesized, the candidates' answers and
+  # the synthesis.
+  local port=${PORT:-18129} q
+  q=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["question"])' \
+    ../shared/data/gsm8k_test.jsonl)
+  "$T" serve --port "$port" --threads "$TH" --synthesizer-model "$OUT/synth.gguf" \
+    > "$OUT/serve.log" 2>&1 &
+  local pid=$!
+  local up=0
+  for _ in $(seq 300); do
+    if curl -sf "http://127.0.0.1:$port/v1/models" > "$REC/serve-models.json"; then up=1; break; fi
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 1
+  done
+  if [ "$up" != 1 ]; then
+    kill "$pid" 2> /dev/null || true
+    echo "tern serve did not come up; its log: $OUT/serve.log" >&2
+    return 1
+  fi
+  python3 - "$port" "$q" > "$REC/serve-response.json" <<'PY' || { kill "$pid"; return 1; }
+import json, sys, urllib.request
+port, q = sys.argv[1], sys.argv[2]
+body = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": q}],
+        "best_of": 8, "aggregate": "synthesize", "synthesizer_model": "synth",
+        "temperature": 0.7, "seed": 1, "max_tokens": 256}
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                             data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+print(json.dumps({"request": body, "response": json.load(urllib.request.urlopen(req, timeout=1800))}, indent=1))
+PY
+  kill "$pid"
+  wait "$pid" 2> /dev/null || true
+  local bon=(bon --prompt "$q" -n 8 --temperature 0.7 --seed 1 --max-tokens 256
+    --aggregate synthesize --synthesizer-model "$OUT/synth.gguf" --threads "$TH" --json)
+  "$T" "${bon[@]}" | python3 -c 'import json,sys
+print(json.dumps({"command": ["tern"] + sys.argv[1:], "response": json.load(sys.stdin)}, indent=1))' \
+    "${bon[@]}" > "$REC/bon-response.json"
+}
+
 compare() { # stage task limit records
   timed "$1" "$T" eval --task "$2" --limit "$3" --strategy "$STRATEGIES" \
     --synthesizer "trained=$OUT/synth.gguf" --threads "$TH" --parallel 4 --records "$4" \
@@ -129,13 +174,15 @@ case "${1:-}" in
   data) data ;;
   train) train ;;
   export) export_model ;;
+  serve) timed serve serve_check ;;
   eval-story) compare eval-story "$STORY_HELD_OUT" "${STORY_TASKS:-300}" "$EVAL/story.jsonl" ;;
   eval-gsm8k) compare eval-gsm8k ../shared/data/gsm8k_test.jsonl "${GSM8K_TASKS:-1319}" "$EVAL/gsm8k.jsonl" ;;
   adaptive) adaptive ;;
   all)
     data; train; export_model
+    timed serve serve_check
     compare eval-story "$STORY_HELD_OUT" "${STORY_TASKS:-300}" "$EVAL/story.jsonl"
     adaptive
     compare eval-gsm8k ../shared/data/gsm8k_test.jsonl "${GSM8K_TASKS:-1319}" "$EVAL/gsm8k.jsonl" ;;
-  *) sed -n '2,21p' "$0"; exit 2 ;;
+  *) sed -n '2,23p' "$0"; exit 2 ;;
 esac

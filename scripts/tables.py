@@ -744,7 +744,19 @@ def synth29_wall(rec=None):
     rows = [[s, hm(v["seconds"]), str(v["calls"]), str(v["interrupted"]), ", ".join(map(str, v["threads"]))]
             for s, v in stages.items()]
     rows.append(["total", hm(sum(v["seconds"] for v in stages.values())), "", "", ""])
-    return table(["stage", "wall time", "calls", "of them interrupted (resumed later)", "threads"], rows)
+    out = table(["stage", "wall time", "calls", "of them interrupted (resumed later)", "threads"], rows)
+    served = (rec or SYNTH29_REC) / "serve-response.json"
+    if served.exists():
+        # The serve stage's check: the trained synthesizer answering through
+        # the server and the CLI (GSM8K test's first question, gold 18).
+        srv = json.loads(served.read_text())["response"]["tern"]
+        cli = json.loads(((rec or SYNTH29_REC) / "bon-response.json").read_text())["response"]
+        out += (f"\nServed (`serve`): `tern serve --synthesizer-model` loaded it as "
+                f"`{srv['synthesizer_model']}`; a best-of-{srv['best_of']} `aggregate: synthesize` request "
+                f"naming it answered {srv['answer']!s} to GSM8K test's first question (gold 18), "
+                f"and `tern bon --synthesizer-model` answered {cli['answer']!s} "
+                f"(`serve-response.json`, `bon-response.json`).\n")
+    return out
 
 
 # ---------------------------------------------------------------- docs/KV.md
