@@ -35,13 +35,20 @@ STRATEGIES="single,majority@8,synthesize@8,synthesize@8:with=trained"
 
 timed() { # stage command...
   # Wall time per stage in wall.jsonl. A stage killed with its session (a
-  # machine reclaims its jobs) leaves wall-open.json, its last heartbeat;
-  # the next call files that as an interrupted part, so a stage resumed
-  # over several sessions still sums to its whole time (to within 5 s).
+  # machine reclaims its jobs) leaves wall-open-STAGE.json, its last
+  # heartbeat; the stage's next call files that as an interrupted part, so a
+  # stage resumed over several sessions still sums to its whole time (to
+  # within 5 s). Per stage, so that a stage run beside another (serve beside
+  # a running eval) does not file the other's live heartbeat.
   local s=$1; shift
-  if [ -f "$REC/wall-open.json" ]; then
-    cat "$REC/wall-open.json" >> "$REC/wall.jsonl"
-    rm "$REC/wall-open.json"
+  local open="$REC/wall-open-$s.json"
+  # wall-open.json: the one heartbeat file of calls before 2026-12-05.
+  if [ -f "$REC/wall-open.json" ] && grep -q "\"stage\":\"$s\"" "$REC/wall-open.json"; then
+    mv "$REC/wall-open.json" "$open"
+  fi
+  if [ -f "$open" ]; then
+    cat "$open" >> "$REC/wall.jsonl"
+    rm "$open"
   fi
   local t0; t0=$(date +%s)
   echo "$(date -u +%FT%TZ) $s: $*" >> "$REC/commands.txt"
@@ -50,10 +57,10 @@ timed() { # stage command...
   while kill -0 "$pid" 2> /dev/null; do
     sleep 5
     echo "{\"stage\":\"$s\",\"seconds\":$(($(date +%s) - t0)),\"threads\":$TH,\"interrupted\":true}" \
-      > "$REC/wall-open.json"
+      > "$open"
   done
   wait "$pid"
-  rm -f "$REC/wall-open.json"
+  rm -f "$open"
   echo "{\"stage\":\"$s\",\"seconds\":$(($(date +%s) - t0)),\"threads\":$TH,\"finished\":\"$(date -u +%FT%TZ)\"}" >> "$REC/wall.jsonl"
 }
 
