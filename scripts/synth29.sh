@@ -85,12 +85,21 @@ for l in open(sys.argv[1]):
 }
 
 train() {
+  # data.jsonl's lines come in the order its tasks finished (--parallel), and
+  # SFT draws its prompts by position in the file: sorted by task number, the
+  # same data trains the same model.
+  python3 -c 'import json,sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+sys.stdout.writelines(sorted(lines, key=lambda l: json.loads(l)["source"]))' \
+    "$OUT/data.jsonl" > "$OUT/sft-data.jsonl"
   cat > "$OUT/sft.toml" <<EOF
 # The synthesizer's SFT (issue 29): LoRA on the synthesis prompts of
-# $OUT/data.jsonl, imitating the kept correct syntheses.
+# $OUT/sft-data.jsonl (data.jsonl by task number), imitating the kept
+# correct syntheses; tasks without one are left out.
 model = "smollm2-135m-instruct"
-task = "$OUT/data.jsonl"
+task = "$OUT/sft-data.jsonl"
 algorithm = "sft"
+sft_bare_answers = false
 lora_rank = 8
 lora_alpha = 16
 lora_targets = "all"

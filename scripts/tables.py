@@ -638,7 +638,7 @@ def synth29_data(rec=None):
     return table(["synthesis training data", ""], rows)
 
 
-def synth29_compare(records, total, stage):
+def synth29_compare(records, total, stage, head=None):
     """single, majority@8 and the two synthesizers over the same candidates,
     each against majority@8 task by task, and trained against untrained."""
     if not records.exists() or not records.read_text().strip():
@@ -661,7 +661,10 @@ def synth29_compare(records, total, stage):
         vs = versus(s, "majority@8") if s != "majority@8" else ("-", "-")
         out.append([SYNTH29_LABELS[s], f"{pct(r['correct'], n)} [{lo:.1f}, {hi:.1f}]",
                     f"{r['tokens_per_task']:.1f}", vs[0], vs[1]])
-    head = f"All {n} tasks" if n == total else f"Progress so far: {n} of {total} tasks"
+    if head is None:
+        head = f"All {n} tasks" if n == total else f"Progress so far: {n} of {total} tasks"
+    else:
+        head = head.format(n=n, total=total)
     tw = versus("synthesize@8:with=trained", "synthesize@8")
     return (f"{head} (temperature 0.7, top-p 0.95, seed 42 + 1000 x task; the three best-of-8 "
             f"strategies share each task's 8 candidates):\n\n"
@@ -725,6 +728,27 @@ def synth29_adaptive(ev=None):
     return table(["difficulty", "tasks", "majority@8 acc %", "adaptive@8 acc % (change)", "samples saved",
                   "adaptive@8:wave=1 acc % (change)", "samples saved", "single acc %", "single tokens/task",
                   "length@auto acc % (change)", "tokens saved"], out) + "\n" + verdict
+
+
+def synth29_first(rec=None, ev=None):
+    """The first trained synthesizer (SFT on 178 worked and 622 bare-answer
+    targets), lost with its machine mid-evaluation: its SFT and the held-out
+    stories it had finished (docs/records/synth29/first/,
+    docs/eval/synth29/story-first-partial.jsonl)."""
+    first = (rec or SYNTH29_REC) / "first"
+    if not (first / "sft-metrics.jsonl").exists():
+        return "No first synthesizer on record.\n"
+    metrics = jsonl(first / "sft-metrics.jsonl")
+    losses = [m["loss"] for m in metrics]
+    w = min(10, len(losses) // 2)
+    train = sum(r["seconds"] for r in jsonl(first / "wall.jsonl") if r["stage"] == "train")
+    srv = json.loads((first / "serve-response.json").read_text())["response"]["tern"]
+    out = (f"SFT: {len(losses)} steps in {train // 3600} h {train % 3600 // 60:02d} min, loss (mean of "
+           f"steps 1-{w} -> last {w}) {sum(losses[:w]) / w:.3f} -> {sum(losses[-w:]) / w:.3f}; "
+           f"served, it answered {srv['answer']!s} to GSM8K test's first question (gold 18) "
+           f"with a bare answer line.\n\n")
+    return out + synth29_compare((ev or SYNTH29_EVAL) / "story-first-partial.jsonl", 300, "eval-story",
+                                 head="The first {n} of the {total} held-out stories, all it finished")
 
 
 def synth29_wall(rec=None):
@@ -1345,6 +1369,7 @@ TABLES = {
         "synth29-gsm8k": synth29_gsm8k,
         "synth29-adaptive": synth29_adaptive,
         "synth29-wall": synth29_wall,
+        "synth29-first": synth29_first,
     },
     "KV.md": {
         "kv-gsm8k-rkv": kv_gsm8k_rkv,

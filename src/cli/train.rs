@@ -45,6 +45,10 @@ pub struct TrainArgs {
     /// (no update): how many rollouts decode at once under the cap, how fast.
     #[arg(long)]
     pub dry_run: bool,
+    /// SFT on synthesis data (some tasks with a worked `target`): also train
+    /// the tasks without one on "The answer is X." (default: worked targets only).
+    #[arg(long)]
+    pub sft_bare_answers: bool,
     /// LoRA rank [8].
     #[arg(long)]
     pub lora_rank: Option<usize>,
@@ -296,6 +300,9 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
     }
     if a.dry_run {
         c.dry_run = true;
+    }
+    if a.sft_bare_answers {
+        c.sft_bare_answers = true;
     }
     if let Some(k) = a.correction {
         c.correction = k;

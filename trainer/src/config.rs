@@ -150,6 +150,11 @@ pub struct TrainConfig {
     /// and stop: no update, no checkpoint, no evaluation. Sizes a run (how
     /// many rollouts decode at once under the cap, and how fast) cheaply.
     pub dry_run: bool,
+    /// SFT on a file where only some tasks carry a worked `target`
+    /// (synthesis data): also train the others on the bare
+    /// "The answer is X." line. Off: only the worked targets, as the
+    /// CoT-based Synthesizer paper keeps only correct syntheses.
+    pub sft_bare_answers: bool,
     /// LoRA rank.
     pub lora_rank: usize,
     /// LoRA alpha (the update is scaled by alpha / rank).
@@ -255,6 +260,7 @@ impl Default for TrainConfig {
             algorithm: Algorithm::Grpo,
             full: false,
             dry_run: false,
+            sft_bare_answers: false,
             lora_rank: 8,
             lora_alpha: 16.0,
             lora_targets: "all".into(),

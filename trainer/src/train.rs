@@ -147,6 +147,33 @@ fn batch_seqs(cfg: &TrainConfig) -> usize {
     }
 }
 
+/// SFT on a file where some tasks carry a worked `target` (synthesis data
+/// from `tern synth-data`, whose tasks without a right synthesis have none)
+/// trains on those tasks only, as the CoT-based Synthesizer paper keeps only
+/// correct syntheses: with the bare "The answer is X." of the others mixed
+/// in (`sft_bare_answers`), a synthesizer trained on 178 worked and 622 bare
+/// targets wrote nothing but the bare line. A file with no target at all
+/// trains on every task's answer line. Returns the tasks and, when some
+/// were set aside, a line saying how many.
+fn sft_worked_only(cfg: &TrainConfig, tasks: Vec<Task>) -> (Vec<Task>, Option<String>) {
+    let worked = tasks.iter().filter(|t| t.target.is_some()).count();
+    if cfg.algorithm != Algorithm::Sft
+        || cfg.sft_bare_answers
+        || worked == 0
+        || worked == tasks.len()
+    {
+        return (tasks, None);
+    }
+    let total = tasks.len();
+    let kept: Vec<Task> = tasks.into_iter().filter(|t| t.target.is_some()).collect();
+    let note = format!(
+        "sft: training on the {worked} of {total} tasks with a worked target \
+         (the other {} have only an answer)",
+        total - worked
+    );
+    (kept, Some(note))
+}
+
 /// Runs (or resumes) a training run; `model_path` is the resolved GGUF.
 pub fn train(
     cfg: &TrainConfig,
@@ -156,7 +183,7 @@ pub fn train(
 ) -> Result<Summary> {
     cfg.validate()?;
     let resumed = resume.map(checkpoint::load).transpose()?;
-    let train_tasks = tasks::load(&cfg.task)?;
+    let (train_tasks, worked_note) = sft_worked_only(cfg, tasks::load(&cfg.task)?);
     let eval_tasks = cfg.eval_task.as_deref().map(tasks::load).transpose()?;
     // SFT writes "The answer is X" for a task: code tasks have no such line.
     if cfg.algorithm == Algorithm::Sft && train_tasks.iter().any(|t| t.is_code()) {
@@ -181,6 +208,9 @@ pub fn train(
         memory::plan(&mcfg, &est, Some(c), 1, 1, Some(1), 0, Some(true))?;
     }
     let mut rec = Recorder::new(&cfg.out, progress);
+    if let Some(n) = worked_note {
+        rec.note(n);
+    }
 
     rec.note("loading the rollout model".into());
     let serving = Arc::new(LoadedModel::load(model_path)?);
@@ -412,6 +442,42 @@ fn fmt_bytes(b: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn task(answer: &str, target: Option<&str>) -> Task {
+        let json = match target {
+            Some(t) => format!(r#"{{"question":"q","answer":"{answer}","target":"{t}"}}"#),
+            None => format!(r#"{{"question":"q","answer":"{answer}"}}"#),
+        };
+        serde_json::from_str(&json).unwrap()
+    }
+
+    #[test]
+    fn sft_on_synthesis_data_trains_only_on_worked_targets() {
+        let cfg = TrainConfig {
+            algorithm: Algorithm::Sft,
+            ..TrainConfig::default()
+        };
+        let mixed = vec![task("1", None), task("2", Some("2 so 2")), task("3", None)];
+        let (kept, note) = sft_worked_only(&cfg, mixed.clone());
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].answer, "2");
+        assert!(note.unwrap().contains("1 of 3"));
+        // No targets at all: every task's answer line, as plain SFT does.
+        let plain = vec![task("1", None), task("2", None)];
+        assert_eq!(sft_worked_only(&cfg, plain).0.len(), 2);
+        // GRPO rewards correctness on every prompt; it keeps them all.
+        let grpo = TrainConfig {
+            algorithm: Algorithm::Grpo,
+            ..TrainConfig::default()
+        };
+        assert_eq!(sft_worked_only(&grpo, mixed.clone()).0.len(), 3);
+        // Asked for: the bare answer lines too.
+        let bare = TrainConfig {
+            sft_bare_answers: true,
+            ..cfg
+        };
+        assert_eq!(sft_worked_only(&bare, mixed).0.len(), 3);
+    }
 
     #[test]
     fn an_unwritable_out_dir_is_refused() {
