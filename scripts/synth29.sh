@@ -15,6 +15,8 @@
 #   scripts/synth29.sh adaptive    adaptive width and length by difficulty bucket
 #                                  (arithmetic difficulty 1..4) against best-of-8 and
 #                                  fixed-length greedy
+#   scripts/synth29.sh adaptive-sweep  adaptive width's stopping confidence at 0.8
+#                                  and 0.9 over the adaptive stage's samples
 #   scripts/synth29.sh all         every stage, with each stage's wall time (the
 #                                  longest, eval-gsm8k, last)
 # Sizes come from the environment so that a tiny run checks the plumbing:
@@ -186,6 +188,22 @@ adaptive() {
     --records "$EVAL/adaptive.jsonl" --report --by-difficulty --json > "$EVAL/adaptive-by-difficulty.json"
 }
 
+adaptive_sweep() {
+  # Adaptive width's stopping confidence swept over the adaptive stage's own
+  # samples (same tasks and seeds, so majority@8's records are reused and
+  # each task's 8 candidates are sampled again to the same tokens): with no
+  # rival answer 2 agreeing samples stop it at 0.8 and 3 at 0.9, where the
+  # default 0.95 needs 4.
+  local task="arithmetic:count=${ADAPTIVE_TASKS:-400},seed=29,difficulty=1+2+3+4,ops=add+sub+word"
+  local sweep="majority@8,adaptive@8:confidence=0.8,adaptive@8:wave=1:confidence=0.8,adaptive@8:confidence=0.9,adaptive@8:wave=1:confidence=0.9"
+  timed adaptive-sweep "$T" eval --task "$task" --limit "${ADAPTIVE_TASKS:-400}" --strategy "$sweep" \
+    --threads "$TH" --parallel 4 --records "$EVAL/adaptive.jsonl" --json > "$EVAL/adaptive-sweep.json"
+  "$T" eval --task "$task" --limit "${ADAPTIVE_TASKS:-400}" --strategy "$sweep" \
+    --records "$EVAL/adaptive.jsonl" --report --by-difficulty > "$EVAL/adaptive-sweep-by-difficulty.txt"
+  "$T" eval --task "$task" --limit "${ADAPTIVE_TASKS:-400}" --strategy "$sweep" \
+    --records "$EVAL/adaptive.jsonl" --report --by-difficulty --json > "$EVAL/adaptive-sweep-by-difficulty.json"
+}
+
 case "${1:-}" in
   data) data ;;
   train) train ;;
@@ -194,11 +212,13 @@ case "${1:-}" in
   eval-story) compare eval-story "$STORY_HELD_OUT" "${STORY_TASKS:-300}" "$EVAL/story.jsonl" ;;
   eval-gsm8k) compare eval-gsm8k ../shared/data/gsm8k_test.jsonl "${GSM8K_TASKS:-1319}" "$EVAL/gsm8k.jsonl" ;;
   adaptive) adaptive ;;
+  adaptive-sweep) adaptive_sweep ;;
   all)
     data; train; export_model
     timed serve serve_check
     compare eval-story "$STORY_HELD_OUT" "${STORY_TASKS:-300}" "$EVAL/story.jsonl"
     adaptive
+    adaptive_sweep
     compare eval-gsm8k ../shared/data/gsm8k_test.jsonl "${GSM8K_TASKS:-1319}" "$EVAL/gsm8k.jsonl" ;;
-  *) sed -n '2,23p' "$0"; exit 2 ;;
+  *) sed -n '2,25p' "$0"; exit 2 ;;
 esac

@@ -751,6 +751,43 @@ def synth29_first(rec=None, ev=None):
                                  head="The first {n} of the {total} held-out stories, all it finished")
 
 
+def synth29_adaptive_sweep(ev=None):
+    """Adaptive width at stopping confidences 0.8 and 0.9 (waves of 2 and 1)
+    against majority@8 over the same samples, by generator difficulty."""
+    path = (ev or SYNTH29_EVAL) / "adaptive-sweep-by-difficulty.json"
+    if not path.exists() or not path.read_text().strip():
+        return not_run("adaptive-sweep", "docs/eval/synth29/adaptive-sweep-by-difficulty.json")
+    levels = jsonl(path)[-1]["by_difficulty"]
+    widths = [r["strategy"] for r in levels[0]["rows"] if r["strategy"] != "majority@8"]
+    buckets = [(str(l["difficulty"]), {r["strategy"]: r for r in l["rows"]}) for l in levels]
+    total = {}
+    for _, rows in buckets:
+        for st, r in rows.items():
+            t = total.setdefault(st, {"tasks": 0, "correct": 0, "candidates": 0.0})
+            t["tasks"] += r["tasks"]
+            t["correct"] += r["correct"]
+            t["candidates"] += r["candidates_per_task"] * r["tasks"]
+    for t in total.values():
+        t["candidates_per_task"] = t["candidates"] / t["tasks"]
+    out, pays = [], []
+    for d, rows in buckets + [("all", total)]:
+        maj = rows["majority@8"]
+        line = [d, str(maj["tasks"]), f"{100 * maj['correct'] / maj['tasks']:.1f}"]
+        for st in widths:
+            r = rows[st]
+            saved = 100 * (1 - r["candidates_per_task"] / maj["candidates_per_task"])
+            dacc = 100 * (r["correct"] - maj["correct"]) / r["tasks"]
+            ok = saved >= 30 and abs(dacc) <= 1
+            if ok and d != "all":
+                pays.append(f"{st} at difficulty {d}")
+            line.append(f"{saved:.0f}%, {dacc:+.1f}{' **pays**' if ok else ''}")
+        out.append(line)
+    verdict = ("Buckets where one saves at least 30% of the samples within 1 point of accuracy: "
+               + (", ".join(pays) if pays else "none") + ".\n")
+    return table(["difficulty", "tasks", "majority@8 acc %"]
+                 + [f"{st}: samples saved, acc change" for st in widths], out) + "\n" + verdict
+
+
 def synth29_wall(rec=None):
     """Each stage's wall time from wall.jsonl (interrupted parts included)."""
     path = (rec or SYNTH29_REC) / "wall.jsonl"
@@ -1370,6 +1407,7 @@ TABLES = {
         "synth29-adaptive": synth29_adaptive,
         "synth29-wall": synth29_wall,
         "synth29-first": synth29_first,
+        "synth29-adaptive-sweep": synth29_adaptive_sweep,
     },
     "KV.md": {
         "kv-gsm8k-rkv": kv_gsm8k_rkv,
