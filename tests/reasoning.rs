@@ -788,7 +788,8 @@ fn synth_data_builds_resumable_training_tasks_from_sampled_candidates() {
             assert!(t.contains(e["answer"].as_str().unwrap()), "{t}");
         }
     }
-    // The file is a task file: SFT trains on it (on `target` where present).
+    // The file is a task file: SFT trains on it (on the tasks with a
+    // `target` when some have one).
     let run_dir = dir.path().join("run");
     let o = tern(
         &[
