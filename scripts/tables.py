@@ -104,6 +104,9 @@ def eval_rows(path, strategies):
     recs = eval_records(path)
     tasks = sorted({t for (_, t) in recs if all((s, t) in recs for s in strategies)})
     n = len(tasks)
+    if n == 0:
+        # A run just started: no task has every record yet.
+        return {s: {"tasks": 0, "correct": 0, "records": []} for s in strategies}
     rows, first_right = {}, None
     for s in strategies:
         rs = [recs[(s, t)] for t in tasks]
