@@ -810,6 +810,44 @@ fn synth_data_builds_resumable_training_tasks_from_sampled_candidates() {
         None,
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A file where only some tasks have a worked target: SFT imitates those
+    // alone and says so, unless asked for the bare answer lines too.
+    let mixed = dir.path().join("mixed.jsonl");
+    std::fs::write(
+        &mixed,
+        "{\"question\":\"What is 2 + 3?\",\"answer\":\"5\",\"target\":\"2 + 3 = 5. The answer is 5.\"}\n\
+         {\"question\":\"What is 4 + 4?\",\"answer\":\"8\"}\n",
+    )
+    .unwrap();
+    let sft = |extra: &[&str], out: &str| {
+        let run = dir.path().join(out);
+        let mut args = vec![
+            "train",
+            "-m",
+            model.to_str().unwrap(),
+            "--task",
+            mixed.to_str().unwrap(),
+            "--algorithm",
+            "sft",
+            "--steps",
+            "1",
+            "--prompts-per-step",
+            "1",
+            "--out",
+            run.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let o = tern(&args, None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let worked = sft(&[], "worked");
+    assert!(
+        worked.contains("training on the 1 of 2 tasks with a worked target"),
+        "{worked}"
+    );
+    let bare = sft(&["--sft-bare-answers"], "bare");
+    assert!(!bare.contains("with a worked target"), "{bare}");
     // Code tasks have no answer to synthesize.
     let bad = tern(
         &[
