@@ -19,6 +19,16 @@
 #                                  and 0.9 over the adaptive stage's samples
 #   scripts/synth29.sh all         every stage, with each stage's wall time (the
 #                                  longest, eval-gsm8k, last)
+# The first recipe, bare answers mixed in, as a second synthesizer `mixed`
+# (its own stages, so that the loop's wall time above stays one synthesizer's):
+#   scripts/synth29.sh data-again  sample again the data stage's tasks runs/ lacks
+#                                  and check them against the committed data-kept.jsonl
+#   scripts/synth29.sh train-mixed LoRA SFT on every kept task: worked targets, and
+#                                  "The answer is X." where no synthesis was right
+#   scripts/synth29.sh export-mixed  merge it into runs/synth29/synth-mixed.gguf
+#   scripts/synth29.sh eval-story-mixed  add synthesize@8:with=mixed to the held-out
+#                                  stories' records (the other strategies' records stay)
+# Once synth-mixed.gguf exists, eval-story and eval-gsm8k evaluate it too.
 # Sizes come from the environment so that a tiny run checks the plumbing:
 #   DATA_TASKS (800), K (4), SFT_STEPS (100), STORY_TASKS (300), GSM8K_TASKS (1319),
 #   ADAPTIVE_TASKS (400), THREADS (2), TERN (./target/release/tern), OUT (runs/synth29),
@@ -34,6 +44,7 @@ mkdir -p "$OUT" "$REC" "$EVAL"
 TRAIN_TASKS="story:count=2000,seed=1,steps=1,cot=0"
 STORY_HELD_OUT="story:count=300,seed=98,steps=1,cot=0"
 STRATEGIES="single,majority@8,synthesize@8,synthesize@8:with=trained"
+MIXED="$OUT/synth-mixed.gguf"
 
 timed() { # stage command...
   # Wall time per stage in wall.jsonl. A stage killed with its session (a
@@ -66,6 +77,9 @@ timed() { # stage command...
   echo "{\"stage\":\"$s\",\"seconds\":$(($(date +%s) - t0)),\"threads\":$TH,\"finished\":\"$(date -u +%FT%TZ)\"}" >> "$REC/wall.jsonl"
 }
 
+SYNTH_DATA=("$T" synth-data --task "$TRAIN_TASKS" --limit "${DATA_TASKS:-800}" --n 8 --k "${K:-4}"
+  --keep disagree --threads "$TH" --json --out "$OUT/data.jsonl")
+
 data() {
   # 800 tasks: on the first 100 (a pilot, 2026-12-04, docs/records/synth29)
   # the 135M model's candidates were right 9.1% of the time, every task was
@@ -73,8 +87,7 @@ data() {
   # among K=4 (a synthesis is right 4.5% of the time), so 800 tasks give
   # about 130 SFT targets. More tasks rather than a larger K: the same cost
   # buys more distinct questions.
-  timed data "$T" synth-data --task "$TRAIN_TASKS" --limit "${DATA_TASKS:-800}" --n 8 --k "${K:-4}" \
-    --keep disagree --threads "$TH" --json --out "$OUT/data.jsonl" >> "$REC/data-summary.jsonl"
+  timed data "${SYNTH_DATA[@]}" >> "$REC/data-summary.jsonl"
   # The whole data set's record, also when the stage was resumed (each
   # summary line above counts only its own call's tasks): every task done, and each kept
   # example's sampling outcome without its prompt text (tasks not kept had
@@ -86,6 +99,50 @@ for l in open(sys.argv[1]):
     e.pop("question"); e.pop("target", None); print(json.dumps(e))' "$OUT/data.jsonl" > "$REC/data-kept.jsonl"
 }
 
+data_again() {
+  # The data stage's examples sampled again where runs/ lacks them (a fresh
+  # machine; or, on 2026-12-05, only the 178 tasks with a target re-sampled,
+  # data-regen.json): the tasks data.jsonl holds stay, every other task of the
+  # data stage is sampled again by its own command, and the whole file is
+  # compared with the committed data-kept.jsonl, task by task and field by
+  # field (data-again.json). Sampling is seeded per task, so they should be
+  # equal. A task cut off mid-line by a lost session is sampled again.
+  python3 -c 'import json,sys
+seen, keep = set(), []
+for l in open(sys.argv[1]):
+    try:
+        e = json.loads(l)
+    except ValueError:
+        continue
+    if e["source"] not in seen:
+        seen.add(e["source"]); keep.append(l if l.endswith("\n") else l + "\n")
+open(sys.argv[1], "w").writelines(keep)
+open(sys.argv[1] + ".sources", "w").writelines(f"{s}\n" for s in sorted(seen))' "$OUT/data.jsonl"
+  timed data-again "${SYNTH_DATA[@]}" >> "$REC/data-again-summary.jsonl"
+  python3 - "$OUT/data.jsonl" "$REC/data-kept.jsonl" "${SYNTH_DATA[*]}" > "$REC/data-again.json" <<'PY'
+import json, sys
+def kept(e):
+    e = dict(e); e["has_target"] = "target" in e
+    e.pop("question"); e.pop("target", None); return e
+now = {e["source"]: kept(e) for e in map(json.loads, open(sys.argv[1]))}
+rec = {e["source"]: e for e in map(json.loads, open(sys.argv[2]))}
+same = sorted(s for s in rec if now.get(s) == rec[s])
+print(json.dumps({
+    "what": "the data stage's kept tasks rebuilt in runs/synth29/data.jsonl (those missing sampled again) "
+            "and compared with the committed data-kept.jsonl, every field but the prompt text",
+    "command": sys.argv[3].replace(sys.argv[3].split()[0], "tern", 1),
+    "tasks_on_record": len(rec), "tasks_now": len(now),
+    "identical": len(same),
+    "differing_or_missing": sorted(set(rec) - set(same)),
+    "not_on_record": sorted(set(now) - set(rec)),
+}, indent=1))
+PY
+  python3 -c 'import json,sys; r = json.load(open(sys.argv[1]))
+same, rec, now = r["identical"], r["tasks_on_record"], r["tasks_now"]
+sys.exit(0 if same == rec == now else f"data-again: {same} of {rec} tasks as on record, {now} now ({sys.argv[1]})")' \
+    "$REC/data-again.json"
+}
+
 train() {
   # data.jsonl's lines come in the order its tasks finished (--parallel), and
   # SFT draws its prompts by position in the file: sorted by task number, the
@@ -94,14 +151,22 @@ train() {
 lines = [l for l in open(sys.argv[1]) if l.strip()]
 sys.stdout.writelines(sorted(lines, key=lambda l: json.loads(l)["source"]))' \
     "$OUT/data.jsonl" > "$OUT/sft-data.jsonl"
-  cat > "$OUT/sft.toml" <<EOF
+  local name=${1:-sft} bare=${2:-false} stage=${3:-train} about
+  if [ "$bare" = true ]; then
+    about="imitating the kept
+# correct syntheses, and \"The answer is X.\" (the gold answer) on the kept
+# tasks without one: the first recipe (mixed)."
+  else
+    about="imitating the kept
+# correct syntheses; tasks without one are left out."
+  fi
+  cat > "$OUT/$name.toml" <<EOF
 # The synthesizer's SFT (issue 29): LoRA on the synthesis prompts of
-# $OUT/sft-data.jsonl (data.jsonl by task number), imitating the kept
-# correct syntheses; tasks without one are left out.
+# $OUT/sft-data.jsonl (data.jsonl by task number), $about
 model = "smollm2-135m-instruct"
 task = "$OUT/sft-data.jsonl"
 algorithm = "sft"
-sft_bare_answers = false
+sft_bare_answers = $bare
 lora_rank = 8
 lora_alpha = 16
 lora_targets = "all"
@@ -113,18 +178,19 @@ seed = 1
 memory_cap = "4GiB"
 checkpoint_every = 10
 EOF
-  cp "$OUT/sft.toml" "$REC/sft.toml"
-  if ls -d "$OUT"/sft/step-* > /dev/null 2>&1; then
-    timed train "$T" train --resume "$OUT/sft" --threads "$TH"
+  cp "$OUT/$name.toml" "$REC/$name.toml"
+  if ls -d "$OUT/$name"/step-* > /dev/null 2>&1; then
+    timed "$stage" "$T" train --resume "$OUT/$name" --threads "$TH"
   else
-    timed train "$T" train --config "$OUT/sft.toml" --threads "$TH" --out "$OUT/sft"
+    timed "$stage" "$T" train --config "$OUT/$name.toml" --threads "$TH" --out "$OUT/$name"
   fi
-  cp "$OUT/sft/metrics.jsonl" "$REC/sft-metrics.jsonl"
+  cp "$OUT/$name/metrics.jsonl" "$REC/$name-metrics.jsonl"
 }
 
-export_model() {
-  timed export "$T" export --checkpoint "$OUT/sft" --out "$OUT/synth.gguf" --threads "$TH" \
-    > "$REC/export-log.txt" 2>&1
+export_model() { # [checkpoint gguf stage]
+  local ck=${1:-sft} gguf=${2:-synth.gguf} stage=${3:-export}
+  timed "$stage" "$T" export --checkpoint "$OUT/$ck" --out "$OUT/$gguf" --threads "$TH" \
+    > "$REC/$stage-log.txt" 2>&1
 }
 
 serve_check() {
@@ -171,9 +237,16 @@ print(json.dumps({"command": ["tern"] + sys.argv[1:], "response": json.load(sys.
 }
 
 compare() { # stage task limit records
-  timed "$1" "$T" eval --task "$2" --limit "$3" --strategy "$STRATEGIES" \
-    --synthesizer "trained=$OUT/synth.gguf" --threads "$TH" --parallel 4 --records "$4" \
-    --json > "$EVAL/$1.json"
+  # With the mixed synthesizer exported, it is a fifth strategy over the same
+  # candidates, and the call's wall time is filed as STAGE+mixed.
+  local strategies=$STRATEGIES stage=$1 syn=(--synthesizer "trained=$OUT/synth.gguf")
+  if [ -f "$MIXED" ]; then
+    strategies+=",synthesize@8:with=mixed"
+    syn+=(--synthesizer "mixed=$MIXED")
+    stage+="+mixed"
+  fi
+  timed "$stage" "$T" eval --task "$2" --limit "$3" --strategy "$strategies" \
+    "${syn[@]}" --threads "$TH" --parallel 4 --records "$4" --json > "$EVAL/$stage.json"
 }
 
 adaptive() {
@@ -209,6 +282,12 @@ case "${1:-}" in
   train) train ;;
   export) export_model ;;
   serve) timed serve serve_check ;;
+  data-again) data_again ;;
+  train-mixed) train sft-mixed true train-mixed ;;
+  export-mixed) export_model sft-mixed synth-mixed.gguf export-mixed ;;
+  eval-story-mixed)
+    [ -f "$MIXED" ] || { echo "no $MIXED: run train-mixed and export-mixed first" >&2; exit 1; }
+    compare eval-story "$STORY_HELD_OUT" "${STORY_TASKS:-300}" "$EVAL/story.jsonl" ;;
   eval-story) compare eval-story "$STORY_HELD_OUT" "${STORY_TASKS:-300}" "$EVAL/story.jsonl" ;;
   eval-gsm8k) compare eval-gsm8k ../shared/data/gsm8k_test.jsonl "${GSM8K_TASKS:-1319}" "$EVAL/gsm8k.jsonl" ;;
   adaptive) adaptive ;;
@@ -220,5 +299,5 @@ case "${1:-}" in
     adaptive
     adaptive_sweep
     compare eval-gsm8k ../shared/data/gsm8k_test.jsonl "${GSM8K_TASKS:-1319}" "$EVAL/gsm8k.jsonl" ;;
-  *) sed -n '2,25p' "$0"; exit 2 ;;
+  *) sed -n '2,35p' "$0"; exit 2 ;;
 esac

@@ -597,10 +597,15 @@ def reasoning_humaneval():
 
 SYNTH29_REC = RECORDS / "synth29"
 SYNTH29_EVAL = EVAL / "synth29"
-SYNTH29_STRATEGIES = ["single", "majority@8", "synthesize@8", "synthesize@8:with=trained"]
+# `mixed` (the first recipe rebuilt: bare answers mixed in) is evaluated
+# once it is exported; a table shows it when its records are there.
+SYNTH29_STRATEGIES = ["single", "majority@8", "synthesize@8", "synthesize@8:with=trained",
+                      "synthesize@8:with=mixed"]
+SYNTH29_TRAINED = ["synthesize@8:with=trained", "synthesize@8:with=mixed"]
 SYNTH29_LABELS = {"single": "single (greedy)", "majority@8": "majority@8",
                   "synthesize@8": "synthesize@8, untrained synthesizer",
-                  "synthesize@8:with=trained": "synthesize@8, trained synthesizer"}
+                  "synthesize@8:with=trained": "synthesize@8, trained on worked syntheses only",
+                  "synthesize@8:with=mixed": "synthesize@8, trained on worked syntheses + bare answers (mixed)"}
 
 
 def not_run(stage, what):
@@ -631,26 +636,38 @@ def synth29_data(rec=None):
         ["SFT examples (kept tasks with a right synthesis as target)", str(target)],
         ["kept tasks whose majority was wrong, with a target", str(sum(e["has_target"] and not e["majority_right"] for e in kept))],
     ]
-    sft = rec / "sft-metrics.jsonl"
-    if sft.exists():
+    again = rec / "data-again.json"
+    if again.exists():
+        a = json.loads(again.read_text())
+        rows.append(["kept tasks sampled again (`data-again`), identical to the record",
+                     f"{a['identical']} of {a['tasks_on_record']}"])
+    for name, what in [("sft", "worked syntheses only"), ("sft-mixed", "mixed: + bare answers")]:
+        sft = rec / f"{name}-metrics.jsonl"
+        if not sft.exists():
+            continue
         losses = [m["loss"] for m in jsonl(sft) if isinstance(m.get("loss"), (int, float))]
         if len(losses) >= 2:
             w = min(10, len(losses) // 2)
-            rows.append([f"SFT loss, mean of steps 1-{w} -> last {w} ({len(losses)} steps)",
+            rows.append([f"SFT loss ({what}), mean of steps 1-{w} -> last {w} ({len(losses)} steps)",
                          f"{sum(losses[:w]) / w:.3f} -> {sum(losses[-w:]) / w:.3f}"])
     return table(["synthesis training data", ""], rows)
 
 
-def synth29_compare(records, total, stage, head=None):
-    """single, majority@8 and the two synthesizers over the same candidates,
-    each against majority@8 task by task, and trained against untrained."""
+def synth29_compare(records, total, stage, head=None, labels=None):
+    """single, majority@8 and the synthesizers over the same candidates,
+    each against majority@8 task by task, and each trained one against the
+    untrained one. A strategy with no record yet is left out; one with some
+    narrows the table to the tasks every strategy has finished."""
     if not records.exists() or not records.read_text().strip():
         return not_run(stage, f"docs/eval/synth29/{records.name}")
-    rows = eval_rows(records, SYNTH29_STRATEGIES)
+    labels = {**SYNTH29_LABELS, **(labels or {})}
+    present = {s for (s, _) in eval_records(records)}
+    strategies = [s for s in SYNTH29_STRATEGIES if s in present]
+    rows = eval_rows(records, strategies)
     n = rows["single"]["tasks"]
     if n == 0:
         return not_run(stage, f"docs/eval/synth29/{records.name}")
-    ok = {s: [r["ok"] for r in rows[s]["records"]] for s in SYNTH29_STRATEGIES}
+    ok = {s: [r["ok"] for r in rows[s]["records"]] for s in strategies}
 
     def versus(a, b):
         wins = sum(1 for x, y in zip(ok[a], ok[b]) if x and not y)
@@ -658,22 +675,26 @@ def synth29_compare(records, total, stage, head=None):
         return f"{wins} / {losses}", f"{mcnemar_p(wins, losses):.3g}"
 
     out = []
-    for s in SYNTH29_STRATEGIES:
+    for s in strategies:
         r = rows[s]
         lo, hi = wilson(r["correct"], n)
         vs = versus(s, "majority@8") if s != "majority@8" else ("-", "-")
-        out.append([SYNTH29_LABELS[s], f"{pct(r['correct'], n)} [{lo:.1f}, {hi:.1f}]",
+        out.append([labels[s], f"{pct(r['correct'], n)} [{lo:.1f}, {hi:.1f}]",
                     f"{r['tokens_per_task']:.1f}", vs[0], vs[1]])
     if head is None:
         head = f"All {n} tasks" if n == total else f"Progress so far: {n} of {total} tasks"
     else:
         head = head.format(n=n, total=total)
-    tw = versus("synthesize@8:with=trained", "synthesize@8")
-    return (f"{head} (temperature 0.7, top-p 0.95, seed 42 + 1000 x task; the three best-of-8 "
+    tail = ""
+    for s in [s for s in SYNTH29_TRAINED if s in strategies]:
+        tw = versus(s, "synthesize@8")
+        tail += f"\n{labels[s]} against the untrained synthesizer: {tw[0]} (wins / losses), McNemar p = {tw[1]}.\n"
+    best_of = sum(1 for s in strategies if s != "single")
+    return (f"{head} (temperature 0.7, top-p 0.95, seed 42 + 1000 x task; the {best_of} best-of-8 "
             f"strategies share each task's 8 candidates):\n\n"
             + table(["strategy", "accuracy [95% CI]", "tokens/task", "vs majority@8: wins / losses",
                      "McNemar p"], out)
-            + f"\nTrained against untrained synthesizer: {tw[0]} (wins / losses), McNemar p = {tw[1]}.\n")
+            + tail)
 
 
 def synth29_story(ev=None):
@@ -751,7 +772,9 @@ def synth29_first(rec=None, ev=None):
            f"served, it answered {srv['answer']!s} to GSM8K test's first question (gold 18) "
            f"with a bare answer line.\n\n")
     return out + synth29_compare((ev or SYNTH29_EVAL) / "story-first-partial.jsonl", 300, "eval-story",
-                                 head="The first {n} of the {total} held-out stories, all it finished")
+                                 head="The first {n} of the {total} held-out stories, all it finished",
+                                 labels={"synthesize@8:with=trained":
+                                         "synthesize@8, first trained synthesizer (worked + bare answers)"})
 
 
 def synth29_adaptive_sweep(ev=None):
@@ -805,9 +828,17 @@ def synth29_wall(rec=None):
         s["calls"] += 1
         s["interrupted"] += bool(w.get("interrupted"))
     hm = lambda sec: f"{sec // 3600} h {sec % 3600 // 60:02d} min"
-    rows = [[s, hm(v["seconds"]), str(v["calls"]), str(v["interrupted"]), ", ".join(map(str, v["threads"]))]
-            for s, v in stages.items()]
-    rows.append(["total", hm(sum(v["seconds"] for v in stages.values())), "", "", ""])
+    # The mixed synthesizer's stages (data-again, train-mixed, export-mixed,
+    # STAGE+mixed) are a second synthesizer's cost: apart from the loop's total.
+    mixed = lambda s: s in ("data-again", "train-mixed", "export-mixed") or s.endswith("+mixed")
+    rows = []
+    for part, label in [(False, "total (the loop, one synthesizer)"), (True, "total (the mixed synthesizer)")]:
+        mine = {s: v for s, v in stages.items() if mixed(s) == part}
+        if not mine:
+            continue
+        rows += [[s, hm(v["seconds"]), str(v["calls"]), str(v["interrupted"]), ", ".join(map(str, v["threads"]))]
+                 for s, v in mine.items()]
+        rows.append([label, hm(sum(v["seconds"] for v in mine.values())), "", "", ""])
     out = table(["stage", "wall time", "calls", "of them interrupted (resumed later)", "threads"], rows)
     served = (rec or SYNTH29_REC) / "serve-response.json"
     if served.exists():
