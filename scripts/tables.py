@@ -650,6 +650,15 @@ def synth29_data(rec=None):
             w = min(10, len(losses) // 2)
             rows.append([f"SFT loss ({what}), mean of steps 1-{w} -> last {w} ({len(losses)} steps)",
                          f"{sum(losses[:w]) / w:.3f} -> {sum(losses[-w:]) / w:.3f}"])
+    first = rec / "first" / "sft-metrics.jsonl"
+    if (rec / "sft-mixed-metrics.jsonl").exists() and first.exists():
+        # The mixed recipe is the first synthesizer's: same data, config and
+        # seed, so the same losses step by step if the run is deterministic.
+        mixed = [m["loss"] for m in jsonl(rec / "sft-mixed-metrics.jsonl")]
+        old = [m["loss"] for m in jsonl(first)]
+        same = sum(1 for x, y in zip(mixed, old) if x == y)
+        rows.append(["mixed SFT steps whose loss equals the first synthesizer's exactly",
+                     f"{same} of {min(len(mixed), len(old))}"])
     return table(["synthesis training data", ""], rows)
 
 
