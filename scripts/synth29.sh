@@ -107,6 +107,7 @@ data_again() {
   # compared with the committed data-kept.jsonl, task by task and field by
   # field (data-again.json). Sampling is seeded per task, so they should be
   # equal. A task cut off mid-line by a lost session is sampled again.
+  touch "$OUT/data.jsonl"
   python3 -c 'import json,sys
 seen, keep = set(), []
 for l in open(sys.argv[1]):
