@@ -51,9 +51,12 @@ def test_streamed_events_assemble_into_the_response(client, model_id):
 
 
 def test_a_function_tool_round_trip(client, model_id):
+    # Greedy and room to spare: a sampled city (up to 30 characters, escapes
+    # allowed) once ran past 60 tokens, and a call cut by the limit is text.
     call_resp = client.responses.create(
         model=model_id, input="What's the weather in Rome?", tools=TOOLS,
-        tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=60, parallel_tool_calls=False,
+        tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=120, parallel_tool_calls=False,
+        temperature=0,
     )
     (call,) = [o for o in call_resp.output if o.type == "function_call"]
     assert call.name == "get_weather" and call.call_id.startswith("call_")
@@ -65,7 +68,7 @@ def test_a_function_tool_round_trip(client, model_id):
     assert answer.output_text.strip()
     with client.responses.stream(
         model=model_id, input="What's the weather in Rome?", tools=TOOLS, tool_choice="required",
-        max_output_tokens=60, parallel_tool_calls=False,
+        max_output_tokens=120, parallel_tool_calls=False, temperature=0,
     ) as s:
         kinds = [e.type for e in s]
         final = s.get_final_response()
