@@ -810,8 +810,8 @@ fn synth_data_builds_resumable_training_tasks_from_sampled_candidates() {
         None,
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    // A file where only some tasks have a worked target: SFT imitates those
-    // alone and says so, unless asked for the bare answer lines too.
+    // A file where only some tasks have a worked target: SFT trains the
+    // others on their answer line and says so, unless told worked-only.
     let mixed = dir.path().join("mixed.jsonl");
     std::fs::write(
         &mixed,
@@ -841,13 +841,18 @@ fn synth_data_builds_resumable_training_tasks_from_sampled_candidates() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
-    let worked = sft(&[], "worked");
+    let bare = sft(&[], "bare");
+    assert!(
+        bare.contains("1 of 2 tasks have a worked target; the other 1 train on their answer line"),
+        "{bare}"
+    );
+    let worked = sft(&["--sft-worked-only"], "worked");
     assert!(
         worked.contains("training on the 1 of 2 tasks with a worked target"),
         "{worked}"
     );
-    let bare = sft(&["--sft-bare-answers"], "bare");
-    assert!(!bare.contains("with a worked target"), "{bare}");
+    let both = tern(&["train", "--sft-worked-only", "--sft-bare-answers"], None);
+    assert_clean_error(&both, "cannot be used with");
     // Code tasks have no answer to synthesize.
     let bad = tern(
         &[

@@ -152,8 +152,9 @@ pub struct TrainConfig {
     pub dry_run: bool,
     /// SFT on a file where only some tasks carry a worked `target`
     /// (synthesis data): also train the others on the bare
-    /// "The answer is X." line. Off: only the worked targets, as the
-    /// CoT-based Synthesizer paper keeps only correct syntheses.
+    /// "The answer is X." line (on by default: that synthesizer won on
+    /// held-out stories). Off: only the worked targets, as the CoT-based
+    /// Synthesizer paper keeps only correct syntheses.
     pub sft_bare_answers: bool,
     /// LoRA rank.
     pub lora_rank: usize,
@@ -260,7 +261,7 @@ impl Default for TrainConfig {
             algorithm: Algorithm::Grpo,
             full: false,
             dry_run: false,
-            sft_bare_answers: false,
+            sft_bare_answers: true,
             lora_rank: 8,
             lora_alpha: 16.0,
             lora_targets: "all".into(),
