@@ -13,11 +13,15 @@
 //!   snippets, with per-test verdicts and per-program reports.
 //! - [`sandbox`]: one test in a fresh `python3` inside a bubblewrap sandbox
 //!   (namespaces, a read-only view, resource limits).
-//! - [`seccomp`]: the system-call filter the sandbox loads.
+//! - [`seccomp`]: the system-call filters the sandbox loads (an allow list).
+//! - `cgroup`: a control group per sandboxed process, where the machine allows.
+//! - [`gate`]: the process-wide limit on sandboxes alive at once.
 //! - [`scaled`]: judging with a test count scaled to the question's
 //!   difficulty (more tests where candidates disagree).
 
 pub mod answer;
+mod cgroup;
+pub mod gate;
 pub mod judge;
 pub mod sandbox;
 pub mod scaled;
@@ -30,5 +34,6 @@ pub use judge::{
     best_by_tests, check, extract_code, judge_many, judge_python, tests_for_difficulty,
     with_prelude, Cancel, CancelOnDrop, JudgeError, JudgeReport, Limits, Verdict,
 };
+pub use sandbox::isolation;
 pub use scaled::{judge_scaled, pattern_disagreement, ScaledJudgement, SCREEN_TESTS};
 pub use vote::{majority_confident, majority_posterior, vote, Vote};

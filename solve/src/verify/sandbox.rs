@@ -1,17 +1,31 @@
-//! One test of one candidate program, run by `python3 -I -S` inside a
-//! bubblewrap (`bwrap`) sandbox: the subprocess half of the online judge
-//! ([`super::judge`] schedules the tests and keeps the reports).
+//! One test of one candidate program, run as two `python3 -I -S` processes,
+//! each inside its own bubblewrap (`bwrap`) sandbox: the subprocess half of
+//! the online judge ([`super::judge`] schedules the tests and keeps the
+//! reports).
 //!
-//! Each test gets fresh namespaces (user, mount, PID, IPC, UTS, network,
+//! The candidate's program runs in one sandbox and the test in the other;
+//! they talk only through two pipes, over which the test calls the
+//! program's functions with plain data and gets plain data back. The verdict
+//! is what only the test's process can produce (its exit status and a
+//! per-run pass token it alone was given), so no introspection inside the
+//! candidate's process (its frames, `gc`, an object equal to everything)
+//! can pass a test it fails.
+//!
+//! Each sandbox gets fresh namespaces (user, mount, PID, IPC, UTS, network,
 //! cgroup): no network at all, no other process visible or signalable, and a
 //! read-only view of the host holding only the system libraries, the Python
 //! runtime and `/etc/ld.so.cache`, plus an empty 16 MiB `/tmp` as the working
 //! directory. Inside, the process is `nobody`, has no capabilities, cannot
 //! gain privileges (`no_new_privs`) or create user namespaces, and runs under
-//! the system-call filter of [`super::seccomp`] (no new processes, no
-//! sockets). Address space, CPU time, file size and open files are capped by
-//! resource limits set before bubblewrap starts, which hold for root too
-//! (nothing inside has `CAP_SYS_RESOURCE` to raise them); the wall clock is
+//! the system-call filter of [`super::seccomp`] (an allow list: no new
+//! processes, no sockets, no shared memory or memory files). Address space,
+//! CPU time, file size and open files are capped by resource limits set
+//! before bubblewrap starts, which hold for root too (nothing inside has
+//! `CAP_SYS_RESOURCE` to raise them); where the machine lets the judge make
+//! control groups, each process also gets its own ([`super::cgroup`]:
+//! memory including the kernel's, tasks, one core). At most
+//! [`super::gate::max_sandboxes`] sandboxes run at once in the process;
+//! more wait their turn. The wall clock is
 //! enforced from here, and killing bubblewrap takes the whole PID namespace
 //! with it. The program, test and pass token arrive on stdin, so nothing of
 //! the job is ever a file the candidate could read back.
@@ -32,6 +46,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+
+use super::cgroup::{Cgroups, Group};
+use super::gate;
 
 /// How much of a candidate's stderr a [`Verdict::Crash`] keeps (its tail).
 pub const STDERR_CAP: usize = 64 * 1024;
@@ -58,54 +75,22 @@ const NOBODY: &str = "65534";
 /// The file descriptors bubblewrap reads the seccomp programs from.
 const FILTER_FDS: [RawFd; 2] = [3, 4];
 
-/// The harness run as `python3 -I -S -c HARNESS` in the sandbox. It reads the
-/// job (program, test, pass token) from stdin, hides the real stdout from the
-/// candidate, runs the program then the test in one namespace, and reports
-/// through the exit status, a failure line on stderr and the pass token on
-/// the saved stdout.
-const HARNESS: &str = r#"
-import os, sys
-def _tern_judge():
-    import json, traceback
-    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    program, test, token = job["program"], job["test"], job["token"]
-    del job
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    verdict = os.dup(1)
-    os.dup2(null, 1)
-    os.closerange(3, verdict)
-    os.closerange(verdict + 1, 1024)
-    ns = {"__name__": "candidate"}
-    try:
-        exec(compile(program, "candidate", "exec", dont_inherit=True), ns)
-        if "candidate" not in ns:
-            functions = [v for v in ns.values()
-                         if getattr(getattr(v, "__code__", None), "co_filename", None) == "candidate"]
-            if functions:
-                ns["candidate"] = functions[-1]
-        exec(compile(test, "test", "exec", dont_inherit=True), ns)
-    except AssertionError as error:
-        reason = str(error)
-        if not reason:
-            lines = test.splitlines()
-            at = [f.lineno for f in traceback.extract_tb(error.__traceback__) if f.filename == "test"]
-            line = lines[at[-1] - 1].strip() if at and at[-1] and at[-1] <= len(lines) else ""
-            reason = "assertion failed" + (": " + line if line else "")
-        sys.stderr.write("\n[tern-judge] fail: " + reason.replace("\n", " ") + "\n")
-        sys.stderr.flush()
-        os._exit(3)
-    except BaseException:
-        try:
-            traceback.print_exc()
-            sys.stderr.flush()
-        finally:
-            os._exit(2)
-    sys.stderr.flush()
-    os.write(verdict, token.encode())
-    os._exit(0)
-_tern_judge()
-"#;
+/// Exit status the test's harness uses when the candidate's process went
+/// away mid-test (its channel closed): the judge then asks the kernel how
+/// the candidate ended.
+const GONE_EXIT: i32 = 4;
+/// The descriptors the two harnesses talk over: each reads at the first and
+/// writes at the second (set up by [`child_setup`]).
+const CHANNEL_FDS: [RawFd; 2] = [5, 6];
+
+/// The candidate's harness (`python3 -I -S -c CANDIDATE`): runs the program,
+/// then serves calls to its functions as plain data over the channel.
+const CANDIDATE: &str = include_str!("harness/candidate.py");
+/// The test's harness (`python3 -I -S -c TEST`), in a sandbox of its own:
+/// the program's names are proxies to the candidate's process, replies are
+/// decoded strictly into built-in types, and only this process holds the
+/// pass token, so nothing inside the candidate's process can forge a pass.
+const TEST: &str = include_str!("harness/test.py");
 
 /// Resource limits for one test run.
 #[derive(Clone, Debug, PartialEq)]
@@ -281,6 +266,24 @@ pub(super) struct Sandbox {
     python: PathBuf,
     view: Vec<Mount>,
     filters: Vec<Vec<u8>>,
+    /// Per-process control groups, or why this machine gives none.
+    cgroups: Result<Cgroups, String>,
+}
+
+/// What isolates judged code on this machine, in one line (the server and
+/// `tern bon` print it when they start): the sandbox, and whether each
+/// process gets a control group or why not.
+pub fn isolation() -> Result<String, JudgeError> {
+    let sandbox = sandbox()?;
+    Ok(match &sandbox.cgroups {
+        Ok(cgroups) => format!(
+            "bubblewrap + seccomp allow list, a control group per process ({})",
+            cgroups.describe()
+        ),
+        Err(why) => format!(
+            "bubblewrap + seccomp allow list and resource limits; no control groups ({why})"
+        ),
+    })
 }
 
 /// The sandbox, built and probed once per process (a passing trivial test
@@ -359,6 +362,7 @@ impl Sandbox {
             python: python.executable,
             view,
             filters,
+            cgroups: Cgroups::detect(),
         })
     }
 
@@ -426,16 +430,29 @@ impl Sandbox {
         }
         args.extend(
             [
-                "--dev",
-                "/dev",
+                // A /dev of the five harmless devices only: no pseudo-terminals,
+                // no /dev/shm.
+                "--dev-bind",
+                "/dev/null",
+                "/dev/null",
+                "--dev-bind",
+                "/dev/zero",
+                "/dev/zero",
+                "--dev-bind",
+                "/dev/full",
+                "/dev/full",
+                "--dev-bind",
+                "/dev/random",
+                "/dev/random",
+                "--dev-bind",
+                "/dev/urandom",
+                "/dev/urandom",
                 "--size",
                 &FILE_SIZE_CAP.to_string(),
                 "--tmpfs",
                 "/tmp",
                 "--remount-ro",
                 "/",
-                "--remount-ro",
-                "/dev",
                 "--chdir",
                 "/tmp",
             ]
@@ -447,7 +464,8 @@ impl Sandbox {
         args
     }
 
-    /// Runs one test against one program and classifies the outcome.
+    /// Runs one test against one program and classifies the outcome: the
+    /// program in one sandbox, the test in another, joined by two pipes.
     pub(super) fn run(
         &self,
         program: &str,
@@ -457,14 +475,103 @@ impl Sandbox {
         if limits.cancel.is_cancelled() {
             return Err(JudgeError::Cancelled);
         }
+        let _permit = gate::acquire(2, &limits.cancel).ok_or(JudgeError::Cancelled)?;
         let token = format!("tern-pass-{:016x}{:016x}", random_u64(), random_u64());
-        let job = serde_json::json!({"program": program, "test": test, "token": token}).to_string();
+        let (requests_in, requests_out) = io::pipe().map_err(io_error("create a pipe"))?;
+        let (replies_in, replies_out) = io::pipe().map_err(io_error("create a pipe"))?;
+        // One stderr for both: the program's output and the test's traceback
+        // in the order they were written.
+        let (stderr_in, stderr_out) = io::pipe().map_err(io_error("create a pipe"))?;
+        let stderr_copy = stderr_out.try_clone().map_err(io_error("create a pipe"))?;
+        let mut candidate = self.spawn(
+            CANDIDATE,
+            [requests_in.as_raw_fd(), replies_out.as_raw_fd()],
+            Stdio::null(),
+            stderr_copy.into(),
+            limits,
+        )?;
+        let test_side = self.spawn(
+            TEST,
+            [replies_in.as_raw_fd(), requests_out.as_raw_fd()],
+            Stdio::piped(),
+            stderr_out.into(),
+            limits,
+        );
+        // The parent's ends go, so each side sees the other's exit as EOF.
+        drop((requests_in, requests_out, replies_in, replies_out));
+        let mut test_side = match test_side {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                candidate.kill();
+                return Err(e);
+            }
+        };
+        let stdout = Capture::start(test_side.child.stdout.take(), TOKEN_CAP);
+        let stderr = Capture::start(Some(stderr_in), STDERR_CAP);
+        candidate.send(serde_json::json!({ "program": program }).to_string())?;
+        test_side.send(serde_json::json!({ "test": test, "token": token }).to_string())?;
+        let waited = wait_until(&mut test_side.child, limits.time, &limits.cancel);
+        let test_status = match &waited {
+            Ok(Some(status)) => Some(*status),
+            _ => {
+                test_side.kill();
+                None
+            }
+        };
+        // A test that reports the candidate gone gives the candidate a moment
+        // to be reaped, so its end (a signal, the CPU limit) can be read.
+        let candidate_status = if test_status.and_then(|s| s.code()) == Some(GONE_EXIT) {
+            wait_until(&mut candidate.child, PIPE_GRACE, &Cancel::default())
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        candidate.kill();
+        waited.map_err(io_error("wait for bubblewrap"))?;
+        let (stdout, stderr) = (stdout?.finish(), stderr?.finish());
+        if test_status.is_none() && limits.cancel.is_cancelled() {
+            return Err(JudgeError::Cancelled);
+        }
+        let ends = Ends {
+            test: test_status,
+            candidate: candidate_status,
+            out_of_memory: candidate.out_of_memory() || test_side.out_of_memory(),
+        };
+        Ok(classify(&ends, &stdout, stderr, &token))
+    }
+
+    /// Starts `harness` in a fresh sandbox: the filters on [`FILTER_FDS`],
+    /// `channel` (read end, write end) on [`CHANNEL_FDS`], the resource
+    /// limits, and a control group joined before exec where there is one.
+    fn spawn(
+        &self,
+        harness: &str,
+        channel: [RawFd; 2],
+        stdout: Stdio,
+        stderr: Stdio,
+        limits: &Limits,
+    ) -> Result<Spawned, JudgeError> {
         let filters = self
             .filters
             .iter()
             .map(|bytes| filled_pipe(bytes))
             .collect::<Result<Vec<OwnedFd>, JudgeError>>()?;
-        let sources: Vec<RawFd> = filters.iter().map(AsRawFd::as_raw_fd).collect();
+        let mut moves: Vec<(RawFd, RawFd)> = filters
+            .iter()
+            .map(AsRawFd::as_raw_fd)
+            .zip(FILTER_FDS)
+            .collect();
+        moves.extend(channel.into_iter().zip(CHANNEL_FDS));
+        let group = match &self.cgroups {
+            Ok(cgroups) => Some(
+                cgroups
+                    .create(limits.memory_bytes)
+                    .map_err(io_error("create the sandbox's control group"))?,
+            ),
+            Err(_) => None,
+        };
+        let procs = group.as_ref().map(Group::procs_fds).unwrap_or_default();
         let cpu_seconds = limits.time.as_secs_f64().ceil() as u64 + 1;
         let rlimits = [
             (libc::RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
@@ -478,25 +585,35 @@ impl Sandbox {
             .args(self.args())
             .arg("--")
             .arg(&self.python)
-            .args(["-I", "-S", "-c", HARNESS])
+            .args(["-I", "-S", "-c", harness])
             .env_clear()
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(stdout)
+            .stderr(stderr)
             .process_group(0);
         // SAFETY: between fork and exec the closure only calls
-        // async-signal-safe functions (fcntl, dup2, setrlimit) on values
-        // computed before the fork; it allocates nothing.
+        // async-signal-safe functions (fcntl, dup2, write, setrlimit) on
+        // values computed before the fork; it allocates nothing.
         unsafe {
-            command.pre_exec(move || child_setup(&sources, &rlimits));
+            command.pre_exec(move || child_setup(&moves, &procs, &rlimits));
         }
-        let mut child = command.spawn().map_err(io_error("start bubblewrap"))?;
+        let child = command.spawn().map_err(io_error("start bubblewrap"))?;
         drop(filters);
-        let stdout = Capture::start(child.stdout.take(), TOKEN_CAP);
-        let stderr = Capture::start(child.stderr.take(), STDERR_CAP);
-        if let Some(mut stdin) = child.stdin.take() {
-            // A child that dies before reading leaves a broken pipe: its
-            // verdict says why, so the write error is not the judge's.
+        Ok(Spawned { child, group })
+    }
+}
+
+/// A started sandbox and its control group (removed once the child is reaped).
+struct Spawned {
+    child: Child,
+    group: Option<Group>,
+}
+
+impl Spawned {
+    /// Writes the job to the harness's stdin on a thread of its own (a child
+    /// that dies before reading leaves a broken pipe: its verdict says why).
+    fn send(&mut self, job: String) -> Result<(), JudgeError> {
+        if let Some(mut stdin) = self.child.stdin.take() {
             thread::Builder::new()
                 .name("judge-stdin".into())
                 .spawn(move || {
@@ -504,19 +621,31 @@ impl Sandbox {
                 })
                 .map_err(io_error("start a stdin writer"))?;
         }
-        let waited = wait_until(&mut child, limits.time, &limits.cancel);
-        if !matches!(waited, Ok(Some(_))) {
-            // Killing bubblewrap kills its PID namespace: every process in it.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let status = waited.map_err(io_error("wait for bubblewrap"))?;
-        let (stdout, stderr) = (stdout?.finish(), stderr?.finish());
-        if status.is_none() && limits.cancel.is_cancelled() {
-            return Err(JudgeError::Cancelled);
-        }
-        Ok(classify(status, &stdout, stderr, &token))
+        Ok(())
     }
+
+    /// Kills bubblewrap (and with it its PID namespace) and reaps it.
+    fn kill(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+
+    /// Whether the kernel killed a task of this sandbox at its memory cap.
+    fn out_of_memory(&self) -> bool {
+        self.group.as_ref().is_some_and(Group::out_of_memory)
+    }
+}
+
+/// How the two processes of a test ended.
+struct Ends {
+    /// The test's exit status; `None` when the wall clock (or a cancel) ran out.
+    test: Option<ExitStatus>,
+    /// The candidate's, read only when the test reports it gone.
+    candidate: Option<ExitStatus>,
+    /// A control group's memory cap was reached.
+    out_of_memory: bool,
 }
 
 /// The C library's type for `setrlimit`'s resource argument.
@@ -525,22 +654,36 @@ type Resource = libc::__rlimit_resource_t;
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 type Resource = libc::c_int;
 
-/// In the forked child: moves the filter pipes to [`FILTER_FDS`] (through
-/// high descriptors first, so no source is overwritten by an earlier move)
-/// and sets the resource limits.
-fn child_setup(sources: &[RawFd], rlimits: &[(Resource, u64, u64)]) -> io::Result<()> {
-    let mut moved = [0 as RawFd; FILTER_FDS.len()];
-    for (slot, &fd) in moved.iter_mut().zip(sources) {
-        // SAFETY: fcntl on a descriptor this process owns.
-        let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 64) };
-        if high < 0 {
+/// In the forked child: joins each control group by writing `0` to its
+/// `cgroup.procs`, moves each `(source, target)` descriptor into place
+/// (through high descriptors first, so no source is overwritten by an
+/// earlier move), and sets the resource limits.
+fn child_setup(
+    moves: &[(RawFd, RawFd)],
+    procs: &[RawFd],
+    rlimits: &[(Resource, u64, u64)],
+) -> io::Result<()> {
+    // First, while every descriptor is still where the parent opened it (the
+    // moves below may land on a `cgroup.procs` descriptor's number).
+    for &fd in procs {
+        // SAFETY: write(2) of a static byte to a descriptor opened before fork.
+        if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
             return Err(io::Error::last_os_error());
         }
-        *slot = high;
     }
-    for (&high, &target) in moved.iter().zip(&FILTER_FDS).take(sources.len()) {
+    const MOST: usize = FILTER_FDS.len() + CHANNEL_FDS.len();
+    let mut high = [0 as RawFd; MOST];
+    for (slot, &(source, _)) in high.iter_mut().zip(moves) {
+        // SAFETY: fcntl on a descriptor this process owns.
+        let fd = unsafe { libc::fcntl(source, libc::F_DUPFD_CLOEXEC, 64) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        *slot = fd;
+    }
+    for (&fd, &(_, target)) in high.iter().zip(moves) {
         // SAFETY: dup2 onto a fixed low descriptor; it clears close-on-exec.
-        if unsafe { libc::dup2(high, target) } < 0 {
+        if unsafe { libc::dup2(fd, target) } < 0 {
             return Err(io::Error::last_os_error());
         }
     }
@@ -590,18 +733,35 @@ fn wait_until(
     }
 }
 
-fn classify(status: Option<ExitStatus>, stdout: &str, stderr: String, token: &str) -> Verdict {
+/// The signal that ended a process: bubblewrap reports its command's death
+/// by signal N as exit 128 + N.
+fn signal_of(status: &ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;
-    let Some(status) = status else {
-        return Verdict::Timeout;
-    };
-    // bubblewrap reports its command's death by signal N as exit 128 + N.
-    let signal = status.signal().or_else(|| {
+    status.signal().or_else(|| {
         status
             .code()
             .filter(|&c| c > SIGNAL_EXIT_BASE && c < SIGNAL_EXIT_BASE + 65)
             .map(|c| c - SIGNAL_EXIT_BASE)
-    });
+    })
+}
+
+/// What a signal means for the verdict's text.
+fn killed(stderr: String, who: &str, signal: i32, out_of_memory: bool) -> Verdict {
+    let why = if out_of_memory {
+        " (the sandbox's memory limit)"
+    } else {
+        ""
+    };
+    Verdict::Crash {
+        stderr: format!("{stderr}\n[{who} killed by signal {signal}{why}]"),
+    }
+}
+
+fn classify(ends: &Ends, stdout: &str, stderr: String, token: &str) -> Verdict {
+    let Some(status) = ends.test else {
+        return Verdict::Timeout;
+    };
+    let signal = signal_of(&status);
     if signal == Some(SIGXCPU) {
         return Verdict::Timeout;
     }
@@ -610,7 +770,7 @@ fn classify(status: Option<ExitStatus>, stdout: &str, stderr: String, token: &st
             Verdict::Pass
         } else {
             Verdict::Fail {
-                reason: "the program exited before the test finished".into(),
+                reason: "the test exited before it finished".into(),
             }
         };
     }
@@ -621,10 +781,17 @@ fn classify(status: Option<ExitStatus>, stdout: &str, stderr: String, token: &st
             };
         }
     }
+    if status.code() == Some(GONE_EXIT) {
+        return match ends.candidate.as_ref().map(signal_of) {
+            Some(Some(SIGXCPU)) => Verdict::Timeout,
+            Some(Some(signal)) => killed(stderr, "the program was", signal, ends.out_of_memory),
+            _ => Verdict::Fail {
+                reason: "the program exited before the test finished".into(),
+            },
+        };
+    }
     match signal {
-        Some(signal) => Verdict::Crash {
-            stderr: format!("{stderr}\n[killed by signal {signal}]"),
-        },
+        Some(signal) => killed(stderr, "the test was", signal, ends.out_of_memory),
         None => Verdict::Crash { stderr },
     }
 }
