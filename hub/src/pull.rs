@@ -400,6 +400,7 @@ mod tests {
             parts: Box::leak(parts.into_boxed_slice()),
             file_name: "model.gguf",
             sha256: leak(sha256.to_string()),
+            size: 0,
             license: "Apache-2.0",
             notice: None,
             description: "test entry",

@@ -8,8 +8,25 @@ use super::args::PullArgs;
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &PullArgs) -> Result<()> {
     if a.list {
+        let dir = registry::model_dir();
+        println!(
+            "{:<28} {:>9}  {:<10} {:<7} description",
+            "name", "size", "license", "pulled"
+        );
         for e in registry::REGISTRY {
-            println!("{:<24} {:<10} {}", e.name, e.license, e.description);
+            let pulled = if dir.join(e.file_name).is_file() {
+                "yes"
+            } else {
+                "no"
+            };
+            println!(
+                "{:<28} {:>6} MB  {:<10} {:<7} {}",
+                e.name,
+                e.size.div_ceil(1_000_000),
+                e.license,
+                pulled,
+                e.description
+            );
         }
         return Ok(());
     }
