@@ -48,6 +48,9 @@ say "fetching the model and the test vocabularies"
 ./target/release/tern pull
 # Gemma 3 270M: its SentencePiece vocabulary for the tokenizer checks (tests/spm.rs).
 ./target/release/tern pull gemma3-270m
+# The Qwen2.5-Coder models, checked bit for bit against llama.cpp (tests/qwen.rs).
+./target/release/tern pull qwen2.5-coder-0.5b-instruct
+./target/release/tern pull qwen2.5-coder-1.5b-instruct
 # Real Qwen and Llama 3 vocabularies for the tokenizer checks (tests/vocab.rs).
 python3 scripts/fetch_vocab.py
 

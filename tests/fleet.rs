@@ -266,6 +266,66 @@ fn fleet_rollouts_train_as_co_located_ones_through_failures() {
     assert_eq!(answered(&dropped, 2)[0], 0);
 }
 
+/// Workers on the network: bound to every interface behind an API key. The
+/// trainer without `--rollout-api-key-file` stops at once on the 401 with
+/// what to pass; with it, the run trains (the key goes on the adapter loads
+/// and the rollouts too, or they would be 401s).
+#[test]
+fn keyed_workers_take_the_trainers_key_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("tiny.gguf");
+    write_tiny_model(&gguf, &TinySpec::default());
+    let model = gguf.to_str().unwrap();
+    let key_file = dir.path().join("worker.key");
+    std::fs::write(&key_file, "fleet-key-7c1d\n").unwrap();
+    let key = key_file.to_str().unwrap().to_string();
+    let lora_dir = dir.path().display().to_string();
+    let worker = Server::start(
+        &gguf,
+        Some("fleet-key-7c1d"),
+        &[
+            "--host",
+            "0.0.0.0",
+            "--api-key-file",
+            &key,
+            "--lora-dir",
+            &lora_dir,
+        ],
+    );
+    let endpoints = ["--rollout-endpoints".to_string(), worker.url()];
+
+    let a = args(model, &dir.path().join("keyless"), 2, &endpoints);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = tern(&refs, None);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "trained without the key: {stderr}");
+    assert!(
+        stderr.contains("HTTP 401") && stderr.contains("--rollout-api-key-file"),
+        "{stderr}"
+    );
+
+    let mut keyed = endpoints.to_vec();
+    keyed.extend(["--rollout-api-key-file".to_string(), key.clone()]);
+    let ms = run(model, &dir.path().join("keyed"), 2, &keyed);
+    assert_eq!(ms.len(), 2);
+    assert_eq!(answered(&ms, 1), vec![8]);
+
+    // A key file that is empty is a one-line error before anything runs.
+    let empty = dir.path().join("empty.key");
+    std::fs::write(&empty, "\n").unwrap();
+    let mut bad = endpoints.to_vec();
+    bad.extend([
+        "--rollout-api-key-file".to_string(),
+        empty.display().to_string(),
+    ]);
+    let a = args(model, &dir.path().join("empty"), 1, &bad);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = tern(&refs, None);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(stderr.contains("holds no key"), "{stderr}");
+}
+
 /// The adapter endpoints: off without `--lora-dir`; with it, a file outside
 /// the directory is refused, a bad file is a 400, a loaded adapter serves as
 /// `model`, lists under `/v1/models` with its parent and in `/metrics`, and

@@ -19,6 +19,7 @@ mod kv_tee;
 mod learner;
 mod plot;
 mod quantize;
+mod qwen;
 mod reasoning;
 mod reference;
 mod repack;

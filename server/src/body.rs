@@ -6,6 +6,11 @@
 //! reads typed views of it with [`fields`] (the shared fields and its own),
 //! which names the offending field on a type error.
 //!
+//! Before anything is expanded into a `Value`, the body is bounded twice:
+//! in bytes by `--max-body` (413, enforced while it is read) and in nesting
+//! by [`MAX_DEPTH`] (400, a byte scan that allocates nothing), so neither a
+//! large nor a deeply nested document costs more than its size.
+//!
 //! Only `Content-Type: application/json` bodies are read: a browser sends
 //! `text/plain` or form bodies cross-site without a CORS preflight, so
 //! accepting them would let any web page drive the API (415 instead).
@@ -19,6 +24,12 @@ use serde_json::Value;
 
 use crate::openai::error::ApiError;
 use crate::state::AppState;
+
+/// Deepest nesting of arrays and objects a body may have. OpenAI's own
+/// request shapes need under 10 levels and a JSON schema a few more; a
+/// deeper document is refused before it is parsed, since expanding and
+/// dropping it recurses once per level.
+pub const MAX_DEPTH: usize = 64;
 
 /// A request body that is a JSON object.
 #[derive(Debug)]
@@ -71,6 +82,12 @@ pub fn parse_object(bytes: &[u8]) -> Result<Value, ApiError> {
             "The request body is empty; send a JSON object",
         ));
     }
+    let depth = depth(bytes);
+    if depth > MAX_DEPTH {
+        return Err(ApiError::bad_request(format!(
+            "The request body nests arrays and objects {depth} levels deep; at most {MAX_DEPTH} are allowed"
+        )));
+    }
     let value: Value = serde_json::from_str(text)
         .map_err(|e| ApiError::bad_request(format!("The request body is not valid JSON: {e}")))?;
     if !value.is_object() {
@@ -79,6 +96,35 @@ pub fn parse_object(bytes: &[u8]) -> Result<Value, ApiError> {
         ));
     }
     Ok(value)
+}
+
+/// The deepest nesting of `[` and `{` in `bytes`, brackets inside strings
+/// not counted: one pass, no allocation. Malformed input gets some number;
+/// the parser then refuses it on its own.
+fn depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Reads a typed view of `body`; a field of the wrong type is a 400 whose
@@ -107,6 +153,23 @@ mod tests {
         assert!(parse_object(b"").is_err());
         assert!(parse_object(&[b'{', 0xff, b'}']).is_err());
         assert!(parse_object(b"{\"a\": 1}").is_ok());
+    }
+
+    #[test]
+    fn nesting_is_bounded_before_parsing() {
+        let nested = |n: usize| format!("{{\"a\": {}{}}}", "[".repeat(n), "]".repeat(n));
+        // The object itself is one level.
+        assert!(parse_object(nested(MAX_DEPTH - 1).as_bytes()).is_ok());
+        let e = parse_object(nested(MAX_DEPTH).as_bytes()).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("65 levels"), "{}", e.message);
+        // Far deeper than serde's own recursion limit: refused by the scan, no panic.
+        let e = parse_object(nested(100_000).as_bytes()).unwrap_err();
+        assert!(e.message.contains("at most 64"), "{}", e.message);
+        // Brackets inside strings (escaped quotes too) are text, not nesting.
+        let text = format!("{{\"s\": \"\\\"{}\"}}", "[".repeat(500));
+        assert!(parse_object(text.as_bytes()).is_ok(), "{text}");
+        assert_eq!(depth(br#"{"a": [{"b": "]]]["}], "c": {}}"#), 3);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! talks to the engine.
 
 use serde_json::Value;
-use tern_runtime::engine::l2_normalize;
+use tern_runtime::engine::{l2_normalize, MAX_EMBED_INPUTS};
 use tern_runtime::LoadedModel;
 
 use crate::openai::embedding::EmbeddingVector;
@@ -52,9 +52,12 @@ pub fn dimensions(requested: Option<i64>, hidden: usize) -> Result<Option<usize>
 /// The token sequences `input` stands for: a string, a list of strings, a
 /// list of token ids (one input), or a list of token-id lists. Strings are
 /// tokenized as `/v1/completions` tokenizes a prompt; ids pass as they are
-/// (the engine checks them against the vocabulary and the context).
+/// (the engine checks them against the vocabulary and the context, and
+/// their tokens in all against its limit). More than [`MAX_EMBED_INPUTS`]
+/// inputs are refused before any is tokenized.
 pub fn inputs(model: &LoadedModel, input: &Value) -> Result<Vec<Vec<u32>>, ApiError> {
     let bad = |what: String| ApiError::invalid_param("input", what);
+    check_count(input)?;
     match input {
         Value::String(s) => Ok(vec![text(model, s, 0)?]),
         Value::Array(items) if items.is_empty() => {
@@ -77,6 +80,23 @@ pub fn inputs(model: &LoadedModel, input: &Value) -> Result<Vec<Vec<u32>>, ApiEr
                 .into(),
         )),
     }
+}
+
+/// At most [`MAX_EMBED_INPUTS`] inputs (OpenAI's limit): a list of strings
+/// or of token-id lists counts its items; one string or one id list is one.
+fn check_count(input: &Value) -> Result<(), ApiError> {
+    let count = match input {
+        Value::Array(items) if items.iter().all(Value::is_number) => 1,
+        Value::Array(items) => items.len(),
+        _ => 1,
+    };
+    if count > MAX_EMBED_INPUTS {
+        return Err(ApiError::invalid_param(
+            "input",
+            format!("at most {MAX_EMBED_INPUTS} inputs are allowed per request, got {count}"),
+        ));
+    }
+    Ok(())
 }
 
 /// One string input, tokenized; an empty string is refused (it would embed
@@ -170,6 +190,22 @@ mod tests {
             assert_eq!(base64(raw.as_bytes()), encoded, "{raw}");
         }
         assert_eq!(base64(&[0xff, 0xfe, 0xfd]), "//79");
+    }
+
+    #[test]
+    fn input_count_is_bounded_before_tokenizing() {
+        let many = |n: usize, item: Value| Value::Array(vec![item; n]);
+        assert!(check_count(&many(MAX_EMBED_INPUTS, Value::from("a"))).is_ok());
+        for over in [
+            many(MAX_EMBED_INPUTS + 1, Value::from("a")),
+            many(MAX_EMBED_INPUTS + 1, serde_json::json!([1, 2])),
+        ] {
+            let e = check_count(&over).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("input"));
+            assert!(e.message.contains("2048"), "{}", e.message);
+        }
+        // One long list of token ids is one input (its length is the context's to bound).
+        assert!(check_count(&many(5000, Value::from(1))).is_ok());
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod auth;
 mod body;
 mod collect;
 pub mod duration;
+mod echoed;
 mod embedding;
 mod events;
 mod ids;
@@ -65,6 +66,9 @@ pub const DEFAULT_MAX_LORAS: usize = 4;
 /// Default bound of the in-memory Responses store.
 pub const DEFAULT_RESPONSES_STORE: usize = 1024;
 
+/// Default byte budget of the in-memory Responses store: 256 MiB.
+pub const DEFAULT_RESPONSES_STORE_BYTES: usize = 256 << 20;
+
 /// Everything `serve` needs besides the model itself.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -103,6 +107,9 @@ pub struct ServerConfig {
     /// Most `/v1/responses` results kept for `previous_response_id` and
     /// `GET` (`--responses-store`; the oldest go first).
     pub responses_store: usize,
+    /// Most bytes the stored responses may take in memory together, and
+    /// the most one may take in Redis (`--responses-store-bytes`).
+    pub responses_store_bytes: usize,
     /// `redis://host:port[/db]`: keep stored responses in that Redis server
     /// instead of this process's memory, shared by every replica naming it
     /// (`--state-store`); `None`: in memory.
@@ -135,6 +142,7 @@ impl ServerConfig {
             connections: ConnectionLimits::default(),
             embedding_pooling: Pooling::Mean,
             responses_store: DEFAULT_RESPONSES_STORE,
+            responses_store_bytes: DEFAULT_RESPONSES_STORE_BYTES,
             state_store: None,
             lora_dir: None,
             max_loras: DEFAULT_MAX_LORAS,

@@ -11,10 +11,12 @@
 //!
 //! Defaults (documented in `tern serve --help`): bound to a loopback address,
 //! only `localhost`, `127.0.0.1`, `[::1]` and the bound host itself at the
-//! bound port are accepted; bound to any other address (`0.0.0.0`, a LAN
-//! address) any `Host` is, since the server is then meant to be reached under
-//! names it cannot know. `--allowed-hosts` adds names (with or without a
-//! port); given with a non-loopback bind it also turns the check on.
+//! bound port are accepted; bound to another address (a LAN address or a
+//! name), that address at the bound port; bound to every interface (`0.0.0.0`,
+//! `::`), any IP literal and `localhost` at the bound port, since the server
+//! cannot know its own addresses and a rebinding page always sends a name,
+//! never an IP. Names the server is reached under come from `--allowed-hosts`
+//! (with or without a port); only an explicit `*` accepts any `Host`.
 
 use std::net::IpAddr;
 
@@ -31,10 +33,17 @@ use crate::Cors;
 /// The `Host` values the server answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HostPolicy {
-    /// Any host (non-loopback bind without `--allowed-hosts`, or `*`).
+    /// Any host (`--allowed-hosts '*'`).
     Any,
     /// Only these `(host, port)` pairs; a `None` port matches any port.
     Only(Vec<(String, Option<u16>)>),
+    /// Bound to every interface: any IP literal at `port`, or one of `listed`.
+    IpLiteralsOr {
+        /// The bound port.
+        port: u16,
+        /// `localhost` at the port and the `--allowed-hosts` entries.
+        listed: Vec<(String, Option<u16>)>,
+    },
 }
 
 impl HostPolicy {
@@ -49,26 +58,40 @@ impl HostPolicy {
             .map(|h| split_host_port(h.trim()))
             .filter(|(h, _)| !h.is_empty())
             .collect();
-        if is_loopback(bind_host) {
-            for name in ["localhost", "127.0.0.1", "[::1]", bind_host] {
-                allowed.push((bracket_v6(name), Some(port)));
-            }
-        } else if extra.is_empty() {
-            return Self::Any;
+        if is_unspecified(bind_host) {
+            allowed.push(("localhost".into(), Some(port)));
+            return Self::IpLiteralsOr {
+                port,
+                listed: allowed,
+            };
         }
+        if is_loopback(bind_host) {
+            for name in ["localhost", "127.0.0.1", "[::1]"] {
+                allowed.push((name.into(), Some(port)));
+            }
+        }
+        allowed.push((bracket_v6(bind_host), Some(port)));
         Self::Only(allowed)
     }
 
     /// Whether a request with this `Host` header value is answered.
     pub fn allows(&self, host: &str) -> bool {
+        let (name, port) = split_host_port(host);
+        // A Host without a port names HTTP's default port.
+        let port = port.unwrap_or(80);
+        let listed = |list: &[(String, Option<u16>)]| {
+            list.iter()
+                .any(|(h, p)| h == &name && p.is_none_or(|p| p == port))
+        };
         match self {
             Self::Any => true,
-            Self::Only(list) => {
-                let (name, port) = split_host_port(host);
-                // A Host without a port names HTTP's default port.
-                let port = port.unwrap_or(80);
-                list.iter()
-                    .any(|(h, p)| h == &name && p.is_none_or(|p| p == port))
+            Self::Only(list) => listed(list),
+            Self::IpLiteralsOr {
+                port: bound,
+                listed: list,
+            } => {
+                let bare = name.trim_start_matches('[').trim_end_matches(']');
+                (port == *bound && bare.parse::<IpAddr>().is_ok()) || listed(list)
             }
         }
     }
@@ -91,7 +114,8 @@ fn verdict(headers: &HeaderMap, hosts: &HostPolicy, cors: &Cors) -> Result<(), A
     if let Some(host) = host {
         if !hosts.allows(host) {
             return Err(ApiError::forbidden(
-                "This server does not answer requests for this Host (see --allowed-hosts)",
+                "This server does not answer requests for this Host: start it with \
+                 --allowed-hosts NAME for each name clients use (see --allowed-hosts)",
             ));
         }
     }
@@ -146,6 +170,12 @@ fn bracket_v6(host: &str) -> String {
     }
 }
 
+/// Whether `--host` is every interface (`0.0.0.0`, `::`).
+pub fn is_unspecified(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified())
+}
+
 /// Whether `--host` names a loopback address.
 pub fn is_loopback(host: &str) -> bool {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
@@ -181,17 +211,44 @@ mod tests {
     }
 
     #[test]
-    fn open_bind_accepts_any_host_unless_listed() {
-        assert_eq!(HostPolicy::new("0.0.0.0", 80, &[]), HostPolicy::Any);
-        assert_eq!(HostPolicy::new("::", 80, &[]), HostPolicy::Any);
+    fn a_wildcard_bind_accepts_ip_literals_at_its_port_and_listed_names() {
+        for bind in ["0.0.0.0", "::", "[::]"] {
+            let p = HostPolicy::new(bind, 8080, &[]);
+            assert!(p.allows("192.168.1.4:8080"), "{bind}");
+            assert!(p.allows("[fe80::1]:8080"), "{bind}");
+            assert!(p.allows("localhost:8080"), "{bind}");
+            assert!(!p.allows("192.168.1.4:8081"), "{bind}");
+            // A rebinding page sends its own name: refused.
+            assert!(!p.allows("evil.example:8080"), "{bind}");
+            assert!(!p.allows("tern.lan:8080"), "{bind}");
+        }
         let p = HostPolicy::new("0.0.0.0", 80, &["api.example:80".into()]);
         assert!(p.allows("api.example"));
+        assert!(p.allows("10.0.0.2"));
         assert!(!p.allows("api.example:81"));
         assert!(!p.allows("other.example"));
-        assert_eq!(
-            HostPolicy::new("127.0.0.1", 80, &["*".into()]),
-            HostPolicy::Any
-        );
+        for bind in ["127.0.0.1", "0.0.0.0", "192.168.1.4"] {
+            let any = HostPolicy::new(bind, 80, &["*".into()]);
+            assert_eq!(any, HostPolicy::Any);
+            assert!(any.allows("evil.example"));
+        }
+    }
+
+    #[test]
+    fn an_address_bind_accepts_that_address_and_listed_names_only() {
+        let p = HostPolicy::new("192.168.1.4", 8080, &[]);
+        assert!(p.allows("192.168.1.4:8080"));
+        assert!(!p.allows("192.168.1.5:8080"));
+        assert!(!p.allows("192.168.1.4:9090"));
+        assert!(!p.allows("evil.example:8080"));
+        assert!(!p.allows("localhost:8080"));
+        let p = HostPolicy::new("fe80::1", 8080, &["tern.lan".into()]);
+        assert!(p.allows("[fe80::1]:8080"));
+        assert!(p.allows("tern.lan:8080"));
+        assert!(!p.allows("other.lan:8080"));
+        let p = HostPolicy::new("tern.lan", 8080, &[]);
+        assert!(p.allows("TERN.LAN:8080"));
+        assert!(!p.allows("10.0.0.2:8080"));
     }
 
     #[test]
@@ -231,5 +288,7 @@ mod tests {
         assert!(is_loopback("[::1]"));
         assert!(!is_loopback("0.0.0.0"));
         assert!(!is_loopback("192.168.1.4"));
+        assert!(is_unspecified("0.0.0.0") && is_unspecified("::") && is_unspecified("[::]"));
+        assert!(!is_unspecified("127.0.0.1") && !is_unspecified("tern.lan"));
     }
 }

@@ -6,7 +6,7 @@
 //! [`ModelLimits`], so every rule is testable without weights.
 
 use tern_runtime::constraint::Constraint;
-use tern_runtime::engine::{SubmitRequest, MAX_N};
+use tern_runtime::engine::{SubmitRequest, MAX_N, MAX_STOP_BYTES};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::{SamplingParams, MAX_TOP_LOGPROBS};
@@ -64,11 +64,12 @@ pub fn plan(
     limits: ModelLimits,
     (default_policy, default_dtype): (&KvPolicy, KvDtype),
 ) -> Result<Plan, ApiError> {
+    crate::echoed::short_string("user", f.user.as_deref(), crate::echoed::MAX_USER_CHARS)?;
     let (stream, include_usage) = streaming(f)?;
     let sampling = sampling(f, input.logprobs, limits.vocab_size)?;
     let stop = stops(f)?;
     let n = count(f)?;
-    let kv_policy = kv_policy(f, default_policy)?;
+    let kv_policy = kv_policy(f, default_policy, limits.context_length)?;
     let kv_dtype = match &f.kv_dtype {
         None => default_dtype,
         Some(name) => name
@@ -306,6 +307,15 @@ fn stops(f: &GenerationFields) -> Result<Vec<String>, ApiError> {
             "stop sequences must not be empty",
         ));
     }
+    if let Some(long) = stop.0.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::invalid_param(
+            "stop",
+            format!(
+                "stop sequences may be at most {MAX_STOP_BYTES} bytes each, got one of {}",
+                long.len()
+            ),
+        ));
+    }
     Ok(stop.0.clone())
 }
 
@@ -315,7 +325,13 @@ fn count(f: &GenerationFields) -> Result<usize, ApiError> {
     })
 }
 
-fn kv_policy(f: &GenerationFields, default: &KvPolicy) -> Result<KvPolicy, ApiError> {
+/// The request's `kv_policy` (or the server's), consistent and with every
+/// size within the model's context: each sizes memory the request holds.
+fn kv_policy(
+    f: &GenerationFields,
+    default: &KvPolicy,
+    context_length: usize,
+) -> Result<KvPolicy, ApiError> {
     let Some(spec) = &f.kv_policy else {
         return Ok(default.clone());
     };
@@ -325,7 +341,10 @@ fn kv_policy(f: &GenerationFields, default: &KvPolicy) -> Result<KvPolicy, ApiEr
     let policy: KvPolicy = spec
         .parse()
         .map_err(|e: tern_runtime::kv::policy::PolicyError| invalid(e.to_string()))?;
-    policy.validate().map_err(|e| invalid(e.to_string()))?;
+    policy
+        .validate()
+        .and_then(|()| policy.check_context(context_length))
+        .map_err(|e| invalid(e.to_string()))?;
     Ok(policy)
 }
 
@@ -522,6 +541,12 @@ mod tests {
             (r#"{"kv_dtype": 8}"#, "kv_dtype"),
             (r#"{"kv_policy": "snapkv:budget=x"}"#, "kv_policy"),
             (
+                r#"{"kv_policy": "snapkv:budget=101,window=8"}"#,
+                "kv_policy",
+            ),
+            (r#"{"kv_policy": "snapkv:kernel=65"}"#, "kv_policy"),
+            (r#"{"kv_policy": "h2o:budget=50,every=101"}"#, "kv_policy"),
+            (
                 r#"{"response_format": {"type": "json_schema"}}"#,
                 "response_format.json_schema",
             ),
@@ -555,6 +580,38 @@ mod tests {
     }
 
     #[test]
+    fn stop_strings_are_bounded_in_count_and_length() {
+        let at_limit = "s".repeat(MAX_STOP_BYTES);
+        let body = serde_json::json!({"stop": [at_limit, "b", "c", "d"]}).to_string();
+        assert_eq!(run(&body, 10).unwrap().submit.stop.len(), 4);
+        let over = "s".repeat(MAX_STOP_BYTES + 1);
+        let body = serde_json::json!({"stop": ["a", over]}).to_string();
+        let e = run(&body, 10).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("stop"));
+        assert!(e.message.contains("1024 bytes"), "{}", e.message);
+    }
+
+    #[test]
+    fn policy_sizes_are_bounded_by_the_context() {
+        let e = run(
+            r#"{"kv_policy": "snapkv:budget=1000000,window=999999"}"#,
+            10,
+        )
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("kv_policy"));
+        assert!(
+            e.message.contains("`budget` = 1000000") && e.message.contains("100 tokens"),
+            "{}",
+            e.message
+        );
+        assert!(run(
+            r#"{"kv_policy": "snapkv:budget=100,window=99,every=100"}"#,
+            10
+        )
+        .is_ok());
+    }
+
+    #[test]
     fn context_overflow_states_both_numbers() {
         let e = run(r#"{"max_tokens": 95}"#, 10).unwrap_err();
         assert_eq!(e.code, Some("context_length_exceeded"));
@@ -574,7 +631,7 @@ mod tests {
     fn values_reach_the_request() {
         let p = run(
             r#"{"temperature": 0, "top_k": 5, "seed": 7, "stop": "x", "n": 3,
-                "logit_bias": {"4": -100}, "kv_policy": "snapkv:budget=64",
+                "logit_bias": {"4": -100}, "kv_policy": "snapkv:budget=64,every=64",
                 "response_format": {"type": "json_object"}, "stream": true,
                 "stream_options": {"include_usage": true}, "max_tokens": 90}"#,
             10,

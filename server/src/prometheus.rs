@@ -205,6 +205,32 @@ pub fn adapters(w: &mut String, names: &[String], max: usize, now: u64) {
     );
 }
 
+/// The in-memory Responses store: responses held, the bytes they are
+/// charged, and the budget (`--responses-store-bytes`) that bounds them.
+pub fn responses_store(w: &mut String, count: usize, bytes: usize, max_bytes: usize) {
+    scalar(
+        w,
+        "tern_responses_stored",
+        "gauge",
+        "Responses held for previous_response_id (in memory).",
+        count as u64,
+    );
+    scalar(
+        w,
+        "tern_responses_stored_bytes",
+        "gauge",
+        "Bytes the stored responses are charged (their JSON text and bookkeeping).",
+        bytes as u64,
+    );
+    scalar(
+        w,
+        "tern_responses_store_max_bytes",
+        "gauge",
+        "The stored responses' byte budget (--responses-store-bytes).",
+        max_bytes as u64,
+    );
+}
+
 /// What `/metrics` says while the model is still loading.
 pub fn render_loading() -> String {
     let mut out = String::new();

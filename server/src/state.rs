@@ -54,8 +54,10 @@ impl AppState {
         Self::with_store(config, ResponseStore::new(config.responses_store))
     }
 
-    /// State for `config` with `responses` as the Responses store.
+    /// State for `config` with `responses` as the Responses store, bounded
+    /// to the config's `responses_store_bytes`.
     pub fn with_store(config: &ServerConfig, responses: ResponseStore) -> Self {
+        let responses = responses.with_max_bytes(config.responses_store_bytes);
         Self(Arc::new(Inner {
             model_id: config.model_id.clone(),
             created: unix_now(),

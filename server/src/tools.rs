@@ -36,6 +36,10 @@ pub struct ToolPlan {
     pub parallel: bool,
 }
 
+/// Most tools one request may define (OpenAI's limit). Each is rendered
+/// into the prompt, so the context bounds their text; this bounds the list.
+pub const MAX_TOOLS: usize = 128;
+
 /// Checks `tools`, `tool_choice` and `parallel_tool_calls`; `None` when no
 /// tools are in play (none given, or `tool_choice: "none"`).
 pub fn plan(
@@ -44,6 +48,15 @@ pub fn plan(
     parallel: Option<bool>,
 ) -> Result<Option<ToolPlan>, ApiError> {
     let tools = tools.filter(|t| !t.is_empty());
+    if let Some(list) = tools.filter(|t| t.len() > MAX_TOOLS) {
+        return Err(ApiError::invalid_param(
+            "tools",
+            format!(
+                "at most {MAX_TOOLS} tools are allowed per request, got {}",
+                list.len()
+            ),
+        ));
+    }
     let mut functions = Vec::new();
     for (i, t) in tools.into_iter().flatten().enumerate() {
         let at = |f: &str| format!("tools[{i}]{f}");
@@ -264,6 +277,20 @@ mod tests {
         plan(Some(&tools), choice.as_ref(), None)
             .err()
             .and_then(|e| e.param)
+    }
+
+    #[test]
+    fn the_tool_list_is_bounded() {
+        let many = |n: usize| -> Vec<Value> {
+            (0..n)
+                .map(|i| json!({"type": "function", "function": {"name": format!("f{i}")}}))
+                .collect()
+        };
+        assert!(plan(Some(&many(MAX_TOOLS)), None, None).is_ok());
+        assert_eq!(
+            param_of(many(MAX_TOOLS + 1), None).as_deref(),
+            Some("tools")
+        );
     }
 
     #[test]

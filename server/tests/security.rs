@@ -166,6 +166,45 @@ async fn allowed_hosts_extend_the_loopback_names() {
 }
 
 #[tokio::test]
+async fn a_non_loopback_bind_keeps_the_host_check_on() {
+    let on = |host: &str, allowed: &[&str]| {
+        let mut c = config();
+        c.host = host.into();
+        c.port = 8080;
+        c.allowed_hosts = allowed.iter().map(|h| h.to_string()).collect();
+        ready(c)
+    };
+    let health = |s: &crate::support::TestServer, host: &'static str| {
+        let app = s.app.clone();
+        async move { send(&app, Method::GET, "/health", "", &[("host", host)]).await }
+    };
+    // Every interface: IP literals and localhost at the port, nothing else.
+    let wildcard = on("0.0.0.0", &[]);
+    for ok in ["192.168.1.4:8080", "[fe80::1]:8080", "localhost:8080"] {
+        assert_eq!(health(&wildcard, ok).await.status, 200, "{ok}");
+    }
+    for refused in ["evil.example:8080", "tern.lan:8080", "192.168.1.4:9090"] {
+        let r = health(&wildcard, refused).await;
+        let e = r.assert_error(403, None);
+        assert!(
+            e["message"].as_str().unwrap().contains("--allowed-hosts"),
+            "{e}"
+        );
+    }
+    // One address: that address only, plus what is listed.
+    let lan = on("192.168.1.4", &["tern.lan"]);
+    assert_eq!(health(&lan, "192.168.1.4:8080").await.status, 200);
+    assert_eq!(health(&lan, "tern.lan:8080").await.status, 200);
+    health(&lan, "10.0.0.9:8080").await.assert_error(403, None);
+    health(&lan, "evil.example:8080")
+        .await
+        .assert_error(403, None);
+    // Any Host only when asked for with `*`.
+    let any = on("0.0.0.0", &["*"]);
+    assert_eq!(health(&any, "evil.example:8080").await.status, 200);
+}
+
+#[tokio::test]
 async fn bearer_scheme_is_case_insensitive() {
     let mut c = config();
     c.api_key = Some("sekret".into());

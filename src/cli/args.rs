@@ -640,6 +640,12 @@ pub struct ServeArgs {
     /// Read the API key from this file (first line; keeps it out of `ps`).
     #[arg(long)]
     pub api_key_file: Option<PathBuf>,
+    /// Serve without an API key on a non-loopback --host. Without this flag
+    /// such a server refuses to start: anyone who can reach the port could
+    /// use the model, swap or unload its adapters and, with
+    /// --allow-code-execution, run programs.
+    #[arg(long)]
+    pub insecure_no_key: bool,
     /// Requests that may wait for admission before new ones get 429.
     #[arg(long, default_value_t = 256)]
     pub max_queue: usize,
@@ -658,6 +664,12 @@ pub struct ServeArgs {
     /// docs/SECURITY.md). Needs `bwrap`: the server refuses to start without it.
     #[arg(long)]
     pub allow_code_execution: bool,
+    /// Most code sandboxes alive at once across all requests (each judged
+    /// test is two: the candidate's program and the test, in sandboxes of
+    /// their own). More tests wait their turn; none is refused. Default: two
+    /// per core.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=4096))]
+    pub max_sandboxes: Option<u64>,
     /// Sequences decoded together at most.
     #[arg(long, default_value_t = 64)]
     pub max_running: usize,
@@ -679,11 +691,13 @@ pub struct ServeArgs {
     /// A model that fails to load stops the server at startup.
     #[arg(long)]
     pub synthesizer_model: Option<String>,
-    /// Host names (HOST or HOST:PORT, comma-separated, `*` for any) accepted
-    /// in the Host header beside the bound address's own. Bound to loopback,
-    /// only localhost, 127.0.0.1 and [::1] at the bound port are accepted by
-    /// default (this stops DNS-rebinding pages); bound to any other address,
-    /// any Host is, unless this flag lists them.
+    /// Host names (HOST or HOST:PORT, comma-separated) accepted in the Host
+    /// header beside the bound address's own; `*` accepts any Host and must
+    /// be given explicitly. By default (this stops DNS-rebinding pages):
+    /// bound to loopback, localhost, 127.0.0.1 and [::1] at the bound port;
+    /// bound to one address, that address at the bound port; bound to every
+    /// interface (0.0.0.0, ::), any IP address and localhost at the bound
+    /// port. Clients that reach the server by a name need it listed here.
     #[arg(long, value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
     /// Serve /metrics without the API key (it needs the key by default when
@@ -727,10 +741,21 @@ pub struct ServeArgs {
     /// keeps none.
     #[arg(long, default_value_t = tern_server::DEFAULT_RESPONSES_STORE)]
     pub responses_store: usize,
+    /// Most memory the stored POST /v1/responses results may take
+    /// together (each is kept as its JSON text): 256MiB, 1GiB or bytes.
+    /// The oldest are forgotten first once it is full; a response larger
+    /// than all of it is not stored, and a request whose input alone would
+    /// be is refused (400) unless it sends `store: false`. With
+    /// --state-store it bounds each response, and Redis's own maxmemory the
+    /// total.
+    #[arg(long, default_value = "256MiB", value_parser = tern_server::size::parse_size)]
+    pub responses_store_bytes: usize,
     /// Keep stored responses in a Redis server (`redis://host:port[/db]`)
     /// instead of this process's memory: replicas behind a load balancer
     /// that name the same store continue each other's conversations
     /// (docs/SCALING.md). Checked at startup; later failures are 503s.
+    /// Every Redis call has a 2 s connect, read and write timeout, so a
+    /// Redis that stops answering costs a request a 503, never a hang.
     #[arg(long, value_name = "URL")]
     pub state_store: Option<String>,
     /// Allow LoRA adapters under DIR to be loaded while the server runs

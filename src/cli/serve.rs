@@ -23,8 +23,11 @@ use super::resolve;
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &ServeArgs) -> Result<()> {
     let config = server_config(a)?;
-    if let Some(warning) = exposure_warning(&config) {
+    if let Some(warning) = exposure_check(&config, a.insecure_no_key)? {
         eprintln!("{warning}");
+    }
+    if let Some(note) = host_note(&config) {
+        eprintln!("{note}");
     }
     let synth_spec = a
         .synthesizer_model
@@ -129,6 +132,14 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
     if a.allow_code_execution {
         // Refuse now rather than on the first request: never run code unsandboxed.
         tern_solve::verify::check().context("--allow-code-execution")?;
+        if let Some(max) = a.max_sandboxes {
+            tern_solve::verify::gate::set_max_sandboxes(max as usize);
+        }
+        eprintln!(
+            "code execution: {}; at most {} sandboxes at once",
+            tern_solve::verify::isolation().context("--allow-code-execution")?,
+            tern_solve::verify::gate::max_sandboxes()
+        );
     }
     let engine = EngineConfig {
         // llama.cpp allocates its whole cache up front: default it to 1 GiB
@@ -165,28 +176,56 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         },
         embedding_pooling: a.embedding_pooling.into(),
         responses_store: a.responses_store,
+        responses_store_bytes: a.responses_store_bytes,
         state_store: a.state_store.clone(),
         lora_dir: a.lora_dir.clone(),
         max_loras: a.max_loras,
     })
 }
 
-/// The warning to print when the server is reachable beyond this machine
-/// with no API key: anyone on the network may then use it.
-fn exposure_warning(config: &ServerConfig) -> Option<String> {
+/// A server reachable beyond this machine with no API key: an error (anyone
+/// on the network could use it), or with `--insecure-no-key` the warning to
+/// print. `None` when there is a key or the bind is loopback.
+fn exposure_check(config: &ServerConfig, insecure_no_key: bool) -> Result<Option<String>> {
     if config.api_key.is_some() || tern_server::origin::is_loopback(&config.host) {
+        return Ok(None);
+    }
+    let mut risk = "anyone who can reach this port could use the model and load or unload \
+                    its adapters"
+        .to_string();
+    if config.allow_code_execution {
+        risk.push_str(" and run programs in its sandbox (--allow-code-execution)");
+    }
+    if !insecure_no_key {
+        bail!(
+            "refusing to listen on {} without an API key: {risk}; set --api-key-file FILE, \
+             bind to 127.0.0.1, or pass --insecure-no-key to serve without one",
+            config.host
+        );
+    }
+    Ok(Some(format!(
+        "tern serve: WARNING: listening on {} without an API key (--insecure-no-key): {risk}",
+        config.host
+    )))
+}
+
+/// What a non-loopback server answers, when no `--allowed-hosts` widens it:
+/// clients that use a name are refused until it is listed.
+fn host_note(config: &ServerConfig) -> Option<String> {
+    let host = &config.host;
+    if tern_server::origin::is_loopback(host) || !config.allowed_hosts.is_empty() {
         return None;
     }
-    let mut w = format!(
-        "tern serve: WARNING: listening on {} without an API key: anyone who can reach \
-         this port can use the model",
-        config.host
-    );
-    if config.allow_code_execution {
-        w.push_str(" and run programs in its sandbox (--allow-code-execution)");
-    }
-    w.push_str("; set --api-key-file, or bind to 127.0.0.1");
-    Some(w)
+    let answered = if tern_server::origin::is_unspecified(host) {
+        "IP addresses and localhost".to_string()
+    } else {
+        host.clone()
+    };
+    Some(format!(
+        "tern serve: requests are answered only for Host {answered} at this port; clients \
+         that use a name need --allowed-hosts NAME (e.g. --allowed-hosts $(hostname)), \
+         or '*' for any"
+    ))
 }
 
 /// The id clients send as `model`: the registry name, or the file's stem.
@@ -221,22 +260,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn open_binds_without_a_key_warn() {
+    fn open_binds_without_a_key_are_refused_unless_insecure() {
         let open = ServerConfig::new("0.0.0.0", 8080, "m");
-        assert!(exposure_warning(&open).is_some_and(|w| w.contains("without an API key")));
+        let e = exposure_check(&open, false).unwrap_err().to_string();
+        assert!(
+            e.contains("without an API key") && e.contains("--insecure-no-key"),
+            "{e}"
+        );
+        let w = exposure_check(&open, true).unwrap().unwrap();
+        assert!(
+            w.contains("WARNING") && w.contains("--insecure-no-key"),
+            "{w}"
+        );
         let keyed = ServerConfig {
             api_key: Some("k".into()),
             ..open.clone()
         };
-        assert_eq!(exposure_warning(&keyed), None);
-        assert_eq!(
-            exposure_warning(&ServerConfig::new("127.0.0.1", 8080, "m")),
-            None
-        );
-        assert_eq!(
-            exposure_warning(&ServerConfig::new("localhost", 8080, "m")),
-            None
-        );
+        assert_eq!(exposure_check(&keyed, false).unwrap(), None);
+        for local in ["127.0.0.1", "localhost", "::1"] {
+            let c = ServerConfig::new(local, 8080, "m");
+            assert_eq!(exposure_check(&c, false).unwrap(), None, "{local}");
+            assert_eq!(host_note(&c), None, "{local}");
+        }
+        assert!(host_note(&open).is_some_and(|n| n.contains("--allowed-hosts")));
+        let lan = ServerConfig::new("192.168.1.4", 8080, "m");
+        assert!(host_note(&lan).is_some_and(|n| n.contains("192.168.1.4")));
+        let listed = ServerConfig {
+            allowed_hosts: vec!["tern.lan".into()],
+            ..lan
+        };
+        assert_eq!(host_note(&listed), None);
     }
 
     #[test]

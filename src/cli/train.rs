@@ -213,6 +213,13 @@ pub struct TrainArgs {
     /// the group retried elsewhere [600].
     #[arg(long, value_name = "SECS")]
     pub rollout_timeout_secs: Option<u64>,
+    /// Read the rollout workers' API key from FILE (first line, trimmed) and
+    /// send it as `Authorization: Bearer KEY` on every request to them: the
+    /// key the workers were started with (`tern serve --api-key-file`).
+    /// Workers reached over the network need one; give them `https://`
+    /// URLs (TLS) so it does not travel in the clear.
+    #[arg(long, value_name = "FILE")]
+    pub rollout_api_key_file: Option<PathBuf>,
     /// A group sampled under an older adapter than the learner's: `correct`
     /// (importance-weighted against pi_old like any sampler mismatch) or
     /// `drop` [correct].
@@ -289,6 +296,9 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         rollout_timeout_secs,
         stale_rollouts
     );
+    if a.rollout_api_key_file.is_some() {
+        c.rollout_api_key_file = a.rollout_api_key_file.clone();
+    }
     if a.eval_task.is_some() {
         c.eval_task = a.eval_task.clone();
     }

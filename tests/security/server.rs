@@ -208,6 +208,52 @@ fn a_client_that_disconnects_stops_its_judge() {
 }
 
 #[test]
+fn concurrent_code_requests_share_the_sandbox_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(&dir);
+    let host = Host::new(&model);
+    let server = start(
+        &model,
+        &host,
+        &["--allow-code-execution", "--max-sandboxes", "2"],
+    );
+    let pid = server.child.id();
+    // 8 requests at once, each 2 candidates x 2 tests of 0.2 s: 32 tests,
+    // which must run one at a time (two sandboxes each) and all finish.
+    let request = reward_request(vec![
+        "import time\ntime.sleep(0.2)".into(),
+        "import time\ntime.sleep(0.2)\nassert True".into(),
+    ]);
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let watching = watching.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(sandboxes_of(pid));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        })
+    };
+    let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| server.request("POST", "/v1/chat/completions", Some(&request))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    for (status, body) in &answers {
+        assert_eq!((*status, most_passed(body)), (200, Some(2)), "{body}");
+    }
+    assert!(
+        (1..=2).contains(&most),
+        "{most} sandboxes were alive at once under --max-sandboxes 2"
+    );
+}
+
+#[test]
 fn sigterm_exits_with_idle_and_slow_connections_open() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(&dir);

@@ -248,6 +248,10 @@ pub struct TrainConfig {
     /// Seconds a worker may take over one group before its requests go to
     /// another worker.
     pub rollout_timeout_secs: u64,
+    /// A file whose first line is the workers' API key, sent as a bearer
+    /// token on every request to them (workers off loopback must have one).
+    /// The path, not the key, is what configs and checkpoints hold.
+    pub rollout_api_key_file: Option<PathBuf>,
     /// A rollout sampled under an older adapter: corrected or dropped.
     pub stale_rollouts: crate::fleet::StaleRollouts,
 }
@@ -301,6 +305,7 @@ impl Default for TrainConfig {
             replay_capacity: 32,
             rollout_endpoints: Vec::new(),
             rollout_timeout_secs: 600,
+            rollout_api_key_file: None,
             stale_rollouts: crate::fleet::StaleRollouts::Correct,
         }
     }
@@ -386,6 +391,11 @@ impl TrainConfig {
         self.rollout_kv_policy
             .parse::<tern_runtime::kv::policy::KvPolicy>()
             .map_err(|e| TrainError::Config(format!("rollout_kv_policy: {e}")))?;
+        if self.rollout_api_key_file.is_some() && self.rollout_endpoints.is_empty() {
+            return bad(
+                "rollout_api_key_file needs rollout_endpoints (the key is for the workers)".into(),
+            );
+        }
         if !self.rollout_endpoints.is_empty() {
             if self.full || self.algorithm != Algorithm::Grpo {
                 return bad(
@@ -543,6 +553,10 @@ mod tests {
             TrainConfig {
                 rollout_endpoints: vec!["http://127.0.0.1:1".into()],
                 full: true,
+                ..ok.clone()
+            },
+            TrainConfig {
+                rollout_api_key_file: Some("key".into()),
                 ..ok.clone()
             },
         ] {

@@ -6,6 +6,12 @@
 //! worker. A worker that refuses a connection, fails or times out is taken out
 //! and its requests go to another; it comes back when it next accepts an
 //! adapter. What went where is in the step's metrics.
+//!
+//! Workers on the network run with a key (`tern serve --api-key-file`, which
+//! it requires off loopback): the key from `--rollout-api-key-file` goes as
+//! `Authorization: Bearer KEY` on every request, and `https://` endpoints are
+//! reached over TLS (rustls, checked against the webpki roots), so a peer on
+//! the path can neither read the key nor swap the policy's adapter.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -121,10 +127,30 @@ struct Worker {
     in_flight: usize,
 }
 
+/// How the trainer reaches its workers and what it asks of them.
+#[derive(Clone, Debug)]
+pub struct FleetConfig {
+    /// Most time a worker may take to answer one request before it is taken
+    /// out and its request goes to another.
+    pub timeout: Duration,
+    /// The rollouts' KV policy spec (`full`: dense).
+    pub kv_policy: String,
+    /// Where each version's adapter is written (inside the workers'
+    /// `--lora-dir`).
+    pub adapters: PathBuf,
+    /// What to do with a rollout sampled under an older adapter.
+    pub stale: StaleRollouts,
+    /// The workers' API key, sent as a bearer token on every request
+    /// (`--rollout-api-key-file`); `None` sends none.
+    pub api_key: Option<String>,
+}
+
 /// The workers and the adapters published to them.
 pub struct Fleet {
     workers: Mutex<Vec<Worker>>,
     agent: ureq::Agent,
+    /// `Authorization` header value on every request, when a key is set.
+    auth: Option<String>,
     adapters: PathBuf,
     /// The adapter name the workers serve now, and its version.
     current: Mutex<Option<(String, u64)>>,
@@ -136,67 +162,118 @@ fn adapter_name(version: u64) -> String {
     format!("tern-v{version}")
 }
 
+/// The workers' API key from `path`: its first line, trimmed. A file that
+/// cannot be read or holds no key is a one-line config error naming the flag.
+pub fn read_api_key(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        TrainError::Config(format!(
+            "--rollout-api-key-file {}: cannot read it: {e}",
+            path.display()
+        ))
+    })?;
+    let key = text.lines().next().unwrap_or("").trim();
+    if key.is_empty() {
+        return Err(TrainError::Config(format!(
+            "--rollout-api-key-file {}: the file holds no key (its first line is empty)",
+            path.display()
+        )));
+    }
+    Ok(key.to_string())
+}
+
 /// The version in a served adapter's name.
 fn name_version(name: &str) -> Option<u64> {
     name.strip_prefix("tern-v")?.parse().ok()
 }
 
 impl Fleet {
-    /// Connects to every URL (`http://host:port`, with or without `/v1`),
-    /// asking each what it serves; a URL that does not answer is an error, as
-    /// is a sparse `kv_policy` with a worker that is not `tern serve` (other
-    /// servers would ignore the field and roll out dense). Adapters are
-    /// written under `adapters`.
-    pub fn connect(
-        urls: &[String],
-        timeout: Duration,
-        kv_policy: &str,
-        adapters: &Path,
-        stale: StaleRollouts,
-    ) -> Result<Fleet> {
+    /// Connects to every URL (`http://host:port` or `https://host:port`,
+    /// with or without `/v1`), asking each what it serves; a URL that does
+    /// not answer is an error (a 401 says whether a key was sent), as is a
+    /// sparse `kv_policy` with a worker that is not `tern serve` (other
+    /// servers would ignore the field and roll out dense).
+    pub fn connect(urls: &[String], config: &FleetConfig) -> Result<Fleet> {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(10))
-            .timeout_read(timeout)
+            .timeout_read(config.timeout)
             .timeout_write(Duration::from_secs(60))
             .build();
-        let mut workers = Vec::with_capacity(urls.len());
+        let fleet = Fleet {
+            workers: Mutex::new(Vec::with_capacity(urls.len())),
+            agent,
+            auth: config.api_key.as_ref().map(|k| format!("Bearer {k}")),
+            adapters: config.adapters.clone(),
+            current: Mutex::new(None),
+            stale: config.stale,
+        };
         for raw in urls {
             let url = base_url(raw)?;
-            let models: Value = agent
+            let models: Value = fleet
                 .get(&format!("{url}/v1/models"))
                 .call()
-                .map_err(|e| fleet_err(&url, "did not answer GET /v1/models", e))?
+                .map_err(|e| fleet.connect_err(&url, e))?
                 .into_json()
                 .map_err(|e| TrainError::Rollout(format!("{url}: /v1/models: {e}")))?;
             let tern = models["data"]
                 .as_array()
                 .is_some_and(|d| d.iter().any(|m| m["owned_by"] == "tern"));
+            let kv_policy = &config.kv_policy;
             if !tern && kv_policy != "full" {
                 return Err(TrainError::Config(format!(
                     "rollout endpoint {url} is not tern serve, so it cannot roll out under the KV policy `{kv_policy}`; use tern serve workers or a dense (`full`) policy"
                 )));
             }
-            workers.push(Worker {
+            fleet.lock().push(Worker {
                 url,
                 tern,
                 alive: true,
                 in_flight: 0,
             });
         }
-        if workers.is_empty() {
+        if fleet.lock().is_empty() {
             return Err(TrainError::Config(
                 "--rollout-endpoints names no URL".into(),
             ));
         }
-        std::fs::create_dir_all(adapters)
-            .map_err(|e| TrainError::Rollout(format!("creating {}: {e}", adapters.display())))?;
-        Ok(Fleet {
-            workers: Mutex::new(workers),
-            agent,
-            adapters: adapters.to_path_buf(),
-            current: Mutex::new(None),
-            stale,
-        })
+        std::fs::create_dir_all(&fleet.adapters).map_err(|e| {
+            TrainError::Rollout(format!("creating {}: {e}", fleet.adapters.display()))
+        })?;
+        Ok(fleet)
+    }
+
+    /// A GET to a worker, carrying the key when there is one.
+    fn get(&self, url: &str) -> ureq::Request {
+        self.authorized(self.agent.get(url))
+    }
+
+    /// A POST to a worker, carrying the key when there is one.
+    fn post(&self, url: &str) -> ureq::Request {
+        self.authorized(self.agent.post(url))
+    }
+
+    fn authorized(&self, request: ureq::Request) -> ureq::Request {
+        match &self.auth {
+            Some(auth) => request.set("Authorization", auth),
+            None => request,
+        }
+    }
+
+    /// Why a worker did not answer the first request, in one line; a 401
+    /// says what to do about the key.
+    fn connect_err(&self, url: &str, e: ureq::Error) -> TrainError {
+        let hint = match (&e, &self.auth) {
+            (ureq::Error::Status(401, _), None) => {
+                " (the worker requires an API key: pass it with --rollout-api-key-file)"
+            }
+            (ureq::Error::Status(401, _), Some(_)) => {
+                " (the worker refused the key from --rollout-api-key-file)"
+            }
+            _ => "",
+        };
+        TrainError::Rollout(format!(
+            "rollout endpoint {url}: {}{hint}",
+            describe(e, "asking GET /v1/models")
+        ))
     }
 
     /// The workers' URLs, in order.
@@ -228,7 +305,6 @@ impl Fleet {
         let mut loaded = 0;
         for (i, url) in urls.iter().enumerate() {
             let res = self
-                .agent
                 .post(&format!("{url}/v1/load_lora_adapter"))
                 .send_json(body.clone());
             let ok = match res {
@@ -249,7 +325,6 @@ impl Fleet {
             if let (true, Some((old, _))) = (ok, &previous) {
                 // Best effort: a worker that lost the old one is fine.
                 let _ = self
-                    .agent
                     .post(&format!("{url}/v1/unload_lora_adapter"))
                     .send_json(json!({"lora_name": old}));
             }
@@ -441,11 +516,7 @@ impl Fleet {
             body["logprobs_mode"] = json!("processed_logprobs");
             body["kv_policy"] = json!(job.kv_policy);
         }
-        let v: Value = match self
-            .agent
-            .post(&format!("{url}/v1/completions"))
-            .send_json(body)
-        {
+        let v: Value = match self.post(&format!("{url}/v1/completions")).send_json(body) {
             Ok(r) => r
                 .into_json()
                 .map_err(|e| Failure::Worker(format!("unreadable answer: {e}")))?,
@@ -481,13 +552,6 @@ fn base_url(raw: &str) -> Result<String> {
         )));
     }
     Ok(url.to_string())
-}
-
-fn fleet_err(url: &str, what: &str, e: ureq::Error) -> TrainError {
-    TrainError::Rollout(format!(
-        "rollout endpoint {url} {what}: {}",
-        describe(e, what)
-    ))
 }
 
 /// A ureq error in one line, with the server's error message when it sent one.
@@ -610,6 +674,7 @@ mod tests {
         let fleet = |stale| Fleet {
             workers: Mutex::new(Vec::new()),
             agent: ureq::agent(),
+            auth: None,
             adapters: PathBuf::new(),
             current: Mutex::new(Some((adapter_name(5), 5))),
             stale,
@@ -627,11 +692,149 @@ mod tests {
         assert!(!drop.drops(&answer(None)));
     }
 
+    /// A one-shot worker on a free port: answers each connection with
+    /// `status` and a `/v1/models` list, and keeps each request's head.
+    fn fake_worker(status: &'static str) -> (u16, std::sync::Arc<Mutex<Vec<String>>>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    // A TLS client hello has no line end: stop at what came.
+                    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        head.push_str(&line);
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                seen.lock().unwrap().push(head);
+                let body = r#"{"object":"list","data":[{"id":"m","owned_by":"tern"}]}"#;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (port, heads)
+    }
+
+    fn config(dir: &Path, api_key: Option<&str>) -> FleetConfig {
+        FleetConfig {
+            timeout: Duration::from_secs(10),
+            kv_policy: "full".into(),
+            adapters: dir.to_path_buf(),
+            stale: StaleRollouts::Correct,
+            api_key: api_key.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_key_goes_as_a_bearer_token_and_a_401_names_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, heads) = fake_worker("200 OK");
+        let url = format!("http://127.0.0.1:{port}");
+        let fleet = Fleet::connect(
+            std::slice::from_ref(&url),
+            &config(dir.path(), Some("s3cret")),
+        )
+        .unwrap();
+        assert_eq!(fleet.urls(), vec![url]);
+        let head = heads.lock().unwrap()[0].clone();
+        assert!(head.starts_with("GET /v1/models"), "{head}");
+        assert!(head.contains("Authorization: Bearer s3cret\r\n"), "{head}");
+        // Without a key, no header at all.
+        let (port, heads) = fake_worker("200 OK");
+        Fleet::connect(
+            &[format!("http://127.0.0.1:{port}")],
+            &config(dir.path(), None),
+        )
+        .unwrap();
+        assert!(!heads.lock().unwrap()[0]
+            .to_ascii_lowercase()
+            .contains("authorization"));
+
+        let (port, _) = fake_worker("401 Unauthorized");
+        let urls = [format!("http://127.0.0.1:{port}")];
+        let e = Fleet::connect(&urls, &config(dir.path(), None))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("HTTP 401") && e.contains("pass it with --rollout-api-key-file"),
+            "{e}"
+        );
+        let (port, _) = fake_worker("401 Unauthorized");
+        let urls = [format!("http://127.0.0.1:{port}")];
+        let e = Fleet::connect(&urls, &config(dir.path(), Some("wrong")))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("HTTP 401") && e.contains("refused the key"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_https_endpoint_is_reached_over_tls() {
+        // A plain-HTTP worker that would answer a plain request: over
+        // https the client's first bytes are a TLS hello, and its answer
+        // fails the handshake.
+        let dir = tempfile::tempdir().unwrap();
+        let (port, heads) = fake_worker("200 OK");
+        let urls = [format!("https://127.0.0.1:{port}/v1")];
+        let e = Fleet::connect(&urls, &config(dir.path(), Some("k")))
+            .err()
+            .expect("no TLS server there")
+            .to_string();
+        assert!(e.to_ascii_lowercase().contains("tls"), "{e}");
+        let head = heads.lock().unwrap()[0].clone();
+        assert!(
+            !head.contains("GET /v1/models"),
+            "sent in the clear: {head}"
+        );
+        // The key never went out in the clear either.
+        assert!(!head.contains("Bearer"), "{head}");
+    }
+
+    #[test]
+    fn key_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, "  k3y \nignored\n").unwrap();
+        assert_eq!(read_api_key(&file).unwrap(), "k3y");
+        std::fs::write(&file, "\n").unwrap();
+        let e = read_api_key(&file).unwrap_err().to_string();
+        assert!(
+            e.contains("--rollout-api-key-file") && e.contains("holds no key"),
+            "{e}"
+        );
+        let e = read_api_key(&dir.path().join("missing"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--rollout-api-key-file") && e.contains("cannot read"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn urls_and_names() {
         assert_eq!(
             base_url("http://127.0.0.1:8080/v1/").unwrap(),
             "http://127.0.0.1:8080"
+        );
+        assert_eq!(
+            base_url("https://rollouts.example:8443/v1").unwrap(),
+            "https://rollouts.example:8443"
         );
         assert!(base_url("127.0.0.1:8080").is_err());
         assert_eq!(name_version(&adapter_name(12)), Some(12));

@@ -188,6 +188,12 @@ pub fn train(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Summary> {
     cfg.validate()?;
+    // Read once, before anything is loaded: a bad key file fails at once.
+    let rollout_key = cfg
+        .rollout_api_key_file
+        .as_deref()
+        .map(crate::fleet::read_api_key)
+        .transpose()?;
     let resumed = resume.map(checkpoint::load).transpose()?;
     let (train_tasks, worked_note) = sft_targets(cfg, tasks::load(&cfg.task)?);
     let eval_tasks = cfg.eval_task.as_deref().map(tasks::load).transpose()?;
@@ -286,10 +292,13 @@ pub fn train(
     } else {
         let fleet = crate::fleet::Fleet::connect(
             &cfg.rollout_endpoints,
-            std::time::Duration::from_secs(cfg.rollout_timeout_secs),
-            &kv_policy.to_string(),
-            &cfg.out.join("adapters"),
-            cfg.stale_rollouts,
+            &crate::fleet::FleetConfig {
+                timeout: std::time::Duration::from_secs(cfg.rollout_timeout_secs),
+                kv_policy: kv_policy.to_string(),
+                adapters: cfg.out.join("adapters"),
+                stale: cfg.stale_rollouts,
+                api_key: rollout_key,
+            },
         )?;
         rec.note(format!(
             "rolling out on {} (adapters published from {})",

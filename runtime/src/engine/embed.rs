@@ -94,8 +94,18 @@ fn finish(
     }
 }
 
-/// Checks `req` against `model` before it is queued: at least one input,
-/// none empty, every id in the vocabulary, none longer than the context.
+/// Most inputs one embedding request may carry (OpenAI's limit): each
+/// becomes a vector of the model's width in the answer.
+pub const MAX_EMBED_INPUTS: usize = 2048;
+
+/// Most tokens all of one embedding request's inputs may hold together
+/// (OpenAI's limit, 300,000), so one request's queued ids and its share of
+/// the engine's turns stay bounded whatever its count.
+pub const MAX_EMBED_TOKENS: usize = 300_000;
+
+/// Checks `req` against `model` before it is queued: between one and
+/// [`MAX_EMBED_INPUTS`] inputs, none empty, every id in the vocabulary,
+/// none longer than the context, [`MAX_EMBED_TOKENS`] in all at most.
 pub(super) fn validate(model: &LoadedModel, req: &EmbedRequest) -> Result<()> {
     let invalid = |reason: String| RuntimeError::InvalidParam {
         param: "input".into(),
@@ -103,6 +113,18 @@ pub(super) fn validate(model: &LoadedModel, req: &EmbedRequest) -> Result<()> {
     };
     if req.inputs.is_empty() {
         return Err(invalid("must contain at least one input".into()));
+    }
+    if req.inputs.len() > MAX_EMBED_INPUTS {
+        return Err(invalid(format!(
+            "at most {MAX_EMBED_INPUTS} inputs are allowed per request, got {}",
+            req.inputs.len()
+        )));
+    }
+    let tokens: usize = req.inputs.iter().map(Vec::len).sum();
+    if tokens > MAX_EMBED_TOKENS {
+        return Err(invalid(format!(
+            "the inputs hold {tokens} tokens together; at most {MAX_EMBED_TOKENS} are allowed per request"
+        )));
     }
     let vocab = model.config().vocab_size;
     let context_length = model.config().context_length;

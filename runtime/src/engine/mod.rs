@@ -32,7 +32,10 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 pub use collect::{Collected, Collector, Completion, Conclusion, ProbeOutput};
-pub use embed::{l2_normalize, EmbedReceiver, EmbedRequest, Embeddings, Pooling};
+pub use embed::{
+    l2_normalize, EmbedReceiver, EmbedRequest, Embeddings, Pooling, MAX_EMBED_INPUTS,
+    MAX_EMBED_TOKENS,
+};
 pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, KvKey, MetricsSnapshot, PolicyKv};
 pub use output::{FinishReason, TokenLogprob};
 pub(crate) use stop::StopMatcher;
@@ -52,6 +55,18 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 
 /// Most parallel completions one request may ask for (`n`).
 pub const MAX_N: usize = 16;
+
+/// Longest stop string, in bytes. Matching holds back text that could start
+/// a stop and compares every prefix of every stop after each token, so its
+/// cost on the engine thread (shared by every request) grows with the
+/// square of a stop's length: 1 KiB keeps it to microseconds per token.
+pub const MAX_STOP_BYTES: usize = 1024;
+
+/// A request whose reservation reaches this many bytes hands freed heap
+/// memory back to the OS when it retires (see [`crate::memory`]): its
+/// scoring rows are many small allocations that glibc would otherwise keep
+/// resident in the engine thread's arena after the request is gone.
+const TRIM_AFTER_BYTES: usize = 64 << 20;
 
 /// How the engine schedules; every field has a default sized for a small machine.
 #[derive(Clone, Debug)]
@@ -653,7 +668,17 @@ fn validate(model: &LoadedModel, req: &SubmitRequest) -> Result<(), RuntimeError
     req.sampling.validate()?;
     req.kv_policy
         .validate()
+        .and_then(|()| req.kv_policy.check_context(model.config().context_length))
         .map_err(|e| invalid("kv_policy", e.to_string()))?;
+    if let Some(long) = req.stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(invalid(
+            "stop",
+            format!(
+                "stop strings may be at most {MAX_STOP_BYTES} bytes, got one of {}",
+                long.len()
+            ),
+        ));
+    }
     req.kv_dtype
         .check(model.config().head_dim)
         .map_err(|e| invalid("kv_dtype", e.to_string()))?;

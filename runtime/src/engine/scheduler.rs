@@ -117,6 +117,9 @@ impl Engine {
         }
         self.reserved -= r.reserve;
         self.shared.admission.retired(r.req.n.max(1), r.reserve);
+        if r.reserve >= super::TRIM_AFTER_BYTES {
+            crate::memory::release_free_memory();
+        }
     }
 
     fn drop_cancelled(&mut self) {

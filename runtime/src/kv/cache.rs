@@ -176,7 +176,10 @@ impl SeqCache {
     /// Per layer: a full cache reaches `prompt + max_new`; a budgeted one its
     /// layer budget plus one chunk (policies that compress while reading the
     /// prompt) or the whole prompt (those that start at decode), plus the
-    /// tokens between two compressions.
+    /// tokens between two compressions. On top of the keys and values comes
+    /// what the policy scores by ([`Self::scoring_bytes`]), so a policy whose
+    /// scoring memory grows with its parameters is admitted by what it
+    /// really holds.
     pub fn reservation_bytes(
         config: &ModelConfig,
         policy: &KvPolicy,
@@ -187,7 +190,7 @@ impl SeqCache {
     ) -> usize {
         let total = prompt + max_new;
         let per_entry = 2 * config.n_kv_head * dtype.row_bytes(config.head_dim);
-        let entries: usize = (0..config.n_layer)
+        let entries: Vec<usize> = (0..config.n_layer)
             .map(
                 |layer| match policy.head_capacity(layer, config.n_layer, config.n_kv_head) {
                     // A sliding layer: its window, plus the newest chunk while
@@ -207,8 +210,65 @@ impl SeqCache {
                     }
                 },
             )
+            .collect();
+        let kv = entries.iter().sum::<usize>() * per_entry;
+        kv + Self::scoring_bytes(config, policy, &entries, total, chunk)
+    }
+
+    /// The most bytes `policy`'s scoring holds for one sequence whose
+    /// layers hold at most `entries[layer]` entries each (of `total` tokens
+    /// read in chunks of `chunk`), f32 throughout:
+    ///
+    /// - kept per scored layer: the attention rows of the last `window`
+    ///   queries (snapkv, pyramidkv, rkv; `[n_kv_head, window, entries]`)
+    ///   and the attention each entry received (h2o; `[n_kv_head, entries]`);
+    /// - while one layer is scored or compressed (one at a time): the
+    ///   attention weights the model hands over (`[n_head, rows, entries]`,
+    ///   rows = the window, at most one chunk) and the keys and values a
+    ///   policy decodes to score (`[n_kv_head, entries, head_dim]` each).
+    ///
+    /// Sliding-window layers are never scored. Zero for full and streaming.
+    pub fn scoring_bytes(
+        config: &ModelConfig,
+        policy: &KvPolicy,
+        entries: &[usize],
+        total: usize,
+        chunk: usize,
+    ) -> usize {
+        const F32: usize = std::mem::size_of::<f32>();
+        let (kvh, heads, hd) = (config.n_kv_head, config.n_head, config.head_dim);
+        let rows = if policy.needs_recent_rows() {
+            policy.window().max(1).min(total)
+        } else {
+            0
+        };
+        let scored = |layer: &usize| config.sliding_window(*layer).is_none();
+        let scored_entries: Vec<usize> = (0..entries.len())
+            .filter(scored)
+            .map(|l| entries[l])
+            .collect();
+        let kept: usize = scored_entries
+            .iter()
+            .map(|&e| {
+                let rows_bytes = kvh * rows * e;
+                let cumulative = if policy.needs_cumulative() {
+                    kvh * e
+                } else {
+                    0
+                };
+                rows_bytes + cumulative
+            })
             .sum();
-        entries * per_entry
+        let widest = scored_entries.iter().copied().max().unwrap_or(0);
+        let weights = heads * rows.min(chunk.max(1)) * widest;
+        let decoded = [policy.needs_keys(), policy.needs_values()]
+            .iter()
+            .filter(|&&b| b)
+            .count()
+            * kvh
+            * widest
+            * hd;
+        (kept + weights + decoded) * F32
     }
 
     /// The policy this cache compresses by.
@@ -245,6 +305,22 @@ impl SeqCache {
     /// layers): what the cache costs in memory, valid entries or not.
     pub fn allocated_bytes(&self) -> usize {
         self.layers.iter().map(|l| l.capacity).sum::<usize>() * self.bytes_per_entry()
+    }
+
+    /// Bytes the policy's scoring state holds now (the recent queries'
+    /// attention rows and each entry's received attention, f32), beside
+    /// the keys and values of [`Self::bytes`]; [`Self::scoring_bytes`]
+    /// bounds it.
+    pub fn scoring_held_bytes(&self) -> usize {
+        let floats: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                let rows: usize = l.recent.iter().flatten().map(Vec::len).sum();
+                rows + l.cumulative.iter().map(Vec::len).sum::<usize>()
+            })
+            .sum();
+        floats * std::mem::size_of::<f32>()
     }
 
     /// The largest [`Self::bytes`] seen since creation.
@@ -459,10 +535,13 @@ impl SeqCache {
             }
             _ => Vec::new(),
         };
+        // Lend the rows to the policy without copying them (a copy would
+        // double the scoring memory the reservation counts): a VecDeque
+        // becomes a Vec and back in place.
         let recent: Vec<Vec<Vec<f32>>> = l
             .recent
-            .iter()
-            .map(|d| d.iter().cloned().collect())
+            .iter_mut()
+            .map(|d| Vec::from(std::mem::take(d)))
             .collect();
         let keep = policy::select(
             &self.policy,
@@ -479,6 +558,9 @@ impl SeqCache {
                 head_dim: hd,
             },
         );
+        for (d, rows) in l.recent.iter_mut().zip(recent) {
+            *d = VecDeque::from(rows);
+        }
         if let Some(q) = l.queries.as_mut() {
             q.reset();
         }
@@ -779,5 +861,147 @@ mod group_mean_tests {
         })
         .unwrap();
         assert_eq!(seen, kvh * (n - 2));
+    }
+}
+
+#[cfg(test)]
+mod scoring_tests {
+    use candle_core::{Device, Tensor};
+    use tern_models::{KvDtype, KvStore, ModelConfig};
+
+    use super::SeqCache;
+    use crate::kv::policy::KvPolicy;
+
+    fn config() -> ModelConfig {
+        ModelConfig {
+            architecture: "llama".into(),
+            name: None,
+            n_layer: 2,
+            n_embd: 32,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 8,
+            n_ff: 8,
+            vocab_size: 8,
+            context_length: 512,
+            rope_base: 10_000.0,
+            rope_freq_scale: 1.0,
+            rms_eps: 1e-5,
+            sliding: None,
+        }
+    }
+
+    /// Runs `prompt` tokens in chunks of `chunk`, then `decode` single
+    /// tokens, through a cache under `spec`, feeding uniform attention as
+    /// the model would; returns the most scoring bytes it held at once.
+    fn drive(spec: &str, prompt: usize, chunk: usize, decode: usize) -> usize {
+        let c = config();
+        let policy: KvPolicy = spec.parse().unwrap();
+        let mut cache = SeqCache::with_policy(&c, policy.clone());
+        let (kvh, g, hd) = (c.n_kv_head, c.n_head / c.n_kv_head, c.head_dim);
+        let mut most = 0;
+        let mut pos = 0usize;
+        let mut steps: Vec<usize> = (0..prompt)
+            .step_by(chunk)
+            .map(|s| chunk.min(prompt - s))
+            .collect();
+        steps.extend(std::iter::repeat_n(1, decode));
+        for n in steps {
+            let positions: Vec<u32> = (pos..pos + n).map(|p| p as u32).collect();
+            for layer in 0..c.n_layer {
+                let k = Tensor::ones((kvh, n, hd), candle_core::DType::F32, &Device::Cpu).unwrap();
+                let (keys, _) = cache.append(layer, &k, &k, &positions).unwrap();
+                let cached = keys.dim(1).unwrap();
+                if cache.wants_attention(layer) {
+                    let rows = match cache.attention_rows(layer).last_rows {
+                        0 => n,
+                        r => r.min(n),
+                    };
+                    let w = Tensor::full(1.0 / cached as f32, (kvh, g, rows, cached), &Device::Cpu)
+                        .unwrap();
+                    cache.observe_attention(layer, &w, None).unwrap();
+                }
+                most = most.max(cache.scoring_held_bytes());
+                cache.after_attention(layer).unwrap();
+            }
+            pos += n;
+        }
+        most
+    }
+
+    #[test]
+    fn the_reservation_covers_what_scoring_holds() {
+        for spec in [
+            "snapkv:budget=64,window=48,every=8",
+            "snapkv:budget=300,window=299,prefill=false",
+            "rkv:budget=64,window=32,every=16",
+            "h2o:budget=64,recent=8",
+            "pyramidkv:budget=64,window=16,every=8",
+        ] {
+            let held = drive(spec, 200, 64, 40);
+            assert!(held > 0, "{spec}: scoring held nothing");
+            let policy: KvPolicy = spec.parse().unwrap();
+            let reserved = scoring(&config(), &policy, 200, 40, 64);
+            assert!(
+                held <= reserved,
+                "{spec}: held {held} scoring bytes, reserved {reserved}"
+            );
+        }
+        // Nothing to score: nothing reserved for it.
+        let c = config();
+        for spec in ["full", "streaming:budget=64,sink=4", "keydiff:budget=64"] {
+            let p: KvPolicy = spec.parse().unwrap();
+            assert_eq!(scoring(&c, &p, 200, 40, 64) > 0, p.needs_keys(), "{spec}");
+        }
+    }
+
+    /// The scoring part of a reservation.
+    fn scoring(
+        c: &ModelConfig,
+        p: &KvPolicy,
+        prompt: usize,
+        max_new: usize,
+        chunk: usize,
+    ) -> usize {
+        let with = SeqCache::reservation_bytes(c, p, KvDtype::F32, prompt, max_new, chunk);
+        let per_entry = 2 * c.n_kv_head * KvDtype::F32.row_bytes(c.head_dim);
+        with - kv_entries(c, p, prompt, max_new, chunk) * per_entry
+    }
+
+    /// Entries per sequence the reservation's KV part counts (its formula, restated).
+    fn kv_entries(
+        c: &ModelConfig,
+        p: &KvPolicy,
+        prompt: usize,
+        max_new: usize,
+        chunk: usize,
+    ) -> usize {
+        let total = prompt + max_new;
+        (0..c.n_layer)
+            .map(|l| match p.head_capacity(l, c.n_layer, c.n_kv_head) {
+                None => total,
+                Some(b) if p.compresses_prompt() => total.min(b + chunk.max(p.every())),
+                Some(b) => total.min(b.max(prompt) + p.every()),
+            })
+            .sum()
+    }
+
+    #[test]
+    fn the_issues_probe_reserves_its_scoring_rows() {
+        // A 3,000-token prompt under snapkv with the window at the context:
+        // its rows ([kv, window, entries] f32 per layer) dwarf its keys and values.
+        let c = ModelConfig {
+            context_length: 4096,
+            ..config()
+        };
+        let p: KvPolicy = "snapkv:budget=4000,window=3999".parse().unwrap();
+        let rows = scoring(&c, &p, 3000, 16, 512);
+        let kv = kv_entries(&c, &p, 3000, 16, 512)
+            * 2
+            * c.n_kv_head
+            * KvDtype::F16.row_bytes(c.head_dim);
+        assert!(rows > 50 * kv, "rows {rows} vs kv {kv}");
+        // [2 layers][2 kv heads][3016 rows][3016 entries] f32 at least.
+        assert!(rows >= 2 * 2 * 3016 * 3016 * 4, "{rows}");
     }
 }

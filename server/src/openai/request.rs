@@ -51,8 +51,7 @@ pub struct GenerationFields {
     /// Tern extension (llama-server's field name): a grammar in
     /// llguidance's Lark dialect the output must match.
     pub grammar: Option<String>,
-    /// End-user id; accepted (so strict parsing takes it) and ignored.
-    #[allow(dead_code)]
+    /// End-user id; at most 256 characters (`echoed.rs`), otherwise ignored.
     pub user: Option<String>,
     /// Tern extension: the KV cache policy spec for this request.
     pub kv_policy: Option<String>,

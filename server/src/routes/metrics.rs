@@ -20,6 +20,10 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
                 adapters.max(),
                 crate::ids::unix_now(),
             );
+            let store = state.responses();
+            if let Some((count, bytes)) = store.usage() {
+                prometheus::responses_store(&mut body, count, bytes, store.max_bytes());
+            }
             body
         }
         Err(_) => prometheus::render_loading(),

@@ -21,6 +21,7 @@ use tern_runtime::engine::{FinishReason, TokenLogprob};
 use crate::affinity;
 use crate::body::{fields, JsonBody};
 use crate::collect::collect;
+use crate::echoed::{self, MAX_RESPONSE_ID_CHARS, MAX_USER_CHARS};
 use crate::events::Tally;
 use crate::ids::{random_u64, unix_now};
 use crate::openai::error::ApiError;
@@ -47,6 +48,8 @@ struct ResponseFields {
     max_output_tokens: Option<i64>,
     stream: Option<bool>,
     metadata: Option<Value>,
+    user: Option<String>,
+    safety_identifier: Option<String>,
 }
 
 /// Everything a finished response is built from.
@@ -68,6 +71,20 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?.clone();
     let own: ResponseFields = fields(&body)?;
+    // Echoed fields first: each is bounded, and only what is checked is echoed.
+    let metadata = echoed::metadata(own.metadata.as_ref())?;
+    let text = echoed::text_options(own.text.as_ref())?;
+    echoed::short_string("user", own.user.as_deref(), MAX_USER_CHARS)?;
+    echoed::short_string(
+        "safety_identifier",
+        own.safety_identifier.as_deref(),
+        MAX_USER_CHARS,
+    )?;
+    echoed::short_string(
+        "previous_response_id",
+        own.previous_response_id.as_deref(),
+        MAX_RESPONSE_ID_CHARS,
+    )?;
     let model_field = body.get("model").and_then(Value::as_str);
     let served = state.resolve_model(model_field)?;
     let chat_tools = own.tools.as_ref().map(|t| chat_tools(t)).transpose()?;
@@ -125,7 +142,7 @@ pub async fn create(
             gen[k] = v.clone();
         }
     }
-    if let Some(f) = own.text.as_ref().and_then(|t| t.get("format")) {
+    if let Some(f) = text.get("format") {
         gen["response_format"] = response_format(f)?;
     }
     let shared: GenerationFields = fields(&gen)?;
@@ -155,17 +172,21 @@ pub async fn create(
     let tally = Tally::new(1, prompt_tokens, plan.submit.kv_policy.to_string());
     let echo = json!({
         "instructions": own.instructions,
-        "tools": own.tools.clone().unwrap_or_default(),
-        "tool_choice": own.tool_choice.clone().unwrap_or(json!("auto")),
+        "tools": own.tools.as_deref().map(echo_tools).unwrap_or_default(),
+        "tool_choice": own.tool_choice.as_ref().map_or(json!("auto"), echo_tool_choice),
         "parallel_tool_calls": own.parallel_tool_calls.unwrap_or(true),
-        "text": own.text.clone().unwrap_or(json!({"format": {"type": "text"}})),
+        "text": text,
         "previous_response_id": own.previous_response_id,
         "temperature": body.get("temperature").cloned().unwrap_or(json!(1.0)),
         "top_p": body.get("top_p").cloned().unwrap_or(json!(1.0)),
         "max_output_tokens": own.max_output_tokens,
-        "metadata": own.metadata.clone().unwrap_or(json!({})),
+        "metadata": metadata,
         "store": own.store.unwrap_or(true),
     });
+    let store = own.store.unwrap_or(true);
+    if store {
+        check_storable(state.responses(), &echo, &conversation)?;
+    }
     let ctx = Context {
         id: format!("resp_{:016x}{:016x}", random_u64(), random_u64()),
         created: unix_now(),
@@ -173,7 +194,7 @@ pub async fn create(
         echo,
         conversation: Value::Array(conversation),
         tools: tool_plan.map(|t| (t, syntax)),
-        store: own.store.unwrap_or(true).then(|| state.responses_arc()),
+        store: store.then(|| state.responses_arc()),
         prompt_tokens,
     };
     let key = affinity::prefix_key(&plan.submit.prompt);
@@ -286,6 +307,56 @@ fn chat_tools(list: &[Value]) -> Result<Vec<Value>, ApiError> {
             let param = e.param.clone().unwrap_or_default().replace(".function", "");
             e.with_param(param)
         })
+}
+
+/// A 400 naming `store` when what this response would keep before its
+/// output (its echoed fields and the conversation) already exceeds the
+/// store's byte budget: it could never be stored, and a client continuing
+/// it would get a 404 instead of a clear reason now.
+fn check_storable(
+    store: &ResponseStore,
+    echo: &Value,
+    conversation: &[Value],
+) -> Result<(), ApiError> {
+    let turns: usize = conversation.iter().map(echoed::json_len).sum();
+    let bytes = echoed::json_len(echo) + turns;
+    if store.fits(bytes) {
+        return Ok(());
+    }
+    Err(ApiError::invalid_param(
+        "store",
+        format!(
+            "this response would take at least {bytes} bytes to store, more than the server's \
+             --responses-store-bytes ({}) holds; send `store: false` or a shorter input",
+            store.max_bytes()
+        ),
+    ))
+}
+
+/// The tools as the response echoes them: each function's own fields
+/// (`type`, `name`, `description`, `parameters`, `strict`), nothing else a
+/// client attached (the prompt never saw it, so the context never bounded it).
+fn echo_tools(list: &[Value]) -> Vec<Value> {
+    list.iter()
+        .map(|t| {
+            let mut f = serde_json::Map::new();
+            for k in ["type", "name", "description", "parameters", "strict"] {
+                if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+                    f.insert(k.into(), v.clone());
+                }
+            }
+            Value::Object(f)
+        })
+        .collect()
+}
+
+/// `tool_choice` as echoed: a mode string as sent, a function as its type
+/// and name only.
+fn echo_tool_choice(c: &Value) -> Value {
+    match c {
+        Value::String(_) => c.clone(),
+        _ => json!({"type": c.get("type"), "name": c.get("name")}),
+    }
 }
 
 /// `{"type": "function", "name": ...}` as chat's tool_choice.

@@ -49,7 +49,7 @@ pub use keydiff::KeyDiffParams;
 pub use pyramidkv::PyramidKvParams;
 pub use rkv::RkvParams;
 pub use snapkv::{Pool, SnapKvParams};
-pub use spec::PolicyError;
+pub use spec::{PolicyError, MAX_KERNEL, MAX_N_FUTURE};
 pub use streaming::StreamingParams;
 
 /// Default `budget` of every budgeted policy: cached tokens kept per layer (and KV head).
@@ -253,6 +253,16 @@ impl KvPolicy {
     /// building a policy by hand). Messages name the offending key and value.
     pub fn validate(&self) -> Result<(), PolicyError> {
         spec::validate(self)
+    }
+
+    /// Checks the sizes a request sets against the model's context:
+    /// `budget`, the always-kept window (`window`, or h2o's `recent`) and
+    /// `every` may each be at most `context_length`. A value past the
+    /// context can never be reached by a real sequence, but it would size
+    /// the scoring rows a policy keeps and the reservation admission counts,
+    /// so the server refuses it rather than accounting for the impossible.
+    pub fn check_context(&self, context_length: usize) -> Result<(), PolicyError> {
+        spec::check_context(self, context_length)
     }
 }
 
@@ -546,7 +556,7 @@ mod tests {
     #[test]
     fn absurd_parameters_do_not_panic() {
         let huge = usize::MAX;
-        let p: KvPolicy = format!("pyramidkv:budget={huge},window=8,kernel={huge}")
+        let p: KvPolicy = format!("pyramidkv:budget={huge},window=8,kernel={MAX_KERNEL}")
             .parse()
             .unwrap();
         assert!(p.layer_budget(0, 80).is_some());

@@ -46,6 +46,13 @@ const KEYDIFF_KEYS: &[&str] = &["budget", "window", "every", "prefill"];
 const ADAKV_KEYS: &[&str] = &["inner", "floor"];
 /// Policies Ada-KV can wrap.
 const ADAKV_INNERS: &[&str] = &["snapkv", "pyramidkv", "h2o", "keydiff"];
+/// Widest pooling `kernel` (snapkv, pyramidkv, rkv, adakv's inner): pooling
+/// costs `kernel` operations per cached entry on the engine thread, and the
+/// papers use 5 to 13, so 63 is generous and still cheap.
+pub const MAX_KERNEL: usize = 63;
+/// Largest `n_future` (expected): each compression averages RoPE over that
+/// many positions on the engine thread; kvpress uses 512.
+pub const MAX_N_FUTURE: usize = 1 << 16;
 /// Every policy name, for [`PolicyError::UnknownPolicy`].
 const POLICIES: &str = "full, streaming, h2o, snapkv, pyramidkv, rkv, keydiff, adakv, expected";
 
@@ -101,6 +108,19 @@ pub enum PolicyError {
         value: usize,
         /// The budget it must stay under.
         budget: usize,
+    },
+    /// A size that exceeds the model's context (see [`KvPolicy::check_context`]).
+    #[error(
+        "`{key}` = {value} exceeds the model's context of {context_length} tokens \
+         (it must be at most the context)"
+    )]
+    OverContext {
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: usize,
+        /// The served model's context window.
+        context_length: usize,
     },
     /// PyramidKV's last layer would keep no more than the window.
     #[error(
@@ -386,6 +406,9 @@ pub(super) fn validate(policy: &KvPolicy) -> Result<(), PolicyError> {
         KvPolicy::Expected(p) => {
             positive("budget", p.budget)?;
             positive("n_future", p.n_future)?;
+            if p.n_future > MAX_N_FUTURE {
+                return Err(bad("n_future", p.n_future));
+            }
             if !(p.epsilon >= 0.0 && p.epsilon.is_finite()) {
                 return Err(bad("epsilon", p.epsilon));
             }
@@ -412,10 +435,37 @@ fn check_scored(budget: usize, window: usize, kernel: usize) -> Result<(), Polic
     positive("budget", budget)?;
     positive("window", window)?;
     below_budget("window", window, budget)?;
-    if kernel.is_multiple_of(2) {
+    if kernel.is_multiple_of(2) || kernel > MAX_KERNEL {
         return Err(bad("kernel", kernel));
     }
     Ok(())
+}
+
+/// The checks behind [`KvPolicy::check_context`]: every size a request can
+/// set (budget, the always-kept window, the decode interval) within the
+/// context, so none sizes a buffer or a loop past what the model can hold.
+pub(super) fn check_context(policy: &KvPolicy, context_length: usize) -> Result<(), PolicyError> {
+    let over = |key: &'static str, value: usize| {
+        if value > context_length {
+            Err(PolicyError::OverContext {
+                key,
+                value,
+                context_length,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    if let Some(budget) = policy.budget() {
+        over("budget", budget)?;
+    }
+    let window_key = match policy {
+        KvPolicy::H2o(_) => "recent",
+        KvPolicy::AdaKv(p) if matches!(p.inner.policy(), KvPolicy::H2o(_)) => "recent",
+        _ => "window",
+    };
+    over(window_key, policy.window())?;
+    over("every", policy.every())
 }
 
 fn positive(key: &'static str, value: usize) -> Result<(), PolicyError> {
@@ -447,7 +497,8 @@ fn expected(key: &str) -> &'static str {
         "sink" | "recent" => "a non-negative integer",
         "epsilon" => "a finite number >= 0",
         "cov" => "`none`, `pair` or `full`",
-        "kernel" => "an odd positive integer",
+        "kernel" => "an odd integer from 1 to 63",
+        "n_future" => "an integer from 1 to 65536",
         "alpha" | "floor" => "a number in [0, 1]",
         "inner" => "`snapkv`, `pyramidkv`, `h2o` or `keydiff`",
         "min_ratio" => "a number in (0, 1]",
@@ -700,11 +751,11 @@ mod tests {
             ),
             (
                 "snapkv:kernel=4",
-                "bad value `4` for `kernel`: expected an odd positive integer",
+                "bad value `4` for `kernel`: expected an odd integer from 1 to 63",
             ),
             (
                 "snapkv:kernel=0",
-                "bad value `0` for `kernel`: expected an odd positive integer",
+                "bad value `0` for `kernel`: expected an odd integer from 1 to 63",
             ),
             (
                 "snapkv:window=0",
@@ -770,7 +821,7 @@ mod tests {
             ),
             (
                 "expected:n_future=0",
-                "bad value `0` for `n_future`: expected a positive integer",
+                "bad value `0` for `n_future`: expected an integer from 1 to 65536",
             ),
             (
                 "expected:epsilon=-1",
@@ -827,7 +878,7 @@ mod tests {
             ),
             (
                 "adakv:kernel=4",
-                "bad value `4` for `kernel`: expected an odd positive integer",
+                "bad value `4` for `kernel`: expected an odd integer from 1 to 63",
             ),
             ("adakv:floor=0.1,floor=0.2", "key `floor` given twice for adakv"),
             ("adakv:budget=8,budget=9", "key `budget` given twice for adakv"),
@@ -866,6 +917,63 @@ mod tests {
         });
         assert!(p.validate().unwrap_err().to_string().contains("`alpha`"));
         assert!(KvPolicy::Rkv(RkvParams::default()).validate().is_ok());
+    }
+
+    #[test]
+    fn sizes_are_bounded_by_constants_and_by_the_context() {
+        // Context-free bounds: pooling width and the future horizon.
+        assert_eq!(
+            err("snapkv:kernel=65"),
+            "bad value `65` for `kernel`: expected an odd integer from 1 to 63"
+        );
+        assert!(parse("snapkv:kernel=63").is_ok());
+        assert_eq!(
+            err("expected:n_future=65537"),
+            "bad value `65537` for `n_future`: expected an integer from 1 to 65536"
+        );
+        // The issue's probe parses (window < budget) but not within a 3,000-token context.
+        let probe = parse("snapkv:budget=1000000,window=999999").unwrap();
+        assert_eq!(
+            probe.check_context(3000).unwrap_err(),
+            PolicyError::OverContext {
+                key: "budget",
+                value: 1_000_000,
+                context_length: 3000
+            }
+        );
+        let cases = [
+            ("snapkv:budget=256,window=8", 256, None),
+            ("snapkv:budget=257,window=8", 256, Some("budget")),
+            ("h2o:budget=100,recent=10,every=300", 256, Some("every")),
+            ("rkv:budget=200,window=8,every=128", 128, Some("budget")),
+            (
+                "adakv:inner=h2o,budget=64,recent=8,every=100",
+                80,
+                Some("every"),
+            ),
+            ("streaming:budget=64,sink=4", 64, None),
+            ("full", 1, None),
+            ("expected:budget=64,n_future=512,every=32", 64, None),
+        ];
+        for (spec, ctx, key) in cases {
+            let got = parse(spec).unwrap().check_context(ctx).err();
+            let got = got.map(|e| match e {
+                PolicyError::OverContext { key, .. } => key,
+                other => panic!("{spec}: {other}"),
+            });
+            assert_eq!(got, key, "{spec} within {ctx}");
+        }
+        // The window alone over the context (budget within it) names `window`.
+        let p = KvPolicy::SnapKv(SnapKvParams {
+            budget: 10,
+            window: 20,
+            ..SnapKvParams::default()
+        });
+        assert!(p
+            .check_context(15)
+            .unwrap_err()
+            .to_string()
+            .contains("`window` = 20"));
     }
 
     #[test]
