@@ -11,12 +11,13 @@
 //! reports. Answers in prose are compared in [`super::answer`], not here.
 //!
 //! The sandbox is the security boundary (docs/SECURITY.md says what it
-//! guarantees and how it is attacked in CI); the pass token is not: a test
-//! passes only if the process exits 0 after printing a per-run random token
-//! that the harness prints once the test has finished, so `sys.exit(0)` or
-//! `os._exit(0)` in the program cannot pass a test, but a program that
-//! inspects the harness's frames could. That is a reward hack inside the
-//! sandbox, never an escape from it.
+//! guarantees and how it is attacked in CI). The verdict is decided outside
+//! the candidate's process: the program and the test run in two sandboxes,
+//! the test calls the program's functions over a pipe with plain data, and
+//! a test passes only if the test's process, the one holding the per-run
+//! token, exits 0 after writing it. Nothing inside the candidate's process
+//! (its frames, `gc`, an object equal to everything, an early exit) can
+//! pass a test it fails.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -66,8 +67,10 @@ impl JudgeReport {
 
 /// Runs `program` against each test, each in a fresh sandboxed `python3`.
 ///
-/// A test is Python (`assert f(1) == 2`) run after the program in the same
-/// namespace. `candidate` names the program's last top-level function unless
+/// A test is Python (`assert f(1) == 2`) run once the program has run, in a
+/// namespace holding the program's names: its functions as proxies that
+/// call into the program's process with plain data, its plain values as
+/// copies, its modules imported again. `candidate` names the program's last top-level function unless
 /// the program defines `candidate` itself, so HumanEval-style
 /// `assert candidate(1) == 2` works. The program runs with `__name__` set to
 /// `"candidate"`, so its `if __name__ == "__main__":` block does not.
