@@ -1,5 +1,5 @@
 """Regenerates the result tables of docs/TRAINING.md, docs/SPARSE_RL.md,
-docs/REASONING.md and docs/KV.md from their records (docs/records/<run>/, docs/eval/*.jsonl).
+docs/REASONING.md, docs/KV.md and docs/MODELS.md from their records (docs/records/<run>/, docs/eval/*.jsonl).
 
 Each generated table sits between `<!-- table:NAME:start -->` and
 `<!-- table:NAME:end -->` in its doc; only the text between a pair is ever
@@ -431,6 +431,76 @@ def training_llama32_1b_shape():
          f"the learner's forward and backward over {s['learner_tokens']} answer tokens",
          f"{s['seconds']:.1f} s", f"{size(s['peak_rss_bytes'])} (estimate {size(s['peak_estimate_bytes'])})"],
     ])
+
+
+TRAIN58 = RECORDS / "train58"
+
+
+def train58_load(name):
+    """The 1-minute load average recorded when stage `name` last started
+    (docs/records/train58/load.txt, written by scripts/train58.sh)."""
+    loads = {}
+    for line in (TRAIN58 / "load.txt").read_text().splitlines():
+        parts = line.split()
+        loads[parts[0]] = parts[2]
+    return loads[name]
+
+
+def training_qwen_runs():
+    """Issue 58's LoRA SFT and GRPO runs on Qwen2.5-Coder-0.5B-Instruct,
+    step by step: the planner's estimate of each phase beside its measured
+    peak, and the learner's speed (docs/records/train58/{sft,grpo})."""
+    rows = []
+    for name in ["sft", "grpo"]:
+        load = train58_load(name)
+        for s in jsonl(TRAIN58 / name / "metrics.jsonl"):
+            plan = f"micro-batch {s['micro_batch']}, {'recompute' if s['recompute'] else 'activations kept'}"
+            if s["rollout_tokens"]:
+                est, peak = s["rollout_estimate_bytes"], s["rollout_peak_bytes"]
+                rollout = f"{mib(est)} / {mib(peak)} ({100 * (est - peak) / peak:+.0f}%)"
+                rtoks = f"{s['rollout_tokens']}, {s['tokens_per_s']:.1f}/s, reward {s['reward_mean']:.2f}"
+            else:
+                rollout, rtoks = "-", "-"
+            est, peak = s["peak_estimate_bytes"], s["learner_peak_bytes"]
+            if s["learner_tokens"]:
+                learner = f"{mib(est)} / {mib(peak)} ({100 * (est - peak) / peak:+.0f}%)"
+                speed = f"{s['learner_tokens']} in {s['learner_seconds']:.1f} s = {s['learner_tokens'] / s['learner_seconds']:.1f}"
+            else:
+                learner, speed = "-", "no group with a signal"
+            rows.append([name.upper(), str(s["step"]), rtoks, rollout, plan, learner, speed,
+                         mib(s["peak_rss_bytes"]), load])
+    return table(["run", "step", "rollout tokens, tokens/s, mean reward", "rollout phase: estimate / measured",
+                  "learner plan", "learner phase: estimate / measured", "scored tokens, learner tokens/s",
+                  "process peak", "load at start"], rows)
+
+
+def training_qwen_peft():
+    """One LoRA SFT step of 4 x 256 tokens (r 16, all seven projections, 2
+    threads): transformers + peft on the GGUF dequantized to f32 beside
+    Tern's trainer under two caps (docs/records/train58/)."""
+    peft = jsonl(TRAIN58 / "peft.jsonl")
+    head, steps = peft[0], [p for p in peft if "step" in p]
+    summary = next(p for p in peft if "summary" in p)
+    rows = [[f"transformers {head['transformers']} + peft {head['peft']} (torch {head['torch']}), f32",
+             ", ".join(f"{p['tokens_per_s']:.1f}" for p in steps),
+             f"{steps[0]['loss']:.4f}",
+             f"{summary['peak_rss_bytes'] / GIB:.2f} GiB (after loading {head['rss_after_load_bytes'] / GIB:.2f} GiB)",
+             "-", train58_load("peft")]]
+    for cap in ["2GiB", "6GiB"]:
+        d = TRAIN58 / f"step-{cap}"
+        if not d.exists():
+            continue
+        ms = jsonl(d / "metrics.jsonl")
+        plan = ", ".join(sorted({f"micro-batch {m['micro_batch']}, {'recompute' if m['recompute'] else 'activations kept'}" for m in ms}))
+        fed = sum(len(r["ids"]) for r in json.loads((TRAIN58 / "ids.json").read_text()))
+        rows.append([f"Tern, `--memory-cap {cap.replace('GiB', ' GiB')}`",
+                     ", ".join(f"{fed / m['learner_seconds']:.1f}" for m in ms),
+                     f"{ms[0]['loss']:.4f}",
+                     f"{max(m['peak_rss_bytes'] for m in ms) / GIB:.2f} GiB (learner phase {max(m['learner_peak_bytes'] for m in ms) / GIB:.2f} GiB)",
+                     f"{plan}; estimate {max(m['peak_estimate_bytes'] for m in ms) / GIB:.2f} GiB",
+                     train58_load(f"step-{cap}")])
+    return table(["trainer", "tokens/s, steps 1 and 2 (1,024 tokens a step)", "loss, step 1",
+                  "peak RSS", "planner", "load at start"], rows)
 
 
 # ---------------------------------------------------------------- docs/SPARSE_RL.md
@@ -1410,6 +1480,51 @@ def sparse28_masking():
     return table(["arm", "rollouts", "all lengths", "mean answer tokens",
                   "1-32 tokens", "33-64", "65-128", "129+"], rows)
 
+
+# ---------------------------------------------------------------- models (issue 58)
+
+MODELS58 = RECORDS / "models58"
+
+
+def models58_bench():
+    """`tern bench --json` on each real model (docs/records/models58/bench-*.json):
+    Tern's own kernels beside the in-process llama.cpp (AVX2, the exactness
+    reference, not the speed anchor)."""
+    rows = []
+    for path in sorted(MODELS58.glob("bench-*.json")):
+        j = json.loads(path.read_text())
+        by = {r["backend"]: r for r in j["rows"]}
+        t, l = by.get("tern"), by.get("llama-cpp")
+        cells = [path.stem[len("bench-"):], j["threads"]]
+        for key in ("pp_tokens_per_s", "tg_tokens_per_s"):
+            cells.append(f"{t[key]:.1f}" if t else "-")
+            cells.append(f"{l[key]:.1f}" if l else "-")
+        cells.append(f"{j['floor_tokens_per_s']:.1f}")
+        cells.append(f"{t['peak_rss_bytes'] / MIB:.0f} MiB" if t else "-")
+        rows.append(cells)
+    if not rows:
+        rows.append(["no record yet"] + ["-"] * 7)
+    return table(["model", "threads", f"pp512 Tern", "pp512 llama.cpp (in process)",
+                  "tg128 Tern", "tg128 llama.cpp (in process)", "decode floor (bandwidth)",
+                  "peak RSS (Tern)"], rows)
+
+
+def models58_long_context():
+    """`tern serve` answering one ~16k-token conversation
+    (docs/records/models58/long-context.jsonl, scripts/long_context.py)."""
+    rows = []
+    path = MODELS58 / "long-context.jsonl"
+    for r in (jsonl(path) if path.exists() else []):
+        kv = f"{r['kv_bytes'] / MIB:.0f} MiB" if r.get("kv_bytes") else "-"
+        rows.append([r["model"], r["kv_dtype"], f"{r['prompt_tokens']:,}",
+                     f"{r['peak_rss_bytes'] / GIB:.2f} GiB", f"{r['rss_after_load_bytes'] / GIB:.2f} GiB",
+                     kv, f"{r['seconds']:.0f} s"])
+    if not rows:
+        rows.append(["no record yet"] + ["-"] * 6)
+    return table(["model", "KV storage", "prompt tokens", "peak RSS of `tern serve`",
+                  "RSS after load", "KV held", "wall (prefill + 16 tokens)"], rows)
+
+
 TABLES = {
     "TRAINING.md": {
         "training-grpo-arith": training_grpo_arith,
@@ -1423,6 +1538,8 @@ TABLES = {
         "training-learner-before-after": training_learner_before_after,
         "training-planner-calibration": training_planner_calibration,
         "training-llama32-1b-shape": training_llama32_1b_shape,
+        "training-qwen-runs": training_qwen_runs,
+        "training-qwen-peft": training_qwen_peft,
     },
     "SPARSE_RL.md": {
         "sparse-cap-600mib": sparse_cap_600mib,
@@ -1454,6 +1571,10 @@ TABLES = {
     },
     "KV.md": {
         "kv-gsm8k-rkv": kv_gsm8k_rkv,
+    },
+    "MODELS.md": {
+        "models58-bench": models58_bench,
+        "models58-long-context": models58_long_context,
     },
 }
 

@@ -45,7 +45,7 @@ cargo build --release --locked
 
 # 3. The real model, verified by sha256 (idempotent).
 say "fetching the model and the test vocabularies"
-./target/release/tern pull
+./target/release/tern pull smollm2-135m-instruct
 # Gemma 3 270M: its SentencePiece vocabulary for the tokenizer checks (tests/spm.rs).
 ./target/release/tern pull gemma3-270m
 # The Qwen2.5-Coder models, checked bit for bit against llama.cpp (tests/qwen.rs).

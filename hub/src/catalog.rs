@@ -219,8 +219,11 @@ const GEMMA_NOTICE: &str = "Gemma is provided under and subject to the Gemma Ter
 found at https://ai.google.dev/gemma/terms (and its Prohibited Use Policy at \
 https://ai.google.dev/gemma/prohibited_use_policy). By using these weights you agree to them.";
 
-/// The model used when none is named, small enough for tests and demos on a CPU.
-pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
+/// The model used when none is named: the smallest in the catalog that can do
+/// Tern's jobs (write and test code, call tools, follow a chat), and fast
+/// enough to serve interactively on a 2-core machine (docs/MODELS.md).
+/// Tests name SmolLM2 where speed matters more than ability.
+pub const DEFAULT_MODEL: &str = "qwen2.5-coder-0.5b-instruct";
 
 /// Finds a registry entry by its name, so callers can tell names from paths.
 pub fn lookup(name: &str) -> Option<&'static RegistryEntry> {

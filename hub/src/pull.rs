@@ -615,7 +615,7 @@ mod tests {
             );
         }
         assert!(e.notice.unwrap().contains("ai.google.dev/gemma/terms"));
-        // The default stays the small model CI pulls.
+        // Gemma's base model has no chat template: never the default.
         assert_ne!(DEFAULT_MODEL, e.name);
     }
 
@@ -634,7 +634,7 @@ mod tests {
     fn lookup_finds_the_default() {
         let e = lookup(DEFAULT_MODEL).expect("default model is registered");
         assert_eq!(e.name, DEFAULT_MODEL);
-        assert_eq!(e.file_name, "SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert_eq!(e.file_name, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
         assert!(lookup("no-such-model").is_none());
     }
 
@@ -648,11 +648,18 @@ mod tests {
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
             assert!(!e.parts.is_empty(), "{}", e.name);
             for p in e.parts {
-                // The whole file, or a `.partNN` chunk of it.
+                // The whole file, a `.partNN` chunk of it, or a chunk the
+                // package names `data/partNN.bin` (the Qwen wheels).
                 let base = format!("/{}", e.file_name);
+                let numbered = p
+                    .wheel_member
+                    .rsplit_once("/data/part")
+                    .and_then(|(_, n)| n.strip_suffix(".bin"))
+                    .is_some_and(|n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_digit()));
                 assert!(
                     p.wheel_member.ends_with(&base)
-                        || p.wheel_member.contains(&format!("{base}.part")),
+                        || p.wheel_member.contains(&format!("{base}.part"))
+                        || numbered,
                     "{}: {}",
                     e.name,
                     p.wheel_member
