@@ -1538,6 +1538,8 @@ TABLES = {
         "training-learner-before-after": training_learner_before_after,
         "training-planner-calibration": training_planner_calibration,
         "training-llama32-1b-shape": training_llama32_1b_shape,
+        "training-qwen-runs": training_qwen_runs,
+        "training-qwen-peft": training_qwen_peft,
     },
     "SPARSE_RL.md": {
         "sparse-cap-600mib": sparse_cap_600mib,

@@ -17,7 +17,7 @@ use tern_runtime::chat::{ChatTemplate, RenderOptions};
 use crate::support::{last_json, reference, repo_root, tern};
 
 /// A pulled Qwen2.5-Coder file by its catalog name.
-fn qwen(name: &str) -> PathBuf {
+pub(crate) fn qwen(name: &str) -> PathBuf {
     let entry = tern_hub::lookup(name).expect("in the catalog");
     let dir = std::env::var_os("TERN_HOME")
         .map(PathBuf::from)

@@ -109,6 +109,20 @@ impl Estimate {
         self.base + self.learner_weights + self.rollout_weights + dequantizing
     }
 
+    /// What every phase holds: the process, the weights and the trainable
+    /// state.
+    pub fn fixed(&self) -> u64 {
+        self.base + self.learner_weights + self.rollout_weights + self.trainable_state
+    }
+
+    /// Peak of the rollout phase when the engine holds `kv_bytes` of KV
+    /// cache at once (the plan's budget is the most it may): the fixed
+    /// state plus the cache. The forward's scratch (a batch's activations
+    /// and logits) is left to the share of the cap plans do not use.
+    pub fn rollout_peak(&self, kv_bytes: u64) -> u64 {
+        self.fixed() + kv_bytes
+    }
+
     /// Peak of a learner pass over `tokens` tokens in sequences of at most
     /// `seq_len`: fixed state, activations (kept or recomputed), attention
     /// rows and logit chunks.
@@ -235,7 +249,7 @@ pub fn plan(
     };
     // Rollouts run when the learner's activations are free: what the learner
     // phase would use beyond the fixed state is theirs, up to a full cache.
-    let fixed = est.base + est.learner_weights + est.rollout_weights + est.trainable_state;
+    let fixed = est.fixed();
     let kv = usable.saturating_sub(fixed) as usize;
     if kv < rollout_kv_full.min(64 << 10) {
         return Err(refuse(
@@ -389,6 +403,22 @@ mod tests {
         assert!(small.learner_peak <= (2u64 << 30));
         let forced = plan(&c, &e, Some(2 << 30), 100, 16, Some(64), 1 << 20, None);
         assert!(forced.unwrap_err().to_string().contains("micro-batch"));
+    }
+
+    #[test]
+    fn the_planned_rollout_phase_fits_the_caps_planning_share() {
+        let c = smollm();
+        let e = Estimate::new(&c, 100 << 20, 5 << 20, false);
+        for (cap, kv_full) in [(1u64 << 30, 64usize << 20), (512 << 20, 1 << 30)] {
+            let p = plan(&c, &e, Some(cap), 100, 16, None, kv_full, None).unwrap();
+            let rollout = e.rollout_peak(p.rollout_kv_bytes as u64);
+            assert!(
+                rollout <= (cap as f64 * PLAN_SHARE) as u64,
+                "{rollout} over {cap}"
+            );
+            // A full cache that fits is given whole; one that does not is cut.
+            assert_eq!(p.rollout_kv_bytes == kv_full, kv_full < (200 << 20));
+        }
     }
 
     /// 32 sequences, 4 prompts of `prompt` tokens x 8 answers of `answer`.

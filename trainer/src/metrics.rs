@@ -61,6 +61,11 @@ pub struct StepMetrics {
     pub recompute: bool,
     /// The estimator's peak for this step's largest learner micro-batch.
     pub peak_estimate_bytes: u64,
+    /// The estimator's peak for this step's rollout phase: the fixed state
+    /// plus the KV budget the plan gave the engine (0 for SFT, and in
+    /// records written before it).
+    #[serde(default)]
+    pub rollout_estimate_bytes: u64,
     /// Peak resident memory of this step's rollout phase alone (0 where the
     /// kernel cannot reset the peak, and in records written before it).
     #[serde(default)]

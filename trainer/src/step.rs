@@ -162,6 +162,7 @@ pub fn run(
         micro_batch: 0,
         recompute: false,
         peak_estimate_bytes: 0,
+        rollout_estimate_bytes: 0,
         rollout_peak_bytes: 0,
         learner_peak_bytes: 0,
         rho: None,
@@ -172,6 +173,7 @@ pub fn run(
     let mut pass_rates = Vec::new();
     let mut batch = match cfg.algorithm {
         Algorithm::Grpo => {
+            m.rollout_estimate_bytes = ctx.est.rollout_peak(ctx.plan.rollout_kv_bytes as u64);
             let batch = rollouts(ctx, step, picks, &mut m, &mut pass_rates)?;
             if cfg.dry_run {
                 if resets {
