@@ -1,12 +1,15 @@
 //! Tool calling for chat: `tools`, `tool_choice` and `parallel_tool_calls`
-//! validated into a [`ToolPlan`]; the grammar that forces a call
-//! (`required` or a named function); and the model's text read back into
-//! OpenAI's `tool_calls`. The syntax itself (how a family writes a call) is
-//! the runtime's ([`ToolSyntax`]).
+//! validated into a [`ToolPlan`]; the grammar for the request's calls (one
+//! that forces a call for `required` or a named function, one that engages
+//! once a call begins for `auto`); and the model's text read back into
+//! OpenAI's `tool_calls`, whole or as stream deltas. The syntax itself (how
+//! a family writes a call, how a call is read) is the runtime's
+//! ([`ToolSyntax`], [`CallReader`]).
 
 use serde::Serialize;
 use serde_json::Value;
-use tern_runtime::chat::tools::{Parsed, ToolSyntax};
+use tern_runtime::chat::tool_reader::CallReader;
+use tern_runtime::chat::tools::ToolSyntax;
 use tern_runtime::constraint::Constraint;
 
 use crate::ids::random_u64;
@@ -156,12 +159,23 @@ pub fn plan(
 }
 
 impl ToolPlan {
-    /// The grammar that forces a call, for `required` and a named function
-    /// (`auto` generates freely).
-    pub fn constraint(&self, syntax: ToolSyntax) -> Option<(Constraint, &'static str)> {
+    /// Whether the request forces a call (`required` or a named function).
+    pub fn is_forced(&self) -> bool {
+        self.choice != Choice::Auto
+    }
+
+    /// The declared functions' names.
+    pub fn names(&self) -> Vec<String> {
+        self.functions.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The grammar for the request's calls: for `required` or a named
+    /// function, one that forces a call; for `auto`, one that leaves prose
+    /// free and holds a call, once it begins, to its function's schema.
+    /// Either ends the answer when a call repeats an earlier one.
+    pub fn constraint(&self, syntax: ToolSyntax) -> (Constraint, &'static str) {
         let functions: Vec<(String, Value)> = match &self.choice {
-            Choice::Auto => return None,
-            Choice::Required => self.functions.clone(),
+            Choice::Auto | Choice::Required => self.functions.clone(),
             Choice::Named(n) => self
                 .functions
                 .iter()
@@ -169,39 +183,44 @@ impl ToolPlan {
                 .cloned()
                 .collect(),
         };
-        let parallel = self.parallel && self.choice == Choice::Required;
-        Some((
-            Constraint::Lark(syntax.grammar(&functions, parallel)),
-            "tools",
-        ))
+        let grammar = match self.choice {
+            Choice::Auto => syntax.lazy_grammar(&functions, self.parallel),
+            Choice::Required => syntax.grammar(&functions, self.parallel),
+            Choice::Named(_) => syntax.grammar(&functions, false),
+        };
+        let tools = Constraint::ToolCalls {
+            grammar,
+            declared: self.names(),
+            hermes: syntax == ToolSyntax::Hermes,
+        };
+        (tools, "tools")
     }
 
-    /// Reads `text` as the answer: prose and calls. A call to a function
-    /// not in `tools`, or more calls than `parallel_tool_calls` allows,
-    /// leaves the text as content (never a call the client cannot run).
+    /// A reader of this request's calls, for a streamed answer.
+    pub fn reader(&self, syntax: ToolSyntax) -> CallReader {
+        CallReader::new(self.names(), syntax == ToolSyntax::Hermes)
+    }
+
+    /// Reads `text` as the answer: prose and calls (Hermes blocks, or a
+    /// bare object naming a declared tool; a repeat of an earlier call is
+    /// dropped). A call to a function not in `tools` is prose; a call that
+    /// is begun but broken, or more calls than `parallel_tool_calls`
+    /// allows, leaves the whole text as content (never a call the client
+    /// cannot run).
     pub fn answer(&self, syntax: ToolSyntax, text: &str) -> Answer {
-        let Parsed { content, calls } = syntax.parse(text);
-        let known = calls
-            .iter()
-            .all(|c| self.functions.iter().any(|(n, _)| *n == c.name));
-        if calls.is_empty() || !known || (!self.parallel && calls.len() > 1) {
+        let read = CallReader::read_all(self.names(), syntax == ToolSyntax::Hermes, text);
+        if read.calls.is_empty() || read.broken || (!self.parallel && read.calls.len() > 1) {
             return Answer {
                 content: Some(text.to_string()),
                 calls: Vec::new(),
             };
         }
         Answer {
-            content: (!content.is_empty()).then_some(content),
-            calls: calls
+            content: (!read.content.is_empty()).then_some(read.content),
+            calls: read
+                .calls
                 .into_iter()
-                .map(|c| ToolCallOut {
-                    id: format!("call_{:016x}", random_u64()),
-                    kind: "function",
-                    function: FunctionOut {
-                        name: c.name,
-                        arguments: c.arguments.to_string(),
-                    },
-                })
+                .map(|(name, arguments)| ToolCallOut::new(name, arguments))
                 .collect(),
         }
     }
@@ -229,6 +248,22 @@ impl Answer {
     }
 }
 
+impl ToolCallOut {
+    /// A call to `name` with a fresh id.
+    pub fn new(name: String, arguments: String) -> Self {
+        ToolCallOut {
+            id: new_call_id(),
+            kind: "function",
+            function: FunctionOut { name, arguments },
+        }
+    }
+}
+
+/// `call_` plus 16 hex digits.
+pub fn new_call_id() -> String {
+    format!("call_{:016x}", random_u64())
+}
+
 /// One call in `message.tool_calls`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ToolCallOut {
@@ -250,14 +285,59 @@ pub struct FunctionOut {
     pub arguments: String,
 }
 
-/// One call in a stream's `delta.tool_calls`.
+/// One call's part in a stream's `delta.tool_calls`: the first delta of a
+/// call carries its id, type and name, the next ones fragments of its
+/// arguments (OpenAI's shape; clients join the fragments).
 #[derive(Clone, Debug, Serialize)]
 pub struct ToolCallDelta {
     /// Position of the call in the message's list.
     pub index: usize,
-    /// The call, whole (Tern sends each call in one delta).
-    #[serde(flatten)]
-    pub call: ToolCallOut,
+    /// The call's id (first delta only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `function` (first delta only).
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// The name and/or the next arguments fragment.
+    pub function: FunctionDelta,
+}
+
+/// The function part of a [`ToolCallDelta`].
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionDelta {
+    /// The function's name (first delta only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The next piece of the arguments' JSON text (empty in the first).
+    pub arguments: String,
+}
+
+impl ToolCallDelta {
+    /// The delta that opens call `index` to `name`.
+    pub fn begin(index: usize, name: String) -> Self {
+        ToolCallDelta {
+            index,
+            id: Some(new_call_id()),
+            kind: Some("function"),
+            function: FunctionDelta {
+                name: Some(name),
+                arguments: String::new(),
+            },
+        }
+    }
+
+    /// More arguments text for call `index`.
+    pub fn args(index: usize, text: String) -> Self {
+        ToolCallDelta {
+            index,
+            id: None,
+            kind: None,
+            function: FunctionDelta {
+                name: None,
+                arguments: text,
+            },
+        }
+    }
 }
 
 #[cfg(test)]
@@ -331,9 +411,11 @@ mod tests {
         .unwrap();
         assert_eq!(p.choice, Choice::Named("get_time".into()));
         assert!(!p.parallel);
-        assert!(p.constraint(ToolSyntax::Hermes).is_some());
+        assert!(p.is_forced());
         let auto = plan(Some(&tools()), None, None).unwrap().unwrap();
-        assert!(auto.constraint(ToolSyntax::Hermes).is_none());
+        assert!(!auto.is_forced());
+        let (c, _) = auto.constraint(ToolSyntax::Hermes);
+        assert!(matches!(c, Constraint::ToolCalls { grammar, .. } if grammar.contains("FREE")));
     }
 
     #[test]
@@ -347,13 +429,24 @@ mod tests {
         assert_eq!(a.calls.len(), 1);
         assert_eq!(a.finish_reason("stop"), "tool_calls");
         assert_eq!(a.finish_reason("length"), "length");
-        assert_eq!(a.calls[0].function.arguments, r#"{"city":"Oslo"}"#);
+        assert_eq!(a.calls[0].function.arguments, r#"{"city": "Oslo"}"#);
         assert!(a.calls[0].id.starts_with("call_"));
         let unknown = "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>";
         let a = p.answer(ToolSyntax::Hermes, unknown);
         assert!(a.calls.is_empty());
         assert_eq!(a.content.as_deref(), Some(unknown));
-        let two = "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
+        let two = "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>";
         assert!(p.answer(ToolSyntax::Hermes, two).calls.is_empty());
+        // A bare object naming a declared tool is a call; one naming
+        // another is prose.
+        let bare = "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n```";
+        let a = p.answer(ToolSyntax::Hermes, bare);
+        assert_eq!(a.calls.len(), 1);
+        assert_eq!(a.content, None);
+        let other = "{\"name\": \"rm_rf\", \"arguments\": {}}";
+        assert_eq!(
+            p.answer(ToolSyntax::Hermes, other).content.as_deref(),
+            Some(other)
+        );
     }
 }

@@ -76,14 +76,36 @@ def test_a_streamed_call_is_assembled_by_the_sdk(client, model_id):
     assert call.function.name == "GetWeather"
     parsed = call.function.parsed_arguments
     assert isinstance(parsed, GetWeather)
-    # The raw stream too: one whole call in a delta, then the finish.
+    # The raw stream too: the call's id and name in its first delta, then
+    # its arguments in fragments as they are generated, then the finish.
     chunks = list(client.chat.completions.create(
         model=model_id, messages=ASK, tools=TOOLS, tool_choice=named("GetWeather"),
         temperature=1.0, seed=2, max_tokens=120, stream=True, parallel_tool_calls=False,
     ))
-    deltas = [c.choices[0].delta.tool_calls for c in chunks if c.choices and c.choices[0].delta.tool_calls]
-    assert len(deltas) == 1 and deltas[0][0].function.name == "GetWeather"
+    deltas = [c.choices[0].delta.tool_calls[0] for c in chunks if c.choices and c.choices[0].delta.tool_calls]
+    first, rest = deltas[0], deltas[1:]
+    assert first.id.startswith("call_") and first.type == "function"
+    assert first.function.name == "GetWeather" and first.function.arguments == ""
+    assert len(rest) >= 3, deltas
+    assert all(d.index == 0 and d.id is None and d.function.name is None for d in rest)
+    GetWeather.model_validate_json("".join(d.function.arguments for d in rest))
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_a_forced_call_ends_when_its_calls_end(client, model_id):
+    # SmolLM2 under `required` used to write the same call again and again
+    # until max_tokens about half the time; a repeated call now ends the
+    # answer (and is not returned twice).
+    for seed in range(4):
+        resp = client.chat.completions.create(
+            model=model_id, messages=[{"role": "user", "content": "Add 2 and 3."}], tools=TOOLS,
+            tool_choice="required", temperature=1.0, seed=seed, max_tokens=160,
+        )
+        choice = resp.choices[0]
+        assert choice.finish_reason == "tool_calls", (seed, choice)
+        assert resp.usage.completion_tokens < 160
+        calls = [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls]
+        assert calls and all(calls[i] not in calls[:i] for i in range(len(calls))), calls
 
 
 def test_a_whole_tool_loop_ends_in_an_answer(client, model_id):

@@ -19,6 +19,7 @@
 
 pub mod conversation;
 pub mod pyjson;
+pub mod tool_reader;
 pub mod tools;
 
 use minijinja::value::Kwargs;

@@ -1,6 +1,9 @@
 //! Tool calls in a model family's own syntax: how a template asks for them,
-//! how they are read back out of generated text, and the grammar that makes
-//! the model write one (`tool_choice` `required` or a named function).
+//! how they are read back out of generated text, the grammar that makes the
+//! model write one (`tool_choice` `required` or a named function), and the
+//! grammar for `auto` that leaves prose free and holds a call, once it
+//! begins, to its function's schema. (Reading calls as a reply streams, in
+//! the looser shapes small models write, is `tool_reader.rs`'s.)
 //!
 //! Two syntaxes cover the common families: Hermes-style blocks
 //! (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, Qwen 2.5/3,
@@ -111,31 +114,7 @@ impl ToolSyntax {
             ToolSyntax::Hermes => "arguments",
             ToolSyntax::Llama3 => "parameters",
         };
-        let variants: Vec<Value> = tools
-            .iter()
-            .map(|(name, params)| {
-                let mut props = Map::new();
-                props.insert("name".into(), json!({"const": name}));
-                props.insert(args_key.into(), schema_of(params));
-                json!({
-                    "type": "object",
-                    "properties": props,
-                    "required": ["name", args_key],
-                    "additionalProperties": false,
-                })
-            })
-            .collect();
-        let mut schema = if variants.len() == 1 {
-            variants.into_iter().next().unwrap_or_default()
-        } else {
-            json!({"anyOf": variants})
-        };
-        schema["x-guidance"] = json!({
-            "whitespace_flexible": false,
-            "item_separator": ", ",
-            "key_separator": ": ",
-        });
-        let call = format!("%json {schema}");
+        let call = call_json(tools, args_key);
         match self {
             ToolSyntax::Hermes if parallel => {
                 format!("start: call (\"\\n\" call)*\ncall: \"{OPEN}\\n\" {call} \"\\n{CLOSE}\"\n")
@@ -143,6 +122,77 @@ impl ToolSyntax {
             ToolSyntax::Hermes => format!("start: \"{OPEN}\\n\" {call} \"\\n{CLOSE}\"\n"),
             ToolSyntax::Llama3 => format!("start: {call}\n"),
         }
+    }
+
+    /// The grammar for `tool_choice: auto`: prose is free until a call
+    /// begins, then the call is held to its function's schema and the reply
+    /// ends with its calls. A call begins at `<tool_call>` (Hermes) anywhere,
+    /// or at a bare object naming a declared tool at the start of the reply
+    /// (`{"name": "f"`, optionally inside a ```` ```json ```` fence or with
+    /// doubled braces, the shapes small models write). Prose that merely
+    /// starts with other JSON stays free.
+    pub fn lazy_grammar(self, tools: &[(String, Value)], parallel: bool) -> String {
+        const WS: &str = "[ \\t\\n\\r]*";
+        let names = tools
+            .iter()
+            .map(|(n, _)| regex_escape(n))
+            .collect::<Vec<_>>()
+            .join("|");
+        let opening = |fence: &str, brace: &str, name: &str| {
+            format!("/{WS}{fence}\\{{{WS}{brace}\"name\"{WS}:{WS}\"{name}\"/")
+        };
+        let fence = format!("```(json)?{WS}");
+        let mut g = String::new();
+        // Prose: no call opens at its start, no `<tool_call>` inside it. A
+        // name that merely starts with a declared one (`lookup_price_args`,
+        // the title agent SDKs give a tool's parameters) opens a call too,
+        // so the grammar holds it to the declared name.
+        let opens = opening(
+            &format!("({fence})?"),
+            &format!("(\\{{{WS})?"),
+            &format!("({names})"),
+        );
+        let opens = format!("{}(?s:.*)/", &opens[..opens.len() - 2]);
+        match self {
+            ToolSyntax::Hermes => {
+                g.push_str(&format!(
+                    "FREE: /(?s:.*)/ & ~{opens} & ~/(?s:.*){OPEN}(?s:.*)/\nHEAD: FREE \"{OPEN}\"\n"
+                ));
+                g.push_str("start: FREE | HEAD hcall hmore | bare bmore\n");
+                g.push_str(&format!(
+                    "hcall: \"\\n\" {} \"\\n{CLOSE}\"\n",
+                    call_json(tools, "arguments")
+                ));
+                let more = if parallel { "(NEXT hcall)* " } else { "" };
+                g.push_str(&format!("hmore: {more}TRAIL?\nNEXT: /{WS}{OPEN}/\n"));
+            }
+            ToolSyntax::Llama3 => {
+                g.push_str(&format!(
+                    "FREE: /(?s:.*)/ & ~{opens}\nstart: FREE | bare bmore\n"
+                ));
+            }
+        }
+        let more = if parallel { "bare* " } else { "" };
+        g.push_str(&format!("bmore: {more}TRAIL?\nTRAIL: /[ \\t\\n\\r]+/\n"));
+        g.push_str(&format!(
+            "ARGSEP: / ?, ?\"(arguments|parameters)\": ?/\nCLOSE_F: /\\}}{WS}```/\nCLOSE_FD: /\\}}{WS}\\}}{WS}```/\nCLOSE_D: /\\}}{WS}\\}}/\n"
+        ));
+        let mut bare = Vec::new();
+        for (i, (name, params)) in tools.iter().enumerate() {
+            let name = regex_escape(name);
+            let double = format!("\\{{{WS}");
+            g.push_str(&format!("O{i}: {}\n", opening("", "", &name)));
+            g.push_str(&format!("OF{i}: {}\n", opening(&fence, "", &name)));
+            g.push_str(&format!("OD{i}: {}\n", opening("", &double, &name)));
+            g.push_str(&format!("OFD{i}: {}\n", opening(&fence, &double, &name)));
+            g.push_str(&format!("a{i}: %json {}\n", with_layout(schema_of(params))));
+            g.push_str(&format!(
+                "b{i}: O{i} ARGSEP a{i} \"}}\" | OF{i} ARGSEP a{i} CLOSE_F | OD{i} ARGSEP a{i} CLOSE_D | OFD{i} ARGSEP a{i} CLOSE_FD\n"
+            ));
+            bare.push(format!("b{i}"));
+        }
+        g.push_str(&format!("bare: {}\n", bare.join(" | ")));
+        g
     }
 
     /// A system-prompt section listing `tools` and how to call them, for
@@ -223,6 +273,54 @@ pub fn fold_into_messages(messages: &Value, tools: Option<&Value>) -> Value {
         }
     }
     Value::Array(out)
+}
+
+/// `%json` for one call object `{"name": ..., args_key: {...}}` to any of
+/// `tools`, name first, in Tern's JSON layout.
+fn call_json(tools: &[(String, Value)], args_key: &str) -> String {
+    let variants: Vec<Value> = tools
+        .iter()
+        .map(|(name, params)| {
+            let mut props = Map::new();
+            props.insert("name".into(), json!({"const": name}));
+            props.insert(args_key.into(), schema_of(params));
+            json!({
+                "type": "object",
+                "properties": props,
+                "required": ["name", args_key],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    let schema = if variants.len() == 1 {
+        variants.into_iter().next().unwrap_or_default()
+    } else {
+        json!({"anyOf": variants})
+    };
+    format!("%json {}", with_layout(schema))
+}
+
+/// `schema` with one space after `:` and `,` and no other whitespace.
+fn with_layout(mut schema: Value) -> Value {
+    schema["x-guidance"] = json!({
+        "whitespace_flexible": false,
+        "item_separator": ", ",
+        "key_separator": ": ",
+    });
+    schema
+}
+
+/// `s` with regex metacharacters escaped (tool names are `[A-Za-z0-9_-]`,
+/// checked by the server; this keeps the grammar sound whatever comes).
+fn regex_escape(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if !c.is_ascii_alphanumeric() && c != '_' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A function's `parameters` as a schema (absent or empty: any object).
@@ -418,6 +516,99 @@ mod tests {
             out[3],
             json!({"role": "user", "content": "<tool_response>\n18 C\n</tool_response>"})
         );
+    }
+
+    /// A byte-level vocabulary (every byte a token, plus `<tool_call>` and
+    /// an end token) under llguidance, as the engine runs grammars.
+    struct Bytes(llguidance::toktrie::TokTrie);
+
+    impl llguidance::toktrie::TokenizerEnv for Bytes {
+        fn tok_trie(&self) -> &llguidance::toktrie::TokTrie {
+            &self.0
+        }
+        fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+            self.0.greedy_tokenize(s)
+        }
+    }
+
+    /// Whether `grammar` lets the model write `text` and then end.
+    fn accepts(grammar: &str, text: &str) -> bool {
+        use llguidance::toktrie::{TokRxInfo, TokTrie};
+        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        words.push(OPEN.as_bytes().to_vec());
+        let mut eos = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+        eos.extend_from_slice(b"<eos>");
+        words.push(eos);
+        let info = TokRxInfo::new(words.len() as u32, 257);
+        let env: llguidance::toktrie::TokEnv =
+            std::sync::Arc::new(Bytes(TokTrie::from(&info, &words)));
+        let mut factory = llguidance::ParserFactory::new_simple(&env).unwrap();
+        factory.quiet();
+        let top = llguidance::api::TopLevelGrammar::from_lark(grammar.to_string());
+        let parser = factory.create_parser(top).unwrap();
+        let mut m = llguidance::Matcher::new(Ok(parser));
+        assert!(m.get_error().is_none(), "{:?}", m.get_error());
+        let toks = env.tok_trie().greedy_tokenize(text.as_bytes());
+        for &t in &toks {
+            if m.consume_token(t).is_err() {
+                return false;
+            }
+        }
+        // (The mask, not `validate_tokens`: a lexeme still open at the
+        // end, like a closing brace that whitespace could follow, is only
+        // settled there.)
+        m.compute_mask().is_ok_and(|v| v.is_allowed(257))
+    }
+
+    #[test]
+    fn the_auto_grammar_frees_prose_and_holds_calls_to_their_schema() {
+        let tools = vec![
+            (
+                "lookup_price".to_string(),
+                json!({"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]}),
+            ),
+            (
+                "multiply".to_string(),
+                json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+            ),
+        ];
+        let g = ToolSyntax::Hermes.lazy_grammar(&tools, true);
+        for ok in [
+            "",
+            "The answer is 42.",
+            "{\"result\": 42}",
+            "Use {\"name\": \"lookup_price\"} later.",
+            "Let me check.\n<tool_call>\n{\"name\": \"lookup_price\", \"arguments\": {\"item\": \"widget\"}}\n</tool_call>",
+            "<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\": 1, \"b\": 3}}\n</tool_call>\n",
+            "{\"name\": \"lookup_price\", \"arguments\": {\"item\": \"widget\"}}",
+            "```json\n{\"name\": \"lookup_price\", \"arguments\": {\"item\": \"widget\"}}\n```",
+            "{{\"name\": \"multiply\", \"arguments\": {\"a\": 2, \"b\": 3}}}",
+            "{\"name\":\"multiply\",\"arguments\": {\"a\": 2, \"b\": 3}}\n{\"name\": \"multiply\", \"arguments\": {\"a\": 4, \"b\": 3}}",
+        ] {
+            assert!(accepts(&g, ok), "refused: {ok}");
+        }
+        for bad in [
+            // Arguments off the schema, an undeclared name in a block,
+            // prose after a call.
+            "{\"name\": \"lookup_price\", \"arguments\": {\"item\": 5}}",
+            "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>",
+            "{\"name\": \"multiply\", \"arguments\": {\"a\": 2, \"b\": 3}} The result is 6.",
+            "<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\": 2}}\n</tool_call>",
+            // A name that only starts with a declared one is held to it.
+            "```json\n{\"name\": \"lookup_price_args\", \"arguments\": {\"item\": \"gizmo\"}}\n```",
+            "{\"name\": \"multiplyer\", \"arguments\": {\"a\": 2, \"b\": 3}}",
+        ] {
+            assert!(!accepts(&g, bad), "allowed: {bad}");
+        }
+        let one = ToolSyntax::Hermes.lazy_grammar(&tools, false);
+        let two = "<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\": 1, \"b\": 3}}\n</tool_call>";
+        assert!(!accepts(&one, two));
+        let llama = ToolSyntax::Llama3.lazy_grammar(&tools, false);
+        assert!(accepts(
+            &llama,
+            "{\"name\": \"multiply\", \"parameters\": {\"a\": 2, \"b\": 3}}"
+        ));
+        assert!(accepts(&llama, "Plain prose."));
     }
 
     #[test]

@@ -17,10 +17,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use llguidance::api::TopLevelGrammar;
-use llguidance::toktrie::{SimpleVob, TokEnv};
+use llguidance::toktrie::{SimpleVob, TokEnv, TokTrie};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 
+use crate::chat::tool_reader::CallReader;
 use crate::tokenizer::Tokenizer;
 
 /// A constraint on generated output a request may ask for.
@@ -33,6 +34,17 @@ pub enum Constraint {
     /// A grammar in llguidance's Lark dialect (which may embed JSON schemas
     /// with `%json { ... }`).
     Lark(String),
+    /// A tool-call grammar (Lark) whose output also ends when a call
+    /// repeats an earlier one (same name and arguments): small models under
+    /// a forced call write the same call until the token limit otherwise.
+    ToolCalls {
+        /// The grammar (`ToolSyntax::grammar` or `lazy_grammar`).
+        grammar: String,
+        /// The declared tools' names: only calls to them are read.
+        declared: Vec<String>,
+        /// Whether the family writes `<tool_call>` blocks.
+        hermes: bool,
+    },
 }
 
 /// Why a constraint cannot be used.
@@ -84,7 +96,9 @@ impl Grammars {
             Constraint::JsonSchema(schema) => {
                 TopLevelGrammar::from_json_schema(with_layout(schema.clone())?)
             }
-            Constraint::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
+            Constraint::Lark(text) | Constraint::ToolCalls { grammar: text, .. } => {
+                TopLevelGrammar::from_lark(text.clone())
+            }
         };
         let parser = self
             .factory
@@ -94,13 +108,25 @@ impl Grammars {
         if let Some(e) = matcher.get_error() {
             return Err(ConstraintError::Invalid(e));
         }
+        let calls = match c {
+            Constraint::ToolCalls {
+                declared, hermes, ..
+            } => Some(CallWatch {
+                reader: CallReader::new(declared.clone(), *hermes),
+                env: self.factory.tok_env().clone(),
+                pending: Vec::new(),
+            }),
+            _ => None,
+        };
         Ok(Grammar {
             matcher,
             kind: match c {
                 Constraint::JsonObject => "json_object",
                 Constraint::JsonSchema(_) => "json_schema",
                 Constraint::Lark(_) => "grammar",
+                Constraint::ToolCalls { .. } => "tools",
             },
+            calls,
         })
     }
 }
@@ -124,6 +150,37 @@ fn with_layout(schema: Value) -> Result<Value, ConstraintError> {
 pub struct Grammar {
     matcher: Matcher,
     kind: &'static str,
+    /// Tool calls read as they are written (tool-call grammars only).
+    calls: Option<CallWatch>,
+}
+
+/// The calls in a tool-call grammar's output, read token by token to end
+/// the output at a repeated call.
+#[derive(Clone)]
+struct CallWatch {
+    reader: CallReader,
+    env: TokEnv,
+    /// Bytes of a character split across tokens.
+    pending: Vec<u8>,
+}
+
+impl CallWatch {
+    fn feed(&mut self, token: u32) {
+        let bytes = self.env.tok_trie().token(token);
+        if bytes.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER) {
+            return;
+        }
+        self.pending.extend_from_slice(bytes);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(s) => s.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        if valid > 0 {
+            let text = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
+            self.pending.drain(..valid);
+            self.reader.push(&text);
+        }
+    }
 }
 
 impl fmt::Debug for Grammar {
@@ -147,6 +204,9 @@ impl Grammar {
 
     /// Advances past `token`; false if the grammar refused it.
     pub fn commit(&mut self, token: u32) -> bool {
+        if let Some(w) = &mut self.calls {
+            w.feed(token);
+        }
         self.matcher.consume_token(token).is_ok()
     }
 
@@ -155,8 +215,9 @@ impl Grammar {
         self.matcher.is_accepting().unwrap_or(false)
     }
 
-    /// Whether nothing can follow: the output is complete.
+    /// Whether nothing can follow (the output is complete), or a tool
+    /// call just repeated an earlier one (the answer's calls are done).
     pub fn is_complete(&self) -> bool {
-        self.matcher.is_stopped()
+        self.matcher.is_stopped() || self.calls.as_ref().is_some_and(|w| w.reader.repeated())
     }
 }

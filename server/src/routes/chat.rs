@@ -29,6 +29,7 @@ use crate::routes::{best_of, reasoning};
 use crate::state::{limits, AppState};
 use crate::stream::{sse_response, ChunkFormat, StreamState};
 use crate::tools::{self, ToolCallDelta, ToolPlan};
+use tern_runtime::chat::tool_reader::{CallReader, Piece};
 use tern_runtime::chat::tools::ToolSyntax;
 
 /// The chat completions handler.
@@ -94,7 +95,11 @@ pub async fn chat_completions(
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
     plan.submit.adapters = served.adapters;
-    if let Some(forced) = tool_plan.as_ref().and_then(|t| t.constraint(syntax)) {
+    if let Some(forced) = tool_plan
+        .as_ref()
+        .filter(|t| t.is_forced())
+        .map(|t| t.constraint(syntax))
+    {
         if plan.constraint.is_some() {
             return Err(ApiError::invalid_param(
                 "tool_choice",
@@ -122,6 +127,14 @@ pub async fn chat_completions(
                 *param,
                 "structured outputs and forced tool calls cannot be combined with reasoning_effort or thinking_budget_tokens",
             ));
+        }
+    }
+    if let Some(auto) = tool_plan.as_ref().filter(|t| !t.is_forced()) {
+        // `auto`: free prose, a call held to its schema once it begins;
+        // not over a response format or grammar the request set, nor
+        // through reasoning (whose answer is forced separately).
+        if plan.constraint.is_none() && plan.submit.think.is_none() {
+            plan.constraint = Some(auto.constraint(syntax));
         }
     }
     let meta = ResponseMeta {
@@ -173,8 +186,8 @@ pub async fn chat_completions(
             include_usage: plan.include_usage,
             vocab,
             logprobs: logprobs.is_some(),
+            readers: Vec::new(),
             tools: tool_plan.map(|t| (t, syntax)),
-            held: Vec::new(),
         };
         return Ok(affinity::with_key(
             sse_response(events, StreamState::new(format, tally, plan.include_usage)),
@@ -253,11 +266,11 @@ pub struct ChatFormat {
     pub vocab: Arc<dyn Vocab>,
     /// Whether content chunks carry logprobs.
     pub logprobs: bool,
-    /// The request's tools: each choice's text is then held back and sent
-    /// at its finish, as prose and whole tool calls.
+    /// The request's tools: each choice's text is then read for calls as
+    /// it comes, prose sent as content and calls as `tool_calls` deltas.
     pub tools: Option<(ToolPlan, ToolSyntax)>,
-    /// Text held back per choice (with tools).
-    pub held: Vec<String>,
+    /// Each choice's call reader and whether it sent a call (with tools).
+    pub readers: Vec<(CallReader, bool)>,
 }
 
 impl ChatFormat {
@@ -290,6 +303,33 @@ impl ChatFormat {
     }
 }
 
+impl ChatFormat {
+    /// Chunks for what a choice's call reader said: prose as content, a
+    /// call's name and its arguments' fragments as `tool_calls` deltas.
+    fn tool_chunks(&mut self, index: usize, pieces: Vec<Piece>) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in pieces {
+            let (content, call) = match p {
+                Piece::Content(text) => (Some(text), None),
+                Piece::Begin { index: i, name } => {
+                    if let Some(r) = self.readers.get_mut(index) {
+                        r.1 = true;
+                    }
+                    (None, Some(ToolCallDelta::begin(i, name)))
+                }
+                Piece::Args { index: i, text } => (None, Some(ToolCallDelta::args(i, text))),
+            };
+            let delta = Delta {
+                role: None,
+                content,
+                tool_calls: call.map(|c| vec![c]),
+            };
+            out.push(self.delta_chunk(index, delta));
+        }
+        out
+    }
+}
+
 impl ChunkFormat for ChatFormat {
     fn opening(&mut self, index: usize) -> Vec<String> {
         let delta = Delta {
@@ -313,12 +353,12 @@ impl ChunkFormat for ChatFormat {
         } else {
             None
         };
-        if self.tools.is_some() {
-            if self.held.len() <= index {
-                self.held.resize(index + 1, String::new());
+        if let Some((plan, syntax)) = &self.tools {
+            while self.readers.len() <= index {
+                self.readers.push((plan.reader(*syntax), false));
             }
-            self.held[index].push_str(&text);
-            return Vec::new();
+            let pieces = self.readers[index].0.push(&text);
+            return self.tool_chunks(index, pieces);
         }
         if text.is_empty() && entry.is_none() {
             return Vec::new();
@@ -342,32 +382,17 @@ impl ChunkFormat for ChatFormat {
         reason: FinishReason,
         tern: Option<TernInfo>,
     ) -> Vec<String> {
-        let mut out = Vec::new();
         let mut finish_reason = finish_name(Some(reason));
-        if let Some((plan, syntax)) = &self.tools {
-            let text = self
-                .held
-                .get_mut(index)
-                .map(std::mem::take)
-                .unwrap_or_default();
-            let answer = plan.answer(*syntax, &text);
-            let delta = |content: Option<String>, tool_calls| Delta {
-                role: None,
-                content,
-                tool_calls,
-            };
-            finish_reason = answer.finish_reason(finish_reason);
-            if let Some(content) = answer.content.filter(|c| !c.is_empty()) {
-                out.push(delta(Some(content), None));
-            }
-            for (i, call) in answer.calls.into_iter().enumerate() {
-                out.push(delta(None, Some(vec![ToolCallDelta { index: i, call }])));
+        let mut chunks = Vec::new();
+        if let Some((reader, _)) = self.readers.get_mut(index) {
+            let pieces = reader.finish();
+            chunks = self.tool_chunks(index, pieces);
+            // Calls that were sent make `tool_calls` the reason, unless the
+            // token limit cut the answer (more calls may have been coming).
+            if self.readers[index].1 && finish_reason != "length" {
+                finish_reason = "tool_calls";
             }
         }
-        let mut chunks: Vec<String> = out
-            .into_iter()
-            .map(|delta| self.delta_chunk(index, delta))
-            .collect();
         let choice = ChunkChoice {
             index,
             delta: Delta::default(),
@@ -404,7 +429,7 @@ mod tests {
             vocab: Arc::new(Letters),
             logprobs: true,
             tools: None,
-            held: Vec::new(),
+            readers: Vec::new(),
         }
     }
 
@@ -443,7 +468,7 @@ mod tests {
     }
 
     #[test]
-    fn a_streamed_tool_call_arrives_as_whole_calls_then_tool_calls_finish() {
+    fn a_streamed_tool_call_arrives_as_deltas_while_generated() {
         let tools = vec![serde_json::json!({"type": "function", "function": {"name": "add"}})];
         let plan = crate::tools::plan(Some(&tools), None, None)
             .unwrap()
@@ -452,7 +477,7 @@ mod tests {
         f.tools = Some((plan, ToolSyntax::Hermes));
         let mut s = StreamState::new(f, Tally::new(1, 4, "full".into()), false);
         let text =
-            "Sure.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+            "Sure.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
         let mut events = vec![Event::Prefilled { prompt_tokens: 4 }];
         for piece in text.split_inclusive(' ') {
             events.push(Event::Token {
@@ -462,27 +487,48 @@ mod tests {
                 logprob: None,
             });
         }
+        let tokens = events.len() - 1;
         events.push(Event::Done {
             index: 0,
             finish_reason: FinishReason::Stop,
             completion_tokens: 5,
             kv: kv(10, 40),
         });
-        let v: Vec<Value> = events
+        // (event number, chunk) pairs.
+        let v: Vec<(usize, Value)> = events
             .into_iter()
-            .flat_map(|e| s.on_event(e))
-            .map(|p| serde_json::from_str(&p).unwrap_or(Value::String(p)))
+            .enumerate()
+            .flat_map(|(i, e)| s.on_event(e).into_iter().map(move |p| (i, p)))
+            .map(|(i, p)| (i, serde_json::from_str(&p).unwrap_or(Value::String(p))))
             .collect();
-        // opening, prose, one call, finish, [DONE]
-        assert_eq!(v.len(), 5, "{v:?}");
-        assert_eq!(v[1]["choices"][0]["delta"]["content"], "Sure.");
-        let call = &v[2]["choices"][0]["delta"]["tool_calls"][0];
-        assert_eq!(call["index"], 0);
-        assert_eq!(call["type"], "function");
-        assert_eq!(call["function"]["name"], "add");
-        assert_eq!(call["function"]["arguments"], r#"{"a":1}"#);
-        assert!(call["id"].as_str().unwrap().starts_with("call_"));
-        assert_eq!(v[3]["choices"][0]["finish_reason"], "tool_calls");
+        let delta = |c: &Value| c["choices"][0]["delta"].clone();
+        let content: String = v
+            .iter()
+            .filter_map(|(_, c)| delta(c)["content"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(content.trim(), "Sure.");
+        let calls: Vec<(usize, Value)> = v
+            .iter()
+            .filter(|(_, c)| delta(c)["tool_calls"].is_array())
+            .map(|(i, c)| (*i, delta(c)["tool_calls"][0].clone()))
+            .collect();
+        let (at, first) = &calls[0];
+        assert_eq!(first["index"], 0);
+        assert_eq!(first["type"], "function");
+        assert_eq!(first["function"]["name"], "add");
+        assert!(first["id"].as_str().unwrap().starts_with("call_"));
+        // The name goes out before the last token arrives, and the
+        // arguments in several fragments that join to the JSON.
+        assert!(*at < tokens, "name sent at event {at} of {tokens}");
+        assert!(calls.len() >= 3, "{calls:?}");
+        let args: String = calls
+            .iter()
+            .map(|(_, c)| c["function"]["arguments"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(args, r#"{"a": 1, "b": 2}"#);
+        assert!(calls[1..].iter().all(|(_, c)| c.get("id").is_none()));
+        let last = &v[v.len() - 2].1;
+        assert_eq!(last["choices"][0]["finish_reason"], "tool_calls");
     }
 
     #[test]

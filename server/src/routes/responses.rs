@@ -158,14 +158,17 @@ pub async fn create(
         .template
         .as_ref()
         .map_or(ToolSyntax::Hermes, |t| t.tool_syntax());
-    if let Some(forced) = tool_plan.as_ref().and_then(|t| t.constraint(syntax)) {
-        if plan.constraint.is_some() {
+    if let Some(t) = &tool_plan {
+        if t.is_forced() && plan.constraint.is_some() {
             return Err(ApiError::invalid_param(
                 "tool_choice",
                 "a forced tool call cannot be combined with a JSON `text.format`",
             ));
         }
-        plan.constraint = Some(forced);
+        // `auto` leaves a `text.format` the request set in charge.
+        if plan.constraint.is_none() {
+            plan.constraint = Some(t.constraint(syntax));
+        }
     }
     params::compile_constraint(&mut plan, &model).await?;
     let prompt_tokens = plan.submit.prompt.len();
