@@ -482,10 +482,12 @@ pub struct BenchArgs {
     /// Repetitions per configuration; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    /// Backends to measure side by side (tern, llama-cpp), comma-separated;
-    /// runs interleave backend by backend, each in its own process.
+    /// Backends to measure side by side, comma-separated: tern, llama-cpp
+    /// (in process: the exactness reference, not a speed anchor), llama-native
+    /// (llama.cpp's own llama-bench from scripts/native_llama.sh: the speed
+    /// anchor). Runs interleave backend by backend, each in its own process.
     #[arg(long, value_delimiter = ',', default_value = "tern")]
-    pub backends: Vec<super::backend::BackendKind>,
+    pub backends: Vec<super::bench::BenchBackend>,
     /// Also measure Tern's own backend under this KV policy, in the same run
     /// and interleaved with the others (repeatable), e.g. `--also-policy
     /// snapkv:budget=256` beside a full-cache llama.cpp at depth 4096.

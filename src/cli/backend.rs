@@ -19,16 +19,6 @@ pub enum BackendKind {
     LlamaCpp,
 }
 
-impl BackendKind {
-    /// The name used in reports (`tern`, `llama-cpp`).
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Tern => "tern",
-            BackendKind::LlamaCpp => "llama-cpp",
-        }
-    }
-}
-
 /// Sizing for a llama.cpp context (ignored by Tern's own backend).
 #[cfg_attr(not(feature = "llama-cpp"), allow(dead_code))]
 pub struct Sizing {

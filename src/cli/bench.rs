@@ -26,6 +26,43 @@ use super::args::BenchArgs;
 use super::backend::{self, BackendKind, Sizing};
 use super::resolve;
 
+/// A backend `tern bench` measures: the two that run in process, or a native
+/// llama.cpp (its own CMake build, `GGML_NATIVE=ON`, from
+/// `scripts/native_llama.sh`) through its own llama-bench, the build speed
+/// figures are quoted against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchBackend {
+    /// Tern's own kernels.
+    #[value(alias = "candle")]
+    Tern,
+    /// llama.cpp in process (llama-cpp-2; the exactness reference, built -O2
+    /// for x86-64-v3: not a speed anchor).
+    LlamaCpp,
+    /// llama.cpp's own llama-bench, built natively: `target/llama-native/bin`
+    /// next to the tern binary, or `$TERN_LLAMA_BENCH`.
+    LlamaNative,
+}
+
+impl BenchBackend {
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchBackend::Tern => "tern",
+            BenchBackend::LlamaCpp => "llama-cpp",
+            BenchBackend::LlamaNative => "llama-native",
+        }
+    }
+
+    /// The in-process backend it is, if it is one.
+    fn in_process(self) -> Option<BackendKind> {
+        match self {
+            BenchBackend::Tern => Some(BackendKind::Tern),
+            BenchBackend::LlamaCpp => Some(BackendKind::LlamaCpp),
+            BenchBackend::LlamaNative => None,
+        }
+    }
+}
+
 /// One measured configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Row {
@@ -167,10 +204,13 @@ fn run_here(a: &BenchArgs, kind: BackendKind, path: &Path, rep: u64) -> Result<V
 /// reads its rows.
 fn run_child(
     a: &BenchArgs,
-    (kind, policy, dtype): &(BackendKind, KvPolicy, KvDtype),
+    (kind, policy, dtype): &(BenchBackend, KvPolicy, KvDtype),
     path: &Path,
     rep: u64,
 ) -> Result<Vec<Row>> {
+    if *kind == BenchBackend::LlamaNative {
+        return run_native(a, policy, *dtype, path);
+    }
     let exe = std::env::current_exe()?;
     let depths: Vec<String> = a.depths.iter().map(|d| d.to_string()).collect();
     let mut cmd = Command::new(exe);
@@ -197,6 +237,128 @@ fn run_child(
     Ok(serde_json::from_value(v["rows"].clone())?)
 }
 
+/// The native llama-bench: `$TERN_LLAMA_BENCH`, or where
+/// `scripts/native_llama.sh` puts it (target/llama-native/bin, beside the
+/// directory of this binary).
+fn native_bench_path() -> Result<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("TERN_LLAMA_BENCH") {
+        return Ok(p.into());
+    }
+    let exe = std::env::current_exe()?;
+    let p = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|t| t.join("llama-native/bin/llama-bench"))
+        .context("no directory above the tern binary")?;
+    if !p.exists() {
+        bail!(
+            "llama-native needs a native llama-bench: run scripts/native_llama.sh (builds {}) or set TERN_LLAMA_BENCH",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// One repetition of the native llama.cpp: its own llama-bench, one
+/// repetition (`-r 1`), the same prompt and generation sizes, depths,
+/// threads and KV storage, llama.cpp's defaults otherwise (batch, flash
+/// attention, repacking). Peak RSS is the child's own (`wait4`).
+fn run_native(a: &BenchArgs, policy: &KvPolicy, dtype: KvDtype, path: &Path) -> Result<Vec<Row>> {
+    if !matches!(policy, KvPolicy::Full) {
+        bail!("llama-native measures llama.cpp's full cache only (--kv-policy full)");
+    }
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|t| t.parse::<usize>().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let depths: Vec<String> = a.depths.iter().map(|d| d.to_string()).collect();
+    let bench = native_bench_path()?;
+    let child = Command::new(&bench)
+        .args(["-m", &path.to_string_lossy()])
+        .args(["-p", &a.n_prompt.to_string()])
+        .args(["-n", &a.n_gen.to_string()])
+        .args(["-d", &depths.join(",")])
+        .args(["-t", &threads.to_string()])
+        .args(["-ctk", dtype.name(), "-ctv", dtype.name()])
+        .args(["-r", "1", "-o", "json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", bench.display()))?;
+    let (status, stdout, stderr, peak) = wait_with_peak(child)?;
+    if !status.success() {
+        bail!(
+            "llama-native run failed: {}",
+            stderr.lines().last().unwrap_or("no output")
+        );
+    }
+    let tests: Vec<serde_json::Value> =
+        serde_json::from_str(&stdout).context("reading llama-bench's JSON")?;
+    let speed = |prompt: usize, gen: usize, depth: usize| {
+        tests.iter().find_map(|t| {
+            let field = |k: &str| t[k].as_u64().map(|v| v as usize);
+            (field("n_prompt") == Some(prompt)
+                && field("n_gen") == Some(gen)
+                && field("n_depth") == Some(depth))
+            .then(|| t["avg_ts"].as_f64())
+            .flatten()
+        })
+    };
+    a.depths
+        .iter()
+        .map(|&d| {
+            Ok(Row {
+                backend: BenchBackend::LlamaNative.name().into(),
+                kv_policy: policy.to_string(),
+                kv_dtype: dtype,
+                depth: d,
+                pp_tokens_per_s: if a.n_prompt > 0 {
+                    Some(speed(a.n_prompt, 0, d).context("llama-bench reported no pp test")?)
+                } else {
+                    None
+                },
+                tg_tokens_per_s: speed(0, a.n_gen, d).context("llama-bench reported no tg test")?,
+                peak_rss_bytes: Some(peak),
+                kv_bytes: 0,
+            })
+        })
+        .collect()
+}
+
+/// Waits for `child`, reading its output, and returns its exit status,
+/// stdout, stderr and peak resident bytes (from its own rusage).
+fn wait_with_peak(
+    mut child: std::process::Child,
+) -> Result<(std::process::ExitStatus, String, String, u64)> {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut out = child.stdout.take().context("no stdout")?;
+    let mut err = child.stderr.take().context("no stderr")?;
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let mut stdout = String::new();
+    out.read_to_string(&mut stdout)?;
+    let stderr = err_reader.join().unwrap_or_default();
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child, which
+    // std has not reaped (we never call child.wait()).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: pid is our unreaped child; both pointers are valid.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    if r != pid {
+        bail!(
+            "waiting for llama-bench: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let status = std::process::ExitStatus::from_raw(status);
+    Ok((status, stdout, stderr, usage.ru_maxrss as u64 * 1024))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -209,7 +371,10 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         bail!("--backends needs at least one backend");
     }
     if let Some(rep) = a.child_rep {
-        let rows = run_here(a, a.backends[0], &path, rep)?;
+        let kind = a.backends[0]
+            .in_process()
+            .context("a bench child runs an in-process backend")?;
+        let rows = run_here(a, kind, &path, rep)?;
         println!("{}", serde_json::json!({ "rows": rows }));
         return Ok(());
     }
@@ -217,7 +382,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     // Every backend under the main policy and storage, then Tern's under
     // each extra policy and each extra storage type.
     let main_dtype = a.kv.kv_dtype;
-    let mut configs: Vec<(BackendKind, KvPolicy, KvDtype)> = a
+    let mut configs: Vec<(BenchBackend, KvPolicy, KvDtype)> = a
         .backends
         .iter()
         .map(|&k| (k, a.kv.kv_policy.clone(), main_dtype))
@@ -225,12 +390,12 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     configs.extend(
         a.also_policy
             .iter()
-            .map(|p| (BackendKind::Tern, p.clone(), main_dtype)),
+            .map(|p| (BenchBackend::Tern, p.clone(), main_dtype)),
     );
     configs.extend(
         a.also_kv_dtype
             .iter()
-            .map(|&d| (BackendKind::Tern, a.kv.kv_policy.clone(), d)),
+            .map(|&d| (BenchBackend::Tern, a.kv.kv_policy.clone(), d)),
     );
     let floor = if a.no_bandwidth {
         None
