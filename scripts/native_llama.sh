@@ -50,6 +50,14 @@ COMMON_FLAGS=(
     -DLLAMA_USE_PREBUILT_UI=OFF
     -DLLAMA_BUILD_SERVER=ON
 )
+# AMX stays off unless NATIVE_AMX=1: with it, ggml's AMX matmul
+# (ggml_backend_amx_mul_mat) died of SIGSEGV on the first prompt of every
+# model tried on this project's machine (SmolLM2 Q4_1, Qwen2.5-Coder Q4_K_M).
+# AVX-512, VNNI and BF16 stay on.
+if [[ "${NATIVE_AMX:-0}" != 1 ]]; then
+    NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    COMMON_FLAGS+=("-DCMAKE_C_FLAGS=$NO_AMX" "-DCMAKE_CXX_FLAGS=$NO_AMX")
+fi
 
 SDIST="$OUT/src/llama_cpp_python-$LCP_VERSION"
 TREE="$SDIST/vendor/llama.cpp"
@@ -62,6 +70,8 @@ fi
 TARGETS=(llama-bench llama-perplexity llama-server)
 missing=0
 for t in "${TARGETS[@]}"; do [[ -x "$BIN/$t" ]] || missing=1; done
+# Flags changed since the last build: build again.
+[[ "$(cat "$OUT/flags" 2>/dev/null)" == "${COMMON_FLAGS[*]}" ]] || missing=1
 if [[ $missing == 1 ]]; then
     echo "building ${TARGETS[*]} from llama-cpp-python $LCP_VERSION's llama.cpp (Release, GGML_NATIVE=ON, -j $JOBS)"
     cmake -S "$TREE" -B "$OUT/build" "${COMMON_FLAGS[@]}" >"$OUT/configure.log" 2>&1 ||
@@ -69,6 +79,7 @@ if [[ $missing == 1 ]]; then
     cmake --build "$OUT/build" --target "${TARGETS[@]}" -j "$JOBS" >"$OUT/build.log" 2>&1 ||
         { tail -30 "$OUT/build.log" >&2; exit 1; }
     for t in "${TARGETS[@]}"; do cp "$OUT/build/bin/$t" "$BIN/"; done
+    echo "${COMMON_FLAGS[*]}" >"$OUT/flags"
 fi
 
 # What was built, on what.

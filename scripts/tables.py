@@ -1525,6 +1525,49 @@ def models58_long_context():
                   "RSS after load", "KV held", "wall (prefill + 16 tokens)"], rows)
 
 
+# ---------------------------------------------------------------- native llama.cpp (issue 59)
+
+NATIVE59 = RECORDS / "native59"
+
+
+def native59_bench():
+    """`scripts/native_compare.py` records (docs/records/native59/*.json): Tern
+    beside llama.cpp's own llama-bench built with GGML_NATIVE=ON (the speed
+    anchor) and the in-process llama.cpp (AVX2, the exactness reference), one
+    interleaved run per record; ratios are Tern over native."""
+    rows = []
+    for path in sorted(NATIVE59.glob("*.json")):
+        j = json.loads(path.read_text())
+        floor = j.get("floor_tokens_per_s")
+        for depth in sorted({r["depth"] for r in j["rows"]}):
+            at = [r for r in j["rows"] if r["depth"] == depth]
+            native = next((r for r in at if r["backend"] == "llama-native"), None)
+            inproc = next((r for r in at if r["backend"] == "llama-cpp"), None)
+            for t in (r for r in at if r["backend"] == "tern"):
+                def ratio(key):
+                    if not native or not t.get(key) or not native.get(key):
+                        return "-"
+                    return f"{t[key] / native[key]:.2f}x"
+
+                def speed(r, key):
+                    return f"{r[key]:.1f}" if r and r.get(key) else "-"
+                policy = t["kv_policy"].split(",")[0]
+                rows.append([
+                    j["label"], f"{depth:,}", f"{policy}/{t['kv_dtype']}",
+                    speed(t, "pp_tokens_per_s"), speed(native, "pp_tokens_per_s"), ratio("pp_tokens_per_s"),
+                    speed(t, "tg_tokens_per_s"), speed(native, "tg_tokens_per_s"), ratio("tg_tokens_per_s"),
+                    f"{100 * t['tg_tokens_per_s'] / floor:.0f}% / {100 * native['tg_tokens_per_s'] / floor:.0f}%"
+                    if floor and native else "-",
+                    f"{speed(inproc, 'pp_tokens_per_s')} / {speed(inproc, 'tg_tokens_per_s')}",
+                    f"{j['load_before']:.1f}-{j['load_after']:.1f}",
+                ])
+    if not rows:
+        rows.append(["no record yet"] + ["-"] * 11)
+    return table(["model", "depth", "Tern cache", "pp512 Tern", "pp512 native", "pp ratio",
+                  "tg128 Tern", "tg128 native", "tg ratio", "decode of floor (Tern / native)",
+                  "in-process llama.cpp pp / tg", "load"], rows)
+
+
 TABLES = {
     "TRAINING.md": {
         "training-grpo-arith": training_grpo_arith,
@@ -1571,6 +1614,9 @@ TABLES = {
     },
     "KV.md": {
         "kv-gsm8k-rkv": kv_gsm8k_rkv,
+    },
+    "BENCHMARKS.md": {
+        "native59-bench": native59_bench,
     },
     "MODELS.md": {
         "models58-bench": models58_bench,

@@ -6,6 +6,8 @@
 //! to Tern's (top-1 agreement and mean KL over 1024 tokens).
 #![cfg(feature = "llama-cpp")]
 
+use std::process::Command;
+
 use crate::support::{
     assert_clean_error, greedy_refs, last_json, real_model, reference, tern, LLAMA_THREADS,
 };
@@ -690,4 +692,68 @@ fn real_gemma3_matches_llama_cpp_bit_for_bit_and_greedy() {
         assert!(!ours.is_empty(), "{prompt}: nothing generated");
         assert_eq!(ours, theirs, "{prompt}");
     }
+}
+
+/// `tern bench` with `llama-native`: a stand-in llama-bench (a shell script
+/// answering as the real one's `-o json` does, and failing on arguments it
+/// was not meant to get) sits beside Tern's backend; the rows carry its
+/// speeds; a cache policy it cannot run and a missing binary are one-line
+/// errors that say what to do.
+#[test]
+fn bench_runs_a_native_llama_bench_beside_tern() {
+    use std::os::unix::fs::PermissionsExt;
+    let model = real_model();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("llama-bench");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n\
+         case \"$*\" in *\"-p 32 -n 8 -d 0 -t \"*\"-ctk f16 -ctv f16 -r 1 -o json\"*) ;; *) echo \"bad args: $*\" >&2; exit 2;; esac\n\
+         echo '[{\"n_prompt\": 32, \"n_gen\": 0, \"n_depth\": 0, \"avg_ts\": 123.5},'\n\
+         echo ' {\"n_prompt\": 0, \"n_gen\": 8, \"n_depth\": 0, \"avg_ts\": 45.25}]'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bench = |extra: &[&str], native: &std::path::Path| {
+        let mut args = vec![
+            "bench",
+            "-m",
+            model.to_str().unwrap(),
+            "--backends",
+            "tern,llama-native",
+            "--n-prompt",
+            "32",
+            "--n-gen",
+            "8",
+            "--reps",
+            "1",
+            "--no-bandwidth",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .env("TERN_THREADS", LLAMA_THREADS.to_string())
+            .env("TERN_LLAMA_BENCH", native)
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let out = bench(&[], &fake);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = last_json(&out)["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["backend"], "tern");
+    assert_eq!(rows[1]["backend"], "llama-native");
+    assert_eq!(rows[1]["pp_tokens_per_s"], 123.5);
+    assert_eq!(rows[1]["tg_tokens_per_s"], 45.25);
+    assert!(rows[1]["peak_rss_bytes"].as_u64().unwrap() > 0);
+
+    let out = bench(&["--kv-policy", "snapkv:budget=64"], &fake);
+    assert_clean_error(&out, "full cache only");
+    let out = bench(&[], &dir.path().join("absent"));
+    assert_clean_error(&out, "starting");
 }

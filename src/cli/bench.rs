@@ -479,14 +479,14 @@ impl Floor {
 fn print_table(rows: &[Row], a: &BenchArgs, floor: Option<&Floor>) {
     if let Some(f) = floor {
         println!(
-            "memory read bandwidth {:.1} GB/s, {:.1} MB of weights per token: decode floor {:.0} tokens/s",
+            "memory read bandwidth {:.1} GB/s (every core summing its share of a 1 GiB buffer, best of 5 passes), {:.1} MB of weights per token: decode floor {:.0} tokens/s; `floor` is each decode's share of it",
             f.bandwidth / 1e9,
             f.weight_bytes as f64 / 1e6,
             f.tokens_per_s()
         );
     }
     println!(
-        "{:<10} {:<18} {:>6} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7}",
+        "{:<12} {:<18} {:>6} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7}",
         "backend",
         "policy",
         "depth",
@@ -516,7 +516,7 @@ fn print_table(rows: &[Row], a: &BenchArgs, floor: Option<&Floor>) {
             format!("{:.0}%", 100.0 * r.tg_tokens_per_s / f.tokens_per_s())
         });
         println!(
-            "{:<10} {:<18} {:>6} {:>10.1} {:>10.1} {:>8.1} {:>8.1} {:>9} {:>9} {:>7}",
+            "{:<12} {:<18} {:>6} {:>10.1} {:>10.1} {:>8.1} {:>8.1} {:>9} {:>9} {:>7}",
             r.backend,
             format!(
                 "{}/{}",
