@@ -927,3 +927,78 @@ fn eval_splits_its_table_by_task_difficulty() {
     std::fs::remove_file(&rec).unwrap();
     assert_clean_error(&run(file.to_str().unwrap()), "carry no difficulty");
 }
+
+/// Best-of-N on code with no tests given: the default model writes 4 unit
+/// tests, every candidate runs against every one in the sandbox, and the
+/// chosen candidate is printed beside the tests and the pass matrix.
+#[test]
+fn reward_with_generated_tests_prints_the_pass_matrix_and_the_choice() {
+    let entry = tern_hub::lookup(tern_hub::DEFAULT_MODEL).expect("in the catalog");
+    let dir = std::env::var_os("TERN_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::support::repo_root().join("models/cache"));
+    let model = dir.join(entry.file_name);
+    assert!(
+        model.is_file(),
+        "{} missing at {}: run `cargo run --release -- pull` (the test script does this)",
+        tern_hub::DEFAULT_MODEL,
+        model.display()
+    );
+    let out = tern(
+        &[
+            "bon",
+            "-m",
+            model.to_str().unwrap(),
+            "-p",
+            "Write a Python function add(a, b) that returns the sum of a and b.",
+            "-n",
+            "3",
+            "--max-tokens",
+            "96",
+            "--aggregate",
+            "reward",
+            "--generate-tests",
+            "4",
+        ],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The user-visible result: the chosen candidate's text on stdout.
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "{stderr}"
+    );
+    let kept: usize = stderr
+        .lines()
+        .find(|l| l.contains("generated tests kept from 4 replies"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no test summary: {stderr}"));
+    assert!((1..=4).contains(&kept), "{kept} tests kept: {stderr}");
+    // One matrix row per candidate, one letter per kept test; the chosen
+    // row (`*`) passes the most.
+    let rows: Vec<(bool, String)> = stderr
+        .lines()
+        .filter(|l| l.contains(" candidate ") && l.trim_end().ends_with(&format!("/{kept}")))
+        .map(|l| {
+            let row = l
+                .split(':')
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap();
+            (l.starts_with('*'), row.to_string())
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "{stderr}");
+    let passes = |r: &str| r.chars().filter(|&c| c == 'P').count();
+    for (_, row) in &rows {
+        assert_eq!(row.len(), kept, "{stderr}");
+        assert!(row.chars().all(|c| "PFTE".contains(c)), "{stderr}");
+    }
+    let best = rows.iter().map(|(_, r)| passes(r)).max().unwrap();
+    let chosen: Vec<&(bool, String)> = rows.iter().filter(|(c, _)| *c).collect();
+    assert_eq!(chosen.len(), 1, "{stderr}");
+    assert_eq!(passes(&chosen[0].1), best, "{stderr}");
+}

@@ -291,7 +291,8 @@ pub struct BonArgs {
     #[arg(short = 'n', long = "candidates", default_value_t = 8)]
     pub n: usize,
     /// majority (vote on extracted answers), synthesize (a CoT synthesizer reads
-    /// the candidates and answers), or reward (unit tests from --tests).
+    /// the candidates and answers), or reward (unit tests from --tests, or
+    /// written by a model with --generate-tests K).
     #[arg(long, default_value = "majority")]
     pub aggregate: tern_solve::reasoning::Aggregate,
     /// Sample in waves and stop once the leading answer is the majority with
@@ -306,8 +307,19 @@ pub struct BonArgs {
     #[arg(long, default_value_t = tern_solve::reasoning::DEFAULT_CONFIDENCE, value_parser = parse_confidence)]
     pub confidence: f64,
     /// Unit tests for --aggregate reward: one Python statement (or JSON string) per line.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "generate_tests")]
     pub tests: Option<PathBuf>,
+    /// For --aggregate reward without --tests: a model (--test-model, default
+    /// --model) writes K unit tests for the question, sampled in parallel with
+    /// the candidates; each candidate runs against each (1-64). The candidate
+    /// passing most wins; ties go to the pass pattern most candidates share,
+    /// then to the earliest.
+    #[arg(long, value_name = "K")]
+    pub generate_tests: Option<usize>,
+    /// A second model (path or registry name) that writes the tests of
+    /// --generate-tests, run as its own engine (default: --model).
+    #[arg(long, requires = "generate_tests")]
+    pub test_model: Option<String>,
     /// Candidates' temperature (the synthesizer decodes greedily).
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f32,
@@ -370,7 +382,9 @@ pub struct EvalArgs {
     /// Strategies to compare, comma-separated: single, majority@N, synthesize@N,
     /// adaptive[@N] (adaptive width in waves of 2; `adaptive@8:wave=1` samples
     /// one candidate at a time, `:confidence=0.9` stops at a lower posterior
-    /// than the default 0.95), synthesize@N:with=NAME (a --synthesizer), reward@N (code tasks: the candidate passing most tests),
+    /// than the default 0.95), synthesize@N:with=NAME (a --synthesizer), reward@N (code tasks: the candidate passing most of the task's tests),
+    /// reward@N:tests=K (code tasks: the candidate passing most of K tests a
+    /// model writes, --test-model or --model; graded by the task's tests),
     /// length@EFFORT (one greedy sample under adaptive length: EFFORT is low,
     /// medium, high, auto, or a token cap).
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]
@@ -425,6 +439,10 @@ pub struct EvalArgs {
     /// trained=runs/synth/export.gguf`.
     #[arg(long, value_name = "NAME=MODEL")]
     pub synthesizer: Vec<String>,
+    /// A second model (path or registry name) that writes the unit tests of
+    /// reward@N:tests=K, run as its own engine (default: --model).
+    #[arg(long)]
+    pub test_model: Option<String>,
 }
 
 /// `tern chat`.

@@ -1,6 +1,7 @@
 //! `tern bon`: best-of-N on one question, aggregated by majority vote, a
-//! CoT-based synthesizer or unit tests, optionally stopping early once the
-//! answer is settled (adaptive width).
+//! CoT-based synthesizer or unit tests (given, or written by a model with
+//! `--generate-tests K`), optionally stopping early once the answer is
+//! settled (adaptive width).
 
 use std::sync::Arc;
 
@@ -8,7 +9,10 @@ use anyhow::{bail, Context, Result};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_runtime::sampler::SamplingParams;
-use tern_solve::reasoning::{best_of_n_with, lacks_tests, BonRequest, LengthPolicy};
+use tern_solve::reasoning::{
+    best_of_n_generated_tests, best_of_n_with, lacks_tests, Aggregate, BonRequest, BonResult,
+    LengthPolicy, TestSpec, MAX_GENERATED_TESTS,
+};
 
 use super::args::BonArgs;
 use super::resolve;
@@ -28,11 +32,18 @@ pub fn run(a: &BonArgs) -> Result<()> {
             .collect(),
         None => Vec::new(),
     };
-    if lacks_tests(a.aggregate, &tests) {
+    if let Some(k) = a.generate_tests {
+        if a.aggregate != Aggregate::Reward {
+            bail!("--generate-tests writes unit tests for --aggregate reward; add it");
+        }
+        if k == 0 || k > MAX_GENERATED_TESTS {
+            bail!("--generate-tests must be between 1 and {MAX_GENERATED_TESTS}, got {k}");
+        }
+    } else if lacks_tests(a.aggregate, &tests) {
         match &a.tests {
             Some(path) => bail!("--tests {} holds no tests", path.display()),
             None => bail!(
-                "--aggregate reward scores candidates by unit tests: give --tests FILE (one Python assert per line)"
+                "--aggregate reward scores candidates by unit tests: give --tests FILE (one Python assert per line) or --generate-tests K (a model writes K)"
             ),
         }
     }
@@ -44,6 +55,7 @@ pub fn run(a: &BonArgs) -> Result<()> {
     }
     let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
     let synthesizer = resolve::synthesizer(a.synthesizer_model.as_deref())?;
+    let tester = resolve::tester(a.test_model.as_deref())?;
     let req = BonRequest {
         messages: a
             .system
@@ -71,7 +83,19 @@ pub fn run(a: &BonArgs) -> Result<()> {
         cancel: Default::default(),
     };
     let t = std::time::Instant::now();
-    let res = best_of_n_with(&engine, synthesizer.as_ref().unwrap_or(&engine), &req)?;
+    let res = match a.generate_tests {
+        // The tests are sampled as the candidates are, from their own seeds.
+        Some(k) => {
+            let spec = TestSpec {
+                k,
+                max_tokens: a.max_tokens,
+                temperature: a.temperature,
+                top_p: a.top_p,
+            };
+            best_of_n_generated_tests(&engine, tester.as_ref().unwrap_or(&engine), &req, &spec)?
+        }
+        None => best_of_n_with(&engine, synthesizer.as_ref().unwrap_or(&engine), &req)?,
+    };
     let secs = t.elapsed().as_secs_f64();
     if a.model.json {
         let mut v = serde_json::to_value(&res)?;
@@ -108,6 +132,7 @@ pub fn run(a: &BonArgs) -> Result<()> {
             );
         }
     }
+    print_generated_tests(&res);
     println!("{}", res.text.trim());
     eprintln!(
         "[{:?}: answer {}; {} candidates{}, {} tokens, {:.1} s]",
@@ -125,4 +150,35 @@ pub fn run(a: &BonArgs) -> Result<()> {
         secs
     );
     Ok(())
+}
+
+/// With `--generate-tests`: the tests kept and the pass matrix, on stderr
+/// (the chosen candidate's text is what goes to stdout).
+fn print_generated_tests(res: &BonResult) {
+    let Some(g) = &res.generated_tests else {
+        return;
+    };
+    eprintln!(
+        "{} generated tests kept from {} replies ({} tokens; sampling {:.1} s, sandbox {:.1} s):",
+        g.tests.len(),
+        g.replies.len(),
+        g.tokens,
+        g.generate_seconds,
+        g.judge_seconds
+    );
+    for (j, t) in g.tests.iter().enumerate() {
+        let shown = t.trim().replace('\n', "\n      ");
+        eprintln!("  t{:<2} {shown}", j + 1);
+    }
+    eprintln!("pass matrix (candidate x test: P pass, F fail, T timeout, E error):");
+    for (i, row) in g.matrix.iter().enumerate() {
+        let mark = if res.chosen == Some(i) { "*" } else { " " };
+        let passed = row.chars().filter(|&c| c == 'P').count();
+        eprintln!(
+            "{mark} candidate {:>2}: {row:<w$} {passed}/{}",
+            i + 1,
+            g.tests.len(),
+            w = g.tests.len()
+        );
+    }
 }

@@ -44,6 +44,9 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     }
     let tasks = eval::read_tasks(&a.task, a.offset, a.limit).map_err(worded)?;
     eval::check_fit(&strategies, &tasks)?;
+    if a.test_model.is_some() && strategies.iter().all(|s| s.tests.is_none()) {
+        bail!("--test-model writes the tests of reward@N:tests=K: no strategy asks for them");
+    }
     let done = match &a.records {
         Some(p) => eval::load_records(p).map_err(worded)?,
         None => Records::new(),
@@ -75,6 +78,8 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     let synthesizer = resolve::synthesizer(a.synthesizer_model.as_deref())?;
     let synthesizer = synthesizer.as_ref().unwrap_or(&engine);
     let named = named_synthesizers(&a.synthesizer, &strategies)?;
+    let tester = resolve::tester(a.test_model.as_deref())?;
+    let tester = tester.as_ref().unwrap_or(&engine);
     let settings = Settings {
         temperature: a.temperature,
         seed: a.seed,
@@ -134,6 +139,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         engine: &engine,
         synthesizer,
         named: &named,
+        tester,
     };
     let sink = sink.as_mut().map(|f| f as &mut (dyn std::io::Write + Send));
     let totals = eval::run(&plan, engines, sink, &on_event)?;

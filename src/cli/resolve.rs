@@ -45,10 +45,21 @@ pub fn load(spec: &str) -> Result<LoadedModel> {
 /// thread beside the candidates' engine. A model that fails to load is an
 /// error naming the flag.
 pub fn synthesizer(spec: Option<&str>) -> Result<Option<EngineHandle>> {
+    second_engine(spec, "--synthesizer-model")
+}
+
+/// The engine of `--test-model`, if one is given: the model that writes
+/// unit tests for `--generate-tests` / `reward@N:tests=K`.
+pub fn tester(spec: Option<&str>) -> Result<Option<EngineHandle>> {
+    second_engine(spec, "--test-model")
+}
+
+/// A second model's engine, beside the candidates'; a load failure names `flag`.
+fn second_engine(spec: Option<&str>, flag: &str) -> Result<Option<EngineHandle>> {
     let Some(spec) = spec else {
         return Ok(None);
     };
-    let model = load(spec).with_context(|| format!("loading --synthesizer-model {spec}"))?;
+    let model = load(spec).with_context(|| format!("loading {flag} {spec}"))?;
     Ok(Some(EngineHandle::spawn(
         Arc::new(model),
         EngineConfig::default(),

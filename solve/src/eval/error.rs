@@ -31,7 +31,7 @@ pub enum EvalError {
     },
     /// A strategy name that does not exist.
     #[error(
-        "unknown strategy `{0}`: use single, majority@N, synthesize@N, adaptive[@N], reward@N (code tasks) or length@EFFORT"
+        "unknown strategy `{0}`: use single, majority@N, synthesize@N, adaptive[@N], reward@N[:tests=K] (code tasks) or length@EFFORT"
     )]
     UnknownStrategy(String),
     /// A strategy that compares answers asked of code tasks.

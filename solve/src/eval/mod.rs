@@ -1,6 +1,7 @@
 //! Task-set evaluation: how often answer strategies (one greedy sample,
 //! majority@N, synthesize@N, adaptive width or length, reward@N on code
-//! tasks) solve a set of tasks, at what cost in tokens and time. `tern eval`
+//! tasks by their own tests, or `reward@N:tests=K` by K tests a model
+//! writes) solve a set of tasks, at what cost in tokens and time. `tern eval`
 //! drives it and prints its rows; the trainer grades its held-out accuracy
 //! with the same [`judge`] and [`Totals`], so both mean the same by "solved".
 //!
@@ -16,7 +17,7 @@ pub mod strategy;
 pub mod synthesis_data;
 
 pub use error::EvalError;
-pub use record::{judge, load_records, Grade, Record, Records};
+pub use record::{judge, load_records, GeneratedRecord, Grade, Record, Records};
 pub use report::{rows, totals_from_records, HeadToHead, Row, Totals};
 pub use run::{read_tasks, run, Engines, Event, Plan, Settings};
 pub use strategy::{check_fit, share_samples, Strategy};

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::reasoning::BonResult;
+use crate::reasoning::{BonResult, GeneratedTests};
 use crate::tasks::Task;
 use crate::verify;
 
@@ -39,6 +39,31 @@ pub struct Record {
     pub seconds: f64,
     /// Produced from candidates shared with the other strategies of its group.
     pub shared: bool,
+    /// `reward@N:tests=K` only: everything needed to recompute any table
+    /// over this task (another K, a random or an oracle choice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated_tests: Option<GeneratedRecord>,
+}
+
+/// One task's run of best-of-N judged by tests a model wrote: the candidates,
+/// the tests, the pass matrix, the choice, and every candidate's verdict on
+/// the task's own (hidden) tests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GeneratedRecord {
+    /// The tests, the writer's replies, the pass matrix (a row per candidate,
+    /// a letter per test: `P` pass, `F` fail, `T` timeout, `E` error), the
+    /// writer's tokens and the generation and sandbox seconds.
+    #[serde(flatten)]
+    pub run: GeneratedTests,
+    /// Every candidate's full text, in seed order.
+    pub candidates: Vec<String>,
+    /// Index of the chosen candidate (most generated tests passed, ties to
+    /// the most shared pattern, then the earliest).
+    pub chosen: usize,
+    /// Every candidate on the task's own tests, in the matrix's letters: the
+    /// hidden verdict of each (a candidate is right when its row is all `P`;
+    /// the record's `ok` is the chosen one's).
+    pub hidden: Vec<String>,
 }
 
 /// Records by (strategy label, task index).
@@ -89,7 +114,13 @@ impl Record {
         secs: f64,
         shared: bool,
     ) -> Result<Record, EvalError> {
-        let grade = judge(task, &res.text, res.answer.as_deref())?;
+        let (grade, generated_tests) = match (&res.generated_tests, res.chosen) {
+            (Some(run), Some(chosen)) if task.is_code() => {
+                let (grade, record) = judge_every_candidate(task, res, run, chosen)?;
+                (grade, Some(record))
+            }
+            _ => (judge(task, &res.text, res.answer.as_deref())?, None),
+        };
         let lengths = res.candidates.iter().filter_map(|c| c.length.as_ref());
         Ok(Record {
             strategy: s.label.clone(),
@@ -104,8 +135,39 @@ impl Record {
             tokens_saved: lengths.map(|l| l.tokens_saved).sum(),
             seconds: secs,
             shared,
+            generated_tests,
         })
     }
+}
+
+/// The hidden verdict of every candidate of a generated-tests run (one
+/// sandbox pass over all of them), the chosen one's as the grade.
+fn judge_every_candidate(
+    task: &Task,
+    res: &BonResult,
+    run: &GeneratedTests,
+    chosen: usize,
+) -> Result<(Grade, GeneratedRecord), EvalError> {
+    let programs: Vec<String> = res
+        .candidates
+        .iter()
+        .map(|c| task.program(&verify::extract_code(&c.text)))
+        .collect();
+    let reports = verify::judge_many(&programs, &task.tests, &verify::Limits::default())
+        .map_err(EvalError::Judge)?;
+    let r = &reports[chosen];
+    let grade = Grade {
+        ok: r.total > 0 && r.passed == r.total,
+        answer: Some(format!("{}/{} tests", r.passed, r.total)),
+        want: format!("{} tests", r.total),
+    };
+    let record = GeneratedRecord {
+        run: run.clone(),
+        candidates: res.candidates.iter().map(|c| c.text.clone()).collect(),
+        chosen,
+        hidden: reports.iter().map(verify::matrix_row).collect(),
+    };
+    Ok((grade, record))
 }
 
 impl Record {
@@ -125,6 +187,7 @@ impl Record {
             tokens_saved: 0,
             seconds: secs,
             shared: false,
+            generated_tests: None,
         }
     }
 }

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::reasoning::{best_of_n_shared_by, best_of_n_with, Aggregate, BonRequest};
+use crate::reasoning::{
+    best_of_n_generated_tests, best_of_n_shared_by, best_of_n_with, Aggregate, BonRequest, TestSpec,
+};
 use crate::tasks::{self, Task};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::EngineHandle;
@@ -106,6 +108,8 @@ pub struct Engines<'a> {
     pub synthesizer: &'a EngineHandle,
     /// Synthesizers by name, for `synthesize@N:with=NAME`.
     pub named: &'a [(String, EngineHandle)],
+    /// Writes the unit tests of `reward@N:tests=K` (may be `engine` itself).
+    pub tester: &'a EngineHandle,
 }
 
 impl<'a> Engines<'a> {
@@ -203,6 +207,21 @@ pub fn run(
                                 EvalError,
                             >>()?;
                     best_of_n_shared_by(engine, &req, &ways)?
+                } else if let Some(k) = lead.tests {
+                    // The tests are sampled as the candidates are (task i's
+                    // seeds, the run's temperature), from their own seeds.
+                    let spec = TestSpec {
+                        k,
+                        max_tokens: settings.max_tokens,
+                        temperature: settings.temperature,
+                        top_p: 0.95,
+                    };
+                    vec![best_of_n_generated_tests(
+                        engine,
+                        engines.tester,
+                        &req,
+                        &spec,
+                    )?]
                 } else {
                     let by = engines.synthesizer_of(lead)?;
                     vec![best_of_n_with(engine, by, &req)?]

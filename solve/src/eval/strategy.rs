@@ -2,7 +2,7 @@
 //! `length@auto` mean, which strategies fit a task set, and which ones can
 //! share one set of samples per task.
 
-use crate::reasoning::{Aggregate, Effort, LengthPolicy, DEFAULT_CONFIDENCE};
+use crate::reasoning::{Aggregate, Effort, LengthPolicy, DEFAULT_CONFIDENCE, MAX_GENERATED_TESTS};
 use crate::tasks::Task;
 use tern_runtime::engine::MAX_N;
 
@@ -29,6 +29,12 @@ pub struct Strategy {
     /// `synthesize@N:with=NAME`: the synthesizer named NAME writes the
     /// synthesis (the caller maps names to models); `None`: the default one.
     pub synthesizer: Option<String>,
+    /// `reward@N:tests=K`: a model writes K unit tests per task and the
+    /// candidates are chosen by them (`reasoning::best_of_n_generated_tests`);
+    /// the task's own tests then grade only the chosen candidate (and, in
+    /// the record, every candidate). `None`: `reward@N` chooses by the
+    /// task's own tests (the oracle).
+    pub tests: Option<usize>,
 }
 
 /// Adaptive width's default wave: 2 candidates per engine request, as `tern bon`.
@@ -37,7 +43,8 @@ pub const DEFAULT_WAVE: usize = 2;
 impl Strategy {
     /// Parses a spec: `single`, `majority@N`, `synthesize@N`, `adaptive[@N]`
     /// (options after the count, `adaptive@8:wave=1`), `synthesize@N:with=NAME`
-    /// (a named synthesizer), `reward@N` or `length@EFFORT`; a bare name
+    /// (a named synthesizer), `reward@N`, `reward@N:tests=K` (K tests written
+    /// by a model choose) or `length@EFFORT`; a bare name
     /// samples 8. `probe_every` is adaptive
     /// length's probe interval.
     pub fn parse(s: &str, probe_every: usize) -> Result<Strategy, EvalError> {
@@ -77,15 +84,33 @@ impl Strategy {
         let mut wave = DEFAULT_WAVE.min(n);
         let mut synthesizer = None;
         let mut confidence = DEFAULT_CONFIDENCE;
+        let mut tests = None;
         if let Some(options) = options {
-            if !adaptive && aggregate != Aggregate::Synthesize {
+            if !adaptive && aggregate == Aggregate::Majority {
                 return Err(bad(
-                    "only adaptive@N (`:wave=W`) and synthesize@N (`:with=NAME`) take options"
+                    "only adaptive@N (`:wave=W`), synthesize@N (`:with=NAME`) and reward@N (`:tests=K`) take options"
                         .into(),
                 ));
             }
             for kv in options.split(':') {
                 match kv.split_once('=') {
+                    Some(("tests", k)) if aggregate == Aggregate::Reward => {
+                        tests = Some(
+                            k.parse::<usize>()
+                                .ok()
+                                .filter(|k| (1..=MAX_GENERATED_TESTS).contains(k))
+                                .ok_or_else(|| {
+                                    bad(format!(
+                                        "tests must be a count from 1 to {MAX_GENERATED_TESTS}, got `{k}`"
+                                    ))
+                                })?,
+                        )
+                    }
+                    _ if aggregate == Aggregate::Reward => {
+                        return Err(bad(format!(
+                            "unknown option `{kv}` (reward@N takes tests=K)"
+                        )))
+                    }
                     Some(("with", name)) if aggregate == Aggregate::Synthesize => {
                         if name.is_empty() {
                             return Err(bad("`with=` needs a synthesizer's name".into()));
@@ -134,6 +159,7 @@ impl Strategy {
             confidence,
             synthesizer,
             length: None,
+            tests,
         })
     }
 
@@ -148,6 +174,7 @@ impl Strategy {
             confidence: DEFAULT_CONFIDENCE,
             length: None,
             synthesizer: None,
+            tests: None,
         }
     }
 }
@@ -174,6 +201,7 @@ fn parse_length(s: &str, effort: &str, probe_every: usize) -> Result<Strategy, E
         confidence: DEFAULT_CONFIDENCE,
         length: policy,
         synthesizer: None,
+        tests: None,
     })
 }
 
@@ -195,15 +223,16 @@ pub fn check_fit(strategies: &[Strategy], tasks: &[(usize, Task)]) -> Result<(),
 
 /// Strategies that run together: a group of several majority / synthesize /
 /// adaptive strategies with the same N shares one set of N samples per task
-/// (see `reasoning::best_of_n_shared`); everything else runs alone.
+/// (see `reasoning::best_of_n_shared`); everything else (one sample,
+/// adaptive length, tests written by a model) runs alone.
 pub fn share_samples(strategies: &[Strategy]) -> Vec<Vec<usize>> {
+    let shareable = |s: &Strategy| s.n > 1 && s.length.is_none() && s.tests.is_none();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, s) in strategies.iter().enumerate() {
-        let shareable = s.n > 1 && s.length.is_none();
-        let joined = shareable
+        let joined = shareable(s)
             && groups.iter_mut().any(|g| {
                 let first = &strategies[g[0]];
-                let fits = first.n == s.n && first.n > 1 && first.length.is_none();
+                let fits = first.n == s.n && shareable(first);
                 if fits {
                     g.push(i);
                 }
@@ -252,10 +281,32 @@ mod tests {
             "majority@8:with=x",
             "synthesize@8:with=",
             "synthesize@8:wave=2",
+            "reward@4:tests=0",
+            "reward@4:tests=65",
+            "reward@4:tests=x",
+            "reward@4:with=a",
         ] {
             let e = Strategy::parse(bad, 64).unwrap_err().to_string();
             assert!(e.contains(bad), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn reward_takes_a_count_of_generated_tests() {
+        let s = Strategy::parse("reward@4:tests=8", 64).unwrap();
+        assert_eq!((s.n, s.tests, s.aggregate), (4, Some(8), Aggregate::Reward));
+        assert_eq!(Strategy::parse("reward@4", 64).unwrap().tests, None);
+        // Generated tests run alone; the task's own tests share as before.
+        let s: Vec<Strategy> = [
+            "reward@4",
+            "reward@4:tests=4",
+            "reward@4:tests=8",
+            "reward@4",
+        ]
+        .iter()
+        .map(|s| Strategy::parse(s, 64).unwrap())
+        .collect();
+        assert_eq!(share_samples(&s), vec![vec![0, 3], vec![1], vec![2]]);
     }
 
     #[test]

@@ -4,10 +4,13 @@
 //! settled). A client of [`EngineHandle`] like any other: candidates are one
 //! request with `n` completions, so the prompt is prefilled once and its cache
 //! forked `n` ways. Adaptive length ([`adaptive_length`]) caps and probes one
-//! completion's reasoning through the engine's thinking budget.
+//! completion's reasoning through the engine's thinking budget. Code
+//! candidates can also be judged by tests a model writes for them
+//! ([`best_of_n_generated_tests`]).
 
 mod length;
 mod synthesize;
+mod unit_tests;
 
 use std::str::FromStr;
 
@@ -25,6 +28,10 @@ pub use length::{
     DEFAULT_PROBE_EVERY, MAX_THINKING_BUDGET,
 };
 pub use synthesize::synthesis_prompt;
+pub use unit_tests::{
+    best_of_n_generated_tests, test_prompt, GeneratedTests, TestGenError, TestSpec,
+    MAX_GENERATED_TESTS, REPLY_HEAD, TEST_SEED_OFFSET,
+};
 
 /// How the candidates become one answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -142,6 +149,10 @@ pub struct BonResult {
     /// to it and the synthesizer wrote one more sentence (`synthesize` only).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub forced_answer: bool,
+    /// The tests a model wrote and the pass matrix over them (`reward` with
+    /// generated tests only, [`best_of_n_generated_tests`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generated_tests: Option<GeneratedTests>,
 }
 
 /// Why best-of-N failed.
@@ -159,6 +170,9 @@ pub enum ReasoningError {
     /// `reward` without tests, or the judge could not run.
     #[error("{0}")]
     Verify(String),
+    /// Tests a model was to write could not be written or run.
+    #[error(transparent)]
+    Tests(#[from] TestGenError),
 }
 
 type Result<T> = std::result::Result<T, ReasoningError>;
@@ -401,6 +415,7 @@ fn aggregate(
         candidates_saved,
         tests_run,
         forced_answer,
+        generated_tests: None,
     })
 }
 

@@ -18,10 +18,13 @@
 //! - [`gate`]: the process-wide limit on sandboxes alive at once.
 //! - [`scaled`]: judging with a test count scaled to the question's
 //!   difficulty (more tests where candidates disagree).
+//! - [`generated_tests`]: unit tests a model wrote, read out of its replies,
+//!   deduplicated and capped (the CodeRM setting). Pure.
 
 pub mod answer;
 mod cgroup;
 pub mod gate;
+pub mod generated_tests;
 pub mod judge;
 pub mod sandbox;
 pub mod scaled;
@@ -30,6 +33,7 @@ mod seccomp;
 pub mod vote;
 
 pub use answer::{answers_match, extract_answer, normalize_number};
+pub use generated_tests::{matrix_row, normalize_test, parse_tests, pick_tests};
 pub use judge::{
     best_by_tests, check, extract_code, judge_many, judge_python, tests_for_difficulty,
     with_prelude, Cancel, CancelOnDrop, JudgeError, JudgeReport, Limits, Verdict,
