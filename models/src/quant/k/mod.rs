@@ -31,8 +31,12 @@
 //! floating-point combination in ggml's order, shared by both kernels; it says
 //! so through [`superblock::SuperBlock`], and the drivers that walk a row
 //! (`superblock::dot`, `superblock::dot_rows`) are written once over that trait.
-//! A new super-block format is one file implementing it.
+//! A new super-block format is one file implementing it. On AVX2, Q4_K
+//! (repacked), Q5_K and Q6_K products skip those drivers for register-blocked
+//! ones in `fast.rs` (the same orders, several outputs per vector).
 
+#[cfg(target_arch = "x86_64")]
+mod fast;
 pub mod q2k;
 pub mod q3k;
 pub mod q4k;
@@ -275,9 +279,34 @@ impl KWeights {
         let threads = pool.threads();
         let work = rows * n * self.blocks_per_row();
         let out_ptr = SharedOut(out.as_mut_ptr());
+        let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
+        #[cfg(target_arch = "x86_64")]
+        if avx2 && fast::supports(self) {
+            // SAFETY: AVX2, FMA and F16C were detected (`best_kernel`); each
+            // column range is claimed by one task only.
+            let groups = fast::Groups8::prepare(self, &acts);
+            let run = |cols: std::ops::Range<usize>| unsafe {
+                fast::run(self, &acts, &groups, cols, out_ptr.get())
+            };
+            if threads == 1 || work < PARALLEL_MIN_BLOCK_DOTS {
+                run(0..n);
+                return out;
+            }
+            // Task boundaries on whole groups of eight weight rows.
+            let chunk = n.div_ceil(threads * TASKS_PER_THREAD).div_ceil(8).max(1) * 8;
+            let n_tasks = n.div_ceil(chunk);
+            let next = AtomicUsize::new(0);
+            pool.run(&|| loop {
+                let t = next.fetch_add(1, Ordering::Relaxed);
+                if t >= n_tasks {
+                    break;
+                }
+                run(t * chunk..n.min((t + 1) * chunk));
+            });
+            return out;
+        }
         let variants: Vec<Variant> = (0..rows).map(|r| self.variant(&acts, r)).collect();
         let act_rows: Vec<&[q8k::Q8KBlock]> = (0..rows).map(|r| acts.row(r)).collect();
-        let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
         let run = |cols: std::ops::Range<usize>| {
             let mut col = [0f32; ROW_TILE];
             // A tile of activation rows stays in cache across the column range;

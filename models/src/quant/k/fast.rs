@@ -1,0 +1,766 @@
+//! Register-blocked AVX2 drivers for the K-quant products real models spend
+//! their time in: Q4_K in llama.cpp's repacked order (`gemv` for a lone
+//! activation row, `gemm` for rows in groups of four), and Q5_K and Q6_K in
+//! `vec_dot` order (fewer than [`TILED_MIN_ROWS`] rows) or the tiled order
+//! (from there). [`KWeights::matmul`] sends these weights here on an AVX2
+//! machine; every other case runs the generic drivers.
+//!
+//! The generic drivers ([`super::superblock`]) compute one (weight row,
+//! activation row) pair at a time through the format's `Ints` and `step`,
+//! which costs stores and reloads of every integer part, scalar scale
+//! unpacking and per-output dispatch. Here the integer parts stay in
+//! registers and several outputs are reduced and accumulated at once:
+//! - Q4_K `gemv` (decode): eight weight rows against one activation row; the
+//!   eight per-row integer totals are reduced into one vector, and the eight
+//!   outputs' `acc`/`accm` chains run as the lanes of one FMA each. The same
+//!   super-block of the next eight rows is prefetched: eight short row
+//!   streams are more than the hardware prefetcher follows.
+//! - Q4_K `gemm` (prefill): one weight row against eight activation rows
+//!   interleaved once per product ([`Groups8`]), four bytes of each row to a
+//!   32-bit lane, so a broadcast 4-value weight chunk meets all eight in one
+//!   `maddubs` and a sub-block's eight `maddubs` add up in 16 bits before one
+//!   `madd` by its scale: no horizontal sums. A last group of four rows runs
+//!   one weight row against four plain rows.
+//! - Q5_K and Q6_K tiled: one weight row (unpacked once) against four
+//!   activation rows; the four outputs' chains are the lanes of one 128-bit FMA.
+//! - Q5_K and Q6_K `vec_dot`: one output, its eight position lanes kept in a
+//!   register, two rows ahead prefetched.
+//!
+//! Every integer part is exact (as in the format modules), and every float
+//! operation is the one ggml performs for that output, in its order (see
+//! [`super::q4k`], [`super::q5k`] and [`super::q6k`]): lanes of one SIMD FMA
+//! are independent roundings, so vectorizing across outputs changes no bit.
+//! The unit tests check these against the one-output kernels and the scalar
+//! path; `tests/kquant.rs` and `tests/qwen.rs` against llama.cpp itself.
+
+use std::arch::x86_64::*;
+
+use super::q8k::{Q8KActs, Q8KBlock};
+use super::{hsum8, q4k, q5k, q6k, KFormat, KWeights, Order, QK_K, TILED_MIN_ROWS};
+
+/// Weight rows a task walks together against each group of activation rows
+/// (they stay in L1/L2 while the activation groups stream past).
+const COL_BLOCK: usize = 16;
+
+/// Whether [`run`] takes this weight on an AVX2 machine.
+pub(super) fn supports(w: &KWeights) -> bool {
+    match (w.format, w.order) {
+        (KFormat::Q4K, Order::Repack) => w.rows.is_multiple_of(8),
+        (KFormat::Q5K | KFormat::Q6K, Order::VecDot) => true,
+        _ => false,
+    }
+}
+
+/// The outputs of weight rows `cols` (a range starting at a multiple of 8)
+/// for every activation row, written through `out` (`acts.rows * w.rows`).
+///
+/// # Safety
+/// AVX2, FMA and F16C available; [`supports`] holds; `out` points at
+/// `acts.rows * w.rows` f32 of which this call alone writes columns `cols`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn run(
+    w: &KWeights,
+    acts: &Q8KActs,
+    groups: &Groups8,
+    cols: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    let n = w.rows;
+    let rows = acts.rows;
+    let nb = w.blocks_per_row();
+    let stride = nb * w.format.block_bytes();
+    let base = w.data.as_slice().as_ptr();
+    let act = |r: usize| acts.data.as_ptr().add(r * nb);
+    match w.format {
+        KFormat::Q4K => {
+            let grouped = acts.grouped;
+            let eights = groups.groups * 8;
+            for c0 in cols.clone().step_by(COL_BLOCK) {
+                let c1 = cols.end.min(c0 + COL_BLOCK);
+                for g in 0..groups.groups {
+                    let ga = groups.group(g);
+                    for c in c0..c1 {
+                        let o = q4k_gemm_1x8(base.add(c * stride), ga, nb);
+                        for (i, v) in o.into_iter().enumerate() {
+                            *out.add((8 * g + i) * n + c) = v;
+                        }
+                    }
+                }
+                for r0 in (eights..grouped).step_by(4) {
+                    let a = [act(r0), act(r0 + 1), act(r0 + 2), act(r0 + 3)];
+                    for c in c0..c1 {
+                        let o = q4k_gemm_1x4(base.add(c * stride), a, nb);
+                        for (i, v) in o.into_iter().enumerate() {
+                            *out.add((r0 + i) * n + c) = v;
+                        }
+                    }
+                }
+                for r in grouped..rows {
+                    for c in (c0..c1).step_by(8) {
+                        q4k_gemv_8x1(base.add(c * stride), stride, act(r), nb, out.add(r * n + c));
+                    }
+                }
+            }
+        }
+        KFormat::Q6K if rows < TILED_MIN_ROWS => {
+            for r in 0..rows {
+                for c in cols.clone() {
+                    *out.add(r * n + c) = q6k_vec_dot(base.add(c * stride), act(r), nb);
+                }
+            }
+        }
+        KFormat::Q6K => {
+            for c0 in cols.clone().step_by(COL_BLOCK) {
+                let c1 = cols.end.min(c0 + COL_BLOCK);
+                for r0 in (0..rows).step_by(4) {
+                    // A short last group repeats its last row; the copies'
+                    // outputs are dropped.
+                    let a = std::array::from_fn(|i| act((r0 + i).min(rows - 1)));
+                    let live = (rows - r0).min(4);
+                    for c in c0..c1 {
+                        let o = q6k_tiled_1x4(base.add(c * stride), a, nb);
+                        for (i, &v) in o.iter().enumerate().take(live) {
+                            *out.add((r0 + i) * n + c) = v;
+                        }
+                    }
+                }
+            }
+        }
+        KFormat::Q5K if rows < TILED_MIN_ROWS => {
+            for r in 0..rows {
+                for c in cols.clone() {
+                    *out.add(r * n + c) = q5k_vec_dot(base.add(c * stride), act(r), nb);
+                }
+            }
+        }
+        KFormat::Q5K => {
+            for c0 in cols.clone().step_by(COL_BLOCK) {
+                let c1 = cols.end.min(c0 + COL_BLOCK);
+                for r0 in (0..rows).step_by(4) {
+                    let a = std::array::from_fn(|i| act((r0 + i).min(rows - 1)));
+                    let live = (rows - r0).min(4);
+                    for c in c0..c1 {
+                        let o = q5k_tiled_1x4(base.add(c * stride), a, nb);
+                        for (i, &v) in o.iter().enumerate().take(live) {
+                            *out.add((r0 + i) * n + c) = v;
+                        }
+                    }
+                }
+            }
+        }
+        _ => unreachable!("fast::run on an unsupported weight"),
+    }
+}
+
+/// One super-block of eight activation rows interleaved for [`q4k_gemm_1x8`]:
+/// vector `t` of sub-block `j` holds values `32 j + 4 t .. + 4` of each row
+/// (row `a` in 32-bit lane `a`), so one broadcast weight chunk meets eight
+/// rows in one `maddubs`.
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub(super) struct Block8 {
+    q: [[i8; 32]; 64],
+    /// Per pair of sub-blocks `k`, lane `a`: row `a`'s sums of sub-blocks
+    /// `2k` and `2k + 1` (16-bit each).
+    sums: [[i16; 16]; 4],
+    /// Each row's scale.
+    d: [f32; 8],
+}
+
+/// The activation rows of a product in groups of eight ([`Block8`]s, group
+/// by group, block by block): the leading `8 * groups` rows of the repacked
+/// Q4_K gemm's grouped rows.
+pub(super) struct Groups8 {
+    groups: usize,
+    blocks: usize,
+    data: Vec<Block8>,
+}
+
+impl Groups8 {
+    /// No groups (a product that takes none).
+    pub(super) const NONE: Self = Self {
+        groups: 0,
+        blocks: 0,
+        data: Vec::new(),
+    };
+
+    /// The groups for `w`'s product over `acts`, if it takes any.
+    pub(super) fn prepare(w: &KWeights, acts: &Q8KActs) -> Self {
+        if w.format != KFormat::Q4K || w.order != Order::Repack || acts.grouped < 8 {
+            return Self::NONE;
+        }
+        let (groups, blocks) = (acts.grouped / 8, acts.blocks);
+        let zero = Block8 {
+            q: [[0; 32]; 64],
+            sums: [[0; 16]; 4],
+            d: [0.0; 8],
+        };
+        let mut data = vec![zero; groups * blocks];
+        for (i, blk) in data.iter_mut().enumerate() {
+            let (g, b) = (i / blocks, i % blocks);
+            for a in 0..8 {
+                let src = &acts.row(8 * g + a)[b];
+                for (v, chunk) in src.qs.chunks_exact(4).enumerate() {
+                    blk.q[v][4 * a..4 * a + 4].copy_from_slice(chunk);
+                }
+                for j in 0..8 {
+                    let s = src.bsums[2 * j] + src.bsums[2 * j + 1];
+                    blk.sums[j / 2][2 * a + j % 2] = s;
+                }
+                blk.d[a] = src.d;
+            }
+        }
+        Self {
+            groups,
+            blocks,
+            data,
+        }
+    }
+
+    fn group(&self, g: usize) -> *const Block8 {
+        self.data[g * self.blocks..].as_ptr()
+    }
+}
+
+/// The 32-bit lane of each half of `v` that `IMM` picks, in every lane of
+/// that half.
+#[inline(always)]
+unsafe fn chunk<const IMM: i32>(v: __m256i) -> __m256i {
+    _mm256_shuffle_epi32::<IMM>(v)
+}
+
+/// Sub-block `j`'s scaled integer dot with eight activation rows: its 32
+/// quants `v` (bytes 0..32) against the interleaved rows; lane `a` for row `a`.
+#[inline(always)]
+unsafe fn q4k_sub_x8(v: __m256i, a: *const [i8; 32], sc: __m256i) -> __m256i {
+    let lo = _mm256_permute2x128_si256::<0x00>(v, v);
+    let hi = _mm256_permute2x128_si256::<0x11>(v, v);
+    let ld = |t: usize| _mm256_load_si256(a.add(t).cast());
+    // Each 16-bit lane sums 16 products of at most 15 * 128: no overflow.
+    let mut s = _mm256_maddubs_epi16(chunk::<0x00>(lo), ld(0));
+    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(chunk::<0x55>(lo), ld(1)));
+    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(chunk::<0xAA>(lo), ld(2)));
+    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(chunk::<0xFF>(lo), ld(3)));
+    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(chunk::<0x00>(hi), ld(4)));
+    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(chunk::<0x55>(hi), ld(5)));
+    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(chunk::<0xAA>(hi), ld(6)));
+    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(chunk::<0xFF>(hi), ld(7)));
+    _mm256_madd_epi16(s, sc)
+}
+
+/// `ggml_gemm_q4_K_8x8_q8_K`'s outputs for weight row `w` against a group
+/// of eight activation rows (`nb` [`Block8`]s): the order of
+/// [`q4k_gemm_1x4`], eight rows to a vector.
+#[inline(always)]
+unsafe fn q4k_gemm_1x8(w: *const u8, a: *const Block8, nb: usize) -> [f32; 8] {
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = _mm256_setzero_ps();
+    let mut accm = _mm256_setzero_ps();
+    for b in 0..nb {
+        let wb = w.add(b * q4k::BLOCK_BYTES);
+        let ab = &*a.add(b);
+        let sm = q4k_scales_mins(wb.add(4));
+        let sc8 = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        let dx = _mm256_load_ps(ab.d.as_ptr());
+        let dd = _mm256_mul_ps(_mm256_set1_ps(f16_ptr(wb)), dx);
+        let ddm = _mm256_mul_ps(_mm256_set1_ps(f16_ptr(wb.add(2))), dx);
+        let wq = wb.add(16);
+        for k in 0..4 {
+            let bits = _mm256_loadu_si256(wq.add(32 * k).cast());
+            let lo = _mm256_and_si256(bits, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+            let q = ab.q.as_ptr().add(16 * k);
+            let pair = _mm256_add_epi32(
+                q4k_sub_x8(lo, q, splat16(sc8, 2 * k)),
+                q4k_sub_x8(hi, q.add(8), splat16(sc8, 2 * k + 1)),
+            );
+            // `(m[2k], m[2k+1])`, the 32-bit lane `4 + k` of `sm`, everywhere.
+            let mk = _mm256_permutevar8x32_epi32(sm, _mm256_set1_epi32(4 + k as i32));
+            let sums = _mm256_load_si256(ab.sums[k].as_ptr().cast());
+            let mins = _mm256_madd_epi16(sums, mk);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair), dd, acc);
+            accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), ddm, accm);
+        }
+    }
+    let mut o = [0f32; 8];
+    _mm256_storeu_ps(o.as_mut_ptr(), _mm256_sub_ps(acc, accm));
+    o
+}
+
+/// Weight rows ahead the one-row Q6_K product prefetches.
+const Q6_PREFETCH_ROWS: usize = 2;
+
+/// Asks for the cache lines of the `N` bytes at `p` (a hint: any address is
+/// allowed, none is dereferenced).
+#[inline(always)]
+unsafe fn prefetch_block<const N: usize>(p: *const u8) {
+    let mut off = 0;
+    while off < N {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast());
+        off += 64;
+    }
+    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(N - 1).cast());
+}
+
+/// The f16 at `p` as f32.
+#[inline(always)]
+unsafe fn f16_ptr(p: *const u8) -> f32 {
+    half::f16::from_bits(p.cast::<u16>().read_unaligned()).to_f32()
+}
+
+/// A Q4_K super-block's eight 6-bit scales and minimums (`get_scale_min_k4`)
+/// from its 12 packed bytes at `p`, as 16 bit lanes: `[sc0..sc7 | m0..m7]`.
+#[inline(always)]
+unsafe fn q4k_scales_mins(p: *const u8) -> __m256i {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let w0 = p.cast::<u32>().read_unaligned();
+    let w1 = p.add(4).cast::<u32>().read_unaligned();
+    let w2 = p.add(8).cast::<u32>().read_unaligned();
+    // Scales 0..4 and minimums 0..4 are the low six bits of bytes 0..4 and
+    // 4..8; scales 4..8 take their low nibble from bytes 8..12 and their top
+    // two bits from the top of bytes 0..4, minimums 4..8 the high nibbles of
+    // bytes 8..12 and the top of bytes 4..8.
+    let sc_lo = w0 & LOW6;
+    let m_lo = w1 & LOW6;
+    let sc_hi = (w2 & LOW4) | (((w0 >> 6) & TOP2) << 4);
+    let m_hi = ((w2 >> 4) & LOW4) | (((w1 >> 6) & TOP2) << 4);
+    _mm256_cvtepu8_epi16(_mm_set_epi32(
+        m_hi as i32,
+        m_lo as i32,
+        sc_hi as i32,
+        sc_lo as i32,
+    ))
+}
+
+/// Sub-block `j`'s scale (16-bit lane `j` of `sc8`, the eight scales in each
+/// half) in every 16-bit lane.
+#[inline(always)]
+unsafe fn splat16(sc8: __m256i, j: usize) -> __m256i {
+    let b = (2 * j) as i16 | (((2 * j + 1) as i16) << 8);
+    _mm256_shuffle_epi8(sc8, _mm256_set1_epi16(b))
+}
+
+/// The sums of each run of 32 activation quants (sub-blocks of Q4_K), from
+/// the 16 sums of 16: `[s0..s7]` as 16-bit lanes.
+#[inline(always)]
+unsafe fn sub_sums32(a: &Q8KBlock) -> __m128i {
+    let bs = _mm256_load_si256(a.bsums.as_ptr().cast());
+    _mm_hadd_epi16(
+        _mm256_castsi256_si128(bs),
+        _mm256_extracti128_si256::<1>(bs),
+    )
+}
+
+/// Eight vectors of eight i32 reduced to their eight totals, in order.
+#[inline(always)]
+unsafe fn reduce8(t: &[__m256i; 8]) -> __m256i {
+    let q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+    let q1 = _mm256_hadd_epi32(_mm256_hadd_epi32(t[4], t[5]), _mm256_hadd_epi32(t[6], t[7]));
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(q0, q1),
+        _mm256_permute2x128_si256::<0x31>(q0, q1),
+    )
+}
+
+/// Four vectors of eight i32 reduced to their four totals, in order.
+#[inline(always)]
+unsafe fn reduce4(t0: __m256i, t1: __m256i, t2: __m256i, t3: __m256i) -> __m128i {
+    let q = _mm256_hadd_epi32(_mm256_hadd_epi32(t0, t1), _mm256_hadd_epi32(t2, t3));
+    _mm_add_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q))
+}
+
+/// The scaled integer dot of the two sub-blocks of pair `k` (quant bytes at
+/// `wq`, activation quants at `y`): eight i32 lanes.
+#[inline(always)]
+unsafe fn q4k_pair(wq: *const u8, sc8: __m256i, y: *const i8, k: usize) -> __m256i {
+    let m4 = _mm256_set1_epi8(0xF);
+    let bits = _mm256_loadu_si256(wq.add(32 * k).cast());
+    let lo = _mm256_and_si256(bits, m4);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+    let yl = _mm256_load_si256(y.add(64 * k).cast());
+    let yh = _mm256_load_si256(y.add(64 * k + 32).cast());
+    _mm256_add_epi32(
+        _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), splat16(sc8, 2 * k)),
+        _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), splat16(sc8, 2 * k + 1)),
+    )
+}
+
+/// `ggml_gemv_q4_K_8x8_q8_K`'s outputs for the eight weight rows at `w`
+/// (`stride` bytes apart) against activation row `a` (`nb` blocks), into
+/// `out[0..8]`: per super-block `acc = fma(total, d * d_x, acc)`, `accm =
+/// fma(total_min, dmin * d_x, accm)`; then `acc - accm`.
+#[inline(always)]
+unsafe fn q4k_gemv_8x1(w: *const u8, stride: usize, a: *const Q8KBlock, nb: usize, out: *mut f32) {
+    let mut acc = _mm256_setzero_ps();
+    let mut accm = _mm256_setzero_ps();
+    for b in 0..nb {
+        let ab = &*a.add(b);
+        let y = ab.qs.as_ptr();
+        let sx = sub_sums32(ab);
+        let mut tot = [_mm256_setzero_si256(); 8];
+        let mut mins = [_mm_setzero_si128(); 8];
+        let mut d = [0u16; 8];
+        let mut dm = [0u16; 8];
+        for r in 0..8 {
+            let wb = w.add(r * stride + b * q4k::BLOCK_BYTES);
+            // The same super-block of the next group of eight rows: eight
+            // short streams defeat the hardware prefetcher.
+            prefetch_block::<{ q4k::BLOCK_BYTES }>(wb.wrapping_add(8 * stride));
+            d[r] = wb.cast::<u16>().read_unaligned();
+            dm[r] = wb.add(2).cast::<u16>().read_unaligned();
+            let sm = q4k_scales_mins(wb.add(4));
+            let sc8 = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+            let wq = wb.add(16);
+            let p01 = _mm256_add_epi32(q4k_pair(wq, sc8, y, 0), q4k_pair(wq, sc8, y, 1));
+            let p23 = _mm256_add_epi32(q4k_pair(wq, sc8, y, 2), q4k_pair(wq, sc8, y, 3));
+            tot[r] = _mm256_add_epi32(p01, p23);
+            mins[r] = _mm_madd_epi16(_mm256_extracti128_si256::<1>(sm), sx);
+        }
+        let t = _mm256_cvtepi32_ps(reduce8(&tot));
+        let m03 = _mm_hadd_epi32(
+            _mm_hadd_epi32(mins[0], mins[1]),
+            _mm_hadd_epi32(mins[2], mins[3]),
+        );
+        let m47 = _mm_hadd_epi32(
+            _mm_hadd_epi32(mins[4], mins[5]),
+            _mm_hadd_epi32(mins[6], mins[7]),
+        );
+        let m = _mm256_cvtepi32_ps(_mm256_set_m128i(m47, m03));
+        let dx = _mm256_set1_ps(ab.d);
+        let dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast())), dx);
+        let ddm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr().cast())), dx);
+        acc = _mm256_fmadd_ps(t, dd, acc);
+        accm = _mm256_fmadd_ps(m, ddm, accm);
+    }
+    _mm256_storeu_ps(out, _mm256_sub_ps(acc, accm));
+}
+
+/// `ggml_gemm_q4_K_8x8_q8_K`'s outputs for weight row `w` against the four
+/// activation rows `a` (`nb` blocks each): per super-block and pair of
+/// sub-blocks `k`, `acc = fma(pair_k, d * d_x, acc)` and `accm = fma(min_k,
+/// dmin * d_x, accm)`; then `acc - accm`.
+#[inline(always)]
+unsafe fn q4k_gemm_1x4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f32; 4] {
+    let mut acc = _mm_setzero_ps();
+    let mut accm = _mm_setzero_ps();
+    for b in 0..nb {
+        let wb = w.add(b * q4k::BLOCK_BYTES);
+        let ab: [&Q8KBlock; 4] = std::array::from_fn(|i| &*a[i].add(b));
+        let sm = q4k_scales_mins(wb.add(4));
+        let sc8 = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        let m16 = _mm256_extracti128_si256::<1>(sm);
+        let wq = wb.add(16);
+        // Per pair `k`, the four activation rows' totals, lanes `[k0 | k1]`
+        // and `[k2 | k3]`.
+        let mut x = [_mm256_setzero_si256(); 4];
+        for (k, x) in x.iter_mut().enumerate() {
+            let p: [__m256i; 4] = std::array::from_fn(|i| q4k_pair(wq, sc8, ab[i].qs.as_ptr(), k));
+            *x = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        }
+        let k01 = _mm256_cvtepi32_ps(_mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(x[0], x[1]),
+            _mm256_permute2x128_si256::<0x31>(x[0], x[1]),
+        ));
+        let k23 = _mm256_cvtepi32_ps(_mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(x[2], x[3]),
+            _mm256_permute2x128_si256::<0x31>(x[2], x[3]),
+        ));
+        // The minimum terms: row `i` gives `[k0..k3]`; transposed to per-`k`
+        // vectors over the rows.
+        let mi: [__m128i; 4] = std::array::from_fn(|i| _mm_madd_epi16(m16, sub_sums32(ab[i])));
+        let t0 = _mm_unpacklo_epi32(mi[0], mi[1]);
+        let t1 = _mm_unpacklo_epi32(mi[2], mi[3]);
+        let t2 = _mm_unpackhi_epi32(mi[0], mi[1]);
+        let t3 = _mm_unpackhi_epi32(mi[2], mi[3]);
+        let mk = [
+            _mm_cvtepi32_ps(_mm_unpacklo_epi64(t0, t1)),
+            _mm_cvtepi32_ps(_mm_unpackhi_epi64(t0, t1)),
+            _mm_cvtepi32_ps(_mm_unpacklo_epi64(t2, t3)),
+            _mm_cvtepi32_ps(_mm_unpackhi_epi64(t2, t3)),
+        ];
+        let dx = _mm_set_ps(ab[3].d, ab[2].d, ab[1].d, ab[0].d);
+        let dd = _mm_mul_ps(_mm_set1_ps(f16_ptr(wb)), dx);
+        let ddm = _mm_mul_ps(_mm_set1_ps(f16_ptr(wb.add(2))), dx);
+        let pk = [
+            _mm256_castps256_ps128(k01),
+            _mm256_extractf128_ps::<1>(k01),
+            _mm256_castps256_ps128(k23),
+            _mm256_extractf128_ps::<1>(k23),
+        ];
+        for k in 0..4 {
+            acc = _mm_fmadd_ps(pk[k], dd, acc);
+            accm = _mm_fmadd_ps(mk[k], ddm, accm);
+        }
+    }
+    let mut o = [0f32; 4];
+    _mm_storeu_ps(o.as_mut_ptr(), _mm_sub_ps(acc, accm));
+    o
+}
+
+/// A Q6_K super-block unpacked: its 6-bit quants as eight vectors of 32, per
+/// vector the scales of its two halves (16-bit lanes), and all sixteen scales
+/// widened for the offset.
+struct Q6Unpacked {
+    q: [__m256i; 8],
+    sc: [__m256i; 8],
+    sc16: __m256i,
+}
+
+#[inline(always)]
+unsafe fn q6k_unpack(w: *const u8) -> Q6Unpacked {
+    let (ql, qh, sc) = (w, w.add(128), w.add(192));
+    let m3 = _mm256_set1_epi8(3);
+    let m15 = _mm256_set1_epi8(15);
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.cast()));
+    let mut u = Q6Unpacked {
+        q: [_mm256_setzero_si256(); 8],
+        sc: [_mm256_setzero_si256(); 8],
+        sc16,
+    };
+    for h in 0..2 {
+        let b1 = _mm256_loadu_si256(ql.add(64 * h).cast());
+        let b2 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
+        let bh = _mm256_loadu_si256(qh.add(32 * h).cast());
+        u.q[4 * h] = _mm256_or_si256(
+            _mm256_and_si256(b1, m15),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(bh, m3)),
+        );
+        u.q[4 * h + 1] = _mm256_or_si256(
+            _mm256_and_si256(b2, m15),
+            _mm256_slli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(12))),
+        );
+        u.q[4 * h + 2] = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m15),
+            _mm256_and_si256(bh, _mm256_set1_epi8(48)),
+        );
+        u.q[4 * h + 3] = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m15),
+            _mm256_srli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(-64))),
+        );
+    }
+    // Vector `c` covers values `32 c .. 32 c + 32`: scale `2c` on its low
+    // half, `2c + 1` on its high one.
+    let lo = _mm256_permute2x128_si256::<0x00>(sc16, sc16);
+    let hi = _mm256_permute2x128_si256::<0x11>(sc16, sc16);
+    for c in 0..8 {
+        let src = if c < 4 { lo } else { hi };
+        let j = 2 * (c % 4);
+        let b_lo = (2 * j) as i8;
+        let b_hi = (2 * j + 2) as i8;
+        let mask = _mm256_setr_epi8(
+            b_lo,
+            b_lo + 1,
+            b_lo,
+            b_lo + 1,
+            b_lo,
+            b_lo + 1,
+            b_lo,
+            b_lo + 1,
+            b_lo,
+            b_lo + 1,
+            b_lo,
+            b_lo + 1,
+            b_lo,
+            b_lo + 1,
+            b_lo,
+            b_lo + 1,
+            b_hi,
+            b_hi + 1,
+            b_hi,
+            b_hi + 1,
+            b_hi,
+            b_hi + 1,
+            b_hi,
+            b_hi + 1,
+            b_hi,
+            b_hi + 1,
+            b_hi,
+            b_hi + 1,
+            b_hi,
+            b_hi + 1,
+            b_hi,
+            b_hi + 1,
+        );
+        u.sc[c] = _mm256_shuffle_epi8(src, mask);
+    }
+    u
+}
+
+/// The eight exact integer lanes of `ggml_vec_dot_q6_K_q8_K` for an unpacked
+/// super-block against activation block `a` (offset taken out through `bsums`).
+#[inline(always)]
+unsafe fn q6k_lanes(u: &Q6Unpacked, a: &Q8KBlock) -> __m256i {
+    let y = a.qs.as_ptr();
+    let mut s0 = _mm256_setzero_si256();
+    let mut s1 = _mm256_setzero_si256();
+    for c in (0..8).step_by(2) {
+        let y0 = _mm256_load_si256(y.add(32 * c).cast());
+        let y1 = _mm256_load_si256(y.add(32 * c + 32).cast());
+        s0 = _mm256_add_epi32(
+            s0,
+            _mm256_madd_epi16(u.sc[c], _mm256_maddubs_epi16(u.q[c], y0)),
+        );
+        s1 = _mm256_add_epi32(
+            s1,
+            _mm256_madd_epi16(u.sc[c + 1], _mm256_maddubs_epi16(u.q[c + 1], y1)),
+        );
+    }
+    let bsums = _mm256_load_si256(a.bsums.as_ptr().cast());
+    let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, u.sc16));
+    _mm256_sub_epi32(_mm256_add_epi32(s0, s1), off)
+}
+
+/// `ggml_vec_dot_q6_K_q8_K` for weight row `w` against activation row `a`:
+/// `acc[l] = fma(d_x * d, lane l, acc[l])` per super-block, then `hsum_float_8`.
+#[inline(always)]
+unsafe fn q6k_vec_dot(w: *const u8, a: *const Q8KBlock, nb: usize) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let wb = w.add(b * q6k::BLOCK_BYTES);
+        let ab = &*a.add(b);
+        prefetch_block::<{ q6k::BLOCK_BYTES }>(
+            wb.wrapping_add(Q6_PREFETCH_ROWS * nb * q6k::BLOCK_BYTES),
+        );
+        let lanes = q6k_lanes(&q6k_unpack(wb), ab);
+        let d = _mm256_set1_ps(ab.d * f16_ptr(wb.add(208)));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+    }
+    let mut l = [0f32; 8];
+    _mm256_storeu_ps(l.as_mut_ptr(), acc);
+    hsum8(&l)
+}
+
+/// ggml-cpu's tiled matmul for weight row `w` against four activation rows:
+/// per super-block `acc = fma(d * total, d_x, acc)`.
+#[inline(always)]
+unsafe fn q6k_tiled_1x4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f32; 4] {
+    let mut acc = _mm_setzero_ps();
+    for b in 0..nb {
+        let wb = w.add(b * q6k::BLOCK_BYTES);
+        let ab: [&Q8KBlock; 4] = std::array::from_fn(|i| &*a[i].add(b));
+        let u = q6k_unpack(wb);
+        let t = reduce4(
+            q6k_lanes(&u, ab[0]),
+            q6k_lanes(&u, ab[1]),
+            q6k_lanes(&u, ab[2]),
+            q6k_lanes(&u, ab[3]),
+        );
+        let res = _mm_mul_ps(_mm_set1_ps(f16_ptr(wb.add(208))), _mm_cvtepi32_ps(t));
+        let dx = _mm_set_ps(ab[3].d, ab[2].d, ab[1].d, ab[0].d);
+        acc = _mm_fmadd_ps(res, dx, acc);
+    }
+    let mut o = [0f32; 4];
+    _mm_storeu_ps(o.as_mut_ptr(), acc);
+    o
+}
+
+/// A Q5_K super-block's eight 5-bit sub-blocks (nibble plus fifth bit), its
+/// scales (eight in each half) and minimums (16-bit lanes).
+#[inline(always)]
+unsafe fn q5k_unpack(wb: *const u8) -> ([__m256i; 8], __m256i, __m128i) {
+    let sm = q4k_scales_mins(wb.add(4));
+    let sc8 = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+    let m16 = _mm256_extracti128_si256::<1>(sm);
+    let qh = _mm256_loadu_si256(wb.add(16).cast());
+    let m4 = _mm256_set1_epi8(0xF);
+    let sixteen = _mm256_set1_epi8(16);
+    let mut q = [_mm256_setzero_si256(); 8];
+    for k in 0..4 {
+        let bits = _mm256_loadu_si256(wb.add(48 + 32 * k).cast());
+        let nib = [
+            _mm256_and_si256(bits, m4),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4),
+        ];
+        for (h, nib) in nib.into_iter().enumerate() {
+            let j = 2 * k + h;
+            let bit = _mm256_set1_epi8((1u8 << j) as i8);
+            let high = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+            q[j] = _mm256_or_si256(nib, _mm256_and_si256(high, sixteen));
+        }
+    }
+    (q, sc8, m16)
+}
+
+/// The eight position lanes of a Q5_K super-block product (as Q4_K's) and
+/// the exact minimum total.
+#[inline(always)]
+unsafe fn q5k_ints(
+    q: &[__m256i; 8],
+    sc8: __m256i,
+    m16: __m128i,
+    a: &Q8KBlock,
+) -> (__m256i, __m128i) {
+    let y = a.qs.as_ptr();
+    let mut s0 = _mm256_setzero_si256();
+    let mut s1 = _mm256_setzero_si256();
+    for j in (0..8).step_by(2) {
+        let y0 = _mm256_load_si256(y.add(32 * j).cast());
+        let y1 = _mm256_load_si256(y.add(32 * j + 32).cast());
+        s0 = _mm256_add_epi32(
+            s0,
+            _mm256_madd_epi16(splat16(sc8, j), _mm256_maddubs_epi16(q[j], y0)),
+        );
+        s1 = _mm256_add_epi32(
+            s1,
+            _mm256_madd_epi16(splat16(sc8, j + 1), _mm256_maddubs_epi16(q[j + 1], y1)),
+        );
+    }
+    (_mm256_add_epi32(s0, s1), _mm_madd_epi16(m16, sub_sums32(a)))
+}
+
+/// `ggml_vec_dot_q5_K_q8_K`: `acc[l] = fma(d_x * d, lane l, acc[l])` and
+/// `summs = fma(-d_x * dmin, total_min, summs)` per super-block, then
+/// `hsum_float_8(acc) + summs`.
+#[inline(always)]
+unsafe fn q5k_vec_dot(w: *const u8, a: *const Q8KBlock, nb: usize) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
+    for b in 0..nb {
+        let wb = w.add(b * q5k::BLOCK_BYTES);
+        let ab = &*a.add(b);
+        prefetch_block::<{ q5k::BLOCK_BYTES }>(
+            wb.wrapping_add(Q6_PREFETCH_ROWS * nb * q5k::BLOCK_BYTES),
+        );
+        let (q, sc8, m16) = q5k_unpack(wb);
+        let (lanes, mins) = q5k_ints(&q, sc8, m16, ab);
+        let mins = _mm_hadd_epi32(mins, mins);
+        let s2 = _mm_cvtsi128_si32(_mm_hadd_epi32(mins, mins));
+        let d = ab.d * f16_ptr(wb);
+        let dmin = -ab.d * f16_ptr(wb.add(2));
+        summs = dmin.mul_add(s2 as f32, summs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    }
+    let mut l = [0f32; 8];
+    _mm256_storeu_ps(l.as_mut_ptr(), acc);
+    hsum8(&l) + summs
+}
+
+/// ggml-cpu's tiled matmul for a Q5_K weight row against four activation
+/// rows: per super-block `res = fma(-dmin, total_min, d * total)`, `acc =
+/// fma(res, d_x, acc)`.
+#[inline(always)]
+unsafe fn q5k_tiled_1x4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f32; 4] {
+    let mut acc = _mm_setzero_ps();
+    for b in 0..nb {
+        let wb = w.add(b * q5k::BLOCK_BYTES);
+        let ab: [&Q8KBlock; 4] = std::array::from_fn(|i| &*a[i].add(b));
+        let (q, sc8, m16) = q5k_unpack(wb);
+        let i: [(__m256i, __m128i); 4] = std::array::from_fn(|i| q5k_ints(&q, sc8, m16, ab[i]));
+        let s1 = reduce4(i[0].0, i[1].0, i[2].0, i[3].0);
+        let s2 = _mm_hadd_epi32(
+            _mm_hadd_epi32(i[0].1, i[1].1),
+            _mm_hadd_epi32(i[2].1, i[3].1),
+        );
+        let res = _mm_mul_ps(_mm_set1_ps(f16_ptr(wb)), _mm_cvtepi32_ps(s1));
+        let res = _mm_fmadd_ps(_mm_set1_ps(-f16_ptr(wb.add(2))), _mm_cvtepi32_ps(s2), res);
+        let dx = _mm_set_ps(ab[3].d, ab[2].d, ab[1].d, ab[0].d);
+        acc = _mm_fmadd_ps(res, dx, acc);
+    }
+    let mut o = [0f32; 4];
+    _mm_storeu_ps(o.as_mut_ptr(), acc);
+    o
+}
+
+const _: () = assert!(QK_K == 256);
