@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Agents on a real model: the OpenAI Agents SDK (`openai-agents`), unmodified,
+against an OpenAI-compatible server (`tern serve`, or a native llama-server),
+on questions the model can only answer through its function tools.
+
+The tools return values no model can know (a made-up price list and made-up
+exchange rates), so a right answer means the agent called the right tools,
+received their results and used them. Each question's expected number is
+computed from the same tables; an answer is right when its text holds that
+number (to the cent, or 0.1% for large values).
+
+Each run writes one JSONL record per question: the question, the tool calls
+made (name, arguments, result), the final answer, the expected value, right
+or wrong, and, for a wrong answer, where it failed:
+  - `server-parsing`: the final text holds a whole call to a declared tool
+    that the server returned as text instead of a tool call;
+  - `cut-call`: the final text holds a call the model did not finish (cut by
+    max_tokens, e.g. a number whose digits ran on);
+  - `no-tool-call`: the model answered without calling a tool it needed;
+  - `model-answer`: tools were called, but the answer is not the number
+    (wrong arguments, wrong arithmetic, or the result not used);
+  - `max-turns`: the model kept calling tools after their results came
+    back, until the SDK's turn limit;
+  - `error`: the run raised otherwise (the message is recorded).
+
+Usage (the server is started and stopped by the script):
+  python3 scripts/agents_eval.py --server tern --model qwen2.5-coder-1.5b-instruct \\
+      --out docs/eval/agents58/qwen2.5-coder-1.5b-instruct.tern.jsonl
+  python3 scripts/agents_eval.py --server llama --llama-server /work/llama.cpp/build/bin/llama-server \\
+      --model qwen2.5-coder-1.5b-instruct --out docs/eval/agents58/qwen2.5-coder-1.5b-instruct.llama-server.jsonl
+Add `--limit N` for the first N questions. `scripts/agents_table.py` turns the
+records into the table in docs/eval/agents58/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GGUF = {
+    "qwen2.5-coder-0.5b-instruct": ROOT / "models/cache/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    "qwen2.5-coder-1.5b-instruct": ROOT / "models/cache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    "smollm2-135m-instruct": ROOT / "models/cache/SmolLM2-135M-Instruct.Q4_1.gguf",
+}
+
+# Made-up tables: the model cannot know these values.
+PRICES = {
+    "widget": 37.25,
+    "gadget": 18.40,
+    "sprocket": 4.75,
+    "gizmo": 129.99,
+    "doohickey": 2.35,
+    "flange": 11.60,
+}
+RATES = {("USD", "EUR"): 0.8731, ("USD", "GBP"): 0.7412, ("USD", "JPY"): 151.37}
+
+# (question, expected number)
+# The two-step questions name their steps: asked plainly ("How much do 12
+# widgets cost?"), the 1.5B writes the lookup nested inside the arithmetic
+# call (`{"name": "multiply", "arguments": {"a": 12, "b": lookup_price("widgets")}}`),
+# which no tool API can run.
+QUESTIONS: list[tuple[str, float]] = [
+    ("What is the price of one sprocket?", PRICES["sprocket"]),
+    ("How much does a gizmo cost?", PRICES["gizmo"]),
+    ("Look up the price of a widget, then tell me what 12 widgets cost.", 12 * PRICES["widget"]),
+    ("Look up the price of a flange, then tell me what 7 flanges cost altogether.", 7 * PRICES["flange"]),
+    ("Look up the prices of a widget and of a gadget, then add them.", PRICES["widget"] + PRICES["gadget"]),
+    ("Look up the prices of a gadget and a doohickey, then give me the total for one of each.",
+     PRICES["gadget"] + PRICES["doohickey"]),
+    ("What is today's exchange rate from USD to EUR?", RATES[("USD", "EUR")]),
+    ("Get the USD to EUR exchange rate, then tell me how many euros I get for 100 US dollars.",
+     100 * RATES[("USD", "EUR")]),
+    ("Get the USD to JPY exchange rate, then convert 250 US dollars to yen.", 250 * RATES[("USD", "JPY")]),
+    ("Look up the price of a gizmo, then tell me what 3 gizmos cost.", 3 * PRICES["gizmo"]),
+    ("Look up the price of a doohickey, then tell me the price of 5 doohickeys.", 5 * PRICES["doohickey"]),
+    ("Look up the price of a gizmo (in USD) and the USD to GBP rate, then give the gizmo's price in pounds.",
+     PRICES["gizmo"] * RATES[("USD", "GBP")]),
+]
+
+INSTRUCTIONS = (
+    "You are a shop assistant with tools. You do not know any price or exchange rate: get "
+    "each one with lookup_price or exchange_rate before you use it. Do arithmetic with "
+    "multiply and add, on the numbers the tools returned. Call one tool per reply; its "
+    "arguments must be plain values you already have, never another tool call. When you have "
+    "the result, answer in one short sentence that states the number."
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(kind: str, model: str, llama_bin: str | None, log: Path):
+    """Starts the server on a free port; yields its base URL."""
+    port = free_port()
+    gguf = GGUF[model]
+    if kind == "tern":
+        cmd = [str(ROOT / "target/release/tern"), "serve", "--model", str(gguf),
+               "--host", "127.0.0.1", "--port", str(port), "--api-key", "k"]
+    else:
+        cmd = [llama_bin, "-m", str(gguf), "--jinja", "--host", "127.0.0.1", "--port", str(port),
+               "--api-key", "k", "-c", "8192", "-t", "2"]
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import httpx2 as httpx
+
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                sys.exit(f"server exited: {log.read_text()[-2000:]}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                sys.exit("server not healthy")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def numbers(text: str) -> list[float]:
+    out = []
+    for m in re.findall(r"-?\d[\d,]*(?:\.\d+)?", text or ""):
+        with contextlib.suppress(ValueError):
+            out.append(float(m.replace(",", "")))
+    return out
+
+
+def is_right(answer: str, expected: float) -> bool:
+    tol = max(0.006, abs(expected) * 0.001)
+    return any(abs(n - expected) <= tol for n in numbers(answer))
+
+
+TOOL_NAMES = ("lookup_price", "exchange_rate", "multiply", "add")
+
+
+def classify(rec: dict) -> str | None:
+    """Where a wrong answer failed (None for a right one); see the module doc."""
+    if rec["right"]:
+        return None
+    error = rec.get("error") or ""
+    if error.startswith("MaxTurnsExceeded"):
+        return "max-turns"
+    if error:
+        return "error"
+    text = rec.get("answer") or ""
+    if re.search(r'"name"\s*:\s*"(%s)"' % "|".join(TOOL_NAMES), text):
+        # A whole call to a declared tool left as text is the server's
+        # failure; a call cut off (by max_tokens) is the model's.
+        # Any whole call among the objects in the text (one or several, with
+        # braces doubled as some templates show them) counts.
+        dec = json.JSONDecoder()
+        for norm in (text, text.replace("{{", "{").replace("}}", "}")):
+            i = norm.find("{")
+            while i != -1:
+                try:
+                    body, end = dec.raw_decode(norm, i)
+                except ValueError:
+                    i = norm.find("{", i + 1)
+                    continue
+                if isinstance(body, dict) and body.get("name") in TOOL_NAMES:
+                    return "server-parsing"
+                i = norm.find("{", end)
+        return "cut-call"
+    if not rec["tool_calls"]:
+        return "no-tool-call"
+    return "model-answer"
+
+
+async def ask(question: str, url: str, model_id: str, max_turns: int) -> dict:
+    import openai
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool
+
+    calls: list[dict] = []
+
+    @function_tool
+    def lookup_price(item: str) -> str:
+        """The price in US dollars of one unit of an item from the shop's catalog."""
+        key = item.strip().lower().rstrip("s")
+        result = f"{PRICES[key]:.2f}" if key in PRICES else f"unknown item: {item}"
+        calls.append({"name": "lookup_price", "arguments": {"item": item}, "result": result})
+        return result
+
+    @function_tool
+    def exchange_rate(from_currency: str, to_currency: str) -> str:
+        """Today's exchange rate: units of to_currency for one unit of from_currency (ISO codes)."""
+        rate = RATES.get((from_currency.strip().upper(), to_currency.strip().upper()))
+        result = f"{rate}" if rate is not None else "no rate for that pair"
+        calls.append({"name": "exchange_rate", "arguments": {"from_currency": from_currency,
+                      "to_currency": to_currency}, "result": result})
+        return result
+
+    @function_tool
+    def multiply(a: float, b: float) -> str:
+        """Multiplies two numbers."""
+        result = f"{round(a * b, 4)}"
+        calls.append({"name": "multiply", "arguments": {"a": a, "b": b}, "result": result})
+        return result
+
+    @function_tool
+    def add(a: float, b: float) -> str:
+        """Adds two numbers."""
+        result = f"{round(a + b, 4)}"
+        calls.append({"name": "add", "arguments": {"a": a, "b": b}, "result": result})
+        return result
+
+    client = openai.AsyncOpenAI(api_key="k", base_url=f"{url}/v1", max_retries=0, timeout=600)
+    agent = Agent(
+        name="shop",
+        instructions=INSTRUCTIONS,
+        tools=[lookup_price, exchange_rate, multiply, add],
+        model=OpenAIChatCompletionsModel(model=model_id, openai_client=client),
+        # One call per turn: a model that writes two calls at once makes the
+        # second (multiply) with a guessed price before the first returns.
+        model_settings=ModelSettings(temperature=0, max_tokens=300, parallel_tool_calls=False),
+    )
+    started = time.monotonic()
+    record: dict = {"question": question}
+    try:
+        result = await Runner.run(agent, question, max_turns=max_turns)
+        record["answer"] = str(result.final_output)
+    except Exception as e:  # noqa: BLE001 - a failed run is a record, not a crash
+        record["answer"] = None
+        record["error"] = f"{type(e).__name__}: {e}"[:500]
+    await client.close()
+    record["tool_calls"] = calls
+    record["seconds"] = round(time.monotonic() - started, 1)
+    return record
+
+
+def structured(url: str, model_id: str) -> dict:
+    """One structured-output request through the SDK's `parse` helper."""
+    import openai
+    from pydantic import BaseModel
+
+    class Order(BaseModel):
+        item: str
+        quantity: int
+        express: bool
+
+    client = openai.OpenAI(api_key="k", base_url=f"{url}/v1", max_retries=0, timeout=600)
+    resp = client.chat.completions.parse(
+        model=model_id,
+        messages=[{"role": "user", "content": "Extract the order: I'd like 3 gizmos, shipped express please."}],
+        response_format=Order,
+        temperature=0,
+        max_tokens=80,
+    )
+    parsed = resp.choices[0].message.parsed
+    return {
+        "request": "chat.completions.parse(response_format=Order{item: str, quantity: int, express: bool})",
+        "content": resp.choices[0].message.content,
+        "parsed": parsed.model_dump() if parsed else None,
+        "right": bool(parsed and parsed.quantity == 3 and parsed.express and "gizmo" in parsed.item.lower()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server", choices=["tern", "llama"], default="tern")
+    ap.add_argument("--model", choices=sorted(GGUF), required=True)
+    ap.add_argument("--llama-server", help="path of a native llama-server binary (--server llama)")
+    ap.add_argument("--out", required=True, help="JSONL records (one line per question)")
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--max-turns", type=int, default=6)
+    args = ap.parse_args()
+
+    import signal
+
+    from agents import set_tracing_disabled
+
+    # SIGTERM stops the server too (the `finally` below runs).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    set_tracing_disabled(True)  # no trace upload: no account here
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log = Path(tempfile.mkdtemp(prefix="agents-eval-")) / "server.log"
+    qs = QUESTIONS[: args.limit] if args.limit else QUESTIONS
+    right = 0
+    with server(args.server, args.model, args.llama_server, log) as url, open(out, "w") as f:
+        import httpx2 as httpx
+
+        model_id = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer k"}).json()["data"][0]["id"]
+        for i, (q, expected) in enumerate(qs):
+            rec = asyncio.run(ask(q, url, model_id, args.max_turns))
+            rec.update(index=i, model=args.model, server=args.server, expected=round(expected, 4))
+            rec["right"] = bool(rec.get("answer")) and is_right(rec["answer"], expected)
+            if not rec["right"]:
+                rec["failure"] = classify(rec)
+            right += rec["right"]
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            print(f"[{i}] {'RIGHT' if rec['right'] else 'WRONG'} {rec['seconds']}s {q} -> {rec.get('answer')!r} "
+                  f"calls={[(c['name'], c['arguments']) for c in rec['tool_calls']]} {rec.get('error', '')}",
+                  flush=True)
+        try:
+            s = structured(url, model_id)
+        except Exception as e:  # noqa: BLE001
+            s = {"error": f"{type(e).__name__}: {e}"[:500], "right": False}
+        s.update(model=args.model, server=args.server)
+        out.with_suffix(".structured.json").write_text(json.dumps(s, indent=1) + "\n")
+        print("structured:", s, flush=True)
+    print(f"{right}/{len(qs)} right")
+
+
+if __name__ == "__main__":
+    main()
