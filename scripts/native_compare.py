@@ -64,7 +64,7 @@ def main():
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for model in a.models:
-        label = a.label or pathlib.Path(model).stem
+        label = a.label or (pathlib.Path(model).stem if model.endswith(".gguf") else model)
         cmd = [str(TERN), "bench", "-m", model, "--backends", a.backends, "--reps", str(a.reps),
                "--depths", a.depths, "--threads", str(a.threads), "--json"]
         for pol in a.also_policy:
