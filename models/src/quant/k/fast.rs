@@ -511,35 +511,13 @@ struct Q6Unpacked {
 #[inline(always)]
 unsafe fn q6k_unpack(w: *const u8) -> Q6Unpacked {
     let (ql, qh, sc) = (w, w.add(128), w.add(192));
-    let m3 = _mm256_set1_epi8(3);
-    let m15 = _mm256_set1_epi8(15);
     let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.cast()));
     let mut u = Q6Unpacked {
         q: [_mm256_setzero_si256(); 8],
         sc: [_mm256_setzero_si256(); 8],
         sc16,
     };
-    for h in 0..2 {
-        let b1 = _mm256_loadu_si256(ql.add(64 * h).cast());
-        let b2 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
-        let bh = _mm256_loadu_si256(qh.add(32 * h).cast());
-        u.q[4 * h] = _mm256_or_si256(
-            _mm256_and_si256(b1, m15),
-            _mm256_slli_epi16::<4>(_mm256_and_si256(bh, m3)),
-        );
-        u.q[4 * h + 1] = _mm256_or_si256(
-            _mm256_and_si256(b2, m15),
-            _mm256_slli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(12))),
-        );
-        u.q[4 * h + 2] = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m15),
-            _mm256_and_si256(bh, _mm256_set1_epi8(48)),
-        );
-        u.q[4 * h + 3] = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m15),
-            _mm256_srli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(-64))),
-        );
-    }
+    u.q = q6k::avx2::quants(ql, qh);
     // Vector `c` covers values `32 c .. 32 c + 32`: scale `2c` on its low
     // half, `2c + 1` on its high one.
     let lo = _mm256_permute2x128_si256::<0x00>(sc16, sc16);

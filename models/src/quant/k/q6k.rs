@@ -133,7 +133,7 @@ impl SuperBlock for Format {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::Q8KBlock;
@@ -189,6 +189,38 @@ mod avx2 {
         out
     }
 
+    /// A super-block's 6-bit quants as eight vectors of 32 (values `32 c ..
+    /// 32 c + 32` in vector `c`), from its low nibbles `ql` and high bits
+    /// `qh`; shared with the fast kernels (`super::super::fast`).
+    #[inline(always)]
+    pub(crate) unsafe fn quants(ql: *const u8, qh: *const u8) -> [__m256i; 8] {
+        let m3 = _mm256_set1_epi8(3);
+        let m15 = _mm256_set1_epi8(15);
+        let mut q = [_mm256_setzero_si256(); 8];
+        for h in 0..2 {
+            let b1 = _mm256_loadu_si256(ql.add(64 * h).cast());
+            let b2 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
+            let bh = _mm256_loadu_si256(qh.add(32 * h).cast());
+            q[4 * h] = _mm256_or_si256(
+                _mm256_and_si256(b1, m15),
+                _mm256_slli_epi16::<4>(_mm256_and_si256(bh, m3)),
+            );
+            q[4 * h + 1] = _mm256_or_si256(
+                _mm256_and_si256(b2, m15),
+                _mm256_slli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(12))),
+            );
+            q[4 * h + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m15),
+                _mm256_and_si256(bh, _mm256_set1_epi8(48)),
+            );
+            q[4 * h + 3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m15),
+                _mm256_srli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(-64))),
+            );
+        }
+        q
+    }
+
     /// A super-block's 6-bit quants (eight vectors of 32) and scales (per vector,
     /// the pair for its two halves; all sixteen widened for the offset), once for
     /// many activation rows.
@@ -201,34 +233,12 @@ mod avx2 {
     #[inline(always)]
     pub(super) unsafe fn unpack(w: &[u8]) -> Unpacked {
         let (ql, qh, sc) = (w.as_ptr(), w.as_ptr().add(128), w.as_ptr().add(192));
-        let m3 = _mm256_set1_epi8(3);
-        let m15 = _mm256_set1_epi8(15);
         let mut u = Unpacked {
             q: [_mm256_setzero_si256(); 8],
             sc: [_mm256_setzero_si256(); 8],
             sc16: _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.cast())),
         };
-        for h in 0..2 {
-            let b1 = _mm256_loadu_si256(ql.add(64 * h).cast());
-            let b2 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
-            let bh = _mm256_loadu_si256(qh.add(32 * h).cast());
-            u.q[4 * h] = _mm256_or_si256(
-                _mm256_and_si256(b1, m15),
-                _mm256_slli_epi16::<4>(_mm256_and_si256(bh, m3)),
-            );
-            u.q[4 * h + 1] = _mm256_or_si256(
-                _mm256_and_si256(b2, m15),
-                _mm256_slli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(12))),
-            );
-            u.q[4 * h + 2] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m15),
-                _mm256_and_si256(bh, _mm256_set1_epi8(48)),
-            );
-            u.q[4 * h + 3] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m15),
-                _mm256_srli_epi16::<2>(_mm256_and_si256(bh, _mm256_set1_epi8(-64))),
-            );
-        }
+        u.q = quants(ql, qh);
         for c in 0..8 {
             u.sc[c] = _mm256_set_m128i(
                 _mm_set1_epi16(*sc.add(2 * c + 1) as i8 as i16),
