@@ -102,53 +102,56 @@ pub(super) unsafe fn run(
                 }
             }
         }
-        KFormat::Q6K if rows < TILED_MIN_ROWS => {
-            for r in 0..rows {
-                for c in cols.clone() {
-                    *out.add(r * n + c) = q6k_vec_dot(base.add(c * stride), act(r), nb);
-                }
-            }
-        }
-        KFormat::Q6K => {
-            for c0 in cols.clone().step_by(COL_BLOCK) {
-                let c1 = cols.end.min(c0 + COL_BLOCK);
-                for r0 in (0..rows).step_by(4) {
-                    // A short last group repeats its last row; the copies'
-                    // outputs are dropped.
-                    let a = std::array::from_fn(|i| act((r0 + i).min(rows - 1)));
-                    let live = (rows - r0).min(4);
-                    for c in c0..c1 {
-                        let o = q6k_tiled_1x4(base.add(c * stride), a, nb);
-                        for (i, &v) in o.iter().enumerate().take(live) {
-                            *out.add((r0 + i) * n + c) = v;
-                        }
-                    }
-                }
-            }
-        }
-        KFormat::Q5K if rows < TILED_MIN_ROWS => {
-            for r in 0..rows {
-                for c in cols.clone() {
-                    *out.add(r * n + c) = q5k_vec_dot(base.add(c * stride), act(r), nb);
-                }
-            }
-        }
-        KFormat::Q5K => {
-            for c0 in cols.clone().step_by(COL_BLOCK) {
-                let c1 = cols.end.min(c0 + COL_BLOCK);
-                for r0 in (0..rows).step_by(4) {
-                    let a = std::array::from_fn(|i| act((r0 + i).min(rows - 1)));
-                    let live = (rows - r0).min(4);
-                    for c in c0..c1 {
-                        let o = q5k_tiled_1x4(base.add(c * stride), a, nb);
-                        for (i, &v) in o.iter().enumerate().take(live) {
-                            *out.add((r0 + i) * n + c) = v;
-                        }
-                    }
-                }
-            }
-        }
+        KFormat::Q6K => by_rows(
+            rows,
+            cols,
+            |r, c| out.add(r * n + c),
+            |c, r| q6k_vec_dot(base.add(c * stride), act(r), nb),
+            |c, a| q6k_tiled_1x4(base.add(c * stride), a.map(act), nb),
+        ),
+        KFormat::Q5K => by_rows(
+            rows,
+            cols,
+            |r, c| out.add(r * n + c),
+            |c, r| q5k_vec_dot(base.add(c * stride), act(r), nb),
+            |c, a| q5k_tiled_1x4(base.add(c * stride), a.map(act), nb),
+        ),
         _ => unreachable!("fast::run on an unsupported weight"),
+    }
+}
+
+/// The Q5_K and Q6_K products over columns `cols`: `dot(c, r)` per output
+/// below [`TILED_MIN_ROWS`] activation rows (ggml's `vec_dot` order), else
+/// `tiled(c, rows)` on groups of four rows (its tiled matmul's order); a
+/// short last group repeats its last row and the copies' outputs are
+/// dropped. `at(r, c)` is where output `(r, c)` goes.
+#[inline(always)]
+unsafe fn by_rows(
+    rows: usize,
+    cols: std::ops::Range<usize>,
+    at: impl Fn(usize, usize) -> *mut f32,
+    dot: impl Fn(usize, usize) -> f32,
+    tiled: impl Fn(usize, [usize; 4]) -> [f32; 4],
+) {
+    if rows < TILED_MIN_ROWS {
+        for r in 0..rows {
+            for c in cols.clone() {
+                *at(r, c) = dot(c, r);
+            }
+        }
+        return;
+    }
+    for c0 in cols.clone().step_by(COL_BLOCK) {
+        let c1 = cols.end.min(c0 + COL_BLOCK);
+        for r0 in (0..rows).step_by(4) {
+            let a = std::array::from_fn(|i| (r0 + i).min(rows - 1));
+            let live = (rows - r0).min(4);
+            for c in c0..c1 {
+                for (i, &v) in tiled(c, a).iter().enumerate().take(live) {
+                    *at(r0 + i, c) = v;
+                }
+            }
+        }
     }
 }
 
