@@ -276,7 +276,6 @@ impl KWeights {
         }
         let acts = Q8KActs::quantize(x, self.cols, rows, self.grouped_rows(rows));
         let pool = Pool::global();
-        let threads = pool.threads();
         let work = rows * n * self.blocks_per_row();
         let out_ptr = SharedOut(out.as_mut_ptr());
         let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
@@ -288,21 +287,8 @@ impl KWeights {
             let run = |cols: std::ops::Range<usize>| unsafe {
                 fast::run(self, &acts, &groups, cols, out_ptr.get())
             };
-            if threads == 1 || work < PARALLEL_MIN_BLOCK_DOTS {
-                run(0..n);
-                return out;
-            }
             // Task boundaries on whole groups of eight weight rows.
-            let chunk = n.div_ceil(threads * TASKS_PER_THREAD).div_ceil(8).max(1) * 8;
-            let n_tasks = n.div_ceil(chunk);
-            let next = AtomicUsize::new(0);
-            pool.run(&|| loop {
-                let t = next.fetch_add(1, Ordering::Relaxed);
-                if t >= n_tasks {
-                    break;
-                }
-                run(t * chunk..n.min((t + 1) * chunk));
-            });
+            split_columns(pool, n, work, 8, &run);
             return out;
         }
         let variants: Vec<Variant> = (0..rows).map(|r| self.variant(&acts, r)).collect();
@@ -332,20 +318,7 @@ impl KWeights {
                 }
             }
         };
-        if threads == 1 || work < PARALLEL_MIN_BLOCK_DOTS {
-            run(0..n);
-            return out;
-        }
-        let chunk = n.div_ceil(threads * TASKS_PER_THREAD).max(1);
-        let n_tasks = n.div_ceil(chunk);
-        let next = AtomicUsize::new(0);
-        pool.run(&|| loop {
-            let t = next.fetch_add(1, Ordering::Relaxed);
-            if t >= n_tasks {
-                break;
-            }
-            run(t * chunk..n.min((t + 1) * chunk));
-        });
+        split_columns(pool, n, work, 1, &run);
         out
     }
 }
@@ -377,4 +350,36 @@ pub(crate) fn hsum8(a: &[f32; 8]) -> f32 {
 #[inline(always)]
 pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
     half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// Runs `run` over the output columns `0..n`: on the caller alone for a small
+/// product (`work` block dots under [`PARALLEL_MIN_BLOCK_DOTS`]) or one
+/// thread, else as tasks the pool's threads claim in turn, each a range
+/// starting on a multiple of `align` columns.
+fn split_columns(
+    pool: &Pool,
+    n: usize,
+    work: usize,
+    align: usize,
+    run: &(dyn Fn(std::ops::Range<usize>) + Sync),
+) {
+    let threads = pool.threads();
+    if threads == 1 || work < PARALLEL_MIN_BLOCK_DOTS {
+        run(0..n);
+        return;
+    }
+    let chunk = n
+        .div_ceil(threads * TASKS_PER_THREAD)
+        .div_ceil(align)
+        .max(1)
+        * align;
+    let n_tasks = n.div_ceil(chunk);
+    let next = AtomicUsize::new(0);
+    pool.run(&|| loop {
+        let t = next.fetch_add(1, Ordering::Relaxed);
+        if t >= n_tasks {
+            break;
+        }
+        run(t * chunk..n.min((t + 1) * chunk));
+    });
 }
