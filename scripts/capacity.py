@@ -289,7 +289,7 @@ def run(args) -> dict:
         with Server(args, policy, dtype) as server:
             row = asyncio.run(measure(server.url, prompts, args))
             row["left_running_after_cancel"] = asyncio.run(settle(server.url))
-        row.update(policy=policy, kv_dtype=dtype, removed=removed, kv_memory=args.kv_memory,
+        row.update(model=args.model, policy=policy, kv_dtype=dtype, removed=removed, kv_memory=args.kv_memory,
                    prompt_tokens=prompt_tokens, max_tokens=args.max_tokens, requests=args.requests)
         per = row["reserved_per_request"]
         row["conversations_per_gib"] = round(2**30 / per, 2) if per else None
