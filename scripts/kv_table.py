@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""RULER records (`tern kv-eval --tasks ruler --out FILE`) -> the table in
-docs/KV.md and a plot of score against the fraction of KV removed.
+"""RULER records (`tern kv-eval --tasks ruler --out FILE`) -> tables and a
+plot of score against the fraction of KV removed.
 
-Only the region between `<!-- ruler-table:start -->` and
-`<!-- ruler-table:end -->` in the doc is rewritten; the plot is a plain SVG
-(no dependencies beyond python3). One table per (model, length, kv_dtype):
-rows are policies, columns the percentage of the prompt's KV entries removed,
-cells the average over tasks of each task's mean score (0-100), as kvpress's
-leaderboard. A per-task table follows.
+One table per (model, length, kv_dtype): rows are policies, columns the
+percentage of the prompt's KV entries removed, cells the average over tasks
+of each task's mean score (0-100), as kvpress's leaderboard. A per-task table
+follows. docs/KV.md's region `table:kv-ruler` is these tables over the
+committed records, written by `python3 scripts/tables.py` (which imports
+this file); this script prints them for any records and draws the plot, a
+plain SVG (no dependencies beyond python3).
 
-    python3 scripts/kv_table.py docs/eval/ruler-2026-12-03/*.jsonl \
-        --doc docs/KV.md --plot docs/img/ruler-smollm2-4k.svg
+    python3 scripts/kv_table.py docs/eval/ruler-2026-12-03/grid/smollm2-4k-f16.jsonl \
+        --plot docs/img/ruler-smollm2-4k-f16.svg
 """
 
 import argparse
@@ -18,8 +19,6 @@ import json
 import sys
 from collections import defaultdict
 
-START = "<!-- ruler-table:start -->"
-END = "<!-- ruler-table:end -->"
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"]
 
 
@@ -119,15 +118,10 @@ def tables(groups, order):
     return "\n".join(out)
 
 
-def rewrite(doc, body):
-    with open(doc) as f:
-        text = f.read()
-    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
-        sys.exit(f"error: {doc} needs one `{START}` line followed by one `{END}` line")
-    head, rest = text.split(START)
-    _, tail = rest.split(END)
-    with open(doc, "w") as f:
-        f.write(f"{head}{START}\n{body}\n{END}{tail}")
+def doc_tables(paths):
+    """The tables of the records in `paths`, as docs/KV.md shows them."""
+    groups, order = summarize(load(paths))
+    return tables(groups, order)
 
 
 def plot(groups, order, path):
@@ -182,15 +176,10 @@ def plot(groups, order, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("records", nargs="+", help="JSONL files from tern kv-eval --tasks ruler --out")
-    ap.add_argument("--doc", help="Markdown file whose ruler-table region to rewrite")
     ap.add_argument("--plot", help="SVG file to write")
     a = ap.parse_args()
     groups, order = summarize(load(a.records))
-    body = tables(groups, order)
-    if a.doc:
-        rewrite(a.doc, body)
-    else:
-        print(body)
+    print(tables(groups, order))
     if a.plot:
         plot(groups, order, a.plot)
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Rewrites the region of docs/KV.md between `<!-- kv-texts:start -->` and
-`<!-- kv-texts:end -->` from the JSONL records of
-`tern kv-eval --tasks ppl --files ... --kept ... --out FILE`, so the table in
-the docs is always the one the records say.
+"""The perplexity-across-texts table from the JSONL records of
+`tern kv-eval --tasks ppl --files ... --kept ... --out FILE`. docs/KV.md's
+region `table:kv-texts` is this table over the committed records, written
+by `python3 scripts/tables.py` (which imports this file); this script prints
+it for any records.
 
-Usage: python3 scripts/kv_texts_table.py RECORDS.jsonl [docs/KV.md]
+Usage: python3 scripts/kv_texts_table.py RECORDS.jsonl
 
 Spread is over texts: the population standard deviation (std) and the range
 (min-max) of the ratio to full perplexity.
@@ -14,10 +15,6 @@ import json
 import math
 import sys
 from pathlib import Path
-
-START = "<!-- kv-texts:start -->"
-END = "<!-- kv-texts:end -->"
-
 
 def stats(xs):
     mean = sum(xs) / len(xs)
@@ -34,7 +31,7 @@ def ordered(values):
     return seen
 
 
-def render(records, source):
+def render(records):
     texts = ordered(r["text"] for r in records)
     policies = ordered(r["name"] for r in records)
     kepts = sorted(set(r["kept"] for r in records))
@@ -44,9 +41,6 @@ def render(records, source):
     dtypes = ", ".join(sorted(set(r["kv_dtype"] for r in records)))
 
     out = [
-        START,
-        f"<!-- written by scripts/kv_texts_table.py from {source}; edit the records, not this -->",
-        "",
         f"Model `{first['model']}`, context {first['ctx']}, {first['windows']} window(s) per text "
         f"({first['scored_tokens']} scored tokens), KV cache stored as {dtypes}. "
         "Cells: perplexity with the policy over perplexity with the full cache "
@@ -101,25 +95,17 @@ def render(records, source):
             f"**{best}** {mean:.3f}x ± {std:.3f} (range {lo:.3f}-{hi:.3f})"
         )
         out.append(line + (f"; then {others}." if others else "."))
-    out.append(END)
-    return "\n".join(out)
+    return "\n".join(out) + "\n"
 
 
 def main():
-    if len(sys.argv) < 2:
+    if len(sys.argv) != 2:
         sys.exit(__doc__)
     records_path = Path(sys.argv[1])
-    doc_path = Path(sys.argv[2] if len(sys.argv) > 2 else "docs/KV.md")
     records = [json.loads(l) for l in records_path.read_text().splitlines() if l.strip()]
     if not records:
         sys.exit(f"{records_path}: no records")
-    doc = doc_path.read_text()
-    if doc.count(START) != 1 or doc.count(END) != 1 or doc.index(START) > doc.index(END):
-        sys.exit(f"{doc_path}: needs exactly one {START} ... {END} region")
-    head, rest = doc.split(START)
-    _, tail = rest.split(END)
-    doc_path.write_text(head + render(records, records_path.as_posix()) + tail)
-    print(f"rewrote the kv-texts region of {doc_path} from {len(records)} records")
+    print(render(records), end="")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Rewrites the attack table in docs/SECURITY.md (between its
-`<!-- attacks:begin -->` and `<!-- attacks:end -->` markers) from the
-headers of tests/security/attacks/*.py, so the page lists exactly the
-attacks CI runs. Usage: scripts/security_table.py"""
+"""The attack table of docs/SECURITY.md from the headers of
+tests/security/attacks/*.py, so the page lists exactly the attacks CI runs.
+The doc's region `table:security-attacks` is written by
+`python3 scripts/tables.py` (which imports this file); this script prints
+the table. Usage: scripts/security_table.py"""
 import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs/SECURITY.md"
 MUST = {"refused": "fail", "bounded": "stay within the output caps"}
 
 
@@ -16,7 +16,8 @@ def header(text, key):
     return m.group(1).strip() if m else ""
 
 
-def main():
+def attack_table():
+    """One row per attack file: its name, what it tries, what must happen."""
     rows = ["| attack | tries to | must |", "|---|---|---|"]
     for path in sorted((ROOT / "tests/security/attacks").glob("*.py")):
         text = path.read_text(encoding="utf-8")
@@ -25,13 +26,8 @@ def main():
         if check:
             must += "; " + check.replace("{", "").replace("}", "").lower()
         rows.append(f"| `{path.stem}` | {header(text, 'attack')} | {must} |")
-    doc = DOC.read_text(encoding="utf-8")
-    begin, end = "<!-- attacks:begin -->", "<!-- attacks:end -->"
-    head, rest = doc.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    DOC.write_text(head + begin + "\n" + "\n".join(rows) + "\n" + end + tail, encoding="utf-8")
-    print(f"{len(rows) - 2} attacks listed in {DOC.relative_to(ROOT)}")
+    return "\n".join(rows) + "\n"
 
 
 if __name__ == "__main__":
-    main()
+    print(attack_table(), end="")

@@ -11,7 +11,9 @@ docs/records, from a constant named UNRECORDED_* that the doc flags as
 
 Usage:
   python3 scripts/tables.py              rewrite every region
-  python3 scripts/tables.py --check      exit 1 if a region differs from its records
+  python3 scripts/tables.py --check      exit 1 if a region differs from its records, or
+                                         a doc holds a table outside the regions (other
+                                         than a declared reference table: fields, flags)
   python3 scripts/tables.py --self-test  check the region rewriter on a temporary doc
   python3 scripts/tables.py --pair A B
       two sets of per-task outcomes compared task by task: the difference, its
@@ -26,6 +28,9 @@ import pathlib
 import re
 import sys
 import tempfile
+
+# The per-topic table scripts beside this one (kv_table.py, ...) import as modules.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -981,6 +986,148 @@ def kv_gsm8k_rkv():
                   "same length as full", "tokens/answer", "hit 512"], out)
 
 
+KV_EVAL = EVAL / "kv-2026-12-03"
+
+
+def kv_eval_cells(path):
+    """{(policy as printed, budget): cell} from the Markdown tables `tern
+    kv-eval --tasks ppl` printed into a kept output file (`| policy |
+    budget 128 | budget 512 |` and the rows under it)."""
+    cells, budgets = {}, None
+    for line in path.read_text().splitlines():
+        if not line.startswith("|"):
+            budgets = None
+            continue
+        parts = [c.strip() for c in line.strip().strip("|").split("|")]
+        if parts[0] == "policy":
+            budgets = [int(c.split()[-1]) for c in parts[1:]]
+        elif budgets and not set(parts[0]) <= {"-"}:
+            for b, c in zip(budgets, parts[1:]):
+                cells[(parts[0], b)] = c
+    return cells
+
+
+def kv_adakv_keydiff():
+    """Ada-KV and KeyDiff against SnapKV's defaults, one window of
+    gpl-3.txt at ctx 2048 (docs/eval/kv-2026-12-03/reference-settings.txt)."""
+    cells = kv_eval_cells(KV_EVAL / "reference-settings.txt")
+    rows = [("`snapkv` (defaults)", "snapkv:"),
+            ("`adakv` (inner snapkv defaults, floor 0.2)", "adakv:"),
+            ("`keydiff`", "keydiff:")]
+    return table(["policy", "budget 128", "budget 512"],
+                 [[label] + [cells[(spec, b)] for b in (128, 512)] for label, spec in rows])
+
+
+def kv_reference_settings():
+    """SnapKV's and H2O's defaults against their papers' settings, one window
+    of gpl-3.txt at ctx 2048; in bold the better of each pair per budget
+    (docs/eval/kv-2026-12-03/reference-settings.txt)."""
+    cells = kv_eval_cells(KV_EVAL / "reference-settings.txt")
+    pairs = [
+        [("SnapKV, Tern's defaults (window 8, kernel 7, max)", {128: "snapkv:", 512: "snapkv:"}),
+         ("SnapKV, reference (window 32, kernel 5, avg)",
+          {b: "snapkv:window=32,kernel=5,pool=avg" for b in (128, 512)})],
+        [("H2O, `recent = 32` (old default)", {128: "h2o:", 512: "h2o:"}),
+         ("H2O, `recent = budget / 2` (reference)", {128: "h2o:recent=64", 512: "h2o:recent=256"})],
+    ]
+    rows = []
+    for pair in pairs:
+        got = [[cells[(spec[b], b)] for b in (128, 512)] for _, spec in pair]
+        for col in range(2):
+            best = min(range(len(pair)), key=lambda i: float(got[i][col].split()[0]))
+            got[best][col] = f"**{got[best][col]}**"
+        rows += [[label] + g for (label, _), g in zip(pair, got)]
+    return table(["policy", "budget 128", "budget 512"], rows)
+
+
+def kv_dtype_perplexity():
+    """Perplexity of SmolLM2 on gpl-3.txt at ctx 512 by KV storage type,
+    Tern and the in-process llama.cpp
+    (docs/eval/kv-dtype-2026-12-03/perplexity-gpl3-ctx512.jsonl)."""
+    recs = jsonl(EVAL / "kv-dtype-2026-12-03" / "perplexity-gpl3-ctx512.jsonl")
+    by = {(r["backend"], r["kv_dtype"]): r for r in recs}
+    base = by[("tern", "f16")]["perplexity"]
+    rows = []
+    for dt in ("f16", "q8_0", "q4_0"):
+        t, l = by.get(("tern", dt)), by.get(("llama-cpp", dt))
+        change = "" if dt == "f16" else f" ({100 * (t['perplexity'] / base - 1):+.2g}%)"
+        rows.append([dt, f"{t['perplexity']!r}{change}", repr(l["perplexity"]) if l else "",
+                     f"{t['kv_bytes'] / 1e6:.1f} MB"])
+    return table(["storage", "Tern", "llama.cpp (in process)", "KV peak per window"], rows)
+
+
+def kv_gemma3_perplexity():
+    """Gemma 3 270M on gpl-3.txt at ctx 512, each policy at budget 256
+    (docs/eval/gemma3-270m-kv.jsonl)."""
+    recs = jsonl(EVAL / "gemma3-270m-kv.jsonl")
+    full = next(r for r in recs if r["kv_policy"] == "full")["perplexity"]
+    return table(["policy", "perplexity", "ratio to full", "KV held (MB)"],
+                 [[f"`{r['kv_policy']}`", f"{r['perplexity']:.3f}", f"{r['perplexity'] / full:.3f}x",
+                   f"{r['kv_bytes'] / 1e6:.1f} of {r['kv_bytes_full'] / 1e6:.1f}"] for r in recs])
+
+
+def kv_texts():
+    """Perplexity over six texts at 25% and 50% kept
+    (docs/eval/kv-texts-2026-12-03/records.jsonl, scripts/kv_texts_table.py)."""
+    import kv_texts_table
+    return kv_texts_table.render(jsonl(EVAL / "kv-texts-2026-12-03" / "records.jsonl"))
+
+
+RULER = EVAL / "ruler-2026-12-03"
+
+
+def kv_ruler():
+    """The RULER grid and the query-agnostic run, one table pair per model,
+    length, storage type and query mode (scripts/kv_table.py)."""
+    import kv_table
+    paths = sorted(str(p) for p in (RULER / "grid").glob("*.jsonl"))
+    paths += sorted(str(p) for p in (RULER / "agnostic").glob("*.jsonl"))
+    return kv_table.doc_tables(paths) + "\n"
+
+
+def kv_capacity():
+    """SmolLM2's conversations per GiB at 8k by admission, joined with its
+    RULER averages at 4k (scripts/kv_capacity_table.py)."""
+    import kv_capacity_table as k
+    cap = k.jsonl([EVAL / "kv-capacity-2026-12-03" / "capacity-8k-1gib.jsonl"])
+    ruler = k.ruler_averages(sorted((RULER / "grid").glob("*.jsonl")), 4096)
+    return k.render(cap, ruler, 5.0, 4096)
+
+
+# ---------------------------------------------------------------- docs/SCALING.md
+
+FLEET_RUNS = [("co-located", "co-located"), ("two-workers", "two workers"), ("one-worker", "one worker"),
+              ("killed", "two, one killed after step 1")]
+
+
+def scaling_fleet():
+    """scripts/fleet_check.sh's four runs (docs/records/fleet-2026-12-04/
+    summary.json, written by scripts/fleet_summary.py): steps equal to the
+    co-located run's, rollout speed, and the groups each worker sampled per
+    step (runs of equal steps collapsed)."""
+    summary = json.loads((RECORDS / "fleet-2026-12-04" / "summary.json").read_text())
+    rows = []
+    for key, label in FLEET_RUNS:
+        r = summary[key]
+        by = [v for _, v in sorted(r["requests_per_step_by_worker"].items())]
+        spans = []
+        for step in zip(*by):
+            cell = " + ".join(str(n) for n in step)
+            if not spans or spans[-1] != cell:
+                spans.append(cell)
+        rows.append([label, f"{r['steps_equal_to_co_located']} of {r['steps']}",
+                     f"{r['rollout_tokens_per_s']:.1f}", ", then ".join(spans) or "-"])
+    return table(["Run", "Steps equal to co-located", "Rollout tokens/s", "Groups per step by worker"], rows)
+
+
+# ---------------------------------------------------------------- docs/SECURITY.md
+
+def security_attacks():
+    """The attacks CI runs, from tests/security/attacks/*.py's headers."""
+    import security_table
+    return security_table.attack_table()
+
+
 
 # ---------------------------------------------------------------- issue 28's ablation
 
@@ -1525,6 +1672,170 @@ def models58_long_context():
                   "RSS after load", "KV held", "wall (prefill + 16 tokens)"], rows)
 
 
+# ---------------------------------------------------------------- docs/BENCHMARKS.md
+
+CRITERION = re.compile(r"(?m)^(\S[^\n]*?)/([a-z_]+)/?\s*time:\s*\[\S+ \S+ ([\d.]+) (\S+)")
+US = {"ns": 1e-3, "µs": 1.0, "us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+def criterion_medians(text):
+    """{(benchmark, variant): median in µs} of criterion's output kept in a
+    record, in its order (`q4_0 8x576 * 1536x576/repack/ time: [lo median
+    hi]`, on one line or two)."""
+    return {(m.group(1), m.group(2)): float(m.group(3)) * US[m.group(4)]
+            for m in CRITERION.finditer(text)}
+
+
+def shape(bench):
+    """`q4_1 8x576 * 1536x576` -> (format, `8 x [1536, 576]`)."""
+    fmt, acts, _, weight = bench.split()
+    rows = acts.split("x")[0]
+    out_, in_ = weight.split("x")
+    return fmt, f"{rows} x [{out_}, {in_}]"
+
+
+def us(v):
+    return f"{v:.1f} µs"
+
+
+def bench_q4_0_tiles():
+    """The Q4_0 kernel in llama.cpp's repacked order (tiled from 4 rows)
+    against the plain order (docs/eval/quant-kernels-q4_0-tiles-2026-12-03.txt)."""
+    med = criterion_medians((EVAL / "quant-kernels-q4_0-tiles-2026-12-03.txt").read_text())
+    rows = []
+    for (bench, kind), v in med.items():
+        if kind == "repack":
+            plain = med[(bench, "vec_dot")]
+            rows.append([shape(bench)[1], us(v), us(plain), f"{v / plain:.2f}"])
+    return table(["activation rows x weight [out, in]", "repacked order (tiled from 4 rows)",
+                  "plain order", "ratio"], rows)
+
+
+def bench_quant_formats():
+    """Tern's kernel per weight format against candle's QMatMul (Q4_0: its
+    repacked order against its plain one), docs/eval/quant-kernels-2026-12-03.txt."""
+    med = criterion_medians((EVAL / "quant-kernels-2026-12-03.txt").read_text())
+    rows = []
+    for (bench, kind), v in med.items():
+        fmt, sh = shape(bench)
+        if kind == "repack":
+            other = med[(bench, "vec_dot")]
+            rows.append([fmt, sh, f"repacked order {us(v)}", f"plain order {us(other)}", f"{v / other:.2f}"])
+        elif kind == "tern":
+            other = med[(bench, "candle")]
+            rows.append([fmt, sh, us(v), f"candle QMatMul {us(other)}", f"{v / other:.2f}"])
+    return table(["format", "activation rows x weight [out, in]", "Tern", "other", "Tern / other"], rows)
+
+
+def bench_quant_iq4():
+    """IQ4_NL and IQ4_XS beside the 4-bit formats of the same shapes, one run
+    (docs/eval/quant-kernels-iq4-2026-12-03.txt)."""
+    med = criterion_medians((EVAL / "quant-kernels-iq4-2026-12-03.txt").read_text())
+    rows = []
+    for (bench, kind), v in med.items():
+        fmt, sh = shape(bench)
+        if fmt not in ("iq4_nl", "iq4_xs"):
+            continue
+        rest = bench.split(" ", 1)[1]
+        if fmt == "iq4_nl":
+            other, what = med[(f"q4_0 {rest}", "repack")], "q4_0 repacked"
+        else:
+            other, what = med[(f"q4_k {rest}", "tern")], "q4_k (Tern)"
+        rows.append([fmt, sh, us(v), f"{what} {us(other)}", f"{v / other:.2f}"])
+    return table(["format", "activation rows x weight [out, in]", "Tern", "other (same run)",
+                  "Tern / other"], rows)
+
+
+FORMAT_RUNS = [("smollm2-q4_0", "SmolLM2-135M, q4_0 (requantized)"),
+               ("smollm2-q4_k_m", "SmolLM2-135M, q4_k_m (requantized)"),
+               ("smollm2-q6_k", "SmolLM2-135M, q6_k (requantized)"),
+               ("smollm2-q8_0", "SmolLM2-135M, q8_0 (requantized)"),
+               ("gemma-3-270m-q4_k_m", "Gemma 3 270M, Q4_K_M (as shipped)")]
+
+
+def bench_weight_formats():
+    """`tern bench --backends llama-cpp,candle --depths 0` per weight format
+    (docs/eval/bench-2026-12-03-tiles/*.json), Tern over the in-process
+    llama.cpp in one interleaved run per model; RSS in MB (10^6 bytes)."""
+    rows = []
+    for stem, label in FORMAT_RUNS:
+        j = json.loads((EVAL / "bench-2026-12-03-tiles" / f"{stem}.json").read_text())
+        by = {r["backend"]: r for r in j["rows"]}
+        l, t = by["llama-cpp"], by.get("tern") or by["candle"]
+        rows.append([label, f"{l['pp_tokens_per_s']:.1f}", f"{t['pp_tokens_per_s']:.1f}",
+                     f"{t['pp_tokens_per_s'] / l['pp_tokens_per_s']:.2f}x",
+                     f"{l['tg_tokens_per_s']:.1f}", f"{t['tg_tokens_per_s']:.1f}",
+                     f"{t['tg_tokens_per_s'] / l['tg_tokens_per_s']:.2f}x",
+                     f"{int(l['peak_rss_bytes'] / 1e6)} / {int(t['peak_rss_bytes'] / 1e6)}"])
+    return table(["model, weights", "llama.cpp pp512", "Tern pp512", "pp ratio", "llama.cpp tg128",
+                  "Tern tg128", "tg ratio", "RSS MB"], rows)
+
+
+def ms(v):
+    return f"{v / 1e3:.1f} ms"
+
+
+def bench_judge():
+    """One judged test against a bare interpreter start
+    (docs/bench/judge-2026-12-02.txt, criterion's medians)."""
+    med = criterion_medians((DOCS / "bench" / "judge-2026-12-02.txt").read_text())
+    return table(["case", "median per test"],
+                 [["sandboxed test (`judge_one_test/sandboxed`)", ms(med[("judge_one_test", "sandboxed")])],
+                  ["bare `python3 -I -S -c pass` (`judge_one_test/bare_python`)",
+                   ms(med[("judge_one_test", "bare_python")])]])
+
+
+JUDGE_BUILDS = [("old", "one sandbox per test (3f42d56)"), ("new", "two sandboxes per test (8572710)")]
+
+
+def bench_judge_interleaved():
+    """Old and new judge benches interleaved round by round
+    (docs/bench/judge-2026-12-06-interleaved.txt)."""
+    text = (DOCS / "bench" / "judge-2026-12-06-interleaved.txt").read_text()
+    rounds = {}
+    for part in re.split(r"(?m)^== ", text)[1:]:
+        m = re.match(r"round (\d+) (\w+)", part)
+        rounds[(int(m.group(1)), m.group(2))] = {k[1]: v for k, v in criterion_medians(part).items()}
+    rows = []
+    for key, label in JUDGE_BUILDS:
+        r1, r2 = rounds[(1, key)], rounds[(2, key)]
+        rows.append([label, ms(r1["sandboxed"]), ms(r2["sandboxed"]),
+                     f"{r1['bare_python'] / 1e3:.1f} / {ms(r2['bare_python'])}"])
+    return table(["judge", "sandboxed test, round 1", "round 2",
+                  "bare `python3 -I -S -c pass`, rounds 1 / 2"], rows)
+
+
+def bench_kv_dtype_depth():
+    """Decode at depth 4096 by KV storage type, one interleaved `tern bench`
+    run (docs/eval/kv-dtype-2026-12-03/bench-depth4096.json)."""
+    j = json.loads((EVAL / "kv-dtype-2026-12-03" / "bench-depth4096.json").read_text())
+    by = {r["kv_dtype"]: r for r in j["rows"]}
+    base = by["f32"]["tg_tokens_per_s"]
+    labels = [("f32", "f32 (Tern's storage before)"), ("f16", "f16 (the default now)"), ("q8_0", "q8_0")]
+    return table(["storage", f"tg{j['n_gen']} at depth {by['f32']['depth']} (tokens/s)", "vs f32",
+                  "KV bytes held"],
+                 [[label, f"{by[d]['tg_tokens_per_s']:.1f}", f"{by[d]['tg_tokens_per_s'] / base:.2f}x",
+                   f"{by[d]['kv_bytes'] / 1e6:.1f} MB"] for d, label in labels])
+
+
+def per_token(v):
+    """A per-token time in µs at the precision it carries."""
+    if v >= 1000:
+        return f"{v:,.0f} µs"
+    return f"{v:.1f} µs" if v >= 1 else f"{v:.2f} µs"
+
+
+def bench_constraint():
+    """The structured-output constraint's cost per token
+    (docs/eval/constraint-2026-12-03/bench.json, medians)."""
+    j = json.loads((EVAL / "constraint-2026-12-03" / "bench.json").read_text())["median_us_per_token"]
+    return table(["per token", "full mask", "check the drawn token"],
+                 [["JSON prefix checker (before)", per_token(j["json_prefix_full_mask"]),
+                   per_token(j["json_prefix_check_drawn"])],
+                  ["llguidance (after)", per_token(j["llguidance_full_mask"]),
+                   per_token(j["llguidance_check_drawn"])]])
+
+
 # ---------------------------------------------------------------- native llama.cpp (issue 59)
 
 NATIVE59 = RECORDS / "native59"
@@ -1613,10 +1924,31 @@ TABLES = {
         "synth29-adaptive-sweep": synth29_adaptive_sweep,
     },
     "KV.md": {
+        "kv-dtype-perplexity": kv_dtype_perplexity,
+        "kv-adakv-keydiff": kv_adakv_keydiff,
+        "kv-reference-settings": kv_reference_settings,
+        "kv-texts": kv_texts,
+        "kv-gemma3-perplexity": kv_gemma3_perplexity,
+        "kv-capacity": kv_capacity,
+        "kv-ruler": kv_ruler,
         "kv-gsm8k-rkv": kv_gsm8k_rkv,
+    },
+    "SECURITY.md": {
+        "security-attacks": security_attacks,
+    },
+    "SCALING.md": {
+        "scaling-fleet": scaling_fleet,
     },
     "BENCHMARKS.md": {
         "native59-bench": native59_bench,
+        "bench-weight-formats": bench_weight_formats,
+        "bench-q4-0-tiles": bench_q4_0_tiles,
+        "bench-quant-formats": bench_quant_formats,
+        "bench-quant-iq4": bench_quant_iq4,
+        "bench-judge": bench_judge,
+        "bench-judge-interleaved": bench_judge_interleaved,
+        "bench-kv-dtype-depth": bench_kv_dtype_depth,
+        "bench-constraint": bench_constraint,
     },
     "MODELS.md": {
         "models58-bench": models58_bench,
@@ -1626,6 +1958,53 @@ TABLES = {
 
 
 # ---------------------------------------------------------------- driver
+
+REFERENCE = re.compile(r"^<!-- reference table: .+ -->$")
+SEPARATOR = re.compile(r"^\s*\|(\s*:?-+:?\s*\|)+\s*$")
+# What a measured figure looks like in a cell: a ratio, a share, a time or
+# a rate. A reference table (fields, flags, limits, what a test asserts)
+# has none.
+MEASURED = re.compile(r"\d(\.\d+)?x\b|\d%|\d(\.\d+)?\s*(ms|us|µs|ns)\b|tok(en)?s?/s")
+
+
+def loose_tables(text):
+    """(line, why) of each Markdown table outside every generated region and
+    outside code fences that is not a declared reference table (the line
+    before it `<!-- reference table: WHAT IT LISTS -->`), and of each
+    declared reference table holding a measured figure. Every other table
+    of a doc is written by this script from records."""
+    lines = text.splitlines()
+    inside, fence, found = None, False, []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = MARKER.match(line)
+        if m:
+            inside = m.group(1) if m.group(2) == "start" else None
+        elif line.lstrip().startswith("```"):
+            fence = not fence
+        elif (inside is None and not fence and line.lstrip().startswith("|")
+              and i + 1 < len(lines) and SEPARATOR.match(lines[i + 1])):
+            end = i
+            while end < len(lines) and lines[end].lstrip().startswith("|"):
+                end += 1
+            if i > 0 and REFERENCE.match(lines[i - 1].strip()):
+                measured = [c for row in lines[i + 2:end] for c in row.split("|") if MEASURED.search(c)]
+                if measured:
+                    found.append((i + 1, f"a reference table with measured figures ({measured[0].strip()})"))
+            else:
+                found.append((i + 1, "not written from records"))
+            i = end
+            continue
+        i += 1
+    return found
+
+
+def loose_tables_in_docs():
+    """`docs/X.md:LINE: why` for every loose table of docs/*.md."""
+    return [f"docs/{p.name}:{line}: {why}" for p in sorted(DOCS.glob("*.md"))
+            for line, why in loose_tables(p.read_text())]
+
 
 def regenerate(check):
     """Rewrites (or with `check`, compares) every doc's regions; returns the
@@ -1679,6 +2058,13 @@ def self_test():
         raise AssertionError("rewrote a region that has no markers")
     except RegionError:
         pass
+    loose = ("| a | b |\n|---|---|\n| 1 | 2 |\n\n<!-- table:a:start -->\n| c |\n|---|\n<!-- table:a:end -->\n"
+             "```\n| in | fence |\n|---|---|\n```\n<!-- reference table: flags -->\n| flag | default |\n"
+             "|---|---|\n| `--x` | 4 MiB, 127.0.0.1 |\n<!-- reference table: flags -->\n| case | time |\n"
+             "|---|---|\n| one | 3.5 ms |\nNot | a table.\n")
+    got = loose_tables(loose)
+    assert [line for line, _ in got] == [1, 18], got
+    assert "measured" in got[1][1], got
     print("self-test passed")
 
 
@@ -1723,7 +2109,10 @@ def main(argv):
     differs = regenerate(check)
     for d in differs:
         print(("differs from its records: " if check else "rewrote: ") + d)
-    return 1 if check and differs else 0
+    loose = loose_tables_in_docs()
+    for t in loose:
+        print("table outside the generated regions: " + t)
+    return 1 if check and (differs or loose) else 0
 
 
 if __name__ == "__main__":
