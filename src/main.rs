@@ -5,7 +5,23 @@ mod cli;
 
 use clap::Parser;
 
+/// Keeps buffers up to 32 MiB (a prefill's activations) on the heap and up
+/// to 64 MiB of freed heap mapped: glibc would otherwise map every such
+/// buffer afresh and unmap it when freed, so each layer's products paid for
+/// zeroed pages from the kernel again (a third of a prefill's page faults,
+/// about 5% of its time on the 1.5B).
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only sets allocator parameters; called before any
+    // other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+    }
+}
+
 fn main() {
+    tune_allocator();
     let args = match cli::args::Cli::try_parse() {
         Ok(args) => args,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version

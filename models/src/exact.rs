@@ -71,10 +71,26 @@ fn rope_heads(
 /// SwiGLU: `silu(gate) * up` with SiLU as `x / (1 + e^-x)` over the
 /// polynomial `exp`.
 pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
-    gate.iter()
-        .zip(up)
-        .map(|(&g, &u)| (g / (1.0 + expf_poly(0.0 - g))) * u)
-        .collect()
+    zip_map(gate, up, |g, u| (g / (1.0 + expf_poly(0.0 - g))) * u)
+}
+
+/// `f(gate[i], up[i])` for every `i`, on the kernel pool in chunks (a
+/// prefill's MLP holds millions of elements; each value is the same
+/// whichever thread computes it).
+fn zip_map(gate: &[f32], up: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) -> Vec<f32> {
+    const CHUNK: usize = 1 << 15;
+    let n = gate.len().min(up.len());
+    let mut out = vec![0f32; n];
+    crate::quant::pool::Pool::global().fill_chunks(&mut out, CHUNK, &|start, part| {
+        let (g, u) = (
+            &gate[start..start + part.len()],
+            &up[start..start + part.len()],
+        );
+        for ((o, &g), &u) in part.iter_mut().zip(g).zip(u) {
+            *o = f(g, u);
+        }
+    });
+    out
 }
 
 /// GeGLU: `gelu(gate) * up` with GELU's tanh form as ggml's CPU build runs
@@ -83,18 +99,15 @@ pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
 /// above 10.
 pub fn geglu_tanh(gate: &[f32], up: &[f32]) -> Vec<f32> {
     let table = gelu_table();
-    gate.iter()
-        .zip(up)
-        .map(|(&g, &u)| {
-            if g <= -10.0 {
-                0.0
-            } else if g >= 10.0 {
-                g * u
-            } else {
-                table[half::f16::from_f32(g).to_bits() as usize] * u
-            }
-        })
-        .collect()
+    zip_map(gate, up, |g, u| {
+        if g <= -10.0 {
+            0.0
+        } else if g >= 10.0 {
+            g * u
+        } else {
+            table[half::f16::from_f32(g).to_bits() as usize] * u
+        }
+    })
 }
 
 /// GELU (tanh form) of every f16 value, rounded to f16 and widened: ggml's

@@ -90,6 +90,42 @@ impl Pool {
         self.handles.len() + 1
     }
 
+    /// Fills `out` chunk by chunk on the pool: `fill(start, chunk)` writes
+    /// elements `start .. start + chunk.len()`, every chunk `chunk` long but
+    /// the last. Each element's value cannot depend on which thread wrote it,
+    /// so results equal a serial fill's; below two chunks it runs on the caller.
+    pub fn fill_chunks<T: Send>(
+        &self,
+        out: &mut [T],
+        chunk: usize,
+        fill: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) {
+        let chunk = chunk.max(1);
+        let n_chunks = out.len().div_ceil(chunk);
+        if n_chunks < 2 || self.threads() == 1 {
+            return fill(0, out);
+        }
+        /// The output, written at disjoint chunks by several threads.
+        struct Out<T>(*mut T, usize);
+        // SAFETY: each chunk index is claimed once (the counter below), so no
+        // two threads touch the same elements; `out` outlives the job.
+        unsafe impl<T: Send> Sync for Out<T> {}
+        let dst = &Out(out.as_mut_ptr(), out.len());
+        let next = AtomicUsize::new(0);
+        self.run(&|| loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n_chunks {
+                break;
+            }
+            let start = i * chunk;
+            let len = chunk.min(dst.1 - start);
+            // SAFETY: `start + len <= out.len()`, and chunk `i` is this
+            // thread's alone.
+            let part = unsafe { std::slice::from_raw_parts_mut(dst.0.add(start), len) };
+            fill(start, part);
+        });
+    }
+
     /// Runs `job` on the caller and on every worker that joins in time, returning once
     /// all of them are out of it. `job` must take its work items from a shared
     /// counter so that any number of runs completes the work exactly once.

@@ -61,7 +61,7 @@ pub(super) fn supports(w: &KWeights) -> bool {
 pub(super) unsafe fn run(
     w: &KWeights,
     acts: &Q8KActs,
-    groups: &Groups8,
+    groups: &Prepared,
     cols: std::ops::Range<usize>,
     out: *mut f32,
 ) {
@@ -74,19 +74,22 @@ pub(super) unsafe fn run(
     match w.format {
         KFormat::Q4K => {
             let grouped = acts.grouped;
-            let eights = groups.groups * 8;
+            let (g16, g8) = (&groups.g16, &groups.g8);
             for c0 in cols.clone().step_by(COL_BLOCK) {
                 let c1 = cols.end.min(c0 + COL_BLOCK);
-                for g in 0..groups.groups {
-                    let ga = groups.group(g);
+                if g16.groups > 0 {
+                    q4k_gemm_16_groups(base, stride, nb, g16, c0..c1, n, out);
+                }
+                for g in 0..g8.groups {
+                    let ga = g8.group(g);
                     for c in c0..c1 {
                         let o = q4k_gemm_1x8(base.add(c * stride), ga, nb);
                         for (i, v) in o.into_iter().enumerate() {
-                            *out.add((8 * g + i) * n + c) = v;
+                            *out.add((g8.start + 8 * g + i) * n + c) = v;
                         }
                     }
                 }
-                for r0 in (eights..grouped).step_by(4) {
+                for r0 in (g8.end().max(g16.end())..grouped).step_by(4) {
                     let a = [act(r0), act(r0 + 1), act(r0 + 2), act(r0 + 3)];
                     for c in c0..c1 {
                         let o = q4k_gemm_1x4(base.add(c * stride), a, nb);
@@ -102,15 +105,33 @@ pub(super) unsafe fn run(
                 }
             }
         }
-        KFormat::Q6K => by_rows(
-            rows,
-            cols,
-            |r, c| out.add(r * n + c),
-            |c, r| q6k_vec_dot(base.add(c * stride), act(r), nb),
-            |c, a| q6k_tiled_1x4(base.add(c * stride), a.map(act), nb),
-        ),
+        KFormat::Q6K => {
+            let g16 = &groups.g16;
+            for c0 in cols.clone().step_by(COL_BLOCK) {
+                if g16.groups > 0 {
+                    q6k_gemm_16_groups(
+                        base,
+                        stride,
+                        nb,
+                        g16,
+                        c0..cols.end.min(c0 + COL_BLOCK),
+                        n,
+                        out,
+                    );
+                }
+            }
+            by_rows(
+                rows,
+                g16.end(),
+                cols,
+                |r, c| out.add(r * n + c),
+                |c, r| q6k_vec_dot(base.add(c * stride), act(r), nb),
+                |c, a| q6k_tiled_1x4(base.add(c * stride), a.map(act), nb),
+            )
+        }
         KFormat::Q5K => by_rows(
             rows,
+            0,
             cols,
             |r, c| out.add(r * n + c),
             |c, r| q5k_vec_dot(base.add(c * stride), act(r), nb),
@@ -120,21 +141,23 @@ pub(super) unsafe fn run(
     }
 }
 
-/// The Q5_K and Q6_K products over columns `cols`: `dot(c, r)` per output
-/// below [`TILED_MIN_ROWS`] activation rows (ggml's `vec_dot` order), else
-/// `tiled(c, rows)` on groups of four rows (its tiled matmul's order); a
-/// short last group repeats its last row and the copies' outputs are
-/// dropped. `at(r, c)` is where output `(r, c)` goes.
+/// The Q5_K and Q6_K products over columns `cols` and activation rows
+/// `first..rows`: `dot(c, r)` per output below [`TILED_MIN_ROWS`] activation
+/// rows in all (ggml's `vec_dot` order), else `tiled(c, rows)` on groups of
+/// four rows (its tiled matmul's order); a short last group repeats its last
+/// row and the copies' outputs are dropped. `at(r, c)` is where output `(r,
+/// c)` goes.
 #[inline(always)]
 unsafe fn by_rows(
     rows: usize,
+    first: usize,
     cols: std::ops::Range<usize>,
     at: impl Fn(usize, usize) -> *mut f32,
     dot: impl Fn(usize, usize) -> f32,
     tiled: impl Fn(usize, [usize; 4]) -> [f32; 4],
 ) {
     if rows < TILED_MIN_ROWS {
-        for r in 0..rows {
+        for r in first..rows {
             for c in cols.clone() {
                 *at(r, c) = dot(c, r);
             }
@@ -143,7 +166,7 @@ unsafe fn by_rows(
     }
     for c0 in cols.clone().step_by(COL_BLOCK) {
         let c1 = cols.end.min(c0 + COL_BLOCK);
-        for r0 in (0..rows).step_by(4) {
+        for r0 in (first..rows).step_by(4) {
             let a = std::array::from_fn(|i| (r0 + i).min(rows - 1));
             let live = (rows - r0).min(4);
             for c in c0..c1 {
@@ -155,74 +178,128 @@ unsafe fn by_rows(
     }
 }
 
-/// One super-block of eight activation rows interleaved for [`q4k_gemm_1x8`]:
-/// vector `t` of sub-block `j` holds values `32 j + 4 t .. + 4` of each row
-/// (row `a` in 32-bit lane `a`), so one broadcast weight chunk meets eight
-/// rows in one `maddubs`.
+/// One super-block of `N` activation rows interleaved for the grouped Q4_K
+/// kernels: vector `8 j + t` holds values `32 j + 4 t .. + 4` of each row
+/// (row `a` in 32-bit lane `a`), so one broadcast 4-value weight chunk meets
+/// all `N` rows in one `maddubs` (eight rows, AVX2) or `dpbusd` (sixteen,
+/// AVX-512 VNNI).
 #[derive(Clone, Copy)]
-#[repr(C, align(32))]
-pub(super) struct Block8 {
-    q: [[i8; 32]; 64],
+#[repr(C, align(64))]
+pub(super) struct BlockN<const N: usize> {
+    q: [[[i8; 4]; N]; 64],
     /// Per pair of sub-blocks `k`, lane `a`: row `a`'s sums of sub-blocks
     /// `2k` and `2k + 1` (16-bit each).
-    sums: [[i16; 16]; 4],
+    sums: [[[i16; 2]; N]; 4],
+    /// Per pair of runs of 16 `jj`, lane `a`: row `a`'s `bsums[2jj]` and
+    /// `bsums[2jj + 1]` (the Q6_K offsets).
+    sums16: [[[i16; 2]; N]; 8],
     /// Each row's scale.
-    d: [f32; 8],
+    d: [f32; N],
 }
 
-/// The activation rows of a product in groups of eight ([`Block8`]s, group
-/// by group, block by block): the leading `8 * groups` rows of the repacked
-/// Q4_K gemm's grouped rows.
-pub(super) struct Groups8 {
+/// Activation rows `start .. start + N * groups` of a repacked Q4_K product
+/// in groups of `N` ([`BlockN`]s, group by group, block by block).
+pub(super) struct Groups<const N: usize> {
+    start: usize,
     groups: usize,
     blocks: usize,
-    data: Vec<Block8>,
+    data: Vec<BlockN<N>>,
 }
 
-impl Groups8 {
+impl<const N: usize> Groups<N> {
     /// No groups (a product that takes none).
     pub(super) const NONE: Self = Self {
+        start: 0,
         groups: 0,
         blocks: 0,
         data: Vec::new(),
     };
 
-    /// The groups for `w`'s product over `acts`, if it takes any.
-    pub(super) fn prepare(w: &KWeights, acts: &Q8KActs) -> Self {
-        if w.format != KFormat::Q4K || w.order != Order::Repack || acts.grouped < 8 {
-            return Self::NONE;
-        }
-        let (groups, blocks) = (acts.grouped / 8, acts.blocks);
-        let zero = Block8 {
-            q: [[0; 32]; 64],
-            sums: [[0; 16]; 4],
-            d: [0.0; 8],
+    /// `groups` groups of `acts`' rows from `start` on, interleaved.
+    fn prepare(acts: &Q8KActs, start: usize, groups: usize) -> Self {
+        let blocks = acts.blocks;
+        let zero = BlockN {
+            q: [[[0; 4]; N]; 64],
+            sums: [[[0; 2]; N]; 4],
+            sums16: [[[0; 2]; N]; 8],
+            d: [0.0; N],
         };
         let mut data = vec![zero; groups * blocks];
         for (i, blk) in data.iter_mut().enumerate() {
             let (g, b) = (i / blocks, i % blocks);
-            for a in 0..8 {
-                let src = &acts.row(8 * g + a)[b];
+            for a in 0..N {
+                let src = &acts.row(start + N * g + a)[b];
                 for (v, chunk) in src.qs.chunks_exact(4).enumerate() {
-                    blk.q[v][4 * a..4 * a + 4].copy_from_slice(chunk);
+                    blk.q[v][a].copy_from_slice(chunk);
                 }
                 for j in 0..8 {
-                    let s = src.bsums[2 * j] + src.bsums[2 * j + 1];
-                    blk.sums[j / 2][2 * a + j % 2] = s;
+                    blk.sums[j / 2][a][j % 2] = src.bsums[2 * j] + src.bsums[2 * j + 1];
+                    blk.sums16[j][a] = [src.bsums[2 * j], src.bsums[2 * j + 1]];
                 }
                 blk.d[a] = src.d;
             }
         }
         Self {
+            start,
             groups,
             blocks,
             data,
         }
     }
 
-    fn group(&self, g: usize) -> *const Block8 {
+    fn group(&self, g: usize) -> *const BlockN<N> {
         self.data[g * self.blocks..].as_ptr()
     }
+
+    /// The first row after these groups.
+    fn end(&self) -> usize {
+        self.start + N * self.groups
+    }
+}
+
+/// The interleaved activation groups of one product: sixteen rows at a time
+/// where the CPU has AVX-512 VNNI (and the caller allows it), then at most
+/// one group of eight.
+pub(super) struct Prepared {
+    g16: Groups<16>,
+    g8: Groups<8>,
+}
+
+impl Prepared {
+    /// The groups for `w`'s product over `acts`; `wide` allows the groups of
+    /// sixteen (the caller checked [`wide_available`]).
+    pub(super) fn new(w: &KWeights, acts: &Q8KActs, wide: bool) -> Self {
+        if w.format == KFormat::Q6K && wide && acts.rows >= TILED_MIN_ROWS {
+            return Self {
+                g16: Groups::prepare(acts, 0, acts.rows / 16),
+                g8: Groups::NONE,
+            };
+        }
+        if w.format != KFormat::Q4K || w.order != Order::Repack {
+            return Self {
+                g16: Groups::NONE,
+                g8: Groups::NONE,
+            };
+        }
+        let n16 = if wide { acts.grouped / 16 } else { 0 };
+        let g16 = Groups::prepare(acts, 0, n16);
+        let n8 = (acts.grouped - g16.end()) / 8;
+        let g8 = Groups::prepare(acts, g16.end(), n8);
+        Self { g16, g8 }
+    }
+}
+
+/// Whether this CPU runs the AVX-512 VNNI kernels (AVX-512 F, BW and VNNI),
+/// detected once; `TERN_AVX512=0` turns them off (to compare, or to rule
+/// them out). Their outputs equal the AVX2 kernels' bit for bit.
+pub(super) fn wide_available() -> bool {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WIDE.get_or_init(|| {
+        std::env::var("TERN_AVX512").map_or(true, |v| v != "0")
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+    })
 }
 
 /// The 32-bit lane of each half of `v` that `IMM` picks, in every lane of
@@ -235,7 +312,7 @@ unsafe fn chunk<const IMM: i32>(v: __m256i) -> __m256i {
 /// Sub-block `j`'s scaled integer dot with eight activation rows: its 32
 /// quants `v` (bytes 0..32) against the interleaved rows; lane `a` for row `a`.
 #[inline(always)]
-unsafe fn q4k_sub_x8(v: __m256i, a: *const [i8; 32], sc: __m256i) -> __m256i {
+unsafe fn q4k_sub_x8(v: __m256i, a: *const [[i8; 4]; 8], sc: __m256i) -> __m256i {
     let lo = _mm256_permute2x128_si256::<0x00>(v, v);
     let hi = _mm256_permute2x128_si256::<0x11>(v, v);
     let ld = |t: usize| _mm256_load_si256(a.add(t).cast());
@@ -255,7 +332,7 @@ unsafe fn q4k_sub_x8(v: __m256i, a: *const [i8; 32], sc: __m256i) -> __m256i {
 /// of eight activation rows (`nb` [`Block8`]s): the order of
 /// [`q4k_gemm_1x4`], eight rows to a vector.
 #[inline(always)]
-unsafe fn q4k_gemm_1x8(w: *const u8, a: *const Block8, nb: usize) -> [f32; 8] {
+unsafe fn q4k_gemm_1x8(w: *const u8, a: *const BlockN<8>, nb: usize) -> [f32; 8] {
     let m4 = _mm256_set1_epi8(0xF);
     let mut acc = _mm256_setzero_ps();
     let mut accm = _mm256_setzero_ps();
@@ -287,6 +364,251 @@ unsafe fn q4k_gemm_1x8(w: *const u8, a: *const Block8, nb: usize) -> [f32; 8] {
     }
     let mut o = [0f32; 8];
     _mm256_storeu_ps(o.as_mut_ptr(), _mm256_sub_ps(acc, accm));
+    o
+}
+
+/// Weight rows the AVX-512 Q4_K kernel takes at once against a group of
+/// sixteen activation rows.
+const Q4K_WIDE_ROWS: usize = 2;
+
+/// The sixteen-row groups `g` against weight rows `cols`: for each group,
+/// the weight rows' outputs by [`q4k_gemm_rx16`], [`Q4K_WIDE_ROWS`] at a time, written through `out`
+/// (`n` outputs a row).
+///
+/// # Safety
+/// AVX-512 F, BW and VNNI available ([`wide_available`]); as [`run`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q4k_gemm_16_groups(
+    base: *const u8,
+    stride: usize,
+    nb: usize,
+    g: &Groups<16>,
+    cols: std::ops::Range<usize>,
+    n: usize,
+    out: *mut f32,
+) {
+    for gi in 0..g.groups {
+        let ga = g.group(gi);
+        let mut c = cols.start;
+        while c < cols.end {
+            let put = |c: usize, o: [f32; 16]| {
+                for (i, v) in o.into_iter().enumerate() {
+                    *out.add((g.start + 16 * gi + i) * n + c) = v;
+                }
+            };
+            if c + Q4K_WIDE_ROWS <= cols.end {
+                let o = q4k_gemm_rx16::<Q4K_WIDE_ROWS>(base.add(c * stride), stride, ga, nb);
+                for (r, o) in o.into_iter().enumerate() {
+                    put(c + r, o);
+                }
+                c += Q4K_WIDE_ROWS;
+            } else {
+                put(
+                    c,
+                    q4k_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
+                );
+                c += 1;
+            }
+        }
+    }
+}
+
+/// `ggml_gemm_q4_K_8x8_q8_K`'s outputs for the `R` weight rows at `w`
+/// (`stride` bytes apart) against a group of sixteen activation rows (`nb`
+/// [`BlockN`]s), with AVX-512 VNNI: per weight row, the float operations of
+/// [`q4k_gemm_1x8`], sixteen rows to a vector; each activation vector
+/// loaded serves the `R` rows. The integer parts differ in how they are
+/// formed, not in value: a sub-block's dot is one `dpbusd` chain in 32
+/// bits, and its product with the 6-bit scale and the sum of a pair are
+/// taken in f32, where every value is an integer below 2^24 (|dot| <= 32 *
+/// 15 * 128, scale <= 63), so each is exact and `pair` equals the AVX2
+/// kernel's converted total.
+#[inline(always)]
+unsafe fn q4k_gemm_rx16<const R: usize>(
+    w: *const u8,
+    stride: usize,
+    a: *const BlockN<16>,
+    nb: usize,
+) -> [[f32; 16]; R] {
+    let m4 = _mm256_set1_epi8(0xF);
+    let idx: [__m512i; 8] = std::array::from_fn(|t| _mm512_set1_epi32(t as i32));
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let ab = &*a.add(b);
+        let dx = _mm512_load_ps(ab.d.as_ptr());
+        let wb: [*const u8; R] = std::array::from_fn(|r| w.add(r * stride + b * q4k::BLOCK_BYTES));
+        let mut scf = [[0f32; 8]; R];
+        let mut sm = [_mm512_setzero_si512(); R];
+        let mut dd = [_mm512_setzero_ps(); R];
+        let mut ddm = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            let s = q4k_scales_mins(wb[r].add(4));
+            _mm256_storeu_ps(
+                scf[r].as_mut_ptr(),
+                _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(s))),
+            );
+            sm[r] = _mm512_castsi256_si512(s);
+            dd[r] = _mm512_mul_ps(_mm512_set1_ps(f16_ptr(wb[r])), dx);
+            ddm[r] = _mm512_mul_ps(_mm512_set1_ps(f16_ptr(wb[r].add(2))), dx);
+        }
+        for k in 0..4 {
+            let q = ab.q.as_ptr().add(16 * k);
+            let mut lo = [_mm512_setzero_si512(); R];
+            let mut hi = [_mm512_setzero_si512(); R];
+            for r in 0..R {
+                let bits = _mm256_loadu_si256(wb[r].add(16 + 32 * k).cast());
+                lo[r] = _mm512_castsi256_si512(_mm256_and_si256(bits, m4));
+                hi[r] = _mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4));
+            }
+            let mut s0 = [_mm512_setzero_si512(); R];
+            let mut s1 = [_mm512_setzero_si512(); R];
+            for (t, &ix) in idx.iter().enumerate() {
+                let y0 = _mm512_load_si512(q.add(t).cast());
+                let y1 = _mm512_load_si512(q.add(8 + t).cast());
+                for r in 0..R {
+                    s0[r] = _mm512_dpbusd_epi32(s0[r], _mm512_permutexvar_epi32(ix, lo[r]), y0);
+                    s1[r] = _mm512_dpbusd_epi32(s1[r], _mm512_permutexvar_epi32(ix, hi[r]), y1);
+                }
+            }
+            let sums = _mm512_load_si512(ab.sums[k].as_ptr().cast());
+            for r in 0..R {
+                let pair = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(s1[r]),
+                    _mm512_set1_ps(scf[r][2 * k + 1]),
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(s0[r]), _mm512_set1_ps(scf[r][2 * k])),
+                );
+                // `(m[2k], m[2k+1])`, the 32-bit lane `4 + k` of `sm`, everywhere.
+                let mk = _mm512_permutexvar_epi32(_mm512_set1_epi32(4 + k as i32), sm[r]);
+                let mins = _mm512_madd_epi16(sums, mk);
+                acc[r] = _mm512_fmadd_ps(pair, dd[r], acc[r]);
+                accm[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), ddm[r], accm[r]);
+            }
+        }
+    }
+    let mut o = [[0f32; 16]; R];
+    for r in 0..R {
+        _mm512_storeu_ps(o[r].as_mut_ptr(), _mm512_sub_ps(acc[r], accm[r]));
+    }
+    o
+}
+
+/// The sixteen-row groups `g` against Q6_K weight rows `cols` by
+/// [`q6k_gemm_rx16`], [`Q4K_WIDE_ROWS`] weight rows at a time.
+///
+/// # Safety
+/// As [`q4k_gemm_16_groups`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q6k_gemm_16_groups(
+    base: *const u8,
+    stride: usize,
+    nb: usize,
+    g: &Groups<16>,
+    cols: std::ops::Range<usize>,
+    n: usize,
+    out: *mut f32,
+) {
+    for gi in 0..g.groups {
+        let ga = g.group(gi);
+        let put = |c: usize, o: [f32; 16]| {
+            for (i, v) in o.into_iter().enumerate() {
+                *out.add((g.start + 16 * gi + i) * n + c) = v;
+            }
+        };
+        let mut c = cols.start;
+        while c < cols.end {
+            if c + Q4K_WIDE_ROWS <= cols.end {
+                let o = q6k_gemm_rx16::<Q4K_WIDE_ROWS>(base.add(c * stride), stride, ga, nb);
+                for (r, o) in o.into_iter().enumerate() {
+                    put(c + r, o);
+                }
+                c += Q4K_WIDE_ROWS;
+            } else {
+                put(
+                    c,
+                    q6k_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
+                );
+                c += 1;
+            }
+        }
+    }
+}
+
+/// ggml-cpu's tiled Q6_K matmul ([`q6k_tiled_1x4`]) for the `R` weight rows
+/// at `w` (`stride` bytes apart) against a group of sixteen activation rows,
+/// with AVX-512 VNNI. Per output the super-block's integer total is the same
+/// exact i32 (a 16-value run's dot by `dpbusd`, times its 8-bit scale by
+/// `mullo`, less `32 * scale * bsum`), then `acc = fma(d * total, d_x,
+/// acc)` as there.
+// Indices keep the sub-block, weight row and lane arithmetic visible.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn q6k_gemm_rx16<const R: usize>(
+    w: *const u8,
+    stride: usize,
+    a: *const BlockN<16>,
+    nb: usize,
+) -> [[f32; 16]; R] {
+    /// A weight row's unpacked quants, four to a `u32`, for broadcasts.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct Unpacked {
+        q: [u32; 64],
+    }
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut qbuf = [Unpacked { q: [0; 64] }; R];
+    for b in 0..nb {
+        let ab = &*a.add(b);
+        let wb: [*const u8; R] = std::array::from_fn(|r| w.add(r * stride + b * q6k::BLOCK_BYTES));
+        let mut sc = [[0i32; 16]; R];
+        let mut off = [_mm512_setzero_si512(); R];
+        for r in 0..R {
+            let q = q6k::avx2::quants(wb[r], wb[r].add(128));
+            for (c, v) in q.iter().enumerate() {
+                _mm256_store_si256(qbuf[r].q.as_mut_ptr().add(8 * c).cast(), *v);
+            }
+            let s8 = _mm_loadu_si128(wb[r].add(192).cast());
+            _mm512_storeu_si512(sc[r].as_mut_ptr().cast(), _mm512_cvtepi8_epi32(s8));
+            // `sum_j sc_j * bsum_j` per row, pairs of runs at a time.
+            let s16 = _mm256_cvtepi8_epi16(s8);
+            let s16z = _mm512_castsi256_si512(s16);
+            for jj in 0..8 {
+                let pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(jj as i32), s16z);
+                let sums = _mm512_load_si512(ab.sums16[jj].as_ptr().cast());
+                off[r] = _mm512_add_epi32(off[r], _mm512_madd_epi16(sums, pair));
+            }
+        }
+        let mut tot = [_mm512_setzero_si512(); R];
+        for j in 0..16 {
+            let mut s = [_mm512_setzero_si512(); R];
+            for u in 0..4 {
+                let y = _mm512_load_si512(ab.q.as_ptr().add(4 * j + u).cast());
+                for r in 0..R {
+                    let wq = _mm512_set1_epi32(qbuf[r].q[4 * j + u] as i32);
+                    s[r] = _mm512_dpbusd_epi32(s[r], wq, y);
+                }
+            }
+            for r in 0..R {
+                tot[r] = _mm512_add_epi32(
+                    tot[r],
+                    _mm512_mullo_epi32(s[r], _mm512_set1_epi32(sc[r][j])),
+                );
+            }
+        }
+        let dx = _mm512_load_ps(ab.d.as_ptr());
+        for r in 0..R {
+            let total = _mm512_sub_epi32(tot[r], _mm512_slli_epi32::<5>(off[r]));
+            let res = _mm512_mul_ps(
+                _mm512_set1_ps(f16_ptr(wb[r].add(208))),
+                _mm512_cvtepi32_ps(total),
+            );
+            acc[r] = _mm512_fmadd_ps(res, dx, acc[r]);
+        }
+    }
+    let mut o = [[0f32; 16]; R];
+    for r in 0..R {
+        _mm512_storeu_ps(o[r].as_mut_ptr(), acc[r]);
+    }
     o
 }
 

@@ -269,6 +269,18 @@ impl KWeights {
     /// `x` (`rows * cols` f32, row-major) times the transpose: `rows * self.rows`
     /// f32, on the pool.
     pub fn matmul(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
+        self.matmul_with(x, rows, kernel, true)
+    }
+
+    /// [`Self::matmul`], where `wide: false` keeps to the AVX2 kernels on a
+    /// CPU with AVX-512 VNNI (the two give the same bits; tests compare them).
+    pub(crate) fn matmul_with(
+        &self,
+        x: &[f32],
+        rows: usize,
+        kernel: Kernel,
+        wide: bool,
+    ) -> Vec<f32> {
         let n = self.rows;
         let mut out = vec![0f32; rows * n];
         if rows == 0 || n == 0 {
@@ -283,7 +295,7 @@ impl KWeights {
         if avx2 && fast::supports(self) {
             // SAFETY: AVX2, FMA and F16C were detected (`best_kernel`); each
             // column range is claimed by one task only.
-            let groups = fast::Groups8::prepare(self, &acts);
+            let groups = fast::Prepared::new(self, &acts, wide && fast::wide_available());
             let run = |cols: std::ops::Range<usize>| unsafe {
                 fast::run(self, &acts, &groups, cols, out_ptr.get())
             };

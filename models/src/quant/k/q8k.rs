@@ -113,15 +113,19 @@ impl Q8KActs {
         assert!(cols.is_multiple_of(QK_K) && x.len() >= rows * cols && grouped <= rows);
         let blocks = cols / QK_K;
         let mut data = vec![Q8KBlock::ZERO; rows * blocks];
-        for (i, out) in data.iter_mut().enumerate() {
-            let (r, b) = (i / blocks, i % blocks);
-            let src = &x[r * cols + b * QK_K..r * cols + (b + 1) * QK_K];
-            if r < grouped {
-                quantize_block_x4(src, out);
-            } else {
-                quantize_block(src, out);
+        // A prefill's rows on the kernel pool, 16 blocks to a chunk; each
+        // block's quantization depends on its own values only.
+        crate::quant::pool::Pool::global().fill_chunks(&mut data, 16, &|start, part| {
+            for (j, out) in part.iter_mut().enumerate() {
+                let (r, b) = ((start + j) / blocks, (start + j) % blocks);
+                let src = &x[r * cols + b * QK_K..r * cols + (b + 1) * QK_K];
+                if r < grouped {
+                    quantize_block_x4(src, out);
+                } else {
+                    quantize_block(src, out);
+                }
             }
-        }
+        });
         Self {
             rows,
             blocks,

@@ -215,3 +215,62 @@ fn kquant_row_tiles_equal_one_output_dots() {
         }
     }
 }
+
+/// The AVX-512 VNNI kernels (Q4_K repacked and Q6_K tiled, groups of
+/// sixteen activation rows) give the AVX2 kernels' bits, on random weights
+/// and on extreme blocks whose integer parts are largest (Q4_K: every quant
+/// 15, every scale 63; Q6_K: every quant 63, every scale -128; activations
+/// at -128), across the sixteen/eight/four/one row boundaries.
+#[test]
+fn kquant_avx512_equals_avx2_bit_for_bit() {
+    if best_kernel() != Kernel::Avx2 || !super::fast::wide_available() {
+        eprintln!("no AVX-512 VNNI on this CPU (or TERN_AVX512=0): nothing to compare");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(0x4e);
+    let (out, inp) = (24, 768);
+    let blocks = out * inp / QK_K;
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    let mut q4 = Vec::new();
+    let mut q6 = Vec::new();
+    for _ in 0..blocks {
+        q4.extend_from_slice(&f16(0.01));
+        q4.extend_from_slice(&f16(0.002));
+        q4.extend_from_slice(&[0xFF; 12 + 128]);
+        q6.extend_from_slice(&[0xFF; 128 + 64]);
+        q6.extend_from_slice(&[0x80; 16]);
+        q6.extend_from_slice(&f16(0.001));
+    }
+    let cases = [
+        (
+            "Q4_K random",
+            weights(&mut rng, KFormat::Q4K, out, inp, Order::Repack),
+        ),
+        (
+            "Q4_K extreme",
+            KWeights::from_ggml(KFormat::Q4K, out, inp, &q4, Order::Repack).expect("q4"),
+        ),
+        (
+            "Q6_K random",
+            weights(&mut rng, KFormat::Q6K, out, inp, Order::VecDot),
+        ),
+        (
+            "Q6_K extreme",
+            KWeights::from_ggml(KFormat::Q6K, out, inp, &q6, Order::VecDot).expect("q6"),
+        ),
+    ];
+    for (name, w) in &cases {
+        for rows in [8, 15, 16, 23, 24, 28, 31, 32, 33, 40, 52, 70] {
+            let x = if name.ends_with("extreme") {
+                vec![-2.0; rows * inp]
+            } else {
+                random(&mut rng, rows * inp, -2.0, 2.0)
+            };
+            let wide = w.matmul_with(&x, rows, Kernel::Avx2, true);
+            let narrow = w.matmul_with(&x, rows, Kernel::Avx2, false);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&wide), bits(&narrow), "{name}, {rows} rows");
+            assert!(wide.iter().all(|v| v.is_finite()), "{name}, {rows} rows");
+        }
+    }
+}
