@@ -44,7 +44,7 @@ train() { # NAME ARGS...
 # SFT: arithmetic answered as "The answer is X." in the Qwen chat format.
 sft() {
   train sft --algorithm sft --task arithmetic:count=200,seed=1,ops=add+sub+word \
-    --eval-task arithmetic:count=20,seed=99,ops=add+sub+word \
+    --eval-task arithmetic:count=20,seed=99,ops=add+sub+word,train_seed=1,train_count=200 \
     --steps 6 --prompts-per-step 4 --lr 1e-3 --checkpoint-every 6 --memory-cap 2GiB
 }
 

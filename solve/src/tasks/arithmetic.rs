@@ -2,12 +2,15 @@
 //! word problems, with difficulty as the operands' digit count.
 //!
 //! Deterministic for a seed (ChaCha8), so a training set and a held-out set are
-//! the same spec with two seeds. SmolLM2-135M gets one-digit sums mostly right
+//! the same spec with two seeds, the held-out one naming the training set so
+//! that it skips its questions (`train_seed=1,train_count=1000`;
+//! `held_out.rs`). SmolLM2-135M gets one-digit sums mostly right
 //! and two-digit ones rarely, which is the range RL needs.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::held_out::{self, TrainingKeys, TrainingSet};
 use super::Task;
 
 /// One kind of question.
@@ -37,7 +40,8 @@ impl Op {
 
 /// `arithmetic:count=N,seed=S,difficulty=D,ops=add+sub+mul+word`; `difficulty`
 /// may be a mix such as `1+2` (each task draws one uniformly), a pool where
-/// some tasks are out of reach, which difficulty-aware selection learns to skip.
+/// some tasks are out of reach, which difficulty-aware selection learns to skip;
+/// `train_seed=T,train_count=M` makes it a held-out set outside that training set.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArithmeticSpec {
     /// How many tasks (default 100).
@@ -48,6 +52,9 @@ pub struct ArithmeticSpec {
     pub difficulty: Vec<u32>,
     /// Kinds drawn uniformly (default add and sub).
     pub ops: Vec<Op>,
+    /// The training set a held-out set stays out of (`train_seed`,
+    /// `train_count`): none of its questions is drawn.
+    pub held_out_of: Option<TrainingSet>,
 }
 
 impl Default for ArithmeticSpec {
@@ -57,6 +64,7 @@ impl Default for ArithmeticSpec {
             seed: 0,
             difficulty: vec![1],
             ops: vec![Op::Add, Op::Sub],
+            held_out_of: None,
         }
     }
 }
@@ -65,7 +73,11 @@ impl ArithmeticSpec {
     /// Parses the `k=v,...` options after `arithmetic:`; unknown keys are errors.
     pub fn parse(options: &str) -> Result<ArithmeticSpec, String> {
         let mut spec = ArithmeticSpec::default();
+        let mut training = TrainingKeys::default();
         for (k, v) in super::options(options)? {
+            if training.take(k, v)? {
+                continue;
+            }
             let bad = |what: &str| format!("{k}: `{v}` is not {what}");
             match k {
                 "count" => spec.count = v.parse().map_err(|_| bad("a count"))?,
@@ -79,28 +91,36 @@ impl ArithmeticSpec {
                 }
                 other => {
                     return Err(format!(
-                        "unknown key `{other}` (keys: count, seed, difficulty, ops)"
+                        "unknown key `{other}` (keys: count, seed, difficulty, ops, \
+                         train_seed, train_count)"
                     ))
                 }
             }
         }
+        spec.held_out_of = training.finish()?;
         Ok(spec)
     }
 
-    /// The tasks, the same for the same spec.
-    pub fn generate(&self) -> Vec<Task> {
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        (0..self.count)
-            .map(|_| {
-                let op = self.ops[rng.gen_range(0..self.ops.len())];
-                // One level draws nothing, so single-level pools stay as they were.
-                let digits = match self.difficulty.as_slice() {
-                    [d] => *d,
-                    ds => ds[rng.gen_range(0..ds.len())],
-                };
-                one(&mut rng, op, digits)
-            })
-            .collect()
+    /// The tasks, the same for the same spec; an error only when a held-out
+    /// spec cannot find `count` questions outside its training set.
+    pub fn generate(&self) -> Result<Vec<Task>, String> {
+        held_out::generate(self.count, self.seed, self.held_out_of, |seed| {
+            self.stream(seed)
+        })
+    }
+
+    /// This spec's endless question stream under `seed`.
+    fn stream(&self, seed: u64) -> impl Iterator<Item = Task> + '_ {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        std::iter::repeat_with(move || {
+            let op = self.ops[rng.gen_range(0..self.ops.len())];
+            // One level draws nothing, so single-level pools stay as they were.
+            let digits = match self.difficulty.as_slice() {
+                [d] => *d,
+                ds => ds[rng.gen_range(0..ds.len())],
+            };
+            one(&mut rng, op, digits)
+        })
     }
 }
 
@@ -163,14 +183,15 @@ mod tests {
             seed: 8,
             ..spec.clone()
         }
-        .generate();
-        assert_ne!(spec.generate(), other);
+        .generate()
+        .unwrap();
+        assert_ne!(spec.generate().unwrap(), other);
     }
 
     #[test]
     fn answers_are_right_and_operands_have_the_digits() {
         let spec = ArithmeticSpec::parse("count=200,seed=1,difficulty=2,ops=add+sub+mul").unwrap();
-        for t in spec.generate() {
+        for t in spec.generate().unwrap() {
             let q = t
                 .question
                 .trim_start_matches("What is ")
@@ -220,6 +241,7 @@ mod tests {
         let mixed = ArithmeticSpec::parse("count=200,seed=3,difficulty=1+2").unwrap();
         let levels: Vec<u32> = mixed
             .generate()
+            .unwrap()
             .iter()
             .map(|t| t.difficulty.unwrap())
             .collect();

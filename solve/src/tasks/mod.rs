@@ -10,11 +10,13 @@
 
 mod arithmetic;
 mod file;
+mod held_out;
 mod humaneval;
 mod story;
 
 pub use arithmetic::{ArithmeticSpec, Op};
 pub use file::read_jsonl;
+pub use held_out::TrainingSet;
 pub use story::StorySpec;
 
 use std::path::Path;
@@ -105,9 +107,13 @@ pub fn load(source: &str) -> Result<Vec<Task>, TaskError> {
         reason,
     };
     let tasks = if let Some(rest) = builtin_rest(source, "arithmetic") {
-        ArithmeticSpec::parse(rest).map_err(spec_error)?.generate()
+        ArithmeticSpec::parse(rest)
+            .and_then(|s| s.generate())
+            .map_err(spec_error)?
     } else if let Some(rest) = builtin_rest(source, "story") {
-        StorySpec::parse(rest).map_err(spec_error)?.generate()
+        StorySpec::parse(rest)
+            .and_then(|s| s.generate())
+            .map_err(spec_error)?
     } else {
         read_jsonl(Path::new(source))?
     };

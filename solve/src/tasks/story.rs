@@ -7,14 +7,17 @@
 //! one-line answer leaves nothing to compress. Stories of 2-4 steps with
 //! one-digit numbers take SmolLM2-135M 100-300 tokens to work through, and it
 //! gets some of them right, the range RL learns in. Deterministic for a seed
-//! (ChaCha8): a training set and a held-out set are one spec with two seeds.
+//! (ChaCha8): a training set and a held-out set are one spec with two seeds,
+//! the held-out one naming the training set so that it skips its stories
+//! (`train_seed=1,train_count=2000`; `held_out.rs`).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::held_out::{self, TrainingKeys, TrainingSet};
 use super::Task;
 
-/// `story:count=N,seed=S,steps=2+3,digits=1,cot=1`.
+/// `story:count=N,seed=S,steps=2+3,digits=1,cot=1[,train_seed=T,train_count=M]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StorySpec {
     /// How many tasks (default 100).
@@ -30,6 +33,9 @@ pub struct StorySpec {
     /// Whether the question ends asking to work it out step by step
     /// (default yes).
     pub cot: bool,
+    /// The training set a held-out set stays out of (`train_seed`,
+    /// `train_count`): none of its stories is drawn.
+    pub held_out_of: Option<TrainingSet>,
 }
 
 impl Default for StorySpec {
@@ -40,6 +46,7 @@ impl Default for StorySpec {
             steps: vec![2, 3],
             digits: 1,
             cot: true,
+            held_out_of: None,
         }
     }
 }
@@ -48,7 +55,11 @@ impl StorySpec {
     /// Parses the `k=v,...` options after `story:`; unknown keys are errors.
     pub fn parse(options: &str) -> Result<StorySpec, String> {
         let mut spec = StorySpec::default();
+        let mut training = TrainingKeys::default();
         for (k, v) in super::options(options)? {
+            if training.take(k, v)? {
+                continue;
+            }
             let bad = |what: &str| format!("{k}: `{v}` is not {what}");
             match k {
                 "count" => spec.count = v.parse().map_err(|_| bad("a count"))?,
@@ -69,26 +80,34 @@ impl StorySpec {
                 }
                 other => {
                     return Err(format!(
-                        "unknown key `{other}` (keys: count, seed, steps, digits, cot)"
+                        "unknown key `{other}` (keys: count, seed, steps, digits, cot, \
+                         train_seed, train_count)"
                     ))
                 }
             }
         }
+        spec.held_out_of = training.finish()?;
         Ok(spec)
     }
 
-    /// The tasks, the same for the same spec.
-    pub fn generate(&self) -> Vec<Task> {
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        (0..self.count)
-            .map(|_| {
-                let steps = match self.steps.as_slice() {
-                    [s] => *s,
-                    ss => ss[rng.gen_range(0..ss.len())],
-                };
-                story(&mut rng, steps, self.digits, self.cot)
-            })
-            .collect()
+    /// The tasks, the same for the same spec; an error only when a held-out
+    /// spec cannot find `count` stories outside its training set.
+    pub fn generate(&self) -> Result<Vec<Task>, String> {
+        held_out::generate(self.count, self.seed, self.held_out_of, |seed| {
+            self.stream(seed)
+        })
+    }
+
+    /// This spec's endless story stream under `seed`.
+    fn stream(&self, seed: u64) -> impl Iterator<Item = Task> + '_ {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        std::iter::repeat_with(move || {
+            let steps = match self.steps.as_slice() {
+                [s] => *s,
+                ss => ss[rng.gen_range(0..ss.len())],
+            };
+            story(&mut rng, steps, self.digits, self.cot)
+        })
     }
 }
 
@@ -204,7 +223,7 @@ mod tests {
     #[test]
     fn answers_follow_the_story_and_stay_whole() {
         let spec = StorySpec::parse("count=300,seed=5,steps=1+2+3+4").unwrap();
-        let tasks = spec.generate();
+        let tasks = spec.generate().unwrap();
         for t in &tasks {
             let x: i64 = t.answer.parse().unwrap();
             assert!(x >= 0, "{}", t.question);
@@ -225,6 +244,7 @@ mod tests {
     fn same_seed_same_tasks_other_seed_other_tasks() {
         let a = StorySpec::parse("count=20,seed=1").unwrap();
         assert_eq!(a.generate(), a.generate());
+        assert_eq!(a.generate().unwrap().len(), 20);
         let b = StorySpec::parse("count=20,seed=2").unwrap();
         assert_ne!(a.generate(), b.generate());
     }
