@@ -785,6 +785,43 @@ def synth29_story(ev=None):
     return synth29_compare((ev or SYNTH29_EVAL) / "story.jsonl", 300, "eval-story")
 
 
+def synth29_story_split(ev=None):
+    """The held-out stories split where a choice touched them: the first
+    synthesizer's finished stories (on which the bare-answer recipe was
+    adopted) and the rest, which no choice saw. Each strategy against
+    majority@8 on each part, and the three synthesizers' McNemar p on all
+    of them with Bonferroni's correction for three comparisons."""
+    ev = ev or SYNTH29_EVAL
+    path, first_path = ev / "story.jsonl", ev / "story-first-partial.jsonl"
+    if not path.exists() or not first_path.exists():
+        return not_run("eval-story", "docs/eval/synth29/story.jsonl")
+    recs = eval_records(path)
+    chosen_on = {r["task"] for r in jsonl(first_path) if r["strategy"] == "synthesize@8:with=trained"}
+    strategies = [s for s in SYNTH29_STRATEGIES if any(k[0] == s for k in recs)]
+    tasks = sorted(t for (s, t) in recs if s == "single" and all((x, t) in recs for x in strategies))
+    parts = [[t for t in tasks if t in chosen_on], [t for t in tasks if t not in chosen_on], tasks]
+
+    def cell(s, part):
+        right = sum(recs[(s, t)]["ok"] for t in part)
+        if s == "majority@8":
+            return f"{right}/{len(part)}"
+        w = sum(1 for t in part if recs[(s, t)]["ok"] and not recs[("majority@8", t)]["ok"])
+        l = sum(1 for t in part if recs[("majority@8", t)]["ok"] and not recs[(s, t)]["ok"])
+        return f"{right}/{len(part)} ({w} / {l}, p = {mcnemar_p(w, l):.2g})"
+
+    rows = [[SYNTH29_LABELS[s]] + [cell(s, part) for part in parts] for s in strategies]
+    synths = [s for s in strategies if s.startswith("synthesize")]
+    corrected = []
+    for s in synths:
+        w = sum(1 for t in tasks if recs[(s, t)]["ok"] and not recs[("majority@8", t)]["ok"])
+        l = sum(1 for t in tasks if recs[("majority@8", t)]["ok"] and not recs[(s, t)]["ok"])
+        corrected.append(f"{SYNTH29_LABELS[s]} {min(1.0, len(synths) * mcnemar_p(w, l)):.2g}")
+    return (table(["strategy", f"first {len(parts[0])} stories: right (wins / losses vs majority@8, p)",
+                   f"other {len(parts[1])}", f"all {len(parts[2])}"], rows)
+            + f"\nMcNemar p against majority@8 on all {len(tasks)} stories, Bonferroni-corrected for "
+            + f"the {len(synths)} synthesizers: " + "; ".join(corrected) + ".\n")
+
+
 def synth29_gsm8k(ev=None):
     return synth29_compare((ev or SYNTH29_EVAL) / "gsm8k.jsonl", GSM8K_TOTAL, "eval-gsm8k")
 
@@ -1917,6 +1954,7 @@ TABLES = {
         "reasoning-humaneval": reasoning_humaneval,
         "synth29-data": synth29_data,
         "synth29-story": synth29_story,
+        "synth29-story-split": synth29_story_split,
         "synth29-gsm8k": synth29_gsm8k,
         "synth29-adaptive": synth29_adaptive,
         "synth29-wall": synth29_wall,
