@@ -76,6 +76,26 @@ fn detect() -> Kernel {
     Kernel::Scalar
 }
 
+/// Whether this CPU runs the AVX-512 VNNI prefill kernels (AVX-512 F, BW
+/// and VNNI, beside AVX2), detected once; `TERN_AVX512=0` turns them off (to
+/// compare, or to rule them out). Their outputs equal the AVX2 kernels' bit
+/// for bit.
+pub fn avx512_vnni() -> bool {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WIDE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            best_kernel() == Kernel::Avx2
+                && std::env::var("TERN_AVX512").map_or(true, |v| v != "0")
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vnni")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
 /// A raw view of the `[act_rows, out_cols]` f32 output that several threads fill,
 /// each a disjoint range of columns.
 #[derive(Clone, Copy)]
@@ -135,11 +155,55 @@ pub unsafe fn gemm_range(
         Kernel::Avx2 if best_kernel() == Kernel::Avx2 => {
             // SAFETY: the guard checked the CPU features, the bounds were asserted
             // above, and the output contract is the caller's.
-            unsafe { avx2::gemm_range(w, acts, cols, out) }
+            unsafe { avx2::gemm_range(w, acts, 0, cols, out) }
         }
         _ => {
             // SAFETY: the output contract is the caller's.
             unsafe { scalar_gemm_range(w, acts, cols, out) }
+        }
+    }
+}
+
+/// The activation rows of a product laid out for the AVX-512 VNNI kernel
+/// ([`wide`]), where it applies: an AVX2 product on a CPU with AVX-512
+/// VNNI ([`avx512_vnni`]), of a format stored one signed byte per value in
+/// Q8_0's order (Q8_0, Q5_0, IQ4_NL not repacked), with sixteen rows or more.
+#[cfg(target_arch = "x86_64")]
+pub fn wide_acts(kernel: Kernel, w: &PackedWeights, acts: &QuantizedActs) -> Option<wide::Acts16> {
+    let q8_order = match w.format {
+        WeightFormat::Q8_0 | WeightFormat::Q5_0 => true,
+        WeightFormat::Iq4Nl => w.order != BlockOrder::Repack,
+        _ => false,
+    };
+    (kernel == Kernel::Avx2 && q8_order && acts.rows >= wide::ROWS && avx512_vnni())
+        .then(|| wide::Acts16::prepare(acts))
+}
+
+/// [`gemm_range`], the leading rows by the AVX-512 VNNI kernel where `wide`
+/// holds them ([`wide_acts`]), the rest by the AVX2 one: the same outputs.
+///
+/// # Safety
+/// As [`gemm_range`]; `wide` made by [`wide_acts`] from `acts` for `w`.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn gemm_range_with(
+    kernel: Kernel,
+    w: &PackedWeights,
+    acts: &QuantizedActs,
+    wide: Option<&wide::Acts16>,
+    cols: Range<usize>,
+    out: OutPtr,
+) {
+    let Some(a16) = wide else {
+        // SAFETY: the caller's contract.
+        return unsafe { gemm_range(kernel, w, acts, cols, out) };
+    };
+    assert!(cols.end <= w.rows && cols.start.is_multiple_of(GROUP));
+    // SAFETY: `wide_acts` checked the CPU (AVX2 and AVX-512 VNNI) and the
+    // format; the output contract is the caller's.
+    unsafe {
+        wide::gemm_range(w, a16, cols.clone(), out);
+        if a16.rows() < acts.rows {
+            avx2::gemm_range(w, acts, a16.rows(), cols, out);
         }
     }
 }
@@ -266,6 +330,8 @@ unsafe fn scalar_repacked_group(
 
 #[cfg(target_arch = "x86_64")]
 mod tiles;
+#[cfg(target_arch = "x86_64")]
+pub mod wide;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -338,7 +404,7 @@ mod avx2 {
 
     /// ggml's `hsum_float_8`.
     #[inline(always)]
-    unsafe fn hsum8(x: __m256) -> f32 {
+    pub(super) unsafe fn hsum8(x: __m256) -> f32 {
         let r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
         let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
         let r = _mm_add_ss(r, _mm_movehdup_ps(r));
@@ -777,6 +843,7 @@ mod avx2 {
     unsafe fn gemm_fmt<const F: u8>(
         w: &PackedWeights,
         acts: &QuantizedActs,
+        first: usize,
         cols: Range<usize>,
         out: OutPtr,
     ) {
@@ -831,7 +898,7 @@ mod avx2 {
             }
             return;
         }
-        let chunks: Vec<Chunk> = (0..acts.rows)
+        let chunks: Vec<Chunk> = (first..acts.rows)
             .step_by(8)
             .map(|r0| Chunk::new::<F>(acts, r0, (acts.rows - r0).min(8)))
             .collect();
@@ -861,9 +928,15 @@ mod avx2 {
     pub unsafe fn gemm_range(
         w: &PackedWeights,
         acts: &QuantizedActs,
+        first: usize,
         cols: Range<usize>,
         out: OutPtr,
     ) {
+        if first > 0 {
+            // The rows after those the AVX-512 kernel took: Q8_0's order.
+            assert!(first < acts.rows && first.is_multiple_of(8) && acts.rows >= ROW_CHUNK_MIN);
+            return gemm_fmt::<F_Q8_0>(w, acts, first, cols, out);
+        }
         match w.format {
             WeightFormat::Q4_0
                 if w.order == BlockOrder::Repack && acts.rows >= super::tiles::MIN_ROWS =>
@@ -871,17 +944,19 @@ mod avx2 {
                 super::tiles::q4_0(w, acts, cols, out)
             }
             WeightFormat::Q4_0 if w.order == BlockOrder::Repack => {
-                gemm_fmt::<F_Q4_0_REPACK>(w, acts, cols, out)
+                gemm_fmt::<F_Q4_0_REPACK>(w, acts, 0, cols, out)
             }
-            WeightFormat::Q4_0 => gemm_fmt::<F_Q4_0>(w, acts, cols, out),
-            WeightFormat::Q4_1 => gemm_fmt::<F_Q4_1>(w, acts, cols, out),
-            WeightFormat::Q8_0 | WeightFormat::Q5_0 => gemm_fmt::<F_Q8_0>(w, acts, cols, out),
-            WeightFormat::Q5_1 => gemm_fmt::<F_Q5_1>(w, acts, cols, out),
+            WeightFormat::Q4_0 => gemm_fmt::<F_Q4_0>(w, acts, 0, cols, out),
+            WeightFormat::Q4_1 => gemm_fmt::<F_Q4_1>(w, acts, 0, cols, out),
+            WeightFormat::Q8_0 | WeightFormat::Q5_0 => gemm_fmt::<F_Q8_0>(w, acts, 0, cols, out),
+            WeightFormat::Q5_1 => gemm_fmt::<F_Q5_1>(w, acts, 0, cols, out),
             WeightFormat::Iq4Nl if w.order == BlockOrder::Repack => {
-                gemm_fmt::<F_Q8_0_REPACK>(w, acts, cols, out)
+                gemm_fmt::<F_Q8_0_REPACK>(w, acts, 0, cols, out)
             }
-            WeightFormat::Iq4Nl if acts.rows == 1 => gemm_fmt::<F_IQ4_NL_VEC>(w, acts, cols, out),
-            WeightFormat::Iq4Nl => gemm_fmt::<F_Q8_0>(w, acts, cols, out),
+            WeightFormat::Iq4Nl if acts.rows == 1 => {
+                gemm_fmt::<F_IQ4_NL_VEC>(w, acts, 0, cols, out)
+            }
+            WeightFormat::Iq4Nl => gemm_fmt::<F_Q8_0>(w, acts, 0, cols, out),
         }
     }
 

@@ -416,6 +416,18 @@ fn matmul(w: &PackedWeights, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32>
     let mut acts = QuantizedActs::zeroed(rows, nb, w.format.needs_act_sums());
     dot::quantize_rows(kernel, x, w.cols, 0..rows, &mut acts);
     let acts = &acts;
+    #[cfg(target_arch = "x86_64")]
+    let wide = dot::wide_acts(kernel, w, acts);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as `dot::gemm_range`, whose contract the callers below keep.
+    let gemm = |cols: std::ops::Range<usize>, optr: OutPtr| unsafe {
+        dot::gemm_range_with(kernel, w, acts, wide.as_ref(), cols, optr)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as above.
+    let gemm = |cols: std::ops::Range<usize>, optr: OutPtr| unsafe {
+        dot::gemm_range(kernel, w, acts, cols, optr)
+    };
     let optr = OutPtr {
         ptr: out.as_mut_ptr(),
         stride: out_dim,
@@ -423,8 +435,8 @@ fn matmul(w: &PackedWeights, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32>
     let pool = Pool::global();
     let threads = pool.threads();
     if threads == 1 || rows * out_dim * nb < PARALLEL_MIN_BLOCK_DOTS {
-        // SAFETY: `out` holds `rows * out_dim` f32 and this thread alone writes it.
-        unsafe { dot::gemm_range(kernel, w, acts, 0..out_dim, optr) };
+        // `out` holds `rows * out_dim` f32 and this thread alone writes it.
+        gemm(0..out_dim, optr);
         return out;
     }
     // Task boundaries on the kernels' tiles: whole row groups for decode, slabs of
@@ -443,9 +455,9 @@ fn matmul(w: &PackedWeights, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32>
             break;
         }
         let cols = t * chunk..out_dim.min((t + 1) * chunk);
-        // SAFETY: `out` holds `rows * out_dim` f32 and outlives `pool.run`; each task
+        // `out` holds `rows * out_dim` f32 and outlives `pool.run`; each task
         // index is claimed exactly once, so each column range has one writer.
-        unsafe { dot::gemm_range(kernel, w, acts, cols, optr) };
+        gemm(cols, optr);
     });
     out
 }

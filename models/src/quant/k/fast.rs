@@ -267,7 +267,7 @@ pub(super) struct Prepared {
 
 impl Prepared {
     /// The groups for `w`'s product over `acts`; `wide` allows the groups of
-    /// sixteen (the caller checked [`wide_available`]).
+    /// sixteen (the caller checked [`crate::quant::dot::avx512_vnni`]).
     pub(super) fn new(w: &KWeights, acts: &Q8KActs, wide: bool) -> Self {
         if w.format == KFormat::Q6K && wide && acts.rows >= TILED_MIN_ROWS {
             return Self {
@@ -287,19 +287,6 @@ impl Prepared {
         let g8 = Groups::prepare(acts, g16.end(), n8);
         Self { g16, g8 }
     }
-}
-
-/// Whether this CPU runs the AVX-512 VNNI kernels (AVX-512 F, BW and VNNI),
-/// detected once; `TERN_AVX512=0` turns them off (to compare, or to rule
-/// them out). Their outputs equal the AVX2 kernels' bit for bit.
-pub(super) fn wide_available() -> bool {
-    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WIDE.get_or_init(|| {
-        std::env::var("TERN_AVX512").map_or(true, |v| v != "0")
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vnni")
-    })
 }
 
 /// The 32-bit lane of each half of `v` that `IMM` picks, in every lane of
@@ -376,7 +363,7 @@ const Q4K_WIDE_ROWS: usize = 2;
 /// (`n` outputs a row).
 ///
 /// # Safety
-/// AVX-512 F, BW and VNNI available ([`wide_available`]); as [`run`].
+/// AVX-512 F, BW and VNNI available ([`crate::quant::dot::avx512_vnni`]); as [`run`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn q4k_gemm_16_groups(
     base: *const u8,

@@ -295,7 +295,7 @@ impl KWeights {
         if avx2 && fast::supports(self) {
             // SAFETY: AVX2, FMA and F16C were detected (`best_kernel`); each
             // column range is claimed by one task only.
-            let groups = fast::Prepared::new(self, &acts, wide && fast::wide_available());
+            let groups = fast::Prepared::new(self, &acts, wide && crate::quant::dot::avx512_vnni());
             let run = |cols: std::ops::Range<usize>| unsafe {
                 fast::run(self, &acts, &groups, cols, out_ptr.get())
             };

@@ -223,7 +223,7 @@ fn kquant_row_tiles_equal_one_output_dots() {
 /// at -128), across the sixteen/eight/four/one row boundaries.
 #[test]
 fn kquant_avx512_equals_avx2_bit_for_bit() {
-    if best_kernel() != Kernel::Avx2 || !super::fast::wide_available() {
+    if best_kernel() != Kernel::Avx2 || !crate::quant::dot::avx512_vnni() {
         eprintln!("no AVX-512 VNNI on this CPU (or TERN_AVX512=0): nothing to compare");
         return;
     }
