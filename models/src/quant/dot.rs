@@ -164,19 +164,16 @@ pub unsafe fn gemm_range(
     }
 }
 
-/// The activation rows of a product laid out for the AVX-512 VNNI kernel
-/// ([`wide`]), where it applies: an AVX2 product on a CPU with AVX-512
-/// VNNI ([`avx512_vnni`]), of a format stored one signed byte per value in
-/// Q8_0's order (Q8_0, Q5_0, IQ4_NL not repacked), with sixteen rows or more.
+/// The activation rows of a product laid out for the AVX-512 VNNI kernels
+/// ([`wide`]), where they apply: an AVX2 product on a CPU with AVX-512 VNNI
+/// ([`avx512_vnni`]), of a format stored one signed byte per value (Q8_0,
+/// Q5_0, IQ4_NL in either order), with sixteen rows or more.
 #[cfg(target_arch = "x86_64")]
 pub fn wide_acts(kernel: Kernel, w: &PackedWeights, acts: &QuantizedActs) -> Option<wide::Acts16> {
-    let q8_order = match w.format {
-        WeightFormat::Q8_0 | WeightFormat::Q5_0 => true,
-        WeightFormat::Iq4Nl => w.order != BlockOrder::Repack,
-        _ => false,
-    };
-    (kernel == Kernel::Avx2 && q8_order && acts.rows >= wide::ROWS && avx512_vnni())
-        .then(|| wide::Acts16::prepare(acts))
+    if kernel != Kernel::Avx2 || acts.rows < wide::ROWS || !avx512_vnni() {
+        return None;
+    }
+    wide::Acts16::prepare(w, acts)
 }
 
 /// [`gemm_range`], the leading rows by the AVX-512 VNNI kernel where `wide`
@@ -933,9 +930,17 @@ mod avx2 {
         out: OutPtr,
     ) {
         if first > 0 {
-            // The rows after those the AVX-512 kernel took: Q8_0's order.
+            // The rows after those the AVX-512 kernel took.
             assert!(first < acts.rows && first.is_multiple_of(8) && acts.rows >= ROW_CHUNK_MIN);
-            return gemm_fmt::<F_Q8_0>(w, acts, first, cols, out);
+            return match (w.format, w.order) {
+                (WeightFormat::Iq4Nl, BlockOrder::Repack) => {
+                    gemm_fmt::<F_Q8_0_REPACK>(w, acts, first, cols, out)
+                }
+                (WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Iq4Nl, _) => {
+                    gemm_fmt::<F_Q8_0>(w, acts, first, cols, out)
+                }
+                _ => panic!("rows past the AVX-512 kernel's for {:?}", w.format),
+            };
         }
         match w.format {
             WeightFormat::Q4_0

@@ -585,9 +585,9 @@ fn quant_q4_0_tiles_match_scalar_bitwise_over_any_column_range() {
     }
 }
 
-/// The AVX-512 VNNI kernel for the signed-byte formats (Q8_0, Q5_0 and
-/// IQ4_NL in Q8_0's order; sixteen activation rows at a time, the rest by
-/// the AVX2 kernel) equals the scalar kernel bit for bit, on random weights
+/// The AVX-512 VNNI kernels for the signed-byte formats (Q8_0, Q5_0 and
+/// IQ4_NL in Q8_0's order, IQ4_NL repacked; sixteen activation rows at a
+/// time, the rest by the AVX2 kernel) equals the scalar kernel bit for bit, on random weights
 /// and on Q8_0 blocks at the byte range's edge (-128 everywhere), over
 /// column ranges that split the weight groups unevenly.
 #[test]
@@ -598,7 +598,7 @@ fn quant_avx512_signed_bytes_match_scalar_bitwise() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(0x41);
-    let (out, inp) = (44, 576);
+    let (out, inp) = (48, 576);
     let mut cases = Vec::new();
     for (dtype, format) in [
         (GgmlDType::Q8_0, WeightFormat::Q8_0),
@@ -611,7 +611,8 @@ fn quant_avx512_signed_bytes_match_scalar_bitwise() {
         cases.push((format!("{dtype:?}"), format, raw));
     }
     let nl = super::iq4::tests::random_blocks(&mut rng, out * inp / QK, 18);
-    cases.push(("IQ4_NL".into(), WeightFormat::Iq4Nl, nl));
+    cases.push(("IQ4_NL".into(), WeightFormat::Iq4Nl, nl.clone()));
+    cases.push(("IQ4_NL repacked".into(), WeightFormat::Iq4Nl, nl));
     let mut edge = Vec::new();
     for _ in 0..out * inp / QK {
         edge.extend_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
@@ -619,14 +620,19 @@ fn quant_avx512_signed_bytes_match_scalar_bitwise() {
     }
     cases.push(("Q8_0 at -128".into(), WeightFormat::Q8_0, edge));
     for (name, format, raw) in &cases {
-        let w = PackedWeights::from_ggml(*format, out, inp, raw, BlockOrder::VecDot).expect("pack");
+        let order = if name.ends_with("repacked") {
+            BlockOrder::Repack
+        } else {
+            BlockOrder::VecDot
+        };
+        let w = PackedWeights::from_ggml(*format, out, inp, raw, order).expect("pack");
         for rows in [16, 17, 20, 24, 31, 32, 33, 40, 70] {
             let x = random(&mut rng, rows * inp, -2.0, 2.0);
             let mut acts = super::blocks::QuantizedActs::zeroed(rows, inp / QK, false);
             dot::quantize_rows(Kernel::Avx2, &x, inp, 0..rows, &mut acts);
             let wide = dot::wide_acts(Kernel::Avx2, &w, &acts);
             assert!(wide.is_some(), "{name}: the wide kernel applies");
-            for cols in [0..out, 4..28, 8..44] {
+            for cols in [0..out, 4..28, 8..44, 44..48] {
                 let mut got = vec![0f32; rows * out];
                 let mut want = vec![0f32; rows * out];
                 let at = |v: &mut Vec<f32>| dot::OutPtr {
