@@ -42,11 +42,13 @@ use super::{hsum8, q4k, q5k, q6k, KFormat, KWeights, Order, QK_K, TILED_MIN_ROWS
 /// (they stay in L1/L2 while the activation groups stream past).
 const COL_BLOCK: usize = 16;
 
-/// Whether [`run`] takes this weight on an AVX2 machine.
-pub(super) fn supports(w: &KWeights) -> bool {
+/// Whether [`run`] takes this weight's product over `acts` on an AVX2
+/// machine; `wide`: AVX-512 VNNI may be used.
+pub(super) fn supports(w: &KWeights, acts: &Q8KActs, wide: bool) -> bool {
     match (w.format, w.order) {
         (KFormat::Q4K, Order::Repack) => w.rows.is_multiple_of(8),
         (KFormat::Q5K | KFormat::Q6K, Order::VecDot) => true,
+        (KFormat::Iq4Xs, Order::VecDot) => wide && acts.rows >= 16,
         _ => false,
     }
 }
@@ -128,6 +130,20 @@ pub(super) unsafe fn run(
                 |c, r| q6k_vec_dot(base.add(c * stride), act(r), nb),
                 |c, a| q6k_tiled_1x4(base.add(c * stride), a.map(act), nb),
             )
+        }
+        KFormat::Iq4Xs => {
+            // Only with AVX-512 VNNI and sixteen rows or more ([`supports`]);
+            // the rows past the last group of sixteen one output at a time.
+            let g16 = &groups.g16;
+            for c0 in cols.clone().step_by(COL_BLOCK) {
+                let c1 = cols.end.min(c0 + COL_BLOCK);
+                iq4xs_gemm_16_groups(base, stride, nb, g16, c0..c1, n, out);
+            }
+            for r in g16.end()..rows {
+                for c in cols.clone() {
+                    *out.add(r * n + c) = w.dot(crate::quant::dot::Kernel::Avx2, acts, c, r);
+                }
+            }
         }
         KFormat::Q5K => by_rows(
             rows,
@@ -269,7 +285,8 @@ impl Prepared {
     /// The groups for `w`'s product over `acts`; `wide` allows the groups of
     /// sixteen (the caller checked [`crate::quant::dot::avx512_vnni`]).
     pub(super) fn new(w: &KWeights, acts: &Q8KActs, wide: bool) -> Self {
-        if w.format == KFormat::Q6K && wide && acts.rows >= TILED_MIN_ROWS {
+        if matches!(w.format, KFormat::Q6K | KFormat::Iq4Xs) && wide && acts.rows >= TILED_MIN_ROWS
+        {
             return Self {
                 g16: Groups::prepare(acts, 0, acts.rows / 16),
                 g8: Groups::NONE,
@@ -589,6 +606,135 @@ unsafe fn q6k_gemm_rx16<const R: usize>(
                 _mm512_set1_ps(f16_ptr(wb[r].add(208))),
                 _mm512_cvtepi32_ps(total),
             );
+            acc[r] = _mm512_fmadd_ps(res, dx, acc[r]);
+        }
+    }
+    let mut o = [[0f32; 16]; R];
+    for r in 0..R {
+        _mm512_storeu_ps(o[r].as_mut_ptr(), acc[r]);
+    }
+    o
+}
+
+/// The sixteen-row groups `g` against IQ4_XS weight rows `cols` by
+/// [`iq4xs_gemm_rx16`], [`Q4K_WIDE_ROWS`] weight rows at a time.
+///
+/// # Safety
+/// As [`q4k_gemm_16_groups`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn iq4xs_gemm_16_groups(
+    base: *const u8,
+    stride: usize,
+    nb: usize,
+    g: &Groups<16>,
+    cols: std::ops::Range<usize>,
+    n: usize,
+    out: *mut f32,
+) {
+    for gi in 0..g.groups {
+        let ga = g.group(gi);
+        let put = |c: usize, o: [f32; 16]| {
+            for (i, v) in o.into_iter().enumerate() {
+                *out.add((g.start + 16 * gi + i) * n + c) = v;
+            }
+        };
+        let mut c = cols.start;
+        while c < cols.end {
+            if c + Q4K_WIDE_ROWS <= cols.end {
+                let o = iq4xs_gemm_rx16::<Q4K_WIDE_ROWS>(base.add(c * stride), stride, ga, nb);
+                for (r, o) in o.into_iter().enumerate() {
+                    put(c + r, o);
+                }
+                c += Q4K_WIDE_ROWS;
+            } else {
+                put(
+                    c,
+                    iq4xs_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
+                );
+                c += 1;
+            }
+        }
+    }
+}
+
+/// ggml-cpu's tiled IQ4_XS matmul (see [`crate::quant::iq4::xs`]) for the
+/// `R` weight rows at `w` against a group of sixteen activation rows, with
+/// AVX-512 VNNI: per output the super-block's exact integer total (each
+/// 32-value run's dot by `dpbusd` on the table values offset to unsigned,
+/// times its scale `ls - 32` by `mullo`, less `128 * sum(ls * run sums)`),
+/// then `acc = fma(d * total, d_x, acc)`. Q8_K activations never reach
+/// -128, so ggml's sign trick gives the true products and this equals it.
+// Indices keep the sub-block, weight row and lane arithmetic visible.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn iq4xs_gemm_rx16<const R: usize>(
+    w: *const u8,
+    stride: usize,
+    a: *const BlockN<16>,
+    nb: usize,
+) -> [[f32; 16]; R] {
+    /// A weight row's table values offset by 128, four to a `u32`.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct Unpacked {
+        q: [u32; 64],
+    }
+    let table = _mm_xor_si128(
+        _mm_loadu_si128(crate::quant::iq4::KVALUES.as_ptr().cast()),
+        _mm_set1_epi8(-128),
+    );
+    let m4 = _mm_set1_epi8(0xF);
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut qbuf = [Unpacked { q: [0; 64] }; R];
+    for b in 0..nb {
+        let ab = &*a.add(b);
+        let wb: [*const u8; R] =
+            std::array::from_fn(|r| w.add(r * stride + b * crate::quant::iq4::xs::BLOCK_BYTES));
+        let mut ls = [[0i32; 8]; R];
+        let mut off = [_mm512_setzero_si512(); R];
+        for r in 0..R {
+            let qs = wb[r].add(8);
+            for s in 0..8 {
+                let bits = _mm_loadu_si128(qs.add(16 * s).cast());
+                let lo = _mm_shuffle_epi8(table, _mm_and_si128(bits, m4));
+                let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16::<4>(bits), m4));
+                let dst = qbuf[r].q.as_mut_ptr().add(8 * s);
+                _mm_store_si128(dst.cast(), lo);
+                _mm_store_si128(dst.add(4).cast(), hi);
+            }
+            let sc = crate::quant::iq4::xs::scales(std::slice::from_raw_parts(wb[r], 8));
+            ls[r] = sc;
+            // `sum_s ls_s * S_s` per row, pairs of runs at a time.
+            for k in 0..4 {
+                let pair = (sc[2 * k] as u16 as u32 | ((sc[2 * k + 1] as u16 as u32) << 16)) as i32;
+                let sums = _mm512_load_si512(ab.sums[k].as_ptr().cast());
+                off[r] = _mm512_add_epi32(off[r], _mm512_madd_epi16(sums, _mm512_set1_epi32(pair)));
+            }
+        }
+        let mut tot = [_mm512_setzero_si512(); R];
+        for s in 0..8 {
+            let mut d0 = [_mm512_setzero_si512(); R];
+            let mut d1 = [_mm512_setzero_si512(); R];
+            for t in (0..8).step_by(2) {
+                let y0 = _mm512_load_si512(ab.q.as_ptr().add(8 * s + t).cast());
+                let y1 = _mm512_load_si512(ab.q.as_ptr().add(8 * s + t + 1).cast());
+                for r in 0..R {
+                    let w0 = _mm512_set1_epi32(qbuf[r].q[8 * s + t] as i32);
+                    let w1 = _mm512_set1_epi32(qbuf[r].q[8 * s + t + 1] as i32);
+                    d0[r] = _mm512_dpbusd_epi32(d0[r], w0, y0);
+                    d1[r] = _mm512_dpbusd_epi32(d1[r], w1, y1);
+                }
+            }
+            for r in 0..R {
+                let run = _mm512_add_epi32(d0[r], d1[r]);
+                tot[r] =
+                    _mm512_add_epi32(tot[r], _mm512_mullo_epi32(run, _mm512_set1_epi32(ls[r][s])));
+            }
+        }
+        let dx = _mm512_load_ps(ab.d.as_ptr());
+        for r in 0..R {
+            let total = _mm512_sub_epi32(tot[r], _mm512_slli_epi32::<7>(off[r]));
+            let res = _mm512_mul_ps(_mm512_set1_ps(f16_ptr(wb[r])), _mm512_cvtepi32_ps(total));
             acc[r] = _mm512_fmadd_ps(res, dx, acc[r]);
         }
     }

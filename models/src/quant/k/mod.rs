@@ -292,10 +292,12 @@ impl KWeights {
         let out_ptr = SharedOut(out.as_mut_ptr());
         let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
         #[cfg(target_arch = "x86_64")]
-        if avx2 && fast::supports(self) {
+        let wide = wide && crate::quant::dot::avx512_vnni();
+        #[cfg(target_arch = "x86_64")]
+        if avx2 && fast::supports(self, &acts, wide) {
             // SAFETY: AVX2, FMA and F16C were detected (`best_kernel`); each
             // column range is claimed by one task only.
-            let groups = fast::Prepared::new(self, &acts, wide && crate::quant::dot::avx512_vnni());
+            let groups = fast::Prepared::new(self, &acts, wide);
             let run = |cols: std::ops::Range<usize>| unsafe {
                 fast::run(self, &acts, &groups, cols, out_ptr.get())
             };

@@ -216,7 +216,7 @@ fn kquant_row_tiles_equal_one_output_dots() {
     }
 }
 
-/// The AVX-512 VNNI kernels (Q4_K repacked and Q6_K tiled, groups of
+/// The AVX-512 VNNI kernels (Q4_K repacked, Q6_K and IQ4_XS tiled, groups of
 /// sixteen activation rows) give the AVX2 kernels' bits, on random weights
 /// and on extreme blocks whose integer parts are largest (Q4_K: every quant
 /// 15, every scale 63; Q6_K: every quant 63, every scale -128; activations
@@ -257,6 +257,10 @@ fn kquant_avx512_equals_avx2_bit_for_bit() {
         (
             "Q6_K extreme",
             KWeights::from_ggml(KFormat::Q6K, out, inp, &q6, Order::VecDot).expect("q6"),
+        ),
+        (
+            "IQ4_XS random",
+            weights(&mut rng, KFormat::Iq4Xs, out, inp, Order::VecDot),
         ),
     ];
     for (name, w) in &cases {
