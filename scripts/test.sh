@@ -75,7 +75,16 @@ if ! python3 -c 'import openai, pytest, agents' >/dev/null 2>&1; then
 fi
 PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/openai
 
-# 6. The chat page (`GET /`) in headless Chromium: Debian's `chromium` (step 1),
+# 6. Anthropic's Messages API (`/v1/messages`), driven by the official
+#    `anthropic` SDK.
+say "Anthropic API suite (pytest tests/anthropic)"
+if ! python3 -c 'import anthropic' >/dev/null 2>&1; then
+  python3 -m pip install --quiet anthropic \
+    || python3 -m pip install --quiet --break-system-packages anthropic
+fi
+PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/anthropic
+
+# 7. The chat page (`GET /`) in headless Chromium: Debian's `chromium` (step 1),
 #    driven by Playwright pointed at /usr/bin/chromium (never `playwright install`).
 say "chat page UI test (scripts/ui_test.py)"
 if ! python3 -c 'import playwright.sync_api' >/dev/null 2>&1; then

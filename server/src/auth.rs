@@ -1,5 +1,6 @@
 //! Bearer-token authentication for `/v1/*` (and `/metrics`, unless
-//! `--metrics-public`) when the server has an API key.
+//! `--metrics-public`) when the server has an API key; Anthropic's routes
+//! also take the key as `x-api-key`.
 //!
 //! `/health` and the chat page stay open so probes and browsers work without
 //! the key; CORS preflights are answered before this runs. The scheme is
@@ -27,6 +28,38 @@ pub async fn require_api_key(State(state): State<AppState>, req: Request, next: 
             .and_then(bearer_token);
         if !given.is_some_and(|g| same_key(g, key)) {
             return ApiError::invalid_api_key().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Middleware for Anthropic's routes: as [`require_api_key`], but the key
+/// may also come as `x-api-key: <key>`, the header Anthropic's SDKs send.
+pub async fn require_api_key_or_x_api_key(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if let Some(key) = state.api_key() {
+        let headers = req.headers();
+        let bearer = headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token);
+        let x_api_key = headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim);
+        if ![bearer, x_api_key]
+            .into_iter()
+            .flatten()
+            .any(|g| same_key(g, key))
+        {
+            let mut e = ApiError::invalid_api_key();
+            e.message = "Incorrect or missing API key: send it as `x-api-key: <key>` or \
+                         `Authorization: Bearer <key>`"
+                .into();
+            return e.into_response();
         }
     }
     next.run(req).await

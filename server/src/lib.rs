@@ -2,6 +2,8 @@
 //!
 //! Routes: `GET /v1/models` (and `/v1/models/{id}`), `POST /v1/chat/completions`,
 //! `POST /v1/completions` (JSON or server-sent events), `POST /v1/embeddings`,
+//! `POST /v1/messages` and `/v1/messages/count_tokens` (Anthropic's shapes,
+//! mapped onto the chat path: [`anthropic`]),
 //! `POST /tokenize` and `/detokenize` (llama-server's shapes), `GET /health`,
 //! `GET /metrics` (Prometheus) and `GET /` (a chat page). OpenAI's wire types live in [`openai`] and never
 //! reach the runtime: handlers turn them into a `SubmitRequest`
@@ -16,6 +18,7 @@
 
 mod adapters;
 mod affinity;
+mod anthropic;
 mod auth;
 mod body;
 mod collect;
@@ -265,7 +268,8 @@ pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 /// layers (CORS outermost, so preflights are answered first).
 pub fn router(state: AppState) -> Router {
     use routes::{
-        adapters, chat, completions, embeddings, health, metrics, models, responses, tokenize, ui,
+        adapters, chat, completions, embeddings, health, messages, metrics, models, responses,
+        tokenize, ui,
     };
     let require_key = || axum::middleware::from_fn_with_state(state.clone(), auth::require_api_key);
     let v1 = Router::new()
@@ -286,6 +290,16 @@ pub fn router(state: AppState) -> Router {
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route_layer(require_key());
+    // Anthropic's Messages API: the key also as `x-api-key`, and every error
+    // (the key check's too) in Anthropic's shape.
+    let anthropic_api = Router::new()
+        .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_api_key_or_x_api_key,
+        ))
+        .route_layer(axum::middleware::from_fn(anthropic::error::reshape));
     let metrics = Router::new().route("/metrics", get(metrics::metrics));
     let metrics = if state.metrics_public() {
         metrics
@@ -297,6 +311,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health::health))
         .merge(metrics)
         .merge(v1)
+        .merge(anthropic_api)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body()))

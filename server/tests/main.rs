@@ -1,6 +1,8 @@
 //! `tern-server` driven in process through its router, over the tiny
-//! generated model: endpoints, streaming, errors, auth and metrics.
+//! generated model: endpoints, streaming, errors, auth and metrics, and
+//! Anthropic's Messages API.
 
+mod anthropic;
 mod api;
 mod connections;
 mod embeddings;

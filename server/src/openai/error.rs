@@ -321,6 +321,9 @@ impl IntoResponse for ApiError {
             res.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
+        // Routes that answer in another API's shape (Anthropic's) rewrite
+        // the body from this; see `anthropic::error::reshape`.
+        res.extensions_mut().insert(self);
         res
     }
 }

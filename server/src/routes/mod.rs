@@ -7,6 +7,7 @@ pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod health;
+pub mod messages;
 pub mod metrics;
 pub mod models;
 pub mod reasoning;
