@@ -309,3 +309,45 @@ fn asking_for_the_last_rows_and_sums_hands_over_exactly_those() {
         }
     }
 }
+
+/// The AVX-512 score and value products give the portable loops' bits:
+/// every score and accumulator element a chain of fused multiply-adds in
+/// key (or dimension) order, whatever the vector width.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn sixteen_lane_tile_products_equal_the_portable_chains() {
+    if !crate::quant::dot::avx512_vnni() {
+        eprintln!("no AVX-512 on this CPU (or TERN_AVX512=0): nothing to compare");
+        return;
+    }
+    let hd = 128;
+    let kt = buffer(1, KV_TILE, hd, 7);
+    let q = buffer(1, 1, hd, 8);
+    let mut got = [0f32; KV_TILE];
+    // SAFETY: AVX-512 F detected; `kt` holds `hd * KV_TILE` floats.
+    unsafe { wide::tile_scores(&kt, &q, &mut got) };
+    let mut want = [0f32; KV_TILE];
+    for (k, &qk) in q.iter().enumerate() {
+        for (t, x) in want.iter_mut().enumerate() {
+            *x = kt[k * KV_TILE + t].mul_add(qk, *x);
+        }
+    }
+    assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits));
+    let values = buffer(1, KV_TILE, hd, 9);
+    let mut w = buffer(1, 1, KV_TILE, 10);
+    w[5] = 0.0;
+    let start = buffer(1, 1, hd, 11);
+    let mut a = start.clone();
+    // SAFETY: as above; `a` and every value row hold 128 floats.
+    unsafe { wide::tile_values_128(&mut a, &w, |t| &values[t * hd..(t + 1) * hd]) };
+    let mut b = start;
+    for (t, &wt) in w.iter().enumerate() {
+        if wt != 0.0 {
+            for (x, &vx) in b.iter_mut().zip(&values[t * hd..(t + 1) * hd]) {
+                *x = vx.mul_add(wt, *x);
+            }
+        }
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&a), bits(&b));
+}
