@@ -776,9 +776,14 @@ fn causal_tile(p: &mut [f32; KV_TILE], keys: &[u32], q_pos: u32, scale: f32) -> 
 #[inline]
 fn tile_values<'v>(a: &mut [f32], w: &[f32], value: impl Fn(usize) -> &'v [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if a.len() == 128 && crate::quant::dot::avx512_vnni() {
-        // SAFETY: AVX-512 F detected; `a` holds 128 floats.
-        unsafe { wide::tile_values_128(a, w, value) };
+    if a.len().is_multiple_of(128) && crate::quant::dot::avx512_vnni() {
+        // Each element's chain is its own: 128 at a time in registers.
+        for h in 0..a.len() / 128 {
+            let piece = &mut a[128 * h..128 * h + 128];
+            // SAFETY: AVX-512 F detected; `piece` and each value piece hold
+            // 128 floats.
+            unsafe { wide::tile_values_128(piece, w, |t| &value(t)[128 * h..128 * h + 128]) };
+        }
         return;
     }
     #[cfg(all(target_arch = "x86_64", target_feature = "avx", target_feature = "fma"))]
