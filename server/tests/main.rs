@@ -4,6 +4,7 @@
 
 mod anthropic;
 mod api;
+mod best_of;
 mod connections;
 mod embeddings;
 mod errors;

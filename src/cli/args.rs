@@ -385,6 +385,8 @@ pub struct EvalArgs {
     /// than the default 0.95), synthesize@N:with=NAME (a --synthesizer), reward@N (code tasks: the candidate passing most of the task's tests),
     /// reward@N:tests=K (code tasks: the candidate passing most of K tests a
     /// model writes, --test-model or --model; graded by the task's tests),
+    /// reward@N:tests=K:dynamic (the same K x tasks tests in all, spread over
+    /// the tasks by how much their candidates disagree),
     /// length@EFFORT (one greedy sample under adaptive length: EFFORT is low,
     /// medium, high, auto, or a token cap).
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]

@@ -31,10 +31,15 @@ pub struct ChatFields {
     /// aggregate's answer as the one choice.
     pub best_of: Option<i64>,
     /// Tern extension: how `best_of` candidates are aggregated: `majority`
-    /// (default), `synthesize` or `reward` (needs `tests`).
+    /// (default), `synthesize` or `reward` (`tests`, or tests the model
+    /// writes).
     pub aggregate: Option<String>,
     /// Tern extension: Python unit tests for `aggregate: reward`.
     pub tests: Option<Vec<String>>,
+    /// Tern extension: with `aggregate: reward` and no `tests`, how many
+    /// unit tests the served model writes to judge the candidates by
+    /// (1-64, default 8; the CodeRM setting, docs/REASONING.md).
+    pub generate_tests: Option<i64>,
     /// How much to reason before answering: `low`, `medium`, `high` (fixed
     /// caps) or Tern's `auto` (stop once answer probes agree).
     pub reasoning_effort: Option<String>,

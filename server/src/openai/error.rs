@@ -83,15 +83,17 @@ impl ApiError {
         Self::invalid_param(param, message).with_code("context_length_exceeded")
     }
 
-    /// A 403 for client-written code (`tests`) sent to a server that does not
-    /// run it: code execution is opt-in (`--allow-code-execution`).
+    /// A 403 for `aggregate: reward` (client-written `tests`, or tests the
+    /// model writes, both run against the candidates) sent to a server that
+    /// does not run code: code execution is opt-in (`--allow-code-execution`).
     pub fn code_execution_disabled(param: &str) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
             INVALID_REQUEST,
-            "This server does not run client-supplied code: `aggregate: \"reward\"` with `tests` \
-             needs the server started with --allow-code-execution (the tests then run in the \
-             bubblewrap sandbox; see docs/SECURITY.md)",
+            "This server does not run code for a request: `aggregate: \"reward\"` (with \
+             client-written `tests`, or tests the model writes) needs the server started with \
+             --allow-code-execution (the tests then run in the bubblewrap sandbox; see \
+             docs/SECURITY.md)",
         )
         .with_param(param)
         .with_code("code_execution_disabled")

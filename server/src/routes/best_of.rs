@@ -4,13 +4,21 @@
 //! or writes the answer, and the `tern` object lists what was done. With
 //! `reasoning_effort` or `thinking_budget_tokens` every candidate reasons
 //! under that budget and reports its probes (`candidates[i].reasoning`).
+//! `aggregate: "reward"` without `tests` has the served model write
+//! `generate_tests` unit tests (default [`DEFAULT_GENERATED_TESTS`]) and
+//! chooses by their pass matrix, through the same solve-layer function as
+//! `tern bon --generate-tests` ([`best_of_n_generated_tests`]); the `tern`
+//! object then carries the tests and the matrix (`generated_tests`).
 
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{EngineHandle, MAX_N};
-use tern_solve::reasoning::{best_of_n_with, lacks_tests, Aggregate, BonRequest, ReasoningError};
+use tern_solve::reasoning::{
+    best_of_n_generated_tests, best_of_n_with, Aggregate, BonRequest, ReasoningError, TestGenError,
+    TestSpec, MAX_GENERATED_TESTS,
+};
 
 use crate::openai::error::ApiError;
 use crate::openai::ResponseMeta;
@@ -21,18 +29,42 @@ use crate::params::Plan;
 pub const MAX_TESTS: usize = 32;
 /// Longest one test may be, in bytes.
 pub const MAX_TEST_BYTES: usize = 16 * 1024;
+/// Tests the model writes for `aggregate: "reward"` without `tests` when the
+/// request names no `generate_tests` (at most [`MAX_GENERATED_TESTS`], the
+/// CLI's cap).
+pub const DEFAULT_GENERATED_TESTS: usize = 8;
+
+/// The extension fields of a best-of-N request, as sent.
+#[derive(Debug, Default)]
+pub struct Extension {
+    /// `best_of`: candidates.
+    pub best_of: i64,
+    /// `aggregate`: `majority` (default), `synthesize` or `reward`.
+    pub aggregate: Option<String>,
+    /// `tests`: client-written Python tests for `reward`.
+    pub tests: Option<Vec<String>>,
+    /// `generate_tests`: for `reward` without `tests`, how many tests the
+    /// served model writes.
+    pub generate_tests: Option<i64>,
+}
 
 /// Validates the extension fields and builds the best-of-N request from the
-/// already-validated generation plan. `allow_code` is the server's
-/// `--allow-code-execution`: without it, client-written tests are a 403.
+/// already-validated generation plan, with the test writer's spec when the
+/// model is to write the tests (`aggregate: reward`, no `tests`).
+/// `allow_code` is the server's `--allow-code-execution`: without it, any
+/// `reward` (client-written or generated tests) is a 403.
 pub fn request(
-    best_of: i64,
-    aggregate: Option<String>,
-    tests: Option<Vec<String>>,
+    ext: Extension,
     messages: Vec<ChatMessage>,
     plan: &Plan,
     allow_code: bool,
-) -> Result<BonRequest, ApiError> {
+) -> Result<(BonRequest, Option<TestSpec>), ApiError> {
+    let Extension {
+        best_of,
+        aggregate,
+        tests,
+        generate_tests,
+    } = ext;
     if !(1..=MAX_N as i64).contains(&best_of) {
         return Err(ApiError::invalid_param(
             "best_of",
@@ -55,15 +87,46 @@ pub fn request(
             .map_err(|e: String| ApiError::invalid_param("aggregate", e))?,
     };
     let tests = tests.unwrap_or_default();
-    if aggregate == Aggregate::Reward && !allow_code {
-        return Err(ApiError::code_execution_disabled("tests"));
-    }
-    if lacks_tests(aggregate, &tests) {
+    if generate_tests.is_some() && aggregate != Aggregate::Reward {
         return Err(ApiError::invalid_param(
-            "tests",
-            "aggregate `reward` needs `tests`: a list of Python assertions",
+            "generate_tests",
+            "generate_tests writes unit tests for `aggregate: \"reward\"`",
         ));
     }
+    if aggregate == Aggregate::Reward && !allow_code {
+        let param = if tests.is_empty() {
+            "aggregate"
+        } else {
+            "tests"
+        };
+        return Err(ApiError::code_execution_disabled(param));
+    }
+    if generate_tests.is_some() && !tests.is_empty() {
+        return Err(ApiError::invalid_param(
+            "generate_tests",
+            "send `tests` or `generate_tests`, not both (generate_tests has the model write them)",
+        ));
+    }
+    // `reward` without tests: the served model writes them.
+    let generate = if aggregate == Aggregate::Reward && tests.is_empty() {
+        let k = generate_tests.unwrap_or(DEFAULT_GENERATED_TESTS as i64);
+        if !(1..=MAX_GENERATED_TESTS as i64).contains(&k) {
+            return Err(ApiError::invalid_param(
+                "generate_tests",
+                format!("generate_tests must be between 1 and {MAX_GENERATED_TESTS}, got {k}"),
+            ));
+        }
+        // Sampled as the candidates are (their temperature, nucleus and
+        // cap), from the test writer's own seeds.
+        Some(TestSpec {
+            k: k as usize,
+            max_tokens: plan.submit.max_tokens,
+            temperature: plan.submit.sampling.temperature,
+            top_p: plan.submit.sampling.top_p,
+        })
+    } else {
+        None
+    };
     if tests.len() > MAX_TESTS {
         return Err(ApiError::invalid_param(
             "tests",
@@ -79,7 +142,7 @@ pub fn request(
             ),
         ));
     }
-    Ok(BonRequest {
+    let req = BonRequest {
         messages,
         n: best_of as usize,
         sampling: plan.submit.sampling.clone(),
@@ -93,15 +156,17 @@ pub fn request(
         prelude: String::new(),
         length: None,
         cancel: Default::default(),
-    })
+    };
+    Ok((req, generate))
 }
 
 /// Runs best-of-N off the async runtime and answers with one choice;
-/// `synthesizer` writes the synthesis for `aggregate: synthesize`.
+/// `synthesizer` writes the synthesis for `aggregate: synthesize`; with
+/// `generate`, the served model writes the tests that choose.
 pub async fn respond(
     engine: EngineHandle,
     (synthesizer_model, synthesizer): (String, EngineHandle),
-    req: BonRequest,
+    (req, generate): (BonRequest, Option<TestSpec>),
     meta: ResponseMeta,
     prompt_tokens: usize,
 ) -> Result<Response, ApiError> {
@@ -109,13 +174,19 @@ pub async fn respond(
     // Dropped with this future when the client disconnects: the judge then
     // kills its running tests and starts no more.
     let _cancel_on_disconnect = req.cancel.on_drop();
-    let res = tokio::task::spawn_blocking(move || best_of_n_with(&engine, &synthesizer, &req))
-        .await
-        .map_err(|e| ApiError::internal(format!("best_of failed: {e}")))?
-        .map_err(|e| match e {
-            ReasoningError::Submit(s) => ApiError::from_submit(s, "messages"),
-            other => ApiError::internal(other.to_string()),
-        })?;
+    let res = tokio::task::spawn_blocking(move || match &generate {
+        Some(spec) => best_of_n_generated_tests(&engine, &engine, &req, spec),
+        None => best_of_n_with(&engine, &synthesizer, &req),
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("best_of failed: {e}")))?
+    .map_err(|e| match e {
+        ReasoningError::Submit(s) => ApiError::from_submit(s, "messages"),
+        // The test writer's prompt (the problem inside its request for
+        // tests) is refused as the candidates' would be.
+        ReasoningError::Tests(TestGenError::Submit(s)) => ApiError::from_submit(s, "messages"),
+        other => ApiError::internal(other.to_string()),
+    })?;
     let candidates: Vec<_> = res
         .candidates
         .iter()
@@ -159,6 +230,11 @@ pub async fn respond(
             "tokens_saved": tokens_saved,
             "candidates_saved": res.candidates_saved,
             "tests_run": res.tests_run,
+            // Tests the model wrote (`aggregate: reward` without `tests`):
+            // `tests`, `replies`, the pass `matrix` (a row per candidate, a
+            // letter per test: P, F, T timeout, E error), `tokens`,
+            // `generate_seconds`, `judge_seconds`; as `tern bon --json`.
+            "generated_tests": res.generated_tests,
             // The synthesis stated no answer and was made to write one.
             "forced_answer": res.forced_answer,
             "synthesizer_model": (res.aggregate == Aggregate::Synthesize).then_some(synthesizer_model),

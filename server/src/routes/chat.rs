@@ -159,15 +159,18 @@ pub async fn chat_completions(
         }
         let synthesizer = state.synthesizer(own.synthesizer_model.as_deref())?;
         let mut req = best_of::request(
-            best_of,
-            own.aggregate,
-            own.tests,
+            best_of::Extension {
+                best_of,
+                aggregate: own.aggregate,
+                tests: own.tests,
+                generate_tests: own.generate_tests,
+            },
             messages,
             &plan,
             state.allow_code_execution(),
         )?;
         // Every candidate reasons under the request's effort or budget.
-        req.length = length;
+        req.0.length = length;
         let prompt_tokens = plan.submit.prompt.len();
         let key = affinity::prefix_key(&plan.submit.prompt);
         return best_of::respond(engine, synthesizer, req, meta, prompt_tokens)

@@ -3,14 +3,16 @@
 //! tasks run side by side in the engine's batches; each record is appended to
 //! the records file as soon as it exists.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::reasoning::{
-    best_of_n_generated_tests, best_of_n_shared_by, best_of_n_with, Aggregate, BonRequest, TestSpec,
+    allocate, best_of_n_generated_tests, best_of_n_shared_by, best_of_n_with,
+    choose_by_generated_tests, disagreement, Aggregate, BonRequest, BonResult, TestSpec,
+    MAX_GENERATED_TESTS,
 };
 use crate::tasks::{self, Task};
 use tern_runtime::chat::ChatMessage;
@@ -150,6 +152,7 @@ pub fn run(
         engines.synthesizer_of(s)?;
     }
     let groups = share_samples(strategies);
+    let dynamic = plan_dynamic(plan, engine)?;
     // One task's records, in strategy order: those already on file, the rest
     // computed (and appended to the records file as soon as they exist).
     let sink = Mutex::new(sink);
@@ -164,31 +167,11 @@ pub fn run(
                 None
             } else {
                 let lead = &strategies[group[0]];
-                let req = BonRequest {
-                    messages: vec![ChatMessage::new("user", task.question.as_str())],
-                    n: lead.n,
-                    sampling: SamplingParams {
-                        temperature: if lead.n == 1 {
-                            0.0
-                        } else {
-                            settings.temperature
-                        },
-                        top_p: 0.95,
-                        seed: settings.seed.wrapping_add(i as u64 * 1000),
-                        ..SamplingParams::default()
-                    },
-                    max_tokens: settings.max_tokens,
-                    aggregate: lead.aggregate,
-                    adaptive: lead.adaptive,
-                    wave: lead.wave,
-                    confidence: lead.confidence,
-                    kv_policy: settings.kv_policy.clone(),
-                    tests: task.tests.clone(),
-                    prelude: task.prelude.clone(),
-                    length: lead.length.clone(),
-                    cancel: Default::default(),
-                };
+                let req = request(lead, i, task, settings);
                 let t = Instant::now();
+                // Time spent on this task's candidates in the dynamic
+                // strategies' first pass.
+                let mut first_pass_secs = 0.0;
                 let results = if group.len() > 1 {
                     let ways =
                         group
@@ -207,6 +190,22 @@ pub fn run(
                                 EvalError,
                             >>()?;
                     best_of_n_shared_by(engine, &req, &ways)?
+                } else if let (true, Some(planned)) = (lead.dynamic, dynamic.get(&group[0])) {
+                    // Sampled in the first pass; this task's share of the
+                    // run's tests is known now.
+                    let (k, sampled, sample_secs) = planned
+                        .get(&i)
+                        .cloned()
+                        .expect("the first pass sampled every task without a record");
+                    let spec = TestSpec {
+                        k,
+                        max_tokens: settings.max_tokens,
+                        temperature: settings.temperature,
+                        top_p: 0.95,
+                    };
+                    let res = choose_by_generated_tests(engines.tester, &req, &spec, sampled)?;
+                    first_pass_secs = sample_secs;
+                    vec![res]
                 } else if let Some(k) = lead.tests {
                     // The tests are sampled as the candidates are (task i's
                     // seeds, the run's temperature), from their own seeds.
@@ -226,7 +225,7 @@ pub fn run(
                     let by = engines.synthesizer_of(lead)?;
                     vec![best_of_n_with(engine, by, &req)?]
                 };
-                Some((results, t.elapsed().as_secs_f64()))
+                Some((results, t.elapsed().as_secs_f64() + first_pass_secs))
             };
             for (j, &k) in group.iter().enumerate() {
                 let r = match (&have[j], &fresh) {
@@ -330,4 +329,125 @@ pub fn run(
         return Err(e);
     }
     Ok(acc.into_inner().expect("totals lock"))
+}
+
+/// The request strategy `lead` sends for task `i`: seeded `seed + 1000 i`,
+/// greedy when it samples one candidate.
+fn request(lead: &Strategy, i: usize, task: &Task, settings: &Settings) -> BonRequest {
+    BonRequest {
+        messages: vec![ChatMessage::new("user", task.question.as_str())],
+        n: lead.n,
+        sampling: SamplingParams {
+            temperature: if lead.n == 1 {
+                0.0
+            } else {
+                settings.temperature
+            },
+            top_p: 0.95,
+            seed: settings.seed.wrapping_add(i as u64 * 1000),
+            ..SamplingParams::default()
+        },
+        max_tokens: settings.max_tokens,
+        aggregate: lead.aggregate,
+        adaptive: lead.adaptive,
+        wave: lead.wave,
+        confidence: lead.confidence,
+        kv_policy: settings.kv_policy.clone(),
+        tests: task.tests.clone(),
+        prelude: task.prelude.clone(),
+        length: lead.length.clone(),
+        cancel: Default::default(),
+    }
+}
+
+/// Task index -> (tests, its candidates sampled, the seconds they took).
+type Allocation = HashMap<usize, (usize, BonResult, f64)>;
+
+/// The first pass of every `reward@N:tests=K:dynamic` strategy (by index):
+/// every task's candidates (those on file read from its record, the rest
+/// sampled now, `parallel` tasks at once), their disagreement, and the
+/// run's `K x tasks` tests spread over the tasks by it
+/// ([`allocate`], each task 1 to `MAX_GENERATED_TESTS`). The allocation is
+/// over the tasks in range (`--offset`/`--limit`).
+fn plan_dynamic(
+    plan: &Plan<'_>,
+    engine: &EngineHandle,
+) -> Result<HashMap<usize, Allocation>, EvalError> {
+    let mut out = HashMap::new();
+    for (s_i, s) in plan.strategies.iter().enumerate() {
+        let (true, Some(k)) = (s.dynamic, s.tests) else {
+            continue;
+        };
+        let missing: Vec<&(usize, Task)> = plan
+            .tasks
+            .iter()
+            .filter(|(i, _)| !plan.done.contains_key(&(s.label.clone(), *i)))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        // Sampled as `best_of_n_generated_tests` samples them.
+        let sample = |i: usize, task: &Task| -> Result<(BonResult, f64), EvalError> {
+            let req = BonRequest {
+                aggregate: Aggregate::Majority,
+                ..request(s, i, task, plan.settings)
+            };
+            let t = Instant::now();
+            let res = best_of_n_with(engine, engine, &req)?;
+            Ok((res, t.elapsed().as_secs_f64()))
+        };
+        let next = AtomicUsize::new(0);
+        let sampled: Mutex<HashMap<usize, (BonResult, f64)>> = Mutex::new(HashMap::new());
+        let failed: Mutex<Option<EvalError>> = Mutex::new(None);
+        std::thread::scope(|scope| {
+            for _ in 0..plan.settings.parallel.max(1) {
+                scope.spawn(|| loop {
+                    if failed.lock().expect("error slot").is_some() {
+                        return;
+                    }
+                    let Some((i, task)) = missing.get(next.fetch_add(1, Ordering::SeqCst)) else {
+                        return;
+                    };
+                    match sample(*i, task) {
+                        Ok(r) => {
+                            sampled.lock().expect("samples").insert(*i, r);
+                        }
+                        Err(e) => {
+                            failed.lock().expect("error slot").get_or_insert(e);
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(e) = failed.into_inner().expect("error slot") {
+            return Err(e);
+        }
+        let mut sampled = sampled.into_inner().expect("samples");
+        let difficulty: Vec<usize> = plan
+            .tasks
+            .iter()
+            .map(|(i, _)| match sampled.get(i) {
+                Some((res, _)) => {
+                    let texts: Vec<String> =
+                        res.candidates.iter().map(|c| c.text.clone()).collect();
+                    disagreement(&texts)
+                }
+                None => plan
+                    .done
+                    .get(&(s.label.clone(), *i))
+                    .and_then(|r| r.generated_tests.as_ref())
+                    .map_or(1, |g| disagreement(&g.candidates)),
+            })
+            .collect();
+        let counts = allocate(&difficulty, k, MAX_GENERATED_TESTS);
+        let alloc: Allocation = plan
+            .tasks
+            .iter()
+            .zip(counts)
+            .filter_map(|((i, _), n)| sampled.remove(i).map(|(res, secs)| (*i, (n, res, secs))))
+            .collect();
+        out.insert(s_i, alloc);
+    }
+    Ok(out)
 }

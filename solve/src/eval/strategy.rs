@@ -35,6 +35,10 @@ pub struct Strategy {
     /// the record, every candidate). `None`: `reward@N` chooses by the
     /// task's own tests (the oracle).
     pub tests: Option<usize>,
+    /// `reward@N:tests=K:dynamic`: K is the run's average, not every
+    /// problem's: the run's `K x tasks` tests are spread over the tasks by
+    /// their candidates' disagreement (`reasoning::allocate`).
+    pub dynamic: bool,
 }
 
 /// Adaptive width's default wave: 2 candidates per engine request, as `tern bon`.
@@ -85,6 +89,7 @@ impl Strategy {
         let mut synthesizer = None;
         let mut confidence = DEFAULT_CONFIDENCE;
         let mut tests = None;
+        let mut dynamic = false;
         if let Some(options) = options {
             if !adaptive && aggregate == Aggregate::Majority {
                 return Err(bad(
@@ -106,9 +111,10 @@ impl Strategy {
                                 })?,
                         )
                     }
+                    None if kv == "dynamic" && aggregate == Aggregate::Reward => dynamic = true,
                     _ if aggregate == Aggregate::Reward => {
                         return Err(bad(format!(
-                            "unknown option `{kv}` (reward@N takes tests=K)"
+                            "unknown option `{kv}` (reward@N takes tests=K and dynamic)"
                         )))
                     }
                     Some(("with", name)) if aggregate == Aggregate::Synthesize => {
@@ -150,6 +156,11 @@ impl Strategy {
                 }
             }
         }
+        if dynamic && tests.is_none() {
+            return Err(bad(
+                "`dynamic` spreads generated tests: it needs tests=K (the average per task)".into(),
+            ));
+        }
         Ok(Strategy {
             label: s.to_string(),
             n,
@@ -160,6 +171,7 @@ impl Strategy {
             synthesizer,
             length: None,
             tests,
+            dynamic,
         })
     }
 
@@ -175,6 +187,7 @@ impl Strategy {
             length: None,
             synthesizer: None,
             tests: None,
+            dynamic: false,
         }
     }
 }
@@ -202,6 +215,7 @@ fn parse_length(s: &str, effort: &str, probe_every: usize) -> Result<Strategy, E
         length: policy,
         synthesizer: None,
         tests: None,
+        dynamic: false,
     })
 }
 
@@ -296,6 +310,17 @@ mod tests {
         let s = Strategy::parse("reward@4:tests=8", 64).unwrap();
         assert_eq!((s.n, s.tests, s.aggregate), (4, Some(8), Aggregate::Reward));
         assert_eq!(Strategy::parse("reward@4", 64).unwrap().tests, None);
+        assert!(!s.dynamic);
+        let d = Strategy::parse("reward@4:tests=8:dynamic", 64).unwrap();
+        assert_eq!((d.tests, d.dynamic), (Some(8), true));
+        for bad in [
+            "reward@4:tests=0:dynamic",
+            "reward@4:tests=65:dynamic",
+            "reward@4:tests=8:dyn",
+            "reward@4:dynamic",
+        ] {
+            assert!(Strategy::parse(bad, 64).is_err(), "{bad}");
+        }
         // Generated tests run alone; the task's own tests share as before.
         let s: Vec<Strategy> = [
             "reward@4",

@@ -10,6 +10,7 @@
 
 mod length;
 mod synthesize;
+mod test_budget;
 mod unit_tests;
 
 use std::str::FromStr;
@@ -28,9 +29,10 @@ pub use length::{
     DEFAULT_PROBE_EVERY, MAX_THINKING_BUDGET,
 };
 pub use synthesize::synthesis_prompt;
+pub use test_budget::{allocate, disagreement, normalized_program};
 pub use unit_tests::{
-    best_of_n_generated_tests, test_prompt, GeneratedTests, TestGenError, TestSpec,
-    MAX_GENERATED_TESTS, REPLY_HEAD, TEST_SEED_OFFSET,
+    best_of_n_generated_tests, choose_by_generated_tests, test_prompt, GeneratedTests,
+    TestGenError, TestSpec, MAX_GENERATED_TESTS, REPLY_HEAD, TEST_SEED_OFFSET,
 };
 
 /// How the candidates become one answer.

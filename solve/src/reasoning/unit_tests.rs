@@ -132,11 +132,7 @@ pub fn best_of_n_generated_tests(
         adaptive: false,
         ..req.clone()
     };
-    let problem = if req.prelude.trim().is_empty() {
-        last_user_turn(&req.messages)
-    } else {
-        req.prelude.clone()
-    };
+    let problem = problem_of(req);
     let started = Instant::now();
     let (sampled, written) = std::thread::scope(|scope| {
         let candidates = scope.spawn(|| best_of_n_with(engine, engine, &sample));
@@ -146,10 +142,53 @@ pub fn best_of_n_generated_tests(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (sampled, written)
     });
-    let mut res = sampled?;
+    let res = sampled?;
     let (replies, tokens) = written?;
     let generate_seconds = started.elapsed().as_secs_f64();
+    judge_generated(req, spec, res, (replies, tokens), generate_seconds)
+}
 
+/// The second half of [`best_of_n_generated_tests`] for candidates already
+/// sampled (`sampled`, from `req` with any aggregate): `spec.k` tests
+/// written by `tester` now, every candidate judged on them, the most passes
+/// chosen by the same rule. Dynamic allocation (`reward@N:tests=K:dynamic`)
+/// samples every problem's candidates first, to learn how much they
+/// disagree, and only then knows each problem's K. `generate_seconds` is
+/// then the writer's time alone.
+pub fn choose_by_generated_tests(
+    tester: &EngineHandle,
+    req: &BonRequest,
+    spec: &TestSpec,
+    sampled: BonResult,
+) -> Result<BonResult, ReasoningError> {
+    if spec.k == 0 || spec.k > MAX_GENERATED_TESTS {
+        return Err(TestGenError::Count(spec.k).into());
+    }
+    let started = Instant::now();
+    let written = write_tests(tester, &problem_of(req), req.sampling.seed, spec)?;
+    let generate_seconds = started.elapsed().as_secs_f64();
+    judge_generated(req, spec, sampled, written, generate_seconds)
+}
+
+/// What the tests are written for: a code task's prelude (signature and
+/// docstring), else the user's last turn.
+fn problem_of(req: &BonRequest) -> String {
+    if req.prelude.trim().is_empty() {
+        last_user_turn(&req.messages)
+    } else {
+        req.prelude.clone()
+    }
+}
+
+/// Reads the tests out of `replies`, runs every candidate of `res` on them
+/// and chooses (the module's rule), recording the matrix.
+fn judge_generated(
+    req: &BonRequest,
+    spec: &TestSpec,
+    mut res: BonResult,
+    (replies, tokens): (Vec<String>, usize),
+    generate_seconds: f64,
+) -> Result<BonResult, ReasoningError> {
     let per_reply: Vec<Vec<String>> = replies.iter().map(|r| verify::parse_tests(r)).collect();
     let tests = verify::pick_tests(&per_reply, spec.k);
     let programs: Vec<String> = res
