@@ -371,12 +371,41 @@ unsafe fn q4k_gemm_1x8(w: *const u8, a: *const BlockN<8>, nb: usize) -> [f32; 8]
     o
 }
 
-/// Weight rows the AVX-512 Q4_K kernel takes at once against a group of
-/// sixteen activation rows.
-const Q4K_WIDE_ROWS: usize = 2;
+/// The sixteen-row groups `g` against weight rows `cols`, two weight rows at
+/// a time (`two(c, group)` gives rows `c` and `c + 1`, each activation load
+/// serving both) and a last odd one alone (`one`), written through `out`
+/// (`n` outputs a row).
+#[inline(always)]
+unsafe fn by_wide_groups(
+    g: &Groups<16>,
+    cols: std::ops::Range<usize>,
+    n: usize,
+    out: *mut f32,
+    two: impl Fn(usize, *const BlockN<16>) -> [[f32; 16]; 2],
+    one: impl Fn(usize, *const BlockN<16>) -> [f32; 16],
+) {
+    for gi in 0..g.groups {
+        let ga = g.group(gi);
+        let put = |c: usize, o: [f32; 16]| {
+            for (i, v) in o.into_iter().enumerate() {
+                *out.add((g.start + 16 * gi + i) * n + c) = v;
+            }
+        };
+        let mut c = cols.start;
+        while c + 2 <= cols.end {
+            let [o0, o1] = two(c, ga);
+            put(c, o0);
+            put(c + 1, o1);
+            c += 2;
+        }
+        if c < cols.end {
+            put(c, one(c, ga));
+        }
+    }
+}
 
 /// The sixteen-row groups `g` against weight rows `cols`: for each group,
-/// the weight rows' outputs by [`q4k_gemm_rx16`], [`Q4K_WIDE_ROWS`] at a time, written through `out`
+/// the weight rows' outputs by [`q4k_gemm_rx16`], two at a time ([`by_wide_groups`]), written through `out`
 /// (`n` outputs a row).
 ///
 /// # Safety
@@ -391,30 +420,14 @@ unsafe fn q4k_gemm_16_groups(
     n: usize,
     out: *mut f32,
 ) {
-    for gi in 0..g.groups {
-        let ga = g.group(gi);
-        let mut c = cols.start;
-        while c < cols.end {
-            let put = |c: usize, o: [f32; 16]| {
-                for (i, v) in o.into_iter().enumerate() {
-                    *out.add((g.start + 16 * gi + i) * n + c) = v;
-                }
-            };
-            if c + Q4K_WIDE_ROWS <= cols.end {
-                let o = q4k_gemm_rx16::<Q4K_WIDE_ROWS>(base.add(c * stride), stride, ga, nb);
-                for (r, o) in o.into_iter().enumerate() {
-                    put(c + r, o);
-                }
-                c += Q4K_WIDE_ROWS;
-            } else {
-                put(
-                    c,
-                    q4k_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
-                );
-                c += 1;
-            }
-        }
-    }
+    by_wide_groups(
+        g,
+        cols,
+        n,
+        out,
+        |c, ga| q4k_gemm_rx16::<2>(base.add(c * stride), stride, ga, nb),
+        |c, ga| q4k_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
+    )
 }
 
 /// `ggml_gemm_q4_K_8x8_q8_K`'s outputs for the `R` weight rows at `w`
@@ -498,7 +511,7 @@ unsafe fn q4k_gemm_rx16<const R: usize>(
 }
 
 /// The sixteen-row groups `g` against Q6_K weight rows `cols` by
-/// [`q6k_gemm_rx16`], [`Q4K_WIDE_ROWS`] weight rows at a time.
+/// [`q6k_gemm_rx16`], two weight rows at a time ([`by_wide_groups`]).
 ///
 /// # Safety
 /// As [`q4k_gemm_16_groups`].
@@ -512,30 +525,14 @@ unsafe fn q6k_gemm_16_groups(
     n: usize,
     out: *mut f32,
 ) {
-    for gi in 0..g.groups {
-        let ga = g.group(gi);
-        let put = |c: usize, o: [f32; 16]| {
-            for (i, v) in o.into_iter().enumerate() {
-                *out.add((g.start + 16 * gi + i) * n + c) = v;
-            }
-        };
-        let mut c = cols.start;
-        while c < cols.end {
-            if c + Q4K_WIDE_ROWS <= cols.end {
-                let o = q6k_gemm_rx16::<Q4K_WIDE_ROWS>(base.add(c * stride), stride, ga, nb);
-                for (r, o) in o.into_iter().enumerate() {
-                    put(c + r, o);
-                }
-                c += Q4K_WIDE_ROWS;
-            } else {
-                put(
-                    c,
-                    q6k_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
-                );
-                c += 1;
-            }
-        }
-    }
+    by_wide_groups(
+        g,
+        cols,
+        n,
+        out,
+        |c, ga| q6k_gemm_rx16::<2>(base.add(c * stride), stride, ga, nb),
+        |c, ga| q6k_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
+    )
 }
 
 /// ggml-cpu's tiled Q6_K matmul ([`q6k_tiled_1x4`]) for the `R` weight rows
@@ -617,7 +614,7 @@ unsafe fn q6k_gemm_rx16<const R: usize>(
 }
 
 /// The sixteen-row groups `g` against IQ4_XS weight rows `cols` by
-/// [`iq4xs_gemm_rx16`], [`Q4K_WIDE_ROWS`] weight rows at a time.
+/// [`iq4xs_gemm_rx16`], two weight rows at a time ([`by_wide_groups`]).
 ///
 /// # Safety
 /// As [`q4k_gemm_16_groups`].
@@ -631,30 +628,14 @@ unsafe fn iq4xs_gemm_16_groups(
     n: usize,
     out: *mut f32,
 ) {
-    for gi in 0..g.groups {
-        let ga = g.group(gi);
-        let put = |c: usize, o: [f32; 16]| {
-            for (i, v) in o.into_iter().enumerate() {
-                *out.add((g.start + 16 * gi + i) * n + c) = v;
-            }
-        };
-        let mut c = cols.start;
-        while c < cols.end {
-            if c + Q4K_WIDE_ROWS <= cols.end {
-                let o = iq4xs_gemm_rx16::<Q4K_WIDE_ROWS>(base.add(c * stride), stride, ga, nb);
-                for (r, o) in o.into_iter().enumerate() {
-                    put(c + r, o);
-                }
-                c += Q4K_WIDE_ROWS;
-            } else {
-                put(
-                    c,
-                    iq4xs_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
-                );
-                c += 1;
-            }
-        }
-    }
+    by_wide_groups(
+        g,
+        cols,
+        n,
+        out,
+        |c, ga| iq4xs_gemm_rx16::<2>(base.add(c * stride), stride, ga, nb),
+        |c, ga| iq4xs_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
+    )
 }
 
 /// ggml-cpu's tiled IQ4_XS matmul (see [`crate::quant::iq4::xs`]) for the
