@@ -535,74 +535,74 @@ unsafe fn q6k_gemm_16_groups(
     )
 }
 
-/// ggml-cpu's tiled Q6_K matmul ([`q6k_tiled_1x4`]) for the `R` weight rows
-/// at `w` (`stride` bytes apart) against a group of sixteen activation rows,
-/// with AVX-512 VNNI. Per output the super-block's integer total is the same
-/// exact i32 (a 16-value run's dot by `dpbusd`, times its 8-bit scale by
-/// `mullo`, less `32 * scale * bsum`), then `acc = fma(d * total, d_x,
-/// acc)` as there.
-// Indices keep the sub-block, weight row and lane arithmetic visible.
+/// A weight row's super-block unpacked to unsigned bytes, four to a `u32`
+/// (for broadcasts), with what [`tiled_rx16`] needs besides.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Unpacked {
+    q: [u32; 64],
+    /// Each run's integer scale (runs of `256 / RUNS` values).
+    sc: [i32; 16],
+    /// Per activation row, what the unsigned offset added to the total:
+    /// subtracted at the end.
+    off: __m512i,
+    /// The super-block's scale.
+    d: f32,
+}
+
+/// ggml-cpu's tiled matmul for formats whose total is a sum of scaled runs
+/// (Q6_K, IQ4_XS), for `R` weight rows against a group of sixteen
+/// activation rows with AVX-512 VNNI. `unpack(r, b, act_block, into)` fills
+/// weight row `r`'s super-block `b`. Per output the super-block's integer
+/// total is exact (each run's dot by `dpbusd`, two chains, times its scale by
+/// `mullo`, less `off`), then `acc = fma(d * total, d_x, acc)`, as the AVX2
+/// tiled kernels do ([`q6k_tiled_1x4`]).
+// Indices keep the run, weight row and lane arithmetic visible.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn q6k_gemm_rx16<const R: usize>(
-    w: *const u8,
-    stride: usize,
+unsafe fn tiled_rx16<const R: usize, const RUNS: usize>(
     a: *const BlockN<16>,
     nb: usize,
+    unpack: impl Fn(usize, usize, &BlockN<16>, &mut Unpacked),
 ) -> [[f32; 16]; R] {
-    /// A weight row's unpacked quants, four to a `u32`, for broadcasts.
-    #[derive(Clone, Copy)]
-    #[repr(C, align(64))]
-    struct Unpacked {
-        q: [u32; 64],
-    }
+    let per_run = 64 / RUNS;
     let mut acc = [_mm512_setzero_ps(); R];
-    let mut qbuf = [Unpacked { q: [0; 64] }; R];
+    let mut u = [Unpacked {
+        q: [0; 64],
+        sc: [0; 16],
+        off: _mm512_setzero_si512(),
+        d: 0.0,
+    }; R];
     for b in 0..nb {
         let ab = &*a.add(b);
-        let wb: [*const u8; R] = std::array::from_fn(|r| w.add(r * stride + b * q6k::BLOCK_BYTES));
-        let mut sc = [[0i32; 16]; R];
-        let mut off = [_mm512_setzero_si512(); R];
         for r in 0..R {
-            let q = q6k::avx2::quants(wb[r], wb[r].add(128));
-            for (c, v) in q.iter().enumerate() {
-                _mm256_store_si256(qbuf[r].q.as_mut_ptr().add(8 * c).cast(), *v);
-            }
-            let s8 = _mm_loadu_si128(wb[r].add(192).cast());
-            _mm512_storeu_si512(sc[r].as_mut_ptr().cast(), _mm512_cvtepi8_epi32(s8));
-            // `sum_j sc_j * bsum_j` per row, pairs of runs at a time.
-            let s16 = _mm256_cvtepi8_epi16(s8);
-            let s16z = _mm512_castsi256_si512(s16);
-            for jj in 0..8 {
-                let pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(jj as i32), s16z);
-                let sums = _mm512_load_si512(ab.sums16[jj].as_ptr().cast());
-                off[r] = _mm512_add_epi32(off[r], _mm512_madd_epi16(sums, pair));
-            }
+            unpack(r, b, ab, &mut u[r]);
         }
         let mut tot = [_mm512_setzero_si512(); R];
-        for j in 0..16 {
-            let mut s = [_mm512_setzero_si512(); R];
-            for u in 0..4 {
-                let y = _mm512_load_si512(ab.q.as_ptr().add(4 * j + u).cast());
+        for j in 0..RUNS {
+            let mut d0 = [_mm512_setzero_si512(); R];
+            let mut d1 = [_mm512_setzero_si512(); R];
+            for t in (0..per_run).step_by(2) {
+                let v = per_run * j + t;
+                let y0 = _mm512_load_si512(ab.q.as_ptr().add(v).cast());
+                let y1 = _mm512_load_si512(ab.q.as_ptr().add(v + 1).cast());
                 for r in 0..R {
-                    let wq = _mm512_set1_epi32(qbuf[r].q[4 * j + u] as i32);
-                    s[r] = _mm512_dpbusd_epi32(s[r], wq, y);
+                    let w0 = _mm512_set1_epi32(u[r].q[v] as i32);
+                    let w1 = _mm512_set1_epi32(u[r].q[v + 1] as i32);
+                    d0[r] = _mm512_dpbusd_epi32(d0[r], w0, y0);
+                    d1[r] = _mm512_dpbusd_epi32(d1[r], w1, y1);
                 }
             }
             for r in 0..R {
-                tot[r] = _mm512_add_epi32(
-                    tot[r],
-                    _mm512_mullo_epi32(s[r], _mm512_set1_epi32(sc[r][j])),
-                );
+                let run = _mm512_add_epi32(d0[r], d1[r]);
+                let scaled = _mm512_mullo_epi32(run, _mm512_set1_epi32(u[r].sc[j]));
+                tot[r] = _mm512_add_epi32(tot[r], scaled);
             }
         }
         let dx = _mm512_load_ps(ab.d.as_ptr());
         for r in 0..R {
-            let total = _mm512_sub_epi32(tot[r], _mm512_slli_epi32::<5>(off[r]));
-            let res = _mm512_mul_ps(
-                _mm512_set1_ps(f16_ptr(wb[r].add(208))),
-                _mm512_cvtepi32_ps(total),
-            );
+            let total = _mm512_sub_epi32(tot[r], u[r].off);
+            let res = _mm512_mul_ps(_mm512_set1_ps(u[r].d), _mm512_cvtepi32_ps(total));
             acc[r] = _mm512_fmadd_ps(res, dx, acc[r]);
         }
     }
@@ -611,6 +611,38 @@ unsafe fn q6k_gemm_rx16<const R: usize>(
         _mm512_storeu_ps(o[r].as_mut_ptr(), acc[r]);
     }
     o
+}
+
+/// ggml-cpu's tiled Q6_K matmul ([`q6k_tiled_1x4`]) for the `R` weight rows
+/// at `w` (`stride` bytes apart) against a group of sixteen activation rows
+/// ([`tiled_rx16`]): sixteen runs of 16 values, each 6-bit quant unsigned as
+/// ggml keeps it, the offset `32 * sum(scale * bsum)`.
+#[inline(always)]
+unsafe fn q6k_gemm_rx16<const R: usize>(
+    w: *const u8,
+    stride: usize,
+    a: *const BlockN<16>,
+    nb: usize,
+) -> [[f32; 16]; R] {
+    tiled_rx16::<R, 16>(a, nb, |r, b, ab, u| {
+        let wb = w.add(r * stride + b * q6k::BLOCK_BYTES);
+        let q = q6k::avx2::quants(wb, wb.add(128));
+        for (c, v) in q.iter().enumerate() {
+            _mm256_store_si256(u.q.as_mut_ptr().add(8 * c).cast(), *v);
+        }
+        let s8 = _mm_loadu_si128(wb.add(192).cast());
+        _mm512_storeu_si512(u.sc.as_mut_ptr().cast(), _mm512_cvtepi8_epi32(s8));
+        // `sum_j sc_j * bsum_j` per activation row, pairs of runs at a time.
+        let s16z = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(s8));
+        let mut off = _mm512_setzero_si512();
+        for jj in 0..8 {
+            let pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(jj as i32), s16z);
+            let sums = _mm512_load_si512(ab.sums16[jj].as_ptr().cast());
+            off = _mm512_add_epi32(off, _mm512_madd_epi16(sums, pair));
+        }
+        u.off = _mm512_slli_epi32::<5>(off);
+        u.d = f16_ptr(wb.add(208));
+    })
 }
 
 /// The sixteen-row groups `g` against IQ4_XS weight rows `cols` by
@@ -639,14 +671,11 @@ unsafe fn iq4xs_gemm_16_groups(
 }
 
 /// ggml-cpu's tiled IQ4_XS matmul (see [`crate::quant::iq4::xs`]) for the
-/// `R` weight rows at `w` against a group of sixteen activation rows, with
-/// AVX-512 VNNI: per output the super-block's exact integer total (each
-/// 32-value run's dot by `dpbusd` on the table values offset to unsigned,
-/// times its scale `ls - 32` by `mullo`, less `128 * sum(ls * run sums)`),
-/// then `acc = fma(d * total, d_x, acc)`. Q8_K activations never reach
-/// -128, so ggml's sign trick gives the true products and this equals it.
-// Indices keep the sub-block, weight row and lane arithmetic visible.
-#[allow(clippy::needless_range_loop)]
+/// `R` weight rows at `w` against a group of sixteen activation rows
+/// ([`tiled_rx16`]): eight runs of 32 table values offset to unsigned (`+
+/// 128`), the offset `128 * sum(ls * run sums)`. Q8_K activations never
+/// reach -128, so ggml's sign trick gives the true products and this equals
+/// it.
 #[inline(always)]
 unsafe fn iq4xs_gemm_rx16<const R: usize>(
     w: *const u8,
@@ -654,76 +683,34 @@ unsafe fn iq4xs_gemm_rx16<const R: usize>(
     a: *const BlockN<16>,
     nb: usize,
 ) -> [[f32; 16]; R] {
-    /// A weight row's table values offset by 128, four to a `u32`.
-    #[derive(Clone, Copy)]
-    #[repr(C, align(64))]
-    struct Unpacked {
-        q: [u32; 64],
-    }
     let table = _mm_xor_si128(
         _mm_loadu_si128(crate::quant::iq4::KVALUES.as_ptr().cast()),
         _mm_set1_epi8(-128),
     );
     let m4 = _mm_set1_epi8(0xF);
-    let mut acc = [_mm512_setzero_ps(); R];
-    let mut qbuf = [Unpacked { q: [0; 64] }; R];
-    for b in 0..nb {
-        let ab = &*a.add(b);
-        let wb: [*const u8; R] =
-            std::array::from_fn(|r| w.add(r * stride + b * crate::quant::iq4::xs::BLOCK_BYTES));
-        let mut ls = [[0i32; 8]; R];
-        let mut off = [_mm512_setzero_si512(); R];
-        for r in 0..R {
-            let qs = wb[r].add(8);
-            for s in 0..8 {
-                let bits = _mm_loadu_si128(qs.add(16 * s).cast());
-                let lo = _mm_shuffle_epi8(table, _mm_and_si128(bits, m4));
-                let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16::<4>(bits), m4));
-                let dst = qbuf[r].q.as_mut_ptr().add(8 * s);
-                _mm_store_si128(dst.cast(), lo);
-                _mm_store_si128(dst.add(4).cast(), hi);
-            }
-            let sc = crate::quant::iq4::xs::scales(std::slice::from_raw_parts(wb[r], 8));
-            ls[r] = sc;
-            // `sum_s ls_s * S_s` per row, pairs of runs at a time.
-            for k in 0..4 {
-                let pair = (sc[2 * k] as u16 as u32 | ((sc[2 * k + 1] as u16 as u32) << 16)) as i32;
-                let sums = _mm512_load_si512(ab.sums[k].as_ptr().cast());
-                off[r] = _mm512_add_epi32(off[r], _mm512_madd_epi16(sums, _mm512_set1_epi32(pair)));
-            }
-        }
-        let mut tot = [_mm512_setzero_si512(); R];
+    tiled_rx16::<R, 8>(a, nb, |r, b, ab, u| {
+        let wb = w.add(r * stride + b * crate::quant::iq4::xs::BLOCK_BYTES);
+        let qs = wb.add(8);
         for s in 0..8 {
-            let mut d0 = [_mm512_setzero_si512(); R];
-            let mut d1 = [_mm512_setzero_si512(); R];
-            for t in (0..8).step_by(2) {
-                let y0 = _mm512_load_si512(ab.q.as_ptr().add(8 * s + t).cast());
-                let y1 = _mm512_load_si512(ab.q.as_ptr().add(8 * s + t + 1).cast());
-                for r in 0..R {
-                    let w0 = _mm512_set1_epi32(qbuf[r].q[8 * s + t] as i32);
-                    let w1 = _mm512_set1_epi32(qbuf[r].q[8 * s + t + 1] as i32);
-                    d0[r] = _mm512_dpbusd_epi32(d0[r], w0, y0);
-                    d1[r] = _mm512_dpbusd_epi32(d1[r], w1, y1);
-                }
-            }
-            for r in 0..R {
-                let run = _mm512_add_epi32(d0[r], d1[r]);
-                tot[r] =
-                    _mm512_add_epi32(tot[r], _mm512_mullo_epi32(run, _mm512_set1_epi32(ls[r][s])));
-            }
+            let bits = _mm_loadu_si128(qs.add(16 * s).cast());
+            let lo = _mm_shuffle_epi8(table, _mm_and_si128(bits, m4));
+            let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16::<4>(bits), m4));
+            let dst = u.q.as_mut_ptr().add(8 * s);
+            _mm_store_si128(dst.cast(), lo);
+            _mm_store_si128(dst.add(4).cast(), hi);
         }
-        let dx = _mm512_load_ps(ab.d.as_ptr());
-        for r in 0..R {
-            let total = _mm512_sub_epi32(tot[r], _mm512_slli_epi32::<7>(off[r]));
-            let res = _mm512_mul_ps(_mm512_set1_ps(f16_ptr(wb[r])), _mm512_cvtepi32_ps(total));
-            acc[r] = _mm512_fmadd_ps(res, dx, acc[r]);
+        let sc = crate::quant::iq4::xs::scales(std::slice::from_raw_parts(wb, 8));
+        u.sc[..8].copy_from_slice(&sc);
+        // `sum_s ls_s * S_s` per activation row, pairs of runs at a time.
+        let mut off = _mm512_setzero_si512();
+        for k in 0..4 {
+            let pair = (sc[2 * k] as u16 as u32 | ((sc[2 * k + 1] as u16 as u32) << 16)) as i32;
+            let sums = _mm512_load_si512(ab.sums[k].as_ptr().cast());
+            off = _mm512_add_epi32(off, _mm512_madd_epi16(sums, _mm512_set1_epi32(pair)));
         }
-    }
-    let mut o = [[0f32; 16]; R];
-    for r in 0..R {
-        _mm512_storeu_ps(o[r].as_mut_ptr(), acc[r]);
-    }
-    o
+        u.off = _mm512_slli_epi32::<7>(off);
+        u.d = f16_ptr(wb);
+    })
 }
 
 /// Weight rows ahead the one-row Q6_K product prefetches.
