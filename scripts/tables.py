@@ -1992,6 +1992,33 @@ def native59_bench():
                   "in-process llama.cpp pp / tg", "load"], rows)
 
 
+LOAD59 = RECORDS / "load59"
+
+
+def load59_servers():
+    """`scripts/load_native.py` records (docs/records/load59/*.json): load.py's
+    burst and 1/N scaling against `tern serve` and native llama-server, one
+    server after the other on the same model."""
+    rows = []
+    for path in sorted(LOAD59.glob("*.json")):
+        j = json.loads(path.read_text())
+        r = j["load"]
+        b, s = r["burst"], r["scaling"]
+        conc = next(k for k in s if k.startswith("tokens_per_s_") and k != "tokens_per_s_1")
+        rows.append([
+            pathlib.Path(r["model"]).name,
+            j["server"], f"{b['completed']}/{b['requests']}", f"{b['tokens_per_s']:.1f}",
+            f"{b['ttft_median_s']:.2f} / {b['ttft_max_s']:.2f}",
+            f"{s['tokens_per_s_1']:.1f}", f"{s[conc]:.1f} ({conc.rsplit('_', 1)[1]})",
+            f"{s['ratio']:.2f}x", str(r["errors"]),
+            f"{j['load_before']:.1f}-{j['load_after']:.1f}",
+        ])
+    if not rows:
+        rows.append(["no record yet"] + ["-"] * 9)
+    return table(["model", "server", "burst done", "burst tok/s", "TTFT median / max s",
+                  "1 stream tok/s", "N streams tok/s", "N / 1", "errors", "load"], rows)
+
+
 TABLES = {
     "TRAINING.md": {
         "training-grpo-arith": training_grpo_arith,
@@ -2057,7 +2084,7 @@ TABLES = {
     },
     "BENCHMARKS.md": {
         "native59-bench": native59_bench,
-        "bench-weight-formats": bench_weight_formats,
+        "load59-servers": load59_servers,
         "bench-q4-0-tiles": bench_q4_0_tiles,
         "bench-quant-formats": bench_quant_formats,
         "bench-quant-iq4": bench_quant_iq4,
