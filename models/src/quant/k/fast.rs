@@ -80,7 +80,7 @@ pub(super) unsafe fn run(
             for c0 in cols.clone().step_by(COL_BLOCK) {
                 let c1 = cols.end.min(c0 + COL_BLOCK);
                 if g16.groups > 0 {
-                    q4k_gemm_16_groups(base, stride, nb, g16, c0..c1, n, out);
+                    wide_16_groups(KFormat::Q4K, base, stride, nb, g16, c0..c1, n, out);
                 }
                 for g in 0..g8.groups {
                     let ga = g8.group(g);
@@ -111,7 +111,8 @@ pub(super) unsafe fn run(
             let g16 = &groups.g16;
             for c0 in cols.clone().step_by(COL_BLOCK) {
                 if g16.groups > 0 {
-                    q6k_gemm_16_groups(
+                    wide_16_groups(
+                        KFormat::Q6K,
                         base,
                         stride,
                         nb,
@@ -137,7 +138,7 @@ pub(super) unsafe fn run(
             let g16 = &groups.g16;
             for c0 in cols.clone().step_by(COL_BLOCK) {
                 let c1 = cols.end.min(c0 + COL_BLOCK);
-                iq4xs_gemm_16_groups(base, stride, nb, g16, c0..c1, n, out);
+                wide_16_groups(KFormat::Iq4Xs, base, stride, nb, g16, c0..c1, n, out);
             }
             for r in g16.end()..rows {
                 for c in cols.clone() {
@@ -404,14 +405,18 @@ unsafe fn by_wide_groups(
     }
 }
 
-/// The sixteen-row groups `g` against weight rows `cols`: for each group,
-/// the weight rows' outputs by [`q4k_gemm_rx16`], two at a time ([`by_wide_groups`]), written through `out`
-/// (`n` outputs a row).
+/// The sixteen-row groups `g` against weight rows `cols` of a `format`
+/// weight (Q4_K repacked, Q6_K or IQ4_XS) at `base` (`stride` bytes a row,
+/// `nb` super-blocks), two weight rows at a time ([`by_wide_groups`]),
+/// written through `out` (`n` outputs a row).
 ///
 /// # Safety
-/// AVX-512 F, BW and VNNI available ([`crate::quant::dot::avx512_vnni`]); as [`run`].
+/// AVX-512 F, BW and VNNI available ([`crate::quant::dot::avx512_vnni`]);
+/// as [`run`].
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn q4k_gemm_16_groups(
+unsafe fn wide_16_groups(
+    format: KFormat,
     base: *const u8,
     stride: usize,
     nb: usize,
@@ -420,14 +425,34 @@ unsafe fn q4k_gemm_16_groups(
     n: usize,
     out: *mut f32,
 ) {
-    by_wide_groups(
-        g,
-        cols,
-        n,
-        out,
-        |c, ga| q4k_gemm_rx16::<2>(base.add(c * stride), stride, ga, nb),
-        |c, ga| q4k_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
-    )
+    let w = |c: usize| base.add(c * stride);
+    match format {
+        KFormat::Q4K => by_wide_groups(
+            g,
+            cols,
+            n,
+            out,
+            |c, ga| q4k_gemm_rx16::<2>(w(c), stride, ga, nb),
+            |c, ga| q4k_gemm_rx16::<1>(w(c), stride, ga, nb)[0],
+        ),
+        KFormat::Q6K => by_wide_groups(
+            g,
+            cols,
+            n,
+            out,
+            |c, ga| q6k_gemm_rx16::<2>(w(c), stride, ga, nb),
+            |c, ga| q6k_gemm_rx16::<1>(w(c), stride, ga, nb)[0],
+        ),
+        KFormat::Iq4Xs => by_wide_groups(
+            g,
+            cols,
+            n,
+            out,
+            |c, ga| iq4xs_gemm_rx16::<2>(w(c), stride, ga, nb),
+            |c, ga| iq4xs_gemm_rx16::<1>(w(c), stride, ga, nb)[0],
+        ),
+        _ => unreachable!("no AVX-512 kernel for {format:?}"),
+    }
 }
 
 /// `ggml_gemm_q4_K_8x8_q8_K`'s outputs for the `R` weight rows at `w`
@@ -508,31 +533,6 @@ unsafe fn q4k_gemm_rx16<const R: usize>(
         _mm512_storeu_ps(o[r].as_mut_ptr(), _mm512_sub_ps(acc[r], accm[r]));
     }
     o
-}
-
-/// The sixteen-row groups `g` against Q6_K weight rows `cols` by
-/// [`q6k_gemm_rx16`], two weight rows at a time ([`by_wide_groups`]).
-///
-/// # Safety
-/// As [`q4k_gemm_16_groups`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn q6k_gemm_16_groups(
-    base: *const u8,
-    stride: usize,
-    nb: usize,
-    g: &Groups<16>,
-    cols: std::ops::Range<usize>,
-    n: usize,
-    out: *mut f32,
-) {
-    by_wide_groups(
-        g,
-        cols,
-        n,
-        out,
-        |c, ga| q6k_gemm_rx16::<2>(base.add(c * stride), stride, ga, nb),
-        |c, ga| q6k_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
-    )
 }
 
 /// A weight row's super-block unpacked to unsigned bytes, four to a `u32`
@@ -643,31 +643,6 @@ unsafe fn q6k_gemm_rx16<const R: usize>(
         u.off = _mm512_slli_epi32::<5>(off);
         u.d = f16_ptr(wb.add(208));
     })
-}
-
-/// The sixteen-row groups `g` against IQ4_XS weight rows `cols` by
-/// [`iq4xs_gemm_rx16`], two weight rows at a time ([`by_wide_groups`]).
-///
-/// # Safety
-/// As [`q4k_gemm_16_groups`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn iq4xs_gemm_16_groups(
-    base: *const u8,
-    stride: usize,
-    nb: usize,
-    g: &Groups<16>,
-    cols: std::ops::Range<usize>,
-    n: usize,
-    out: *mut f32,
-) {
-    by_wide_groups(
-        g,
-        cols,
-        n,
-        out,
-        |c, ga| iq4xs_gemm_rx16::<2>(base.add(c * stride), stride, ga, nb),
-        |c, ga| iq4xs_gemm_rx16::<1>(base.add(c * stride), stride, ga, nb)[0],
-    )
 }
 
 /// ggml-cpu's tiled IQ4_XS matmul (see [`crate::quant::iq4::xs`]) for the
