@@ -123,6 +123,10 @@ pub fn encode_conversation(
         None => vec![Piece::Template(&rendered)],
     };
     let mut ids = tokenizer.encode("", add_bos, true)?;
+    if let Some(whole) = encode_whole(tokenizer, &pieces)? {
+        ids.extend(whole);
+        return Ok(ids);
+    }
     for piece in pieces {
         let (text, parse) = match piece {
             Piece::Template(t) => (t, true),
@@ -232,6 +236,40 @@ fn line_up<'r>(shape: &[Shape], contents: &[String], rendered: &'r str) -> Optio
         pos += len;
     }
     (pos == rendered.len()).then_some(pieces)
+}
+
+/// The pieces encoded as one text, as llama.cpp and Hugging Face encode a
+/// rendered prompt, when that is safe: no message holds control-token text
+/// and the whole text's special tokens are exactly the template pieces'
+/// (none formed across a boundary). Encoded piece by piece, the text on
+/// either side of a boundary cannot merge: a system message ending in `.`
+/// before the template's `\n\n# Tools` becomes `.` and `\n\n` where the
+/// model was trained on `.\n\n`. `None`: encode piece by piece.
+fn encode_whole(tokenizer: &Tokenizer, pieces: &[Piece<'_>]) -> Result<Option<Vec<u32>>> {
+    let mut text = String::new();
+    let mut specials = Vec::new();
+    for piece in pieces {
+        match piece {
+            Piece::Template(t) => {
+                let ids = tokenizer.encode(t, false, true)?;
+                specials.extend(ids.into_iter().filter(|&id| tokenizer.is_special(id)));
+                text.push_str(t);
+            }
+            Piece::Content(c) => {
+                if has_control_text(tokenizer, c) {
+                    return Ok(None);
+                }
+                text.push_str(c);
+            }
+        }
+    }
+    let ids = tokenizer.encode(&text, false, true)?;
+    let same = ids
+        .iter()
+        .copied()
+        .filter(|&id| tokenizer.is_special(id))
+        .eq(specials);
+    Ok(same.then_some(ids))
 }
 
 /// Whether `text` would encode differently with control-token text parsed.

@@ -63,6 +63,10 @@ pub struct Tokenizer {
     token_bytes: Vec<Vec<u8>>,
     /// Whether each token is a control token (hidden from generated text).
     is_control: Vec<bool>,
+    /// Whether each token is matched whole in text when control-token text
+    /// is parsed (control and user-defined tokens, such as `<|im_end|>`
+    /// and Qwen's `<tool_call>`).
+    is_special: Vec<bool>,
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
@@ -171,6 +175,10 @@ impl Tokenizer {
             },
             token_bytes,
             is_control: attrs.iter().map(|&a| a & hidden != 0).collect(),
+            is_special: attrs
+                .iter()
+                .map(|&a| a & (hidden | spm::attr::USER_DEFINED) != 0)
+                .collect(),
             bos,
             eos,
             add_bos,
@@ -253,6 +261,10 @@ impl Tokenizer {
             },
             token_bytes,
             is_control: types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect(),
+            is_special: types
+                .iter()
+                .map(|&t| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED)
+                .collect(),
             bos: id("tokenizer.ggml.bos_token_id"),
             eos: id("tokenizer.ggml.eos_token_id"),
             add_bos: file
@@ -417,6 +429,12 @@ impl Tokenizer {
     /// Whether `id` is a control token.
     pub fn is_control(&self, id: u32) -> bool {
         self.is_control.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether `id` is a token that text is cut at when control-token text
+    /// is parsed (a control or user-defined token).
+    pub fn is_special(&self, id: u32) -> bool {
+        self.is_special.get(id as usize).copied().unwrap_or(false)
     }
 }
 

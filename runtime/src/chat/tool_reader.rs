@@ -141,7 +141,8 @@ pub struct CallReader {
     /// Whether a bare object may open here (start of the reply, or after a
     /// call).
     bare_ok: bool,
-    /// Completed calls: name, arguments text, arguments value.
+    /// Completed calls: name, arguments text without its layout
+    /// ([`squeeze`]), arguments value.
     done: Vec<(String, String, Value)>,
     announced: usize,
     broken: bool,
@@ -495,10 +496,13 @@ impl CallReader {
                 text,
             });
         }
+        // Compared without whitespace: a model may lay the same call out
+        // differently the second time.
+        let so_far = squeeze(&call.args);
         let maybe_repeat = self
             .done
             .iter()
-            .any(|(n, a, _)| *n == call.name && a.starts_with(&call.args));
+            .any(|(n, a, _)| *n == call.name && a.starts_with(&so_far));
         if !maybe_repeat {
             self.release(call, out);
         }
@@ -538,8 +542,31 @@ impl CallReader {
             return;
         }
         self.release(&mut call, out);
-        self.done.push((call.name, call.args, value));
+        self.done.push((call.name, squeeze(&call.args), value));
     }
+}
+
+/// JSON text without the whitespace between its tokens (strings kept as
+/// they are).
+fn squeeze(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let (mut in_str, mut escaped) = (false, false);
+    for ch in json.chars() {
+        if in_str {
+            match ch {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_str = false,
+                _ => {}
+            }
+        } else if ch == '"' {
+            in_str = true;
+        } else if ch.is_whitespace() {
+            continue;
+        }
+        out.push(ch);
+    }
+    out
 }
 
 enum Open {
@@ -779,6 +806,15 @@ mod tests {
         let r = read(&format!("{c}{d}{c}"));
         assert_eq!(r.calls.len(), 2);
         assert!(r.repeated);
+        // Laid out differently, the same call is still a repeat.
+        let e = "<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\":2,\n \"b\": 3}}\n</tool_call>\n";
+        let r = read(&format!("{c}{e}"));
+        assert_eq!(r.calls.len(), 1);
+        assert!(r.repeated);
+        assert_eq!(
+            squeeze("{\"a b\": [1, 2],\n \"c\": \"x \\\" y\"}"),
+            "{\"a b\":[1,2],\"c\":\"x \\\" y\"}"
+        );
     }
 
     #[test]

@@ -130,25 +130,35 @@ impl ToolSyntax {
     /// or at a bare object naming a declared tool at the start of the reply
     /// (`{"name": "f"`, optionally inside a ```` ```json ```` fence or with
     /// doubled braces, the shapes small models write). Prose that merely
-    /// starts with other JSON stays free.
+    /// starts with other JSON stays free. Inside a call the model may lay
+    /// its JSON out as it likes within [`JSON_SPACE`] (a bare call is often
+    /// pretty-printed: held to one line, a small model that wants a line
+    /// break after a number writes more digits instead); after the calls
+    /// at most two whitespace characters may come before the reply ends,
+    /// so a model that wants another call where none is allowed ends its
+    /// reply instead of writing newlines to the token limit.
     pub fn lazy_grammar(self, tools: &[(String, Value)], parallel: bool) -> String {
         const WS: &str = "[ \\t\\n\\r]*";
+        let sp = format!("({JSON_SPACE})?");
         let names = tools
             .iter()
             .map(|(n, _)| regex_escape(n))
             .collect::<Vec<_>>()
             .join("|");
-        let opening = |fence: &str, brace: &str, name: &str| {
-            format!("/{WS}{fence}\\{{{WS}{brace}\"name\"{WS}:{WS}\"{name}\"/")
+        // A call's opening; `ws` is the whitespace allowed between its
+        // parts (free where prose is told from calls, bounded in a call).
+        let opening = |ws: &str, fence: &str, brace: &str, name: &str| {
+            format!("/{ws}{fence}\\{{{ws}{brace}\"name\"{ws}:{ws}\"{name}\"/")
         };
-        let fence = format!("```(json)?{WS}");
+        let fence = |ws: &str| format!("```(json)?{ws}");
         let mut g = String::new();
         // Prose: no call opens at its start, no `<tool_call>` inside it. A
         // name that merely starts with a declared one (`lookup_price_args`,
         // the title agent SDKs give a tool's parameters) opens a call too,
         // so the grammar holds it to the declared name.
         let opens = opening(
-            &format!("({fence})?"),
+            WS,
+            &format!("({})?", fence(WS)),
             &format!("(\\{{{WS})?"),
             &format!("({names})"),
         );
@@ -164,7 +174,7 @@ impl ToolSyntax {
                     call_json(tools, "arguments")
                 ));
                 let more = if parallel { "(NEXT hcall)* " } else { "" };
-                g.push_str(&format!("hmore: {more}TRAIL?\nNEXT: /{WS}{OPEN}/\n"));
+                g.push_str(&format!("hmore: {more}TRAIL?\nNEXT: /({TRAIL})?{OPEN}/\n"));
             }
             ToolSyntax::Llama3 => {
                 g.push_str(&format!(
@@ -173,21 +183,25 @@ impl ToolSyntax {
             }
         }
         let more = if parallel { "bare* " } else { "" };
-        g.push_str(&format!("bmore: {more}TRAIL?\nTRAIL: /[ \\t\\n\\r]+/\n"));
+        g.push_str(&format!("bmore: {more}TRAIL?\nTRAIL: /{TRAIL}/\n"));
         g.push_str(&format!(
-            "ARGSEP: / ?, ?\"(arguments|parameters)\": ?/\nCLOSE_F: /\\}}{WS}```/\nCLOSE_FD: /\\}}{WS}\\}}{WS}```/\nCLOSE_D: /\\}}{WS}\\}}/\n"
+            "ARGSEP: /{sp},{sp}\"(arguments|parameters)\"{sp}:{sp}/\nCLOSE: /{sp}\\}}/\nCLOSE_F: /{sp}\\}}{sp}```/\nCLOSE_FD: /{sp}\\}}{sp}\\}}{sp}```/\nCLOSE_D: /{sp}\\}}{sp}\\}}/\n"
         ));
         let mut bare = Vec::new();
         for (i, (name, params)) in tools.iter().enumerate() {
             let name = regex_escape(name);
-            let double = format!("\\{{{WS}");
-            g.push_str(&format!("O{i}: {}\n", opening("", "", &name)));
-            g.push_str(&format!("OF{i}: {}\n", opening(&fence, "", &name)));
-            g.push_str(&format!("OD{i}: {}\n", opening("", &double, &name)));
-            g.push_str(&format!("OFD{i}: {}\n", opening(&fence, &double, &name)));
+            let double = format!("\\{{{sp}");
+            let fenced = fence(&sp);
+            g.push_str(&format!("O{i}: {}\n", opening(&sp, "", "", &name)));
+            g.push_str(&format!("OF{i}: {}\n", opening(&sp, &fenced, "", &name)));
+            g.push_str(&format!("OD{i}: {}\n", opening(&sp, "", &double, &name)));
+            g.push_str(&format!(
+                "OFD{i}: {}\n",
+                opening(&sp, &fenced, &double, &name)
+            ));
             g.push_str(&format!("a{i}: %json {}\n", with_layout(schema_of(params))));
             g.push_str(&format!(
-                "b{i}: O{i} ARGSEP a{i} \"}}\" | OF{i} ARGSEP a{i} CLOSE_F | OD{i} ARGSEP a{i} CLOSE_D | OFD{i} ARGSEP a{i} CLOSE_FD\n"
+                "b{i}: O{i} ARGSEP a{i} CLOSE | OF{i} ARGSEP a{i} CLOSE_F | OD{i} ARGSEP a{i} CLOSE_D | OFD{i} ARGSEP a{i} CLOSE_FD\n"
             ));
             bare.push(format!("b{i}"));
         }
@@ -300,12 +314,23 @@ fn call_json(tools: &[(String, Value)], args_key: &str) -> String {
     format!("%json {}", with_layout(schema))
 }
 
-/// `schema` with one space after `:` and `,` and no other whitespace.
+/// Whitespace a call's JSON may hold between two of its tokens (a regex):
+/// a space or tab, or one or two line breaks and at most 20 spaces or tabs
+/// of indentation (llama.cpp's bound in its JSON grammars). Bounded, so a
+/// model cannot stall in whitespace; free enough for one-line and
+/// pretty-printed JSON alike.
+pub const JSON_SPACE: &str = "[ \\t]|(\\r?\\n){1,2}[ \\t]{0,20}";
+
+/// Whitespace after a reply's calls, before it ends (a regex).
+const TRAIL: &str = "[ \\t\\n\\r]{1,2}";
+
+/// `schema` with JSON's separators and [`JSON_SPACE`] around its tokens.
 fn with_layout(mut schema: Value) -> Value {
     schema["x-guidance"] = json!({
         "whitespace_flexible": false,
-        "item_separator": ", ",
-        "key_separator": ": ",
+        "whitespace_pattern": JSON_SPACE,
+        "item_separator": ",",
+        "key_separator": ":",
     });
     schema
 }
@@ -584,6 +609,9 @@ mod tests {
             "```json\n{\"name\": \"lookup_price\", \"arguments\": {\"item\": \"widget\"}}\n```",
             "{{\"name\": \"multiply\", \"arguments\": {\"a\": 2, \"b\": 3}}}",
             "{\"name\":\"multiply\",\"arguments\": {\"a\": 2, \"b\": 3}}\n{\"name\": \"multiply\", \"arguments\": {\"a\": 4, \"b\": 3}}",
+            // Pretty-printed, as the 1.5B writes a fenced call.
+            "```json\n{\n  \"name\": \"multiply\",\n  \"arguments\": {\n    \"a\": 10,\n    \"b\": 20\n  }\n}\n```",
+            "{\"name\": \"multiply\", \"arguments\": {\"a\":2,\"b\":3}}\n",
         ] {
             assert!(accepts(&g, ok), "refused: {ok}");
         }
@@ -597,12 +625,20 @@ mod tests {
             // A name that only starts with a declared one is held to it.
             "```json\n{\"name\": \"lookup_price_args\", \"arguments\": {\"item\": \"gizmo\"}}\n```",
             "{\"name\": \"multiplyer\", \"arguments\": {\"a\": 2, \"b\": 3}}",
+            // Whitespace inside a call and after the calls is bounded.
+            "{\"name\": \"multiply\", \"arguments\": {\"a\": 2,\n\n\n\"b\": 3}}",
+            "{\"name\": \"multiply\", \"arguments\": {\"a\": 2,                       \"b\": 3}}",
+            "<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>\n\n\n",
         ] {
             assert!(!accepts(&g, bad), "allowed: {bad}");
         }
         let one = ToolSyntax::Hermes.lazy_grammar(&tools, false);
         let two = "<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\": 1, \"b\": 3}}\n</tool_call>";
         assert!(!accepts(&one, two));
+        // One call allowed: after it only a little whitespace, then the end.
+        let first = &two[..two.find("</tool_call>").unwrap() + "</tool_call>".len()];
+        assert!(accepts(&one, first) && accepts(&one, &format!("{first}\n")));
+        assert!(!accepts(&one, &format!("{first}\n\n\n")));
         let llama = ToolSyntax::Llama3.lazy_grammar(&tools, false);
         assert!(accepts(
             &llama,
