@@ -29,7 +29,10 @@ Usage (the server is started and stopped by the script):
   python3 scripts/agents_eval.py --server llama --llama-server /work/llama.cpp/build/bin/llama-server \\
       --model qwen2.5-coder-1.5b-instruct --out docs/eval/agents58/qwen2.5-coder-1.5b-instruct.llama-server.jsonl
 Add `--limit N` for the first N questions. `scripts/agents_table.py` turns the
-records into the table in docs/eval/agents58/README.md.
+records into the table in docs/eval/agents58/TABLE.md. `--log PATH` also keeps
+each chat request's exchange (JSONL, one line per request: the question, the
+turn, the message that was new in the request, the reply's message and finish
+reason, and the token counts), where a wrong answer's cause is read.
 """
 
 from __future__ import annotations
@@ -187,11 +190,32 @@ def classify(rec: dict) -> str | None:
     return "model-answer"
 
 
-async def ask(question: str, url: str, model_id: str, max_turns: int) -> dict:
+async def ask(question: str, url: str, model_id: str, max_turns: int, log=None) -> dict:
+    import httpx2 as httpx
     import openai
     from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool
 
     calls: list[dict] = []
+    exchanges: list[dict] = []
+
+    async def keep(response) -> None:
+        """One chat exchange, compactly: what was new in the request and the reply."""
+        await response.aread()
+        try:
+            req = json.loads(response.request.content or b"null") or {}
+            body = response.json()
+        except ValueError:
+            return
+        choice = (body.get("choices") or [{}])[0]
+        exchanges.append({
+            "question": question,
+            "turn": len(exchanges),
+            "new_message": (req.get("messages") or [None])[-1],
+            "reply": choice.get("message"),
+            "finish_reason": choice.get("finish_reason"),
+            "usage": body.get("usage"),
+            "error": body.get("error"),
+        })
 
     @function_tool
     def lookup_price(item: str) -> str:
@@ -224,7 +248,8 @@ async def ask(question: str, url: str, model_id: str, max_turns: int) -> dict:
         calls.append({"name": "add", "arguments": {"a": a, "b": b}, "result": result})
         return result
 
-    client = openai.AsyncOpenAI(api_key="k", base_url=f"{url}/v1", max_retries=0, timeout=600)
+    http = httpx.AsyncClient(timeout=600, event_hooks={"response": [keep]} if log else {})
+    client = openai.AsyncOpenAI(api_key="k", base_url=f"{url}/v1", max_retries=0, timeout=600, http_client=http)
     agent = Agent(
         name="shop",
         instructions=INSTRUCTIONS,
@@ -243,6 +268,11 @@ async def ask(question: str, url: str, model_id: str, max_turns: int) -> dict:
         record["answer"] = None
         record["error"] = f"{type(e).__name__}: {e}"[:500]
     await client.close()
+    await http.aclose()
+    if log:
+        for e in exchanges:
+            log.write(json.dumps(e) + "\n")
+        log.flush()
     record["tool_calls"] = calls
     record["seconds"] = round(time.monotonic() - started, 1)
     return record
@@ -283,6 +313,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="JSONL records (one line per question)")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--max-turns", type=int, default=6)
+    ap.add_argument("--log", help="also write each chat exchange here (JSONL)")
     args = ap.parse_args()
 
     import signal
@@ -298,12 +329,13 @@ def main() -> None:
     log = Path(tempfile.mkdtemp(prefix="agents-eval-")) / "server.log"
     qs = QUESTIONS[: args.limit] if args.limit else QUESTIONS
     right = 0
+    exchanges = open(args.log, "w") if args.log else None  # noqa: SIM115 - closed below
     with server(args.server, args.model, args.llama_server, log) as url, open(out, "w") as f:
         import httpx2 as httpx
 
         model_id = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer k"}).json()["data"][0]["id"]
         for i, (q, expected) in enumerate(qs):
-            rec = asyncio.run(ask(q, url, model_id, args.max_turns))
+            rec = asyncio.run(ask(q, url, model_id, args.max_turns, exchanges))
             rec.update(index=i, model=args.model, server=args.server, expected=round(expected, 4))
             rec["right"] = bool(rec.get("answer")) and is_right(rec["answer"], expected)
             if not rec["right"]:
@@ -321,6 +353,8 @@ def main() -> None:
         s.update(model=args.model, server=args.server)
         out.with_suffix(".structured.json").write_text(json.dumps(s, indent=1) + "\n")
         print("structured:", s, flush=True)
+    if exchanges:
+        exchanges.close()
     print(f"{right}/{len(qs)} right")
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The agents table from the records of scripts/agents_eval.py.
 
-Reads docs/eval/agents58/*.jsonl (one file per model per server) and the
+Reads docs/eval/agents58/*.jsonl (one file per model per server; the
+`*.exchanges.jsonl` logs of `agents_eval.py --log` aside) and the
 structured-output records beside them, and writes docs/eval/agents58/TABLE.md:
 per model and server, questions right, where the wrong ones failed, tool
 calls made, time, and the structured-output result; then each question's
@@ -34,7 +35,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=str(Path(__file__).resolve().parents[1] / "docs/eval/agents58"))
     d = Path(ap.parse_args().dir)
-    runs = {p.name.removesuffix(".jsonl"): load(p) for p in sorted(d.glob("*.jsonl"))}
+    runs = {
+        p.name.removesuffix(".jsonl"): load(p)
+        for p in sorted(d.glob("*.jsonl"))
+        if not p.name.endswith(".exchanges.jsonl")  # `agents_eval.py --log`
+    }
     lines = [
         "# Agents on Qwen2.5-Coder (issue 58)",
         "",
@@ -46,7 +51,10 @@ def main() -> None:
         "wrong or result unused), `max-turns` (kept calling tools after their results, until the",
         "SDK's limit of 6 turns), `error` (the run raised otherwise). `llama-server` runs are native",
         "llama.cpp (`scripts/native_llama.sh`: Release, GGML_NATIVE=ON) with `--jinja`, same file,",
-        "same questions and script.",
+        "same questions and script. Each Tern run's chat exchanges are in its `*.exchanges.jsonl`",
+        "(`agents_eval.py --log`); `*.decisions.json` (`scripts/agents_decisions.py`) holds, for",
+        "each reply of each wrong question, the first token's top five log-probabilities on Tern and",
+        "on native llama-server for the same prompt text.",
         "",
         "| run | right | failures | tool calls | seconds | structured output (`parse`) |",
         "|---|---|---|---|---|---|",
