@@ -757,22 +757,13 @@ impl Llama {
             // Serving: llama.cpp's rounding (see `exact`).
             Some((cos, sin)) => {
                 let turn = |t: Tensor, heads: usize| -> Result<Tensor> {
-                    if t.track_op() {
-                        let op = crate::grad::Rope {
-                            cos: cos.clone(),
-                            sin: sin.clone(),
-                            head_dim: c.head_dim,
-                            neox,
-                        };
-                        return to_heads(t.contiguous()?.apply_op1(op)?, heads);
-                    }
-                    let mut xs: Vec<f32> = t.flatten_all()?.to_vec1()?;
-                    if neox {
-                        crate::exact::rope_neox(&mut xs, c.head_dim, cos, sin);
-                    } else {
-                        crate::exact::rope_pairs(&mut xs, c.head_dim, cos, sin);
-                    }
-                    to_heads(Tensor::from_vec(xs, t.shape(), t.device())?, heads)
+                    let op = crate::grad::Rope {
+                        cos: cos.clone(),
+                        sin: sin.clone(),
+                        head_dim: c.head_dim,
+                        neox,
+                    };
+                    to_heads(t.contiguous()?.apply_op1(op)?, heads)
                 };
                 (turn(q, c.n_head)?, turn(k, c.n_kv_head)?)
             }
@@ -780,12 +771,7 @@ impl Llama {
         // Gemma and Phi-3 scale the rotated queries themselves, in f32.
         let q = match self.query_scale {
             Some(s) if dense => (q * s as f64)?,
-            Some(s) if q.track_op() => q.apply_op1(crate::grad::Scale(s))?,
-            Some(s) => {
-                let xs: Vec<f32> = q.flatten_all()?.to_vec1()?;
-                let scaled: Vec<f32> = xs.iter().map(|&v| v * s).collect();
-                Tensor::from_vec(scaled, q.shape(), q.device())?
-            }
+            Some(s) => q.contiguous()?.apply_op1(crate::grad::Scale(s))?,
             None => q,
         };
         let v = to_heads(v, c.n_kv_head)?; // [1, KV, T, hd]
@@ -864,23 +850,16 @@ impl Llama {
         let gate = proj(LoraTarget::Gate, &h)?; // [T, F]
         let up = proj(LoraTarget::Up, &h)?;
         let sw = match (dense, self.features.mlp) {
-            (false, mlp) if gate.track_op() || up.track_op() => gate.contiguous()?.apply_op2(
+            (true, Mlp::Silu) => (candle_nn::ops::silu(&gate)? * up)?,
+            (true, Mlp::GeluTanh) => (gate.gelu()? * up)?,
+            // Serving and the learner alike: llama.cpp's rounding, on the
+            // tensors' own storage (no copies of a prefill's megabytes).
+            (false, mlp) => gate.contiguous()?.apply_op2(
                 &up.contiguous()?,
                 crate::grad::Glu {
                     gelu: mlp == Mlp::GeluTanh,
                 },
             )?,
-            (true, Mlp::Silu) => (candle_nn::ops::silu(&gate)? * up)?,
-            (true, Mlp::GeluTanh) => (gate.gelu()? * up)?,
-            (false, mlp) => {
-                let gs: Vec<f32> = gate.flatten_all()?.to_vec1()?;
-                let us: Vec<f32> = up.flatten_all()?.to_vec1()?;
-                let out = match mlp {
-                    Mlp::Silu => crate::exact::swiglu(&gs, &us),
-                    Mlp::GeluTanh => crate::exact::geglu_tanh(&gs, &us),
-                };
-                Tensor::from_vec(out, gate.shape(), gate.device())?
-            }
         };
         let mut ff = proj(LoraTarget::Down, &sw)?; // [T, D]
         if let Some([_, post]) = &b.post_norms {

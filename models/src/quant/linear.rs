@@ -292,26 +292,16 @@ impl QLinear {
         }
         match &self.imp {
             Imp::Candle(mm) => mm.forward(x)?.to_dtype(DType::F32),
-            Imp::Native(w) => {
-                let x = x.to_dtype(DType::F32)?.contiguous()?;
-                x.apply_op1_no_bwd(&NativeOp { w, kernel })
-            }
-            Imp::Half(w) => {
-                let x = x.to_dtype(DType::F32)?.contiguous()?;
-                x.apply_op1_no_bwd(&HalfOp { w, kernel })
-            }
-            Imp::K(w) => {
-                let x = x.to_dtype(DType::F32)?.contiguous()?;
-                let dims = x.dims().to_vec();
-                let rows = x.elem_count() / self.in_dim;
-                let xs = x.flatten_all()?.to_vec1::<f32>()?;
-                let y = w.matmul(&xs, rows, kernel);
-                let mut out_dims = dims[..dims.len() - 1].to_vec();
-                out_dims.push(self.out_dim);
-                Tensor::from_vec(y, out_dims, &candle_core::Device::Cpu)
-            }
+            Imp::Native(w) => product(x, &ProductOp { w, kernel }),
+            Imp::Half(w) => product(x, &ProductOp { w, kernel }),
+            Imp::K(w) => product(x, &ProductOp { w, kernel }),
         }
     }
+}
+
+/// Runs `op` on `x` as f32 in one contiguous piece.
+fn product<W: Product>(x: &Tensor, op: &ProductOp<'_, W>) -> Result<Tensor> {
+    x.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(op)
 }
 
 impl Module for QLinear {
@@ -344,13 +334,61 @@ pub fn dequantize_own(ty: OwnType, rows: usize, cols: usize, data: &[u8]) -> Res
     QLinear::from_own(ty, rows, cols, data)?.to_dense()
 }
 
-/// The native product as a candle custom op, which hands us the input's CPU slice.
-struct NativeOp<'a> {
-    w: &'a PackedWeights,
+/// A weight Tern's kernels multiply: `x` (`rows * cols()` f32, row-major)
+/// times its transpose.
+trait Product: Sync {
+    /// Output features.
+    fn out_dim(&self) -> usize;
+    /// Input features.
+    fn in_dim(&self) -> usize;
+    /// `rows * out_dim()` f32.
+    fn product(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32>;
+}
+
+impl Product for PackedWeights {
+    fn out_dim(&self) -> usize {
+        self.rows
+    }
+    fn in_dim(&self) -> usize {
+        self.cols
+    }
+    fn product(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
+        self.matmul(x, rows, kernel)
+    }
+}
+
+impl Product for HalfWeights {
+    fn out_dim(&self) -> usize {
+        self.rows
+    }
+    fn in_dim(&self) -> usize {
+        self.cols
+    }
+    fn product(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
+        self.matmul(x, rows, kernel)
+    }
+}
+
+impl Product for KWeights {
+    fn out_dim(&self) -> usize {
+        self.rows
+    }
+    fn in_dim(&self) -> usize {
+        self.cols
+    }
+    fn product(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
+        self.matmul(x, rows, kernel)
+    }
+}
+
+/// Tern's product as a candle custom op, which hands it the input's CPU
+/// slice in place (a prefill's activations are megabytes: no copy).
+struct ProductOp<'a, W: Product> {
+    w: &'a W,
     kernel: Kernel,
 }
 
-impl CustomOp1 for NativeOp<'_> {
+impl<W: Product> CustomOp1 for ProductOp<'_, W> {
     fn name(&self) -> &'static str {
         "tern-qlinear"
     }
@@ -363,37 +401,10 @@ impl CustomOp1 for NativeOp<'_> {
             bail!("tern-qlinear expects a contiguous input");
         };
         let dims = layout.shape().dims();
-        let rows = (end - start) / self.w.cols;
-        let out = self.w.matmul(&data[start..end], rows, self.kernel);
+        let rows = (end - start) / self.w.in_dim();
+        let out = self.w.product(&data[start..end], rows, self.kernel);
         let mut out_dims = dims[..dims.len() - 1].to_vec();
-        out_dims.push(self.w.rows);
-        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
-    }
-}
-
-/// The F16/BF16 product as a candle custom op.
-struct HalfOp<'a> {
-    w: &'a HalfWeights,
-    kernel: Kernel,
-}
-
-impl CustomOp1 for HalfOp<'_> {
-    fn name(&self) -> &'static str {
-        "tern-half-linear"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(data) = storage else {
-            bail!("tern-half-linear expects f32 input");
-        };
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            bail!("tern-half-linear expects a contiguous input");
-        };
-        let dims = layout.shape().dims();
-        let rows = (end - start) / self.w.cols;
-        let out = self.w.matmul(&data[start..end], rows, self.kernel);
-        let mut out_dims = dims[..dims.len() - 1].to_vec();
-        out_dims.push(self.w.rows);
+        out_dims.push(self.w.out_dim());
         Ok((CpuStorage::F32(out), Shape::from(out_dims)))
     }
 }
