@@ -76,20 +76,33 @@ impl TrainingKeys {
 const DRAWS_PER_TASK: usize = 100;
 const MIN_DRAWS: usize = 10_000;
 
+/// What makes two generated tasks the same task: a question's text, a
+/// spreadsheet task's instruction.
+pub(super) trait Keyed {
+    /// The text a held-out task must not share with any training task.
+    fn key(&self) -> &str;
+}
+
+impl Keyed for Task {
+    fn key(&self) -> &str {
+        &self.question
+    }
+}
+
 /// `count` tasks of the stream `stream(seed)`; with `held_out_of`, only those
-/// whose question is not among the first `held_out_of.count` of
+/// whose key (question) is not among the first `held_out_of.count` of
 /// `stream(held_out_of.seed)`.
-pub(super) fn generate<I: Iterator<Item = Task>>(
+pub(super) fn generate<T: Keyed, I: Iterator<Item = T>>(
     count: usize,
     seed: u64,
     held_out_of: Option<TrainingSet>,
     stream: impl Fn(u64) -> I,
-) -> Result<Vec<Task>, String> {
+) -> Result<Vec<T>, String> {
     let Some(set) = held_out_of else {
         return Ok(stream(seed).take(count).collect());
     };
-    let training: Vec<Task> = stream(set.seed).take(set.count).collect();
-    let seen: HashSet<&str> = training.iter().map(|t| t.question.as_str()).collect();
+    let training: Vec<T> = stream(set.seed).take(set.count).collect();
+    let seen: HashSet<&str> = training.iter().map(Keyed::key).collect();
     let limit = count.saturating_mul(DRAWS_PER_TASK).max(MIN_DRAWS);
     let mut draws = stream(seed).take(limit);
     let mut out = Vec::with_capacity(count);
@@ -104,7 +117,7 @@ pub(super) fn generate<I: Iterator<Item = Task>>(
                 set.count
             ));
         };
-        if !seen.contains(task.question.as_str()) {
+        if !seen.contains(task.key()) {
             out.push(task);
         }
     }

@@ -12,6 +12,7 @@ mod arithmetic;
 mod file;
 mod held_out;
 mod humaneval;
+pub mod spreadsheet;
 mod story;
 
 pub use arithmetic::{ArithmeticSpec, Op};
