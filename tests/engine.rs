@@ -434,6 +434,7 @@ fn think_request(rule: ConvergenceRule) -> SubmitRequest {
             stop: Vec::new(),
             rule,
         }),
+        closes_with: None,
     });
     req
 }

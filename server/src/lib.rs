@@ -40,6 +40,7 @@ pub use tern_runtime::size;
 mod response_store;
 mod state;
 mod stream;
+pub mod think;
 mod tools;
 
 use std::net::SocketAddr;
@@ -103,6 +104,9 @@ pub struct ServerConfig {
     /// Whether clients may have the server run their programs and tests in
     /// the sandbox (`--allow-code-execution`); off by default.
     pub allow_code_execution: bool,
+    /// How a reasoning model's `<think>` block is returned when a request
+    /// does not say (`--reasoning-format`; llama-server's default, `auto`).
+    pub reasoning_format: think::ReasoningFormat,
     /// Connection cap and timeouts.
     pub connections: ConnectionLimits,
     /// How `/v1/embeddings` pools an input's token states (`--embedding-pooling`).
@@ -142,6 +146,7 @@ impl ServerConfig {
             metrics_public: false,
             content_tokens: ContentTokens::Text,
             allow_code_execution: false,
+            reasoning_format: think::ReasoningFormat::default(),
             connections: ConnectionLimits::default(),
             embedding_pooling: Pooling::Mean,
             responses_store: DEFAULT_RESPONSES_STORE,

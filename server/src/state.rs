@@ -21,6 +21,7 @@ use crate::openai::error::ApiError;
 use crate::origin::HostPolicy;
 use crate::params::ModelLimits;
 use crate::response_store::ResponseStore;
+use crate::think::ReasoningFormat;
 use crate::{Cors, ServerConfig};
 
 /// Shared state, cheap to clone into every handler.
@@ -39,6 +40,7 @@ struct Inner {
     metrics_public: bool,
     content_tokens: ContentTokens,
     allow_code_execution: bool,
+    reasoning_format: ReasoningFormat,
     body_timeout: Duration,
     embedding_pooling: Pooling,
     responses: Arc<ResponseStore>,
@@ -70,6 +72,7 @@ impl AppState {
             metrics_public: config.metrics_public,
             content_tokens: config.content_tokens,
             allow_code_execution: config.allow_code_execution,
+            reasoning_format: config.reasoning_format,
             body_timeout: config.connections.body_timeout,
             embedding_pooling: config.embedding_pooling,
             responses: Arc::new(responses),
@@ -191,6 +194,11 @@ impl AppState {
     /// (`--allow-code-execution`); endpoints that execute code refuse without it.
     pub fn allow_code_execution(&self) -> bool {
         self.0.allow_code_execution
+    }
+
+    /// The `reasoning_format` of requests that do not send one.
+    pub fn reasoning_format(&self) -> ReasoningFormat {
+        self.0.reasoning_format
     }
 
     /// Longest a request body may take to arrive.

@@ -731,6 +731,14 @@ pub struct ServeArgs {
     /// forge a system turn; only the chat template's own tokens are special.
     #[arg(long)]
     pub allow_special_tokens_in_content: bool,
+    /// Where a reasoning model's `<think>` block goes when a request does
+    /// not send `reasoning_format` (llama-server's flag and values): `none`
+    /// leaves it in `content`; `deepseek` and `auto` (the default, as in
+    /// llama-server, so its clients see the same answer) return it as
+    /// `reasoning_content`. Only models whose chat template marks reasoning
+    /// (Qwen3, DeepSeek-R1) are split
+    #[arg(long, default_value = "auto", value_parser = ["none", "deepseek", "auto"])]
+    pub reasoning_format: String,
     /// Connections served at once; further ones wait to be accepted.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,

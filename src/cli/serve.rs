@@ -168,6 +168,10 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         metrics_public: a.metrics_public,
         content_tokens: super::generate::content_tokens(a.allow_special_tokens_in_content),
         allow_code_execution: a.allow_code_execution,
+        reasoning_format: a
+            .reasoning_format
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!(e))?,
         connections: ConnectionLimits {
             max_connections: a.max_connections,
             header_timeout: a.header_timeout,

@@ -19,6 +19,7 @@
 
 pub mod conversation;
 pub mod pyjson;
+pub mod think_reader;
 pub mod tool_reader;
 pub mod tools;
 
@@ -90,6 +91,7 @@ pub struct ChatTemplate {
     eos_token: String,
     caps: Caps,
     tool_syntax: tools::ToolSyntax,
+    marks_reasoning: bool,
 }
 
 const TEMPLATE_NAME: &str = "chat";
@@ -129,6 +131,8 @@ impl ChatTemplate {
             eos_token: eos_token.into(),
             caps: Caps::default(),
             tool_syntax: tools::ToolSyntax::of_template(source),
+            marks_reasoning: source.contains(think_reader::THINK_OPEN)
+                && source.contains(think_reader::THINK_CLOSE),
         };
         template.caps = template.probe_caps()?;
         Ok(template)
@@ -144,6 +148,14 @@ impl ChatTemplate {
     /// template writes Llama 3's JSON call).
     pub fn tool_syntax(&self) -> tools::ToolSyntax {
         self.tool_syntax
+    }
+
+    /// Whether the template marks reasoning with `<think>` ... `</think>`
+    /// (Qwen3, DeepSeek-R1): its model's replies then open with a think
+    /// block that a server splits out ([`think_reader`]) and a thinking
+    /// budget closes.
+    pub fn marks_reasoning(&self) -> bool {
+        self.marks_reasoning
     }
 
     /// Renders `messages`; with `add_generation_prompt` the output ends with the

@@ -229,6 +229,10 @@ pub(super) fn emit_step(
     };
     let c = &mut r.completions[ci];
     let stepped = c.step(row, &lim);
+    if let (Some(spec), Some(state)) = (r.req.think.as_ref(), c.think.as_mut()) {
+        // A model that closes its reasoning itself concludes it here.
+        state.watch(spec, &stepped.text, c.generated);
+    }
     shared.metrics.add_generated(1);
     match c.last_token_at {
         Some(t) => shared.metrics.itl.observe((now - t).as_secs_f64()),

@@ -72,6 +72,11 @@ pub struct ThinkSpec {
     pub answer_stop: Vec<String>,
     /// Probes that can conclude the reasoning before the budget.
     pub probe: Option<ProbeSpec>,
+    /// Text with which the model ends its reasoning itself (`</think>` for
+    /// a template that marks reasoning): once written, the reasoning is
+    /// concluded and the budget no longer applies. `None`: the model's
+    /// reasoning has no end mark, and the budget always forces the answer.
+    pub closes_with: Option<String>,
 }
 
 /// Where one completion is in its think-then-answer life.
@@ -85,6 +90,9 @@ pub(super) struct ThinkState {
     pub concluded_at: Option<usize>,
     /// Generated-token count of the last probe (never probe one point twice).
     pub last_probe: Option<usize>,
+    /// The end of the text so far, as long as the spec's end mark, to find
+    /// that mark however the tokens cut it.
+    tail: String,
 }
 
 impl ThinkState {
@@ -106,6 +114,29 @@ impl ThinkState {
     /// Whether the reasoning has hit the budget without being concluded.
     pub fn over_budget(&self, spec: &ThinkSpec, generated: usize) -> bool {
         self.concluded_at.is_none() && generated >= spec.budget
+    }
+
+    /// Reads the text of the completion's latest token: when it completes
+    /// the spec's end mark, the model has ended its reasoning by itself,
+    /// and the reasoning is concluded there with nothing forced.
+    pub fn watch(&mut self, spec: &ThinkSpec, text: &str, generated: usize) {
+        let Some(mark) = spec.closes_with.as_deref().filter(|m| !m.is_empty()) else {
+            return;
+        };
+        if self.concluded_at.is_some() {
+            return;
+        }
+        self.tail.push_str(text);
+        if self.tail.contains(mark) {
+            self.concluded_at = Some(generated);
+            self.tail.clear();
+            return;
+        }
+        let keep = self.tail.len().saturating_sub(mark.len());
+        let cut = (keep..=self.tail.len())
+            .find(|&i| self.tail.is_char_boundary(i))
+            .unwrap_or(self.tail.len());
+        self.tail.drain(..cut);
     }
 
     /// The generated-token limit once the answer phase has begun.
@@ -142,6 +173,7 @@ mod tests {
                 stop: Vec::new(),
                 rule: ConvergenceRule::new(|p| p.len() >= 3),
             }),
+            closes_with: None,
         }
     }
 
@@ -162,6 +194,27 @@ mod tests {
         assert_eq!(t.answer_limit(&s), Some(14));
         let no_probe = ThinkSpec { probe: None, ..s };
         assert!(!ThinkState::default().probe_due(&no_probe, 4));
+    }
+
+    #[test]
+    fn a_model_that_closes_its_reasoning_escapes_the_budget() {
+        let s = ThinkSpec {
+            closes_with: Some("</think>".into()),
+            probe: None,
+            ..spec(4, 12)
+        };
+        let mut t = ThinkState::default();
+        for (i, piece) in ["<think>", "a <", "/thi", "nk"].iter().enumerate() {
+            t.watch(&s, piece, i + 1);
+            assert_eq!(t.concluded_at, None, "after {piece:?}");
+        }
+        t.watch(&s, ">\n\nAnswer", 5);
+        assert_eq!(t.concluded_at, Some(5));
+        assert!(!t.over_budget(&s, 12), "the budget forces nothing now");
+        // Without an end mark the same text concludes nothing.
+        let mut t = ThinkState::default();
+        t.watch(&spec(4, 12), "</think>", 1);
+        assert!(t.over_budget(&spec(4, 12), 12));
     }
 
     #[test]

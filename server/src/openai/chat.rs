@@ -45,6 +45,10 @@ pub struct ChatFields {
     pub reasoning_effort: Option<String>,
     /// Tern extension: the reasoning cap in tokens (replaces the effort's).
     pub thinking_budget_tokens: Option<i64>,
+    /// llama-server's `none`, `deepseek` or `auto`: whether a reasoning
+    /// model's `<think>` block comes back as `reasoning_content` (see
+    /// `crate::think`); the server's `--reasoning-format` when absent.
+    pub reasoning_format: Option<String>,
     /// Tern extension: which loaded model writes the synthesis for
     /// `aggregate: synthesize` (the served model or `--synthesizer-model`).
     pub synthesizer_model: Option<String>,
@@ -95,6 +99,10 @@ pub struct AssistantMessage {
     pub role: &'static str,
     /// The generated text (`null` when the answer is only tool calls).
     pub content: Option<String>,
+    /// A reasoning model's think block, split out of `content`
+    /// (llama-server's and vLLM's field; absent when there was none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// The tool calls the answer makes, when it makes some.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<crate::tools::ToolCallOut>>,
@@ -138,6 +146,10 @@ pub struct Delta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// New reasoning text (a reasoning model's think block, streamed apart
+    /// from `content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// Tool calls, each whole in one delta.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<crate::tools::ToolCallDelta>>,

@@ -16,8 +16,8 @@ use crate::events::Tally;
 use crate::ids::{response_id, unix_now};
 use crate::logprobs::{chat_entry, Vocab};
 use crate::openai::chat::{
-    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatFields, ChatLogprobs, ChunkChoice,
-    Delta,
+    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatFields, ChatLogprobs,
+    ChatTokenLogprob, ChunkChoice, Delta,
 };
 use crate::openai::error::ApiError;
 use crate::openai::request::GenerationFields;
@@ -28,7 +28,9 @@ use crate::prompt;
 use crate::routes::{best_of, reasoning};
 use crate::state::{limits, AppState};
 use crate::stream::{sse_response, ChunkFormat, StreamState};
+use crate::think::{self, ThinkSplit};
 use crate::tools::{self, ToolCallDelta, ToolPlan};
+use tern_runtime::chat::think_reader::{ThinkPiece, ThinkReader};
 use tern_runtime::chat::tool_reader::{CallReader, Piece};
 use tern_runtime::chat::tools::ToolSyntax;
 
@@ -119,6 +121,12 @@ pub async fn chat_completions(
         max_tokens_given: max_tokens.0.is_some(),
     };
     let (tally, length) = reasoning::apply(reasoning_fields, &model, &mut plan, tally)?;
+    let split = think::plan(
+        own.reasoning_format.as_deref(),
+        state.reasoning_format(),
+        &model,
+        &plan.submit.prompt,
+    )?;
     if plan.submit.think.is_some() {
         if let Some((_, param)) = &plan.constraint {
             // Reasoning writes free text and then a forced answer line; a
@@ -191,6 +199,8 @@ pub async fn chat_completions(
             logprobs: logprobs.is_some(),
             readers: Vec::new(),
             tools: tool_plan.map(|t| (t, syntax)),
+            split,
+            thinkers: Vec::new(),
         };
         return Ok(affinity::with_key(
             sse_response(events, StreamState::new(format, tally, plan.include_usage)),
@@ -204,6 +214,7 @@ pub async fn chat_completions(
         logprobs.is_some(),
         vocab.as_ref(),
         tool_plan.as_ref().map(|t| (t, syntax)),
+        split,
     ));
     Ok(affinity::with_key(body.into_response(), key.as_deref()))
 }
@@ -215,6 +226,7 @@ fn completion(
     logprobs: bool,
     vocab: &dyn Vocab,
     tools: Option<(&ToolPlan, ToolSyntax)>,
+    split: Option<ThinkSplit>,
 ) -> ChatCompletion {
     let choices = c
         .choices
@@ -222,18 +234,25 @@ fn completion(
         .enumerate()
         .map(|(index, choice)| {
             let mut finish_reason = finish_name(choice.finish_reason);
-            let message = match tools.map(|(t, syntax)| t.answer(syntax, &choice.text)) {
+            // The think block first; tool calls are read from the answer.
+            let (reasoning_content, text) = match split {
+                Some(s) => s.split(&choice.text),
+                None => (None, choice.text),
+            };
+            let message = match tools.map(|(t, syntax)| t.answer(syntax, &text)) {
                 Some(a) if !a.calls.is_empty() => {
                     finish_reason = a.finish_reason(finish_reason);
                     AssistantMessage {
                         role: "assistant",
                         content: a.content,
+                        reasoning_content,
                         tool_calls: Some(a.calls),
                     }
                 }
                 _ => AssistantMessage {
                     role: "assistant",
-                    content: Some(choice.text),
+                    content: Some(text),
+                    reasoning_content,
                     tool_calls: None,
                 },
             };
@@ -274,6 +293,11 @@ pub struct ChatFormat {
     pub tools: Option<(ToolPlan, ToolSyntax)>,
     /// Each choice's call reader and whether it sent a call (with tools).
     pub readers: Vec<(CallReader, bool)>,
+    /// The reasoning split, when the model's think block is returned apart.
+    pub split: Option<ThinkSplit>,
+    /// Each choice's think reader (with a split): reasoning goes out as
+    /// `reasoning_content` deltas, the answer on to the content path.
+    pub thinkers: Vec<ThinkReader>,
 }
 
 impl ChatFormat {
@@ -325,6 +349,7 @@ impl ChatFormat {
             let delta = Delta {
                 role: None,
                 content,
+                reasoning_content: None,
                 tool_calls: call.map(|c| vec![c]),
             };
             out.push(self.delta_chunk(index, delta));
@@ -338,6 +363,7 @@ impl ChunkFormat for ChatFormat {
         let delta = Delta {
             role: Some("assistant"),
             content: Some(String::new()),
+            reasoning_content: None,
             tool_calls: None,
         };
         vec![self.delta_chunk(index, delta)]
@@ -356,27 +382,14 @@ impl ChunkFormat for ChatFormat {
         } else {
             None
         };
-        if let Some((plan, syntax)) = &self.tools {
-            while self.readers.len() <= index {
-                self.readers.push((plan.reader(*syntax), false));
+        if let Some(split) = self.split {
+            while self.thinkers.len() <= index {
+                self.thinkers.push(split.reader());
             }
-            let pieces = self.readers[index].0.push(&text);
-            return self.tool_chunks(index, pieces);
+            let pieces = self.thinkers[index].push(&text);
+            return self.think_chunks(index, pieces, entry);
         }
-        if text.is_empty() && entry.is_none() {
-            return Vec::new();
-        }
-        let choice = ChunkChoice {
-            index,
-            delta: Delta {
-                role: None,
-                content: Some(text),
-                tool_calls: None,
-            },
-            logprobs: entry.map(|e| ChatLogprobs { content: vec![e] }),
-            finish_reason: None,
-        };
-        vec![self.chunk(Some(choice), None, None)]
+        self.answer_chunks(index, text, entry)
     }
 
     fn finish(
@@ -387,9 +400,13 @@ impl ChunkFormat for ChatFormat {
     ) -> Vec<String> {
         let mut finish_reason = finish_name(Some(reason));
         let mut chunks = Vec::new();
+        if let Some(thinker) = self.thinkers.get_mut(index) {
+            let pieces = thinker.finish();
+            chunks = self.think_chunks(index, pieces, None);
+        }
         if let Some((reader, _)) = self.readers.get_mut(index) {
             let pieces = reader.finish();
-            chunks = self.tool_chunks(index, pieces);
+            chunks.extend(self.tool_chunks(index, pieces));
             // Calls that were sent make `tool_calls` the reason, unless the
             // token limit cut the answer (more calls may have been coming).
             if self.readers[index].1 && finish_reason != "length" {
@@ -408,6 +425,74 @@ impl ChunkFormat for ChatFormat {
 
     fn usage(&mut self, usage: Usage, tern: TernInfo) -> String {
         self.chunk(None, Some(usage), Some(tern))
+    }
+}
+
+impl ChatFormat {
+    /// Chunks for what a choice's think reader said: reasoning as
+    /// `reasoning_content` deltas, the answer down the content path. The
+    /// token's logprob goes with its first chunk (or an empty content
+    /// chunk when the reader held all of its text back).
+    fn think_chunks(
+        &mut self,
+        index: usize,
+        pieces: Vec<ThinkPiece>,
+        mut entry: Option<ChatTokenLogprob>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in pieces {
+            match p {
+                ThinkPiece::Reasoning(text) => {
+                    let choice = ChunkChoice {
+                        index,
+                        delta: Delta {
+                            reasoning_content: Some(text),
+                            ..Delta::default()
+                        },
+                        logprobs: entry.take().map(|e| ChatLogprobs { content: vec![e] }),
+                        finish_reason: None,
+                    };
+                    out.push(self.chunk(Some(choice), None, None));
+                }
+                ThinkPiece::Content(text) => {
+                    out.extend(self.answer_chunks(index, text, entry.take()))
+                }
+            }
+        }
+        if entry.is_some() {
+            out.extend(self.answer_chunks(index, String::new(), entry));
+        }
+        out
+    }
+
+    /// Chunks for answer text: read for tool calls when the request has
+    /// tools, else one content delta.
+    fn answer_chunks(
+        &mut self,
+        index: usize,
+        text: String,
+        entry: Option<ChatTokenLogprob>,
+    ) -> Vec<String> {
+        if let Some((plan, syntax)) = &self.tools {
+            while self.readers.len() <= index {
+                self.readers.push((plan.reader(*syntax), false));
+            }
+            let pieces = self.readers[index].0.push(&text);
+            return self.tool_chunks(index, pieces);
+        }
+        if text.is_empty() && entry.is_none() {
+            return Vec::new();
+        }
+        let choice = ChunkChoice {
+            index,
+            delta: Delta {
+                content: Some(text),
+                ..Delta::default()
+            },
+            logprobs: entry.map(|e| ChatLogprobs { content: vec![e] }),
+            finish_reason: None,
+        };
+        vec![self.chunk(Some(choice), None, None)]
     }
 }
 
@@ -433,6 +518,8 @@ mod tests {
             logprobs: true,
             tools: None,
             readers: Vec::new(),
+            split: None,
+            thinkers: Vec::new(),
         }
     }
 
@@ -532,6 +619,52 @@ mod tests {
         assert!(calls[1..].iter().all(|(_, c)| c.get("id").is_none()));
         let last = &v[v.len() - 2].1;
         assert_eq!(last["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[test]
+    fn a_think_block_streams_as_reasoning_deltas_apart_from_content() {
+        let mut f = format(false);
+        f.split = Some(ThinkSplit::new(false));
+        let mut s = StreamState::new(f, Tally::new(1, 4, "full".into()), false);
+        let mut events = vec![Event::Prefilled { prompt_tokens: 4 }];
+        // The tags cut across tokens, as a vocabulary without them writes them.
+        for piece in ["<thi", "nk>\nTwo", " and two.\n</", "think>\n\n", "Four."] {
+            events.push(Event::Token {
+                index: 0,
+                token: 7,
+                text: piece.into(),
+                logprob: None,
+            });
+        }
+        events.push(Event::Done {
+            index: 0,
+            finish_reason: FinishReason::Stop,
+            completion_tokens: 5,
+            kv: kv(10, 40),
+        });
+        let deltas: Vec<Value> = events
+            .into_iter()
+            .flat_map(|e| s.on_event(e))
+            .filter_map(|p| serde_json::from_str::<Value>(&p).ok())
+            .map(|c| c["choices"][0]["delta"].clone())
+            .collect();
+        let joined =
+            |key: &str| -> String { deltas.iter().filter_map(|d| d[key].as_str()).collect() };
+        assert_eq!(joined("reasoning_content"), "Two and two.");
+        assert_eq!(joined("content"), "Four.");
+        // Every reasoning delta comes before the answer's first text.
+        let first_content = deltas
+            .iter()
+            .position(|d| d["content"].as_str().is_some_and(|c| !c.is_empty()))
+            .unwrap();
+        assert!(deltas[first_content..]
+            .iter()
+            .all(|d| d.get("reasoning_content").is_none()));
+        // Without a split the text is left as generated.
+        let v = stream(false, 1);
+        assert!(v
+            .iter()
+            .all(|c| c["choices"][0]["delta"].get("reasoning_content").is_none()));
     }
 
     #[test]

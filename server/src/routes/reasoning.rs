@@ -7,7 +7,8 @@
 
 use tern_runtime::model::LoadedModel;
 use tern_solve::reasoning::{
-    think_spec, Effort, LengthPolicy, ANSWER_TOKENS, DEFAULT_PROBE_EVERY, MAX_THINKING_BUDGET,
+    closing_think_spec, think_spec, Effort, LengthPolicy, ANSWER_TOKENS, DEFAULT_PROBE_EVERY,
+    MAX_THINKING_BUDGET,
 };
 
 use crate::events::Tally;
@@ -57,6 +58,9 @@ pub fn apply(
     let Some(policy) = policy else {
         return Ok((tally, None));
     };
+    if model.template.as_ref().is_some_and(|t| t.marks_reasoning()) {
+        return Ok((close_think_block(model, plan, policy, tally, effort)?, None));
+    }
     let mut think = think_spec(model, &policy).map_err(|e| ApiError::internal(e.to_string()))?;
     let ctx = model.config().context_length;
     let room = ctx.saturating_sub(plan.submit.prompt.len() + think.answer_suffix.len());
@@ -72,4 +76,29 @@ pub fn apply(
     plan.submit.max_tokens = max_tokens;
     plan.submit.think = Some(think);
     Ok((tally.with_reasoning(effort, policy.cap), Some(policy)))
+}
+
+/// The budget on a model whose template marks reasoning: it counts the
+/// `<think>` block, which is closed for the model at the cap unless the model
+/// closed it first; the answer after it is bounded only by `max_tokens`
+/// (which leaves it at least [`ANSWER_TOKENS`] beside the cap). Best-of-N
+/// gets no probe policy from it.
+fn close_think_block(
+    model: &LoadedModel,
+    plan: &mut Plan,
+    policy: LengthPolicy,
+    tally: Tally,
+    effort: Option<Effort>,
+) -> Result<Tally, ApiError> {
+    let ctx = model.config().context_length;
+    let mut think =
+        closing_think_spec(model, policy.cap, 0).map_err(|e| ApiError::internal(e.to_string()))?;
+    let room = ctx.saturating_sub(plan.submit.prompt.len() + think.answer_suffix.len());
+    let limit = plan.submit.max_tokens.min(room).max(1);
+    let (fitted, _) = policy.fit(limit);
+    think.budget = fitted.cap;
+    think.answer_tokens = limit;
+    plan.submit.max_tokens = limit;
+    plan.submit.think = Some(think);
+    Ok(tally.with_reasoning(effort, fitted.cap))
 }

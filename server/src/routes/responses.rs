@@ -6,7 +6,9 @@
 //! function outputs, with `instructions` as the system turn), runs through
 //! the same prompt, constraint, tool and engine path as chat completions,
 //! and is answered as a `response` object whose `output` holds one message
-//! and/or function calls; streamed as Responses events.
+//! and/or function calls; streamed as Responses events. A reasoning model's
+//! think block (see `crate::think`) comes first as a `reasoning` item; such
+//! a stream, like one with tools, sends its items whole when the reply ends.
 
 use std::sync::Arc;
 
@@ -32,6 +34,7 @@ use crate::prompt;
 use crate::response_store::{ResponseStore, Stored};
 use crate::state::{limits, AppState};
 use crate::stream::{sse_response, ChunkFormat, StreamState};
+use crate::think::{self, ThinkSplit};
 use crate::tools::{self, ToolPlan};
 
 /// The Responses-only fields (sampling ones are read as chat's).
@@ -60,6 +63,8 @@ struct Context {
     echo: Value,
     conversation: Value,
     tools: Option<(ToolPlan, ToolSyntax)>,
+    /// The reasoning split, for a model whose template marks reasoning.
+    split: Option<ThinkSplit>,
     store: Option<Arc<ResponseStore>>,
     prompt_tokens: usize,
 }
@@ -171,6 +176,12 @@ pub async fn create(
         }
     }
     params::compile_constraint(&mut plan, &model).await?;
+    let split = think::plan(
+        body.get("reasoning_format").and_then(Value::as_str),
+        state.reasoning_format(),
+        &model,
+        &plan.submit.prompt,
+    )?;
     let prompt_tokens = plan.submit.prompt.len();
     let tally = Tally::new(1, prompt_tokens, plan.submit.kv_policy.to_string());
     let echo = json!({
@@ -197,6 +208,7 @@ pub async fn create(
         echo,
         conversation: Value::Array(conversation),
         tools: tool_plan.map(|t| (t, syntax)),
+        split,
         store: store.then(|| state.responses_arc()),
         prompt_tokens,
     };
@@ -493,15 +505,25 @@ fn input_messages(input: Option<&Value>) -> Result<Vec<Value>, ApiError> {
 
 /// The output items for `text` and what the conversation gains.
 fn output_items(ctx: &Context, text: &str) -> (Vec<Value>, Vec<Value>) {
+    let (reasoning, text) = match ctx.split {
+        Some(s) => s.split(text),
+        None => (None, text.to_string()),
+    };
     let (content, calls) = match &ctx.tools {
         Some((plan, syntax)) => {
-            let a = plan.answer(*syntax, text);
+            let a = plan.answer(*syntax, &text);
             (a.content, a.calls)
         }
-        None => (Some(text.to_string()), Vec::new()),
+        None => (Some(text), Vec::new()),
     };
     let mut items = Vec::new();
     let mut turns = Vec::new();
+    if let Some(r) = reasoning {
+        items.push(json!({
+            "type": "reasoning", "id": format!("rs_{:016x}", random_u64()), "status": "completed",
+            "summary": [], "content": [{"type": "reasoning_text", "text": r}],
+        }));
+    }
     if let Some(text) = content
         .as_ref()
         .filter(|c| !c.is_empty() || calls.is_empty())
@@ -579,6 +601,12 @@ impl ResponsesFormat {
         body.to_string()
     }
 
+    /// Whether the message's text is streamed as it is generated (not with
+    /// tools or a reasoning split, whose text is read whole at the end).
+    fn streams_text(&self) -> bool {
+        self.ctx.tools.is_none() && self.ctx.split.is_none()
+    }
+
     fn skeleton(&self, status: &str) -> Value {
         let mut r = json!({"id": self.ctx.id, "object": "response", "created_at": self.ctx.created,
             "status": status, "model": self.ctx.model, "output": [], "error": null,
@@ -606,8 +634,9 @@ impl ChunkFormat for ResponsesFormat {
     fn content(&mut self, _index: usize, text: String, _: Option<TokenLogprob>) -> Vec<String> {
         self.tokens += 1;
         self.text.push_str(&text);
-        // With tools the text is read whole at the end (it may be a call).
-        if self.ctx.tools.is_some() || text.is_empty() {
+        // With tools or a reasoning split the text is read whole at the end
+        // (it may be a call, or reasoning).
+        if !self.streams_text() || text.is_empty() {
             return Vec::new();
         }
         let mut out = Vec::new();
@@ -630,7 +659,8 @@ impl ChunkFormat for ResponsesFormat {
         let text = std::mem::take(&mut self.text);
         let mut response = finish(&self.ctx, &text, Some(reason), self.tokens);
         let mut out = Vec::new();
-        if self.ctx.tools.is_none() && !self.started_message {
+        let streamed = self.streams_text();
+        if streamed && !self.started_message {
             // An empty answer still announces its message.
             self.started_message = true;
             out.push(self.event("response.output_item.added", json!({"output_index": 0,
@@ -642,7 +672,7 @@ impl ChunkFormat for ResponsesFormat {
             .unwrap_or_default();
         let mut final_items = Vec::new();
         for (i, mut item) in items.into_iter().enumerate() {
-            if item["type"] == "message" && self.ctx.tools.is_none() {
+            if item["type"] == "message" && streamed {
                 item["id"] = json!(MSG);
                 let t = item["content"][0]["text"].clone();
                 out.push(self.event(
@@ -665,7 +695,18 @@ impl ChunkFormat for ResponsesFormat {
                     "response.output_item.added",
                     json!({"output_index": i, "item": added}),
                 ));
-                if item["type"] == "function_call" {
+                if item["type"] == "reasoning" {
+                    let id = item["id"].clone();
+                    let t = item["content"][0]["text"].clone();
+                    out.push(self.event(
+                        "response.reasoning_text.delta",
+                        json!({"item_id": id, "output_index": i, "content_index": 0, "delta": t}),
+                    ));
+                    out.push(self.event(
+                        "response.reasoning_text.done",
+                        json!({"item_id": id, "output_index": i, "content_index": 0, "text": t}),
+                    ));
+                } else if item["type"] == "function_call" {
                     let id = item["id"].clone();
                     out.push(self.event(
                         "response.function_call_arguments.delta",

@@ -13,6 +13,7 @@
 use std::str::FromStr;
 
 use crate::verify;
+use tern_runtime::chat::think_reader::THINK_CLOSE;
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::{
     Completion, ConvergenceRule, EngineHandle, ProbeSpec, SubmitRequest, ThinkSpec,
@@ -234,6 +235,33 @@ pub fn think_spec(model: &LoadedModel, policy: &LengthPolicy) -> Result<ThinkSpe
             stop: vec!["\n".into()],
             rule: ConvergenceRule::new(probes_agree),
         }),
+        closes_with: None,
+    })
+}
+
+/// What closes a reasoning model's think block when its budget runs out
+/// (llama.cpp's `--reasoning-budget` ends the block with the same tag).
+pub const THINK_CLOSE_SUFFIX: &str = "\n</think>\n\n";
+
+/// The engine's think spec for a model whose chat template marks reasoning
+/// (`<think>` ... `</think>`): the budget counts the reasoning only. A model
+/// that closes its block within the budget is not touched; one that reaches
+/// the budget has the block closed for it ([`THINK_CLOSE_SUFFIX`]) and then
+/// answers freely within the request's `max_tokens` (`answer_tokens`). No
+/// probes: a thinking model's answer is whatever it writes after the block,
+/// not one stated number.
+pub fn closing_think_spec(
+    model: &LoadedModel,
+    budget: usize,
+    answer_tokens: usize,
+) -> Result<ThinkSpec> {
+    Ok(ThinkSpec {
+        budget,
+        answer_suffix: model.tokenizer.encode(THINK_CLOSE_SUFFIX, false, true)?,
+        answer_tokens,
+        answer_stop: Vec::new(),
+        probe: None,
+        closes_with: Some(THINK_CLOSE.to_string()),
     })
 }
 

@@ -24,9 +24,9 @@ use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
 
 pub use length::{
-    adaptive_length, probe_answer, probes_agree, think_spec, Effort, LengthPolicy, LengthReport,
-    LengthRequest, LengthResult, LengthTally, ProbeRecord, ANSWER_SUFFIX, ANSWER_TOKENS,
-    DEFAULT_PROBE_EVERY, MAX_THINKING_BUDGET,
+    adaptive_length, closing_think_spec, probe_answer, probes_agree, think_spec, Effort,
+    LengthPolicy, LengthReport, LengthRequest, LengthResult, LengthTally, ProbeRecord,
+    ANSWER_SUFFIX, ANSWER_TOKENS, DEFAULT_PROBE_EVERY, MAX_THINKING_BUDGET, THINK_CLOSE_SUFFIX,
 };
 pub use synthesize::synthesis_prompt;
 pub use test_budget::{allocate, disagreement, normalized_program};
