@@ -53,7 +53,10 @@ fn collect(mut s: tern_runtime::engine::RequestStream) -> Vec<(Vec<u32>, FinishR
                 out[index].1 = Some(finish_reason);
             }
             Event::Error(e) => panic!("engine error: {e}"),
-            Event::Prefilled { .. } | Event::Probe { .. } | Event::Concluded { .. } => {}
+            Event::Prefilled { .. }
+            | Event::Probe { .. }
+            | Event::Concluded { .. }
+            | Event::Speculated { .. } => {}
         }
     }
     out.into_iter()

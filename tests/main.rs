@@ -25,6 +25,7 @@ mod reference;
 mod repack;
 mod ruler;
 mod security;
+mod speculative;
 mod spm;
 mod templates;
 mod tokenizer;

@@ -36,6 +36,7 @@ pub async fn collect(
         };
         match &event {
             Event::Probe { .. } | Event::Concluded { .. } => tally.reasoning_event(&event),
+            Event::Speculated { stats, .. } => tally.speculated(stats),
             Event::Done {
                 index,
                 completion_tokens,

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 
-use tern_runtime::engine::{Event, KvUsage, RequestStream};
+use tern_runtime::engine::{Event, KvUsage, RequestStream, SpecStats};
 use tern_solve::reasoning::{Effort, LengthTally};
 
 use crate::openai::usage::{ChoiceKv, ReasoningInfo, TernInfo, Usage};
@@ -39,6 +39,8 @@ pub struct Tally {
     /// Adaptive length's tally of each completion, when the request set a
     /// reasoning effort or budget.
     reasoning: Option<(Option<Effort>, Vec<LengthTally>)>,
+    /// Speculative decoding's figures, summed over the completions that sent them.
+    speculation: Option<SpecStats>,
 }
 
 impl Tally {
@@ -50,6 +52,7 @@ impl Tally {
             policy,
             done: vec![None; n.max(1)],
             reasoning: None,
+            speculation: None,
         }
     }
 
@@ -84,6 +87,18 @@ impl Tally {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Adds one completion's speculative decoding figures (an
+    /// [`Event::Speculated`]) to the request's.
+    pub fn speculated(&mut self, stats: &SpecStats) {
+        let sum = self.speculation.get_or_insert_with(SpecStats::default);
+        sum.drafted += stats.drafted;
+        sum.accepted += stats.accepted;
+        sum.verify_steps += stats.verify_steps;
+        if sum.off.is_none() {
+            sum.off.clone_from(&stats.off);
         }
     }
 
@@ -151,6 +166,7 @@ impl Tally {
                     .collect();
                 ReasoningInfo::new(*effort, reports)
             }),
+            speculative: self.speculation.clone(),
         }
     }
 }

@@ -6,7 +6,9 @@
 //! [`ModelLimits`], so every rule is testable without weights.
 
 use tern_runtime::constraint::Constraint;
-use tern_runtime::engine::{SubmitRequest, MAX_N, MAX_STOP_BYTES};
+use tern_runtime::engine::{
+    Speculative, SubmitRequest, DEFAULT_MAX_DRAFT, MAX_DRAFT, MAX_N, MAX_STOP_BYTES,
+};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::{SamplingParams, MAX_TOP_LOGPROBS};
@@ -95,12 +97,68 @@ pub fn plan(
     submit.kv_dtype = kv_dtype;
     submit.logprobs = input.logprobs.is_some();
     submit.ignore_eos = f.ignore_eos.unwrap_or(false);
+    submit.speculative = speculative(f.speculative.as_ref())?;
     Ok(Plan {
         submit,
         stream,
         include_usage,
         constraint,
     })
+}
+
+/// The request's `speculative` field: a mode's name (`"ngram"`, `"off"`,
+/// `"ngram:max_draft=N"`) or `{"type": "ngram" | "off", "max_draft": N}`;
+/// `None` leaves the server's default.
+fn speculative(v: Option<&serde_json::Value>) -> Result<Option<Speculative>, ApiError> {
+    use serde_json::Value;
+    let bad = |reason: String| ApiError::invalid_param("speculative", reason);
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => s.parse().map(Some).map_err(|e| bad(format!("{e}"))),
+        Some(Value::Object(o)) => {
+            if let Some(k) = o
+                .keys()
+                .find(|k| !matches!(k.as_str(), "type" | "max_draft"))
+            {
+                return Err(bad(format!(
+                    "unknown speculative field `{k}`: expected `type` and `max_draft`"
+                )));
+            }
+            let kind = o
+                .get("type")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("speculative needs a `type`: `ngram` or `off`".into()))?;
+            let max_draft =
+                match o.get("max_draft") {
+                    None | Some(Value::Null) => None,
+                    Some(n) => Some(n.as_u64().filter(|n| *n <= MAX_DRAFT as u64).ok_or_else(
+                        || {
+                            bad(format!(
+                        "speculative max_draft must be an integer in 1..={MAX_DRAFT}, got {n}"
+                    ))
+                        },
+                    )? as usize),
+                };
+            match (kind, max_draft) {
+                ("off", None) => Ok(Some(Speculative::Off)),
+                ("ngram", None) => Ok(Some(Speculative::Ngram {
+                    max_draft: DEFAULT_MAX_DRAFT,
+                })),
+                ("ngram", Some(n)) => Speculative::ngram(n).map(Some).map_err(|_| {
+                    bad(format!(
+                        "speculative max_draft must be an integer in 1..={MAX_DRAFT}, got {n}"
+                    ))
+                }),
+                ("off", Some(_)) => Err(bad("speculative `off` takes no max_draft".into())),
+                (other, _) => Err(bad(format!(
+                    "unknown speculative type `{other}`: expected `ngram` or `off`"
+                ))),
+            }
+        }
+        Some(other) => Err(bad(format!(
+            "speculative must be a string or an object, got {other}"
+        ))),
+    }
 }
 
 /// Compiles the plan's constraint against `model` (off the async threads:
@@ -503,6 +561,39 @@ mod tests {
         assert_eq!(e.status.as_u16(), 400, "{body}");
         assert_eq!(e.kind, "invalid_request_error");
         e.param
+    }
+
+    #[test]
+    fn speculative_values_are_read_or_refused_with_400() {
+        let spec = |body: &str| run(body, 10).unwrap().submit.speculative;
+        assert_eq!(spec("{}"), None, "absent: the server's default");
+        assert_eq!(
+            spec(r#"{"speculative": "ngram"}"#),
+            Some(Speculative::Ngram {
+                max_draft: DEFAULT_MAX_DRAFT
+            })
+        );
+        assert_eq!(
+            spec(r#"{"speculative": {"type": "ngram", "max_draft": 3}}"#),
+            Some(Speculative::Ngram { max_draft: 3 })
+        );
+        assert_eq!(
+            spec(r#"{"speculative": {"type": "off"}}"#),
+            Some(Speculative::Off)
+        );
+        assert_eq!(spec(r#"{"speculative": "off"}"#), Some(Speculative::Off));
+        for bad in [
+            r#"{"speculative": "draft-model"}"#,
+            r#"{"speculative": 3}"#,
+            r#"{"speculative": {"type": "eagle"}}"#,
+            r#"{"speculative": {"type": "ngram", "max_draft": 0}}"#,
+            r#"{"speculative": {"type": "ngram", "max_draft": 99}}"#,
+            r#"{"speculative": {"type": "ngram", "max_draft": -1}}"#,
+            r#"{"speculative": {"type": "ngram", "draft": 4}}"#,
+            r#"{"speculative": {"max_draft": 4}}"#,
+        ] {
+            assert_eq!(param_of(bad).as_deref(), Some("speculative"), "{bad}");
+        }
     }
 
     #[test]

@@ -87,6 +87,20 @@ pub fn render(m: &MetricsSnapshot) -> String {
     );
     scalar(
         w,
+        "tern_speculative_drafted_tokens_total",
+        "counter",
+        "Draft tokens speculative decoding proposed and verified.",
+        m.spec_drafted,
+    );
+    scalar(
+        w,
+        "tern_speculative_accepted_tokens_total",
+        "counter",
+        "Draft tokens the model agreed with, each emitted without a forward of its own.",
+        m.spec_accepted,
+    );
+    scalar(
+        w,
         "tern_engine_steps_total",
         "counter",
         "Forward steps the engine ran.",
@@ -301,6 +315,8 @@ mod tests {
             prompt_tokens: 50,
             prompt_tokens_cached: 20,
             generated_tokens: 60,
+            spec_drafted: 12,
+            spec_accepted: 9,
             finished: 7,
             cancelled: 1,
             failed: 0,
@@ -324,6 +340,8 @@ mod tests {
             "tern_prompt_tokens_total",
             "tern_prompt_tokens_cached_total",
             "tern_generated_tokens_total",
+            "tern_speculative_drafted_tokens_total",
+            "tern_speculative_accepted_tokens_total",
             "tern_kv_memory_bytes",
             "tern_kv_reserved_bytes",
         ] {

@@ -117,6 +117,7 @@ impl<F: ChunkFormat> StreamState<F> {
                 }
             }
             e @ (Event::Probe { .. } | Event::Concluded { .. }) => self.tally.reasoning_event(&e),
+            Event::Speculated { stats, .. } => self.tally.speculated(&stats),
             Event::Error(message) => {
                 out.push(ApiError::internal(message).to_json());
                 self.finished = true;

@@ -142,6 +142,11 @@ fn parse_dtype(s: &str) -> Result<tern_runtime::kv::KvDtype, String> {
         .map_err(|e: tern_models::kv_dtype::UnknownKvDtype| e.to_string())
 }
 
+fn parse_speculative(s: &str) -> Result<tern_runtime::engine::Speculative, String> {
+    s.parse()
+        .map_err(|e: tern_runtime::engine::UnknownSpeculative| e.to_string())
+}
+
 fn parse_policy(s: &str) -> Result<tern_runtime::kv::policy::KvPolicy, String> {
     s.parse()
         .map_err(|e: tern_runtime::kv::policy::PolicyError| e.to_string())
@@ -272,6 +277,11 @@ pub struct GenerateArgs {
     /// What runs the forward pass: Tern's own kernels or llama.cpp.
     #[arg(long, value_enum, default_value = "tern")]
     pub backend: super::backend::BackendKind,
+    /// Speculative decoding: `off` (the default), `ngram` (prompt lookup;
+    /// the output is the same, faster where it repeats the prompt) or
+    /// `ngram:max_draft=N`.
+    #[arg(long, default_value = "off", value_parser = parse_speculative)]
+    pub speculative: tern_runtime::engine::Speculative,
 }
 
 /// `tern bon`.
@@ -704,6 +714,12 @@ pub struct ServeArgs {
     /// against --kv-memory and gives way to requests.
     #[arg(long, default_value_t = 8)]
     pub prefix_cache: usize,
+    /// Speculative decoding for requests that do not send `speculative`:
+    /// `off` (the default) or `ngram` (prompt lookup: drafts copied from
+    /// where the text's latest words occurred before, verified in one
+    /// forward; output unchanged), or `ngram:max_draft=N`.
+    #[arg(long, default_value = "off", value_parser = parse_speculative)]
+    pub speculative: tern_runtime::engine::Speculative,
     /// What runs the forward pass: Tern's own kernels or llama.cpp (full and
     /// streaming KV policies only).
     #[arg(long, value_enum, default_value = "tern")]

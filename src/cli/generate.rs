@@ -128,6 +128,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     req.kv_policy = a.kv.kv_policy.clone();
     req.kv_dtype = a.kv.kv_dtype;
     req.logprobs = a.model.json;
+    req.speculative = Some(a.speculative);
     let sizing = Sizing {
         n_ctx: req.prompt.len() + req.max_tokens + 8,
         n_seq: 1,
@@ -187,6 +188,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
             "kv_bytes_full": kv.bytes_full,
             "peak_rss_bytes": memory::peak_rss_bytes(),
             "logprobs": logprobs,
+            "speculative": out.completion.speculation,
         });
         println!("{report}");
     } else {
@@ -195,6 +197,15 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
             "[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s decode; finish: {:?}]",
             out.prompt_tokens, prefill_tps, completion, decode_tps, out.finish_reason()
         );
+        if let Some(s) = &out.completion.speculation {
+            match &s.off {
+                Some(why) => eprintln!("[speculative decoding off: {why}]"),
+                None => eprintln!(
+                    "[speculative: {} of {} drafted tokens accepted in {} verifying forwards]",
+                    s.accepted, s.drafted, s.verify_steps
+                ),
+            }
+        }
     }
     Ok(())
 }

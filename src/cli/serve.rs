@@ -152,6 +152,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
         max_running: a.max_running,
         prefill_chunk: a.prefill_chunk,
         prefix_cache: a.prefix_cache,
+        speculative: a.speculative,
         ..EngineConfig::default()
     };
     Ok(ServerConfig {

@@ -112,6 +112,17 @@ pub trait Backend: Send {
     fn attention_kernel_switch_rows(&self) -> Option<usize> {
         None
     }
+    /// Whether [`Backend::rewind`] can take entries back out of `seq`'s
+    /// cache (speculative decoding is off for a sequence that cannot).
+    fn can_rewind(&self, _seq: SeqId) -> bool {
+        false
+    }
+    /// Drops every cached entry of `seq` from position `len` on (a
+    /// speculative draft's rejected tokens), so the next row continues at
+    /// `len`. `Ok(false)` where the backend or the sequence cannot.
+    fn rewind(&mut self, _seq: SeqId, _len: usize) -> Result<bool> {
+        Ok(false)
+    }
     /// Frees a sequence and its cache.
     fn free(&mut self, seq: SeqId);
     /// The sequence's KV figures.

@@ -226,6 +226,15 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for TernBackend<M> {
         })
     }
 
+    fn can_rewind(&self, seq: SeqId) -> bool {
+        self.seqs.get(&seq).is_some_and(SeqCache::rewindable)
+    }
+
+    fn rewind(&mut self, seq: SeqId, len: usize) -> Result<bool> {
+        let cache = self.seqs.get_mut(&seq).ok_or_else(|| Self::unknown(seq))?;
+        Ok(cache.rewind(len))
+    }
+
     fn free(&mut self, seq: SeqId) {
         self.seqs.remove(&seq);
     }

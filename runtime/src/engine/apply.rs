@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::running::{seeded, Running};
 use super::sequence::{Completion, Limits};
 use super::think::{Probe, ThinkSpec, ThinkState};
-use super::{Event, Shared};
+use super::{Event, FinishReason, Shared};
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::model::LoadedModel;
@@ -63,6 +63,7 @@ pub(super) fn start_completions(
             c.think = Some(ThinkState::default());
         }
     }
+    super::speculate::arm(r, &*backend);
     for ci in 0..r.completions.len() {
         emit_step(r, ci, backend, model, row, now, shared);
     }
@@ -221,6 +222,23 @@ pub(super) fn emit_step(
     now: Instant,
     shared: &Shared,
 ) {
+    let (_, finish) = emit_token(r, ci, model, row, now, shared);
+    if let Some(finish_reason) = finish {
+        emit_done(r, ci, finish_reason, backend, shared);
+    }
+}
+
+/// Samples completion `ci` of `r` from `row` and sends its token; returns
+/// the token and why the completion ends here, if it does (the caller then
+/// sends [`emit_done`]).
+pub(super) fn emit_token(
+    r: &mut Running,
+    ci: usize,
+    model: &LoadedModel,
+    row: &[f32],
+    now: Instant,
+    shared: &Shared,
+) -> (u32, Option<FinishReason>) {
     let lim = Limits {
         model,
         stop_ids: &r.stop_ids,
@@ -252,28 +270,45 @@ pub(super) fn emit_step(
         text: stepped.text,
         logprob: stepped.logprob,
     });
-    if let Some(finish_reason) = stepped.finish {
-        c.done = true;
-        let done = Event::Done {
+    (stepped.token, stepped.finish)
+}
+
+/// Ends completion `ci` of `r`: its speculation figures (when it was asked
+/// to speculate), then its `Done`; it is freed by `finish_done`.
+pub(super) fn emit_done(
+    r: &mut Running,
+    ci: usize,
+    finish_reason: FinishReason,
+    backend: &dyn Backend,
+    shared: &Shared,
+) {
+    let c = &mut r.completions[ci];
+    c.done = true;
+    if let Some(stats) = c.spec_stats() {
+        let _ = r.events.send(Event::Speculated {
             index: c.index,
-            finish_reason,
-            completion_tokens: c.generated,
-            kv: Completion::kv_usage(
-                &r.req.kv_policy,
-                r.req.kv_dtype,
-                backend.kv(c.seq),
-                if r.req.record_evictions {
-                    backend.evictions(c.seq)
-                } else {
-                    None
-                },
-            ),
-        };
-        // Count the request finished before its last event leaves, so a client
-        // that reads /metrics right after its response sees it.
-        if r.prefill.is_none() && r.completions.iter().all(|c| c.done) {
-            shared.metrics.finished();
-        }
-        let _ = r.events.send(done);
+            stats,
+        });
     }
+    let done = Event::Done {
+        index: c.index,
+        finish_reason,
+        completion_tokens: c.generated,
+        kv: Completion::kv_usage(
+            &r.req.kv_policy,
+            r.req.kv_dtype,
+            backend.kv(c.seq),
+            if r.req.record_evictions {
+                backend.evictions(c.seq)
+            } else {
+                None
+            },
+        ),
+    };
+    // Count the request finished before its last event leaves, so a client
+    // that reads /metrics right after its response sees it.
+    if r.prefill.is_none() && r.completions.iter().all(|c| c.done) {
+        shared.metrics.finished();
+    }
+    let _ = r.events.send(done);
 }

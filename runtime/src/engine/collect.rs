@@ -6,7 +6,7 @@
 //! through one place. Streaming callers watch the events go by
 //! ([`RequestStream::collect_blocking_with`]) and still get the totals.
 
-use super::{Event, FinishReason, KvUsage, RequestStream, TokenLogprob};
+use super::{Event, FinishReason, KvUsage, RequestStream, SpecStats, TokenLogprob};
 use crate::error::RuntimeError;
 
 /// An answer probe that ran during a completion's reasoning.
@@ -48,6 +48,8 @@ pub struct Completion {
     pub probes: Vec<ProbeOutput>,
     /// Where it stopped reasoning, if it did.
     pub conclusion: Option<Conclusion>,
+    /// What speculative decoding did, when the request speculated or asked to.
+    pub speculation: Option<SpecStats>,
 }
 
 /// Everything a finished request produced.
@@ -138,6 +140,9 @@ impl Collector {
                 .push(ProbeOutput { at, text, tokens }),
             Event::Concluded { index, at, early } => {
                 slot(&mut self.collected, index)?.conclusion = Some(Conclusion { at, early })
+            }
+            Event::Speculated { index, stats } => {
+                slot(&mut self.collected, index)?.speculation = Some(stats)
             }
             Event::Error(message) => return Err(RuntimeError::Generation(message)),
         }

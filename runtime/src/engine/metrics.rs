@@ -98,6 +98,8 @@ pub struct EngineMetrics {
     prompt_tokens: AtomicU64,
     prompt_tokens_cached: AtomicU64,
     generated_tokens: AtomicU64,
+    spec_drafted: AtomicU64,
+    spec_accepted: AtomicU64,
     finished: AtomicU64,
     cancelled: AtomicU64,
     failed: AtomicU64,
@@ -128,6 +130,10 @@ pub struct MetricsSnapshot {
     pub prompt_tokens_cached: u64,
     /// Tokens generated since start.
     pub generated_tokens: u64,
+    /// Draft tokens speculative decoding proposed and verified.
+    pub spec_drafted: u64,
+    /// Draft tokens the model agreed with (each saved a forward).
+    pub spec_accepted: u64,
     /// Requests that ran to completion.
     pub finished: u64,
     /// Requests cancelled because their client went away.
@@ -155,6 +161,8 @@ impl EngineMetrics {
             prompt_tokens: AtomicU64::new(0),
             prompt_tokens_cached: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
+            spec_drafted: AtomicU64::new(0),
+            spec_accepted: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -177,6 +185,8 @@ impl EngineMetrics {
             prompt_tokens: get(&self.prompt_tokens),
             prompt_tokens_cached: get(&self.prompt_tokens_cached),
             generated_tokens: get(&self.generated_tokens),
+            spec_drafted: get(&self.spec_drafted),
+            spec_accepted: get(&self.spec_accepted),
             finished: get(&self.finished),
             cancelled: get(&self.cancelled),
             failed: get(&self.failed),
@@ -221,6 +231,13 @@ impl EngineMetrics {
 
     pub(crate) fn add_generated(&self, n: usize) {
         self.generated_tokens.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_speculation(&self, drafted: usize, accepted: usize) {
+        self.spec_drafted
+            .fetch_add(drafted as u64, Ordering::Relaxed);
+        self.spec_accepted
+            .fetch_add(accepted as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn step(&self) {

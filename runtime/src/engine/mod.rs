@@ -24,6 +24,7 @@ mod prefix;
 mod running;
 mod scheduler;
 mod sequence;
+mod speculate;
 mod stop;
 mod think;
 
@@ -38,6 +39,10 @@ pub use embed::{
 };
 pub use metrics::{EngineMetrics, Histogram, HistogramSnapshot, KvKey, MetricsSnapshot, PolicyKv};
 pub use output::{FinishReason, TokenLogprob};
+pub use speculate::{
+    lookup as ngram_lookup, walk as verify_draft, SpecStats, Speculative, UnknownSpeculative,
+    DEFAULT_MAX_DRAFT, MAX_DRAFT,
+};
 pub(crate) use stop::StopMatcher;
 pub use think::{ConvergenceRule, ProbeSpec, ThinkSpec};
 
@@ -94,6 +99,9 @@ pub struct EngineConfig {
     /// reused prefix may have been computed in chunks of another size, whose
     /// attention kernel rounds differently (see `tern_models::flash`).
     pub prefix_cache: usize,
+    /// How requests that do not say speculate (`tern serve --speculative`);
+    /// off by default.
+    pub speculative: Speculative,
 }
 
 impl Default for EngineConfig {
@@ -105,6 +113,7 @@ impl Default for EngineConfig {
             prefill_chunk: 256,
             step_tokens: DEFAULT_PREFILL_CHUNK,
             prefix_cache: 0,
+            speculative: Speculative::Off,
         }
     }
 }
@@ -176,6 +185,9 @@ pub struct SubmitRequest {
     /// (a server's per-request adapter, addressed by name as `model`); its
     /// rows run in a forward of their own when others run other adapters.
     pub adapters: Option<Arc<tern_models::LoraSet>>,
+    /// Speculative decoding for this request; `None` takes the engine's
+    /// default ([`EngineConfig::speculative`]). Output is the same either way.
+    pub speculative: Option<Speculative>,
 }
 
 impl SubmitRequest {
@@ -196,6 +208,7 @@ impl SubmitRequest {
             think: None,
             record_evictions: false,
             adapters: None,
+            speculative: None,
         }
     }
 
@@ -276,6 +289,14 @@ pub enum Event {
         at: usize,
         /// True when the probes settled it, false when it hit the budget.
         early: bool,
+    },
+    /// What speculative decoding did for completion `index` (sent just
+    /// before its `Done`, only when the request speculated or asked to).
+    Speculated {
+        /// Which of the request's `n` completions.
+        index: usize,
+        /// Draft tokens proposed and accepted, or why speculation was off.
+        stats: SpecStats,
     },
     /// The request failed inside the engine; no more events follow.
     Error(String),
@@ -590,10 +611,12 @@ impl EngineHandle {
     }
 
     /// Checks a request and takes a queue slot for it.
-    fn prepare(&self, req: SubmitRequest) -> Result<(Pending, RequestStream), SubmitError> {
+    fn prepare(&self, mut req: SubmitRequest) -> Result<(Pending, RequestStream), SubmitError> {
         if self.shared.stopped.load(Ordering::Relaxed) {
             return Err(SubmitError::Stopped);
         }
+        req.speculative
+            .get_or_insert(self.shared.config.speculative);
         validate(&self.shared.model, &req)?;
         if let Some(names) = self.shared.policies {
             if !names.contains(&req.kv_policy.name()) {
@@ -666,6 +689,9 @@ fn validate(model: &LoadedModel, req: &SubmitRequest) -> Result<(), RuntimeError
         reason,
     };
     req.sampling.validate()?;
+    if let Some(Speculative::Ngram { max_draft }) = req.speculative {
+        Speculative::ngram(max_draft).map_err(|e| invalid("speculative", e.to_string()))?;
+    }
     req.kv_policy
         .validate()
         .and_then(|()| req.kv_policy.check_context(model.config().context_length))

@@ -92,11 +92,16 @@ pub(super) fn plan<'a>(running: &'a [Running], cfg: &EngineConfig) -> StepPlan<'
                 if c.think.as_ref().is_some_and(|t| t.probe_live) {
                     continue;
                 }
+                // A row carrying a draft wants every position's logits.
                 rows.push(Row {
                     seq: c.seq,
-                    tokens: c.uncached(),
+                    tokens: c.feed(),
                     start_pos: c.cached,
-                    logits: LogitsWanted::Last,
+                    logits: if c.drafting() {
+                        LogitsWanted::All
+                    } else {
+                        LogitsWanted::Last
+                    },
                 });
                 slots.push(Slot::Decode {
                     req: ri,

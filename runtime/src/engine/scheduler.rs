@@ -16,6 +16,7 @@ use super::metrics::{KvKey, PolicyKv};
 use super::plan::{plan, Slot, StepPlan};
 use super::prefix::PrefixCache;
 use super::running::Running;
+use super::speculate;
 use super::{Command, Event, Pending, Shared};
 use crate::backend::{Backend, Row};
 use crate::error::{Result, RuntimeError};
@@ -238,6 +239,8 @@ impl Engine {
 
     /// One step: plan the batch, run the forward, apply its logits.
     fn try_step(&mut self) -> Result<()> {
+        let context_length = self.shared.model.config().context_length;
+        speculate::draft_all(&mut self.running, context_length);
         let step = plan(&self.running, &self.shared.config);
         if step.rows.is_empty() {
             return Ok(());
@@ -295,6 +298,18 @@ impl Engine {
                 Slot::Decode { req, completion } => {
                     let row = row.ok_or(RuntimeError::EmptyPrompt)?;
                     let r = &mut self.running[req];
+                    if r.completions[completion].drafting() {
+                        speculate::verify(
+                            r,
+                            completion,
+                            self.backend.as_mut(),
+                            &model,
+                            &row,
+                            now,
+                            &self.shared,
+                        )?;
+                        continue;
+                    }
                     emit_step(
                         r,
                         completion,

@@ -15,6 +15,7 @@ use crate::model::LoadedModel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::StreamDecoder;
 
+use super::speculate::{Drafter, SpecStats};
 use super::think::ThinkState;
 use super::KvUsage;
 
@@ -51,6 +52,10 @@ pub(super) struct Completion {
     pub last_token_at: Option<Instant>,
     /// Set once its `Done` event is sent; the scheduler then drops it.
     pub done: bool,
+    /// Its prompt-lookup drafter, when it speculates.
+    pub spec: Option<Drafter>,
+    /// Why it does not speculate although its request asked to.
+    pub spec_off: Option<String>,
     sampler: Sampler,
     decoder: StreamDecoder,
     stops: StopMatcher,
@@ -84,6 +89,8 @@ impl Completion {
             limit: None,
             last_token_at: None,
             done: false,
+            spec: None,
+            spec_off: None,
             sampler: Sampler::new(sampling),
             decoder: StreamDecoder::new(),
             stops: StopMatcher::new(stop),
@@ -98,6 +105,32 @@ impl Completion {
     /// `history` that are not in its cache yet.
     pub fn uncached(&self) -> &[u32] {
         &self.history[self.cached..]
+    }
+
+    /// The next row's tokens: the uncached ones, then the draft when one is
+    /// pending (see `speculate`).
+    pub fn feed(&self) -> &[u32] {
+        self.spec
+            .as_ref()
+            .and_then(Drafter::feed)
+            .unwrap_or_else(|| self.uncached())
+    }
+
+    /// Whether the next row carries a draft to verify.
+    pub fn drafting(&self) -> bool {
+        self.spec.as_ref().and_then(Drafter::feed).is_some()
+    }
+
+    /// What speculation did, for a completion whose request asked for it.
+    pub fn spec_stats(&self) -> Option<SpecStats> {
+        match (&self.spec, &self.spec_off) {
+            (Some(d), _) => Some(d.stats.clone()),
+            (None, Some(reason)) => Some(SpecStats {
+                off: Some(reason.clone()),
+                ..SpecStats::default()
+            }),
+            (None, None) => None,
+        }
     }
 
     /// Arms `stops` once the completion has some content (see

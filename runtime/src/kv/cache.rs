@@ -408,6 +408,43 @@ impl SeqCache {
         }))
     }
 
+    /// Whether [`Self::rewind`] can cut this cache: only a full cache whose
+    /// entries are its positions in order (no policy budget, no sliding
+    /// layers, no eviction record).
+    pub fn rewindable(&self) -> bool {
+        self.policy.budget().is_none()
+            && self.windows.iter().all(Option::is_none)
+            && self.log.is_none()
+    }
+
+    /// Drops every entry from position `len` on, so the next append lands
+    /// at `len` (speculative decoding's rejected draft tokens). Returns
+    /// false and changes nothing when the cache is not
+    /// [`Self::rewindable`] or holds fewer than `len` entries.
+    pub fn rewind(&mut self, len: usize) -> bool {
+        if !self.rewindable() || len > self.len() {
+            return false;
+        }
+        for l in &mut self.layers {
+            l.len = l.len.min(len);
+            for p in &mut l.positions {
+                p.truncate(len);
+            }
+            for c in &mut l.cumulative {
+                c.truncate(len);
+            }
+            for rows in &mut l.recent {
+                for row in rows.iter_mut() {
+                    row.truncate(len);
+                }
+            }
+            l.since_compress = l.since_compress.min(len);
+            l.last_append = l.last_append.min(len);
+        }
+        self.seen = len;
+        true
+    }
+
     /// Compresses every layer over the budget now, whatever the policy's
     /// schedule, then stops evicting: everything appended from here on is
     /// kept (sliding-window layers still slide, as the model requires). This

@@ -60,6 +60,10 @@ pub struct GenerationFields {
     pub kv_dtype: Option<String>,
     /// Generate past end-of-sequence tokens (vLLM extension, for benchmarks).
     pub ignore_eos: Option<bool>,
+    /// Tern extension: speculative decoding for this request, `"ngram"`
+    /// (prompt lookup), `"off"`, or `{"type": "ngram", "max_draft": 8}`;
+    /// absent takes the server's `--speculative`. Checked in `params.rs`.
+    pub speculative: Option<serde_json::Value>,
     /// Which log-probabilities are returned (vLLM's names): `raw_logprobs`
     /// (the model's, the default) or `processed_logprobs` (the sampled
     /// token's at the sampling temperature, what an RL trainer compares its

@@ -48,6 +48,10 @@ pub struct TernInfo {
     /// Adaptive length's probes and tokens spent and saved, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<ReasoningInfo>,
+    /// Speculative decoding's draft tokens proposed and accepted, summed
+    /// over the completions (or why it was off), when the request speculated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<tern_runtime::engine::SpecStats>,
 }
 
 /// One completion's KV figures.
