@@ -44,6 +44,23 @@ impl Weight {
         })
     }
 
+    /// `act(x G^T) * (x U^T)` for the gate `gate` and up `up` in one fused
+    /// pass where serving's kernels take the pair ([`crate::quant::glu`]);
+    /// `None` otherwise, and for the learner (the caller runs them apart).
+    pub(crate) fn glu(
+        gate: &Weight,
+        up: &Weight,
+        x: &Tensor,
+        gelu: bool,
+    ) -> Result<Option<Tensor>> {
+        match (gate, up) {
+            (Weight::Quant(g), Weight::Quant(u)) if !x.track_op() => {
+                Ok(crate::quant::glu(g, u, x, gelu)?)
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Rows `ids` of the matrix (the embedding lookup), f32 `[T, cols]`.
     pub(crate) fn rows(&self, ids: &[u32]) -> Result<Tensor> {
         Ok(match self {

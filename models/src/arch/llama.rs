@@ -847,9 +847,40 @@ impl Llama {
         let x = (x + attn)?;
         // 4. Gated MLP (SwiGLU or GeGLU).
         let h = self.norm(&x, &b.ffn_norm)?;
-        let gate = proj(LoraTarget::Gate, &h)?; // [T, F]
-        let up = proj(LoraTarget::Up, &h)?;
-        let sw = match (dense, self.features.mlp) {
+        let gelu = self.features.mlp == Mlp::GeluTanh;
+        let adapted = adapters.is_some_and(|s| {
+            s.get(layer, LoraTarget::Gate).is_some() || s.get(layer, LoraTarget::Up).is_some()
+        });
+        // Serving without adapters on the pair: one fused pass where the
+        // kernels take it (same bits as the three steps below).
+        let fused = match dense || adapted {
+            true => None,
+            false => Weight::glu(&b.w_gate, &b.w_up, &h, gelu)?,
+        };
+        let sw = match fused {
+            Some(sw) => sw,
+            None => self.glu_apart(layer, b, &h, adapters)?,
+        };
+        let mut ff = proj(LoraTarget::Down, &sw)?; // [T, D]
+        if let Some([_, post]) = &b.post_norms {
+            ff = self.norm(&ff, post)?;
+        }
+        Ok((x + ff)?)
+    }
+
+    /// The gated unit as three steps: gate and up projections (each with
+    /// its adapter), then the activation product.
+    fn glu_apart(
+        &self,
+        layer: usize,
+        b: &Block,
+        h: &Tensor,
+        adapters: Option<&LoraSet>,
+    ) -> Result<Tensor> {
+        let dense = self.precision == Precision::DenseF32;
+        let gate = self.project(b, layer, LoraTarget::Gate, h, adapters)?; // [T, F]
+        let up = self.project(b, layer, LoraTarget::Up, h, adapters)?;
+        Ok(match (dense, self.features.mlp) {
             (true, Mlp::Silu) => (candle_nn::ops::silu(&gate)? * up)?,
             (true, Mlp::GeluTanh) => (gate.gelu()? * up)?,
             // Serving and the learner alike: llama.cpp's rounding, on the
@@ -860,12 +891,7 @@ impl Llama {
                     gelu: mlp == Mlp::GeluTanh,
                 },
             )?,
-        };
-        let mut ff = proj(LoraTarget::Down, &sw)?; // [T, D]
-        if let Some([_, post]) = &b.post_norms {
-            ff = self.norm(&ff, post)?;
-        }
-        Ok((x + ff)?)
+        })
     }
 
     /// Scaled dot-product attention of one sequence's new queries over its cache.

@@ -18,7 +18,7 @@ use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Module, Result, Sh
 use super::blocks::{BlockOrder, PackedWeights, QuantizedActs, WeightFormat, GROUP, QK};
 use super::dot::{self, Kernel, OutPtr};
 use super::float::{HalfFormat, HalfWeights};
-use super::k::{llama_cpp_order, KFormat, KWeights};
+use super::k::{llama_cpp_order, GluFn, KFormat, KWeights};
 use super::pool::Pool;
 use crate::gguf_types::OwnType;
 
@@ -296,6 +296,65 @@ impl QLinear {
             Imp::Half(w) => product(x, &ProductOp { w, kernel }),
             Imp::K(w) => product(x, &ProductOp { w, kernel }),
         }
+    }
+}
+
+/// A gated unit's two projections of one input, `act(x G^T) * (x U^T)`
+/// with SiLU (`gelu: false`) or GELU's tanh form as activation: one fused
+/// pass where both are K-quant weights the fast kernels take alike
+/// ([`KWeights::matmul_glu`]), with the bits of the two products and
+/// [`crate::exact::swiglu`] / [`crate::exact::geglu_tanh`] run apart;
+/// `None` otherwise (the caller runs them apart).
+pub fn glu(gate: &QLinear, up: &QLinear, x: &Tensor, gelu: bool) -> Result<Option<Tensor>> {
+    let (Imp::K(g), Imp::K(u)) = (&gate.imp, &up.imp) else {
+        return Ok(None);
+    };
+    let Some(&cols) = x.dims().last() else {
+        return Ok(None);
+    };
+    if cols != gate.in_dim || !g.fuses_with(u, x.elem_count() / cols) {
+        return Ok(None);
+    }
+    let x = x.to_dtype(DType::F32)?.contiguous()?;
+    Ok(Some(x.apply_op1_no_bwd(&GluOp {
+        gate: g,
+        up: u,
+        gelu,
+    })?))
+}
+
+/// [`glu`] as a candle op, over the input's storage in place.
+struct GluOp<'a> {
+    gate: &'a KWeights,
+    up: &'a KWeights,
+    gelu: bool,
+}
+
+impl CustomOp1 for GluOp<'_> {
+    fn name(&self) -> &'static str {
+        "tern-glu"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let CpuStorage::F32(data) = storage else {
+            bail!("tern-glu expects f32 input");
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            bail!("tern-glu expects a contiguous input");
+        };
+        let dims = layout.shape().dims();
+        let rows = (end - start) / self.gate.cols;
+        let act: &GluFn = if self.gelu {
+            &crate::exact::geglu_tanh_into
+        } else {
+            &crate::exact::swiglu_into
+        };
+        let Some(out) = self.gate.matmul_glu(self.up, &data[start..end], rows, act) else {
+            bail!("tern-glu: the kernels do not fuse this pair");
+        };
+        let mut out_dims = dims[..dims.len() - 1].to_vec();
+        out_dims.push(self.gate.rows);
+        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
     }
 }
 

@@ -30,4 +30,4 @@ pub mod quantize;
 mod tests;
 
 pub use dot::{best_kernel, Kernel};
-pub use linear::{dequantize, dequantize_own, QLinear, WeightType};
+pub use linear::{dequantize, dequantize_own, glu, QLinear, WeightType};

@@ -42,32 +42,56 @@ use super::{hsum8, q4k, q5k, q6k, KFormat, KWeights, Order, QK_K, TILED_MIN_ROWS
 /// (they stay in L1/L2 while the activation groups stream past).
 const COL_BLOCK: usize = 16;
 
-/// Whether [`run`] takes this weight's product over `acts` on an AVX2
-/// machine; `wide`: AVX-512 VNNI may be used.
-pub(super) fn supports(w: &KWeights, acts: &Q8KActs, wide: bool) -> bool {
+/// Where a product's outputs go: output (activation row `r`, weight row
+/// `c`) at `ptr + r * ld + (c - c0)`. The whole product's buffer (`ld` its
+/// width, `c0` 0), or a task's tile of some columns (a fused product keeps
+/// its two halves' tiles in cache instead of writing them out whole).
+#[derive(Clone, Copy)]
+pub(super) struct OutTile {
+    /// Output `(0, c0)`.
+    pub(super) ptr: *mut f32,
+    /// Outputs a row.
+    pub(super) ld: usize,
+    /// The first column the tile holds.
+    pub(super) c0: usize,
+}
+
+impl OutTile {
+    /// Output `(r, c)`.
+    ///
+    /// # Safety
+    /// `(r, c)` lies inside the tile.
+    #[inline(always)]
+    unsafe fn at(self, r: usize, c: usize) -> *mut f32 {
+        self.ptr.add(r * self.ld + (c - self.c0))
+    }
+}
+
+/// Whether [`run`] takes this weight's product over `rows` activation rows
+/// on an AVX2 machine; `wide`: AVX-512 VNNI may be used.
+pub(super) fn supports(w: &KWeights, rows: usize, wide: bool) -> bool {
     match (w.format, w.order) {
         (KFormat::Q4K, Order::Repack) => w.rows.is_multiple_of(8),
         (KFormat::Q5K | KFormat::Q6K, Order::VecDot) => true,
-        (KFormat::Iq4Xs, Order::VecDot) => wide && acts.rows >= 16,
+        (KFormat::Iq4Xs, Order::VecDot) => wide && rows >= 16,
         _ => false,
     }
 }
 
 /// The outputs of weight rows `cols` (a range starting at a multiple of 8)
-/// for every activation row, written through `out` (`acts.rows * w.rows`).
+/// for every activation row, written through `out`.
 ///
 /// # Safety
-/// AVX2, FMA and F16C available; [`supports`] holds; `out` points at
-/// `acts.rows * w.rows` f32 of which this call alone writes columns `cols`.
+/// AVX2, FMA and F16C available; [`supports`] holds; `out` holds columns
+/// `cols` of every activation row, which this call alone writes.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn run(
     w: &KWeights,
     acts: &Q8KActs,
     groups: &Prepared,
     cols: std::ops::Range<usize>,
-    out: *mut f32,
+    out: OutTile,
 ) {
-    let n = w.rows;
     let rows = acts.rows;
     let nb = w.blocks_per_row();
     let stride = nb * w.format.block_bytes();
@@ -80,14 +104,14 @@ pub(super) unsafe fn run(
             for c0 in cols.clone().step_by(COL_BLOCK) {
                 let c1 = cols.end.min(c0 + COL_BLOCK);
                 if g16.groups > 0 {
-                    wide_16_groups(KFormat::Q4K, base, stride, nb, g16, c0..c1, n, out);
+                    wide_16_groups(KFormat::Q4K, base, stride, nb, g16, c0..c1, out);
                 }
                 for g in 0..g8.groups {
                     let ga = g8.group(g);
                     for c in c0..c1 {
                         let o = q4k_gemm_1x8(base.add(c * stride), ga, nb);
                         for (i, v) in o.into_iter().enumerate() {
-                            *out.add((g8.start + 8 * g + i) * n + c) = v;
+                            *out.at(g8.start + 8 * g + i, c) = v;
                         }
                     }
                 }
@@ -96,13 +120,13 @@ pub(super) unsafe fn run(
                     for c in c0..c1 {
                         let o = q4k_gemm_1x4(base.add(c * stride), a, nb);
                         for (i, v) in o.into_iter().enumerate() {
-                            *out.add((r0 + i) * n + c) = v;
+                            *out.at(r0 + i, c) = v;
                         }
                     }
                 }
                 for r in grouped..rows {
                     for c in (c0..c1).step_by(8) {
-                        q4k_gemv_8x1(base.add(c * stride), stride, act(r), nb, out.add(r * n + c));
+                        q4k_gemv_8x1(base.add(c * stride), stride, act(r), nb, out.at(r, c));
                     }
                 }
             }
@@ -118,7 +142,6 @@ pub(super) unsafe fn run(
                         nb,
                         g16,
                         c0..cols.end.min(c0 + COL_BLOCK),
-                        n,
                         out,
                     );
                 }
@@ -127,7 +150,7 @@ pub(super) unsafe fn run(
                 rows,
                 g16.end(),
                 cols,
-                |r, c| out.add(r * n + c),
+                |r, c| out.at(r, c),
                 |c, r| q6k_vec_dot(base.add(c * stride), act(r), nb),
                 |c, a| q6k_tiled_1x4(base.add(c * stride), a.map(act), nb),
             )
@@ -138,11 +161,11 @@ pub(super) unsafe fn run(
             let g16 = &groups.g16;
             for c0 in cols.clone().step_by(COL_BLOCK) {
                 let c1 = cols.end.min(c0 + COL_BLOCK);
-                wide_16_groups(KFormat::Iq4Xs, base, stride, nb, g16, c0..c1, n, out);
+                wide_16_groups(KFormat::Iq4Xs, base, stride, nb, g16, c0..c1, out);
             }
             for r in g16.end()..rows {
                 for c in cols.clone() {
-                    *out.add(r * n + c) = w.dot(crate::quant::dot::Kernel::Avx2, acts, c, r);
+                    *out.at(r, c) = w.dot(crate::quant::dot::Kernel::Avx2, acts, c, r);
                 }
             }
         }
@@ -150,7 +173,7 @@ pub(super) unsafe fn run(
             rows,
             0,
             cols,
-            |r, c| out.add(r * n + c),
+            |r, c| out.at(r, c),
             |c, r| q5k_vec_dot(base.add(c * stride), act(r), nb),
             |c, a| q5k_tiled_1x4(base.add(c * stride), a.map(act), nb),
         ),
@@ -374,14 +397,12 @@ unsafe fn q4k_gemm_1x8(w: *const u8, a: *const BlockN<8>, nb: usize) -> [f32; 8]
 
 /// The sixteen-row groups `g` against weight rows `cols`, two weight rows at
 /// a time (`two(c, group)` gives rows `c` and `c + 1`, each activation load
-/// serving both) and a last odd one alone (`one`), written through `out`
-/// (`n` outputs a row).
+/// serving both) and a last odd one alone (`one`), written through `out`.
 #[inline(always)]
 unsafe fn by_wide_groups(
     g: &Groups<16>,
     cols: std::ops::Range<usize>,
-    n: usize,
-    out: *mut f32,
+    out: OutTile,
     two: impl Fn(usize, *const BlockN<16>) -> [[f32; 16]; 2],
     one: impl Fn(usize, *const BlockN<16>) -> [f32; 16],
 ) {
@@ -389,7 +410,7 @@ unsafe fn by_wide_groups(
         let ga = g.group(gi);
         let put = |c: usize, o: [f32; 16]| {
             for (i, v) in o.into_iter().enumerate() {
-                *out.add((g.start + 16 * gi + i) * n + c) = v;
+                *out.at(g.start + 16 * gi + i, c) = v;
             }
         };
         let mut c = cols.start;
@@ -408,7 +429,7 @@ unsafe fn by_wide_groups(
 /// The sixteen-row groups `g` against weight rows `cols` of a `format`
 /// weight (Q4_K repacked, Q6_K or IQ4_XS) at `base` (`stride` bytes a row,
 /// `nb` super-blocks), two weight rows at a time ([`by_wide_groups`]),
-/// written through `out` (`n` outputs a row).
+/// written through `out`.
 ///
 /// # Safety
 /// AVX-512 F, BW and VNNI available ([`crate::quant::dot::avx512_vnni`]);
@@ -422,15 +443,13 @@ unsafe fn wide_16_groups(
     nb: usize,
     g: &Groups<16>,
     cols: std::ops::Range<usize>,
-    n: usize,
-    out: *mut f32,
+    out: OutTile,
 ) {
     let w = |c: usize| base.add(c * stride);
     match format {
         KFormat::Q4K => by_wide_groups(
             g,
             cols,
-            n,
             out,
             |c, ga| q4k_gemm_rx16::<2>(w(c), stride, ga, nb),
             |c, ga| q4k_gemm_rx16::<1>(w(c), stride, ga, nb)[0],
@@ -438,7 +457,6 @@ unsafe fn wide_16_groups(
         KFormat::Q6K => by_wide_groups(
             g,
             cols,
-            n,
             out,
             |c, ga| q6k_gemm_rx16::<2>(w(c), stride, ga, nb),
             |c, ga| q6k_gemm_rx16::<1>(w(c), stride, ga, nb)[0],
@@ -446,7 +464,6 @@ unsafe fn wide_16_groups(
         KFormat::Iq4Xs => by_wide_groups(
             g,
             cols,
-            n,
             out,
             |c, ga| iq4xs_gemm_rx16::<2>(w(c), stride, ga, nb),
             |c, ga| iq4xs_gemm_rx16::<1>(w(c), stride, ga, nb)[0],

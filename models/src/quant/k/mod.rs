@@ -294,12 +294,17 @@ impl KWeights {
         #[cfg(target_arch = "x86_64")]
         let wide = wide && crate::quant::dot::avx512_vnni();
         #[cfg(target_arch = "x86_64")]
-        if avx2 && fast::supports(self, &acts, wide) {
+        if avx2 && fast::supports(self, rows, wide) {
             // SAFETY: AVX2, FMA and F16C were detected (`best_kernel`); each
             // column range is claimed by one task only.
             let groups = fast::Prepared::new(self, &acts, wide);
             let run = |cols: std::ops::Range<usize>| unsafe {
-                fast::run(self, &acts, &groups, cols, out_ptr.get())
+                let out = fast::OutTile {
+                    ptr: out_ptr.get(),
+                    ld: n,
+                    c0: 0,
+                };
+                fast::run(self, &acts, &groups, cols, out)
             };
             // Task boundaries on whole groups of eight weight rows.
             split_columns(pool, n, work, 8, &run);
@@ -335,6 +340,108 @@ impl KWeights {
         split_columns(pool, n, work, 1, &run);
         out
     }
+}
+
+impl KWeights {
+    /// `glu(x G^T, x U^T)` for the gate `self` and `up`: the activations
+    /// quantized once, and each task's gate and up outputs kept in a tile of
+    /// [`GLU_TILE_VALUES`] that `glu` (called per activation row with the
+    /// tile's gate values, up values and output slice) reads while in cache,
+    /// instead of two `rows * self.rows` buffers written out and read back.
+    /// Every output has the bits of the two products and `glu` run apart.
+    /// `None` where the fast kernels do not take both weights alike (other
+    /// formats, orders or shapes): the caller runs them apart.
+    pub fn matmul_glu(
+        &self,
+        up: &KWeights,
+        x: &[f32],
+        rows: usize,
+        glu: &GluFn,
+    ) -> Option<Vec<f32>> {
+        if !self.fuses_with(up, rows) {
+            return None;
+        }
+        self.glu_fast(up, x, rows, glu)
+    }
+
+    /// Whether [`Self::matmul_glu`] fuses this gate with `up` over `rows`
+    /// activation rows on this machine.
+    pub fn fuses_with(&self, up: &KWeights, rows: usize) -> bool {
+        let alike = self.format == up.format
+            && self.order == up.order
+            && (self.rows, self.cols) == (up.rows, up.cols);
+        #[cfg(target_arch = "x86_64")]
+        let fast = fast::supports(self, rows, crate::quant::dot::avx512_vnni());
+        #[cfg(not(target_arch = "x86_64"))]
+        let fast = false;
+        alike && rows > 0 && best_kernel() == Kernel::Avx2 && fast
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn glu_fast(&self, _: &KWeights, _: &[f32], _: usize, _: &GluFn) -> Option<Vec<f32>> {
+        None
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn glu_fast(&self, up: &KWeights, x: &[f32], rows: usize, glu: &GluFn) -> Option<Vec<f32>> {
+        let acts = Q8KActs::quantize(x, self.cols, rows, self.grouped_rows(rows));
+        let wide = crate::quant::dot::avx512_vnni();
+        let groups = fast::Prepared::new(self, &acts, wide);
+        let n = self.rows;
+        let mut out = vec![0f32; rows * n];
+        let out_ptr = SharedOut(out.as_mut_ptr());
+        // Columns a tile holds: a multiple of 8 (the kernels' unit).
+        let tile = (GLU_TILE_VALUES / rows).clamp(8, 256) / 8 * 8;
+        let run = |cols: std::ops::Range<usize>| {
+            GLU_SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                scratch.resize(2 * rows * tile, 0.0);
+                let (gt, ut) = scratch.split_at_mut(rows * tile);
+                for c0 in cols.clone().step_by(tile) {
+                    let c1 = cols.end.min(c0 + tile);
+                    let at = |t: &mut [f32]| fast::OutTile {
+                        ptr: t.as_mut_ptr(),
+                        ld: tile,
+                        c0,
+                    };
+                    // SAFETY: AVX2, FMA and F16C were detected (`best_kernel`);
+                    // `supports` holds for both weights (same format, order
+                    // and shape); each tile holds columns `c0..c1` of every
+                    // row and is this thread's alone.
+                    unsafe {
+                        fast::run(self, &acts, &groups, c0..c1, at(gt));
+                        fast::run(up, &acts, &groups, c0..c1, at(ut));
+                    }
+                    let w = c1 - c0;
+                    for r in 0..rows {
+                        let t = r * tile..r * tile + w;
+                        // SAFETY: `r * n + c0 + w <= rows * n`, and each
+                        // column range is claimed by one task only.
+                        let o = unsafe {
+                            std::slice::from_raw_parts_mut(out_ptr.get().add(r * n + c0), w)
+                        };
+                        glu(&gt[t.clone()], &ut[t], o);
+                    }
+                }
+            })
+        };
+        let work = 2 * rows * n * self.blocks_per_row();
+        split_columns(Pool::global(), n, work, 8, &run);
+        Some(out)
+    }
+}
+
+/// A gated unit's activation over one row's gate and up values, into its
+/// output slice (all three of one length).
+pub type GluFn = dyn Fn(&[f32], &[f32], &mut [f32]) + Sync;
+
+/// Gate and up values a task's tile holds each (256 KB of f32: both
+/// tiles stay in a core's L2 beside the weight rows).
+const GLU_TILE_VALUES: usize = 1 << 16;
+
+thread_local! {
+    /// Each pool thread's gate and up tiles for [`KWeights::matmul_glu`].
+    static GLU_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The output buffer, written by several pool threads at disjoint elements.

@@ -278,3 +278,65 @@ fn kquant_avx512_equals_avx2_bit_for_bit() {
         }
     }
 }
+
+/// The fused gated unit gives, output for output, the bits of the gate and
+/// up products run apart and then the activation (SiLU and GELU), across
+/// tile edges (264 columns: a last tile of 8) and row counts on both sides
+/// of the grouped paths; pairs the kernels do not take alike are declined.
+#[test]
+fn kquant_fused_glu_equals_the_products_apart() {
+    if best_kernel() != Kernel::Avx2 {
+        eprintln!("no AVX2 on this CPU: nothing to compare");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(0x61);
+    let (out, inp) = (264, 512);
+    let mut pairs = vec![
+        (KFormat::Q4K, Order::Repack),
+        (KFormat::Q5K, Order::VecDot),
+        (KFormat::Q6K, Order::VecDot),
+    ];
+    if crate::quant::dot::avx512_vnni() {
+        pairs.push((KFormat::Iq4Xs, Order::VecDot));
+    }
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for (format, order) in pairs {
+        let gate = weights(&mut rng, format, out, inp, order);
+        let up = weights(&mut rng, format, out, inp, order);
+        for rows in [1, 3, 4, 8, 17, 33, 300] {
+            if !gate.fuses_with(&up, rows) {
+                assert!(format == KFormat::Iq4Xs && rows < 16, "{format:?} x {rows}");
+                continue;
+            }
+            // Gates past +-10 reach GELU's saturated branches.
+            let x = random(&mut rng, rows * inp, -4.0, 4.0);
+            let (g, u) = (
+                gate.matmul(&x, rows, Kernel::Avx2),
+                up.matmul(&x, rows, Kernel::Avx2),
+            );
+            let silu = gate.matmul_glu(&up, &x, rows, &crate::exact::swiglu_into);
+            let gelu = gate.matmul_glu(&up, &x, rows, &crate::exact::geglu_tanh_into);
+            let name = format!("{format:?} {order:?} x {rows} rows");
+            assert_eq!(
+                bits(&silu.expect("fused")),
+                bits(&crate::exact::swiglu(&g, &u)),
+                "{name}"
+            );
+            assert_eq!(
+                bits(&gelu.expect("fused")),
+                bits(&crate::exact::geglu_tanh(&g, &u)),
+                "{name}"
+            );
+        }
+    }
+    let q4 = weights(&mut rng, KFormat::Q4K, out, inp, Order::Repack);
+    let q6 = weights(&mut rng, KFormat::Q6K, out, inp, Order::VecDot);
+    let q2 = weights(&mut rng, KFormat::Q2K, out, inp, Order::VecDot);
+    let x = random(&mut rng, 4 * inp, -2.0, 2.0);
+    assert!(q4
+        .matmul_glu(&q6, &x, 4, &crate::exact::swiglu_into)
+        .is_none());
+    assert!(q2
+        .matmul_glu(&q2, &x, 4, &crate::exact::swiglu_into)
+        .is_none());
+}
