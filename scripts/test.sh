@@ -30,6 +30,9 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-li
 # Redis as the replicas' shared Responses store (tests/openai/test_state_store.py).
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# The spreadsheet judge's candidates use Debian's openpyxl, which the sandbox
+# shows read-only under /usr/lib (solve/src/verify/harness/workbook.py).
+[ -f /usr/lib/python3/dist-packages/openpyxl/__init__.py ] || missing+=(python3-openpyxl)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v unzip >/dev/null 2>&1 || true
 if [ ${#missing[@]} -gt 0 ]; then

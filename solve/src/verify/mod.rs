@@ -18,6 +18,8 @@
 //! - [`gate`]: the process-wide limit on sandboxes alive at once.
 //! - [`scaled`]: judging with a test count scaled to the question's
 //!   difficulty (more tests where candidates disagree).
+//! - [`spreadsheet`]: the spreadsheet judge: a program run on each
+//!   test-case workbook, its output compared cell by cell.
 //! - [`generated_tests`]: unit tests a model wrote, read out of its replies,
 //!   deduplicated and capped (the CodeRM setting). Pure.
 
@@ -30,6 +32,7 @@ pub mod sandbox;
 pub mod scaled;
 #[cfg(target_os = "linux")]
 mod seccomp;
+pub mod spreadsheet;
 pub mod vote;
 
 pub use answer::{answers_match, extract_answer, normalize_number};

@@ -50,6 +50,9 @@ use serde::Serialize;
 use super::cgroup::{Cgroups, Group};
 use super::gate;
 
+mod files;
+pub(super) use files::FileRun;
+
 /// How much of a candidate's stderr a [`Verdict::Crash`] keeps (its tail).
 pub const STDERR_CAP: usize = 64 * 1024;
 /// Largest file a candidate may write, and the size of its `/tmp`.
@@ -485,14 +488,14 @@ impl Sandbox {
         let stderr_copy = stderr_out.try_clone().map_err(io_error("create a pipe"))?;
         let mut candidate = self.spawn(
             CANDIDATE,
-            [requests_in.as_raw_fd(), replies_out.as_raw_fd()],
+            Some([requests_in.as_raw_fd(), replies_out.as_raw_fd()]),
             Stdio::null(),
             stderr_copy.into(),
             limits,
         )?;
         let test_side = self.spawn(
             TEST,
-            [replies_in.as_raw_fd(), requests_out.as_raw_fd()],
+            Some([replies_in.as_raw_fd(), requests_out.as_raw_fd()]),
             Stdio::piped(),
             stderr_out.into(),
             limits,
@@ -542,12 +545,12 @@ impl Sandbox {
     }
 
     /// Starts `harness` in a fresh sandbox: the filters on [`FILTER_FDS`],
-    /// `channel` (read end, write end) on [`CHANNEL_FDS`], the resource
+    /// `channel` (read end, write end), if any, on [`CHANNEL_FDS`], the resource
     /// limits, and a control group joined before exec where there is one.
     fn spawn(
         &self,
         harness: &str,
-        channel: [RawFd; 2],
+        channel: Option<[RawFd; 2]>,
         stdout: Stdio,
         stderr: Stdio,
         limits: &Limits,
@@ -562,7 +565,7 @@ impl Sandbox {
             .map(AsRawFd::as_raw_fd)
             .zip(FILTER_FDS)
             .collect();
-        moves.extend(channel.into_iter().zip(CHANNEL_FDS));
+        moves.extend(channel.into_iter().flatten().zip(CHANNEL_FDS));
         let group = match &self.cgroups {
             Ok(cgroups) => Some(
                 cgroups

@@ -1,0 +1,146 @@
+//! The spreadsheet judge: a candidate's openpyxl program run once per
+//! test-case workbook, each run in a fresh sandbox with the workbook copied
+//! in as `input.xlsx` and `output.xlsx` read back (`sandbox/files.rs`),
+//! and the output's answer range compared cell by cell with the expected
+//! cells ([`compare`]). Scores are SpreadsheetBench's: soft (share of test
+//! cases solved) and hard (all solved).
+//!
+//! Every failure is one failed test case with its reason (an unreadable
+//! test-case workbook, no output file, an exception, the time or file-size
+//! limit); only the judge itself failing (no sandbox, cancelled) is an error.
+
+mod compare;
+mod formula;
+
+pub use compare::{compare, TOLERANCE};
+
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::sandbox::{sandbox, FileRun};
+use super::{JudgeError, Limits, Verdict};
+use crate::tasks::spreadsheet::{Case, SpreadsheetTask};
+
+/// A candidate's verdicts on a task's test cases, in case order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkbookReport {
+    /// One verdict per test-case workbook.
+    pub verdicts: Vec<Verdict>,
+}
+
+impl WorkbookReport {
+    /// Test cases solved.
+    pub fn passed(&self) -> usize {
+        self.verdicts.iter().filter(|v| v.passed()).count()
+    }
+
+    /// The soft score: the share of test cases solved (0 with none).
+    pub fn soft(&self) -> f64 {
+        if self.verdicts.is_empty() {
+            0.0
+        } else {
+            self.passed() as f64 / self.verdicts.len() as f64
+        }
+    }
+
+    /// The hard score: every test case solved.
+    pub fn hard(&self) -> bool {
+        !self.verdicts.is_empty() && self.passed() == self.verdicts.len()
+    }
+
+    /// The first failed case's verdict, for a retry prompt.
+    pub fn first_failure(&self) -> Option<(usize, &Verdict)> {
+        self.verdicts.iter().enumerate().find(|(_, v)| !v.passed())
+    }
+}
+
+/// Limits for one spreadsheet run: 20 s (importing openpyxl and loading a
+/// workbook take a second or two on a busy machine) and 512 MiB.
+pub fn workbook_limits() -> Limits {
+    Limits {
+        time: Duration::from_secs(20),
+        memory_bytes: 512 * 1024 * 1024,
+        ..Limits::default()
+    }
+}
+
+/// Runs `program` on every test case of `task`, cases side by side (one
+/// per core).
+pub fn judge_workbooks(
+    program: &str,
+    task: &SpreadsheetTask,
+    limits: &Limits,
+) -> Result<WorkbookReport, JudgeError> {
+    if limits.cancel.is_cancelled() {
+        return Err(JudgeError::Cancelled);
+    }
+    let sandbox = sandbox()?;
+    let cases = &task.cases;
+    let workers = thread::available_parallelism()
+        .map_or(1, NonZeroUsize::get)
+        .min(cases.len())
+        .max(1);
+    let slots: Vec<Mutex<Option<Result<Verdict, JudgeError>>>> =
+        cases.iter().map(|_| Mutex::new(None)).collect();
+    let take = AtomicUsize::new(0);
+    thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = take.fetch_add(1, Ordering::Relaxed);
+                let Some(case) = cases.get(i) else { return };
+                let outcome = judge_case(sandbox, program, case, limits);
+                let stop = outcome.is_err();
+                *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+                if stop {
+                    take.store(cases.len(), Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    // A case left unrun means another one failed to run: that error is the answer.
+    let outcomes: Vec<Option<Result<Verdict, JudgeError>>> = slots
+        .into_iter()
+        .map(|s| s.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .collect();
+    let mut verdicts = Vec::with_capacity(cases.len());
+    let mut missing = false;
+    for outcome in outcomes {
+        match outcome {
+            Some(Ok(v)) => verdicts.push(v),
+            Some(Err(e)) => return Err(e),
+            None => missing = true,
+        }
+    }
+    if missing {
+        return Err(JudgeError::Cancelled);
+    }
+    Ok(WorkbookReport { verdicts })
+}
+
+/// One test case: its workbook in, the program run, the output compared.
+fn judge_case(
+    sandbox: &super::sandbox::Sandbox,
+    program: &str,
+    case: &Case,
+    limits: &Limits,
+) -> Result<Verdict, JudgeError> {
+    let input = match case.input.bytes() {
+        Ok(bytes) => bytes,
+        Err(reason) => return Ok(Verdict::Fail { reason }),
+    };
+    Ok(match sandbox.run_with_file(program, &input, limits)? {
+        FileRun::Ended(verdict) => verdict,
+        FileRun::Output(bytes) => match compare(&bytes, &case.expected) {
+            Ok(()) => Verdict::Pass,
+            Err(reason) => Verdict::Fail { reason },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests;

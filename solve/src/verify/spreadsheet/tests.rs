@@ -1,0 +1,161 @@
+//! The judge on generated tasks: reference programs pass, a hard-coded
+//! answer passes only its own workbook, and bad programs and bad task files
+//! are failed test cases with their reasons.
+
+use std::time::Duration;
+
+use super::*;
+use crate::tasks::spreadsheet::{self, address, Kind, Source, Value};
+
+fn one_task(kind: Kind, seed: u64) -> SpreadsheetTask {
+    let spec = format!("spreadsheet:count=1,seed={seed},kinds={}", kind.name());
+    spreadsheet::load(&spec).unwrap().remove(0)
+}
+
+fn judge(program: &str, task: &SpreadsheetTask) -> WorkbookReport {
+    judge_workbooks(program, task, &workbook_limits()).expect("the sandbox works here")
+}
+
+#[test]
+fn every_kinds_reference_program_solves_all_its_test_cases() {
+    // One task of each kind (9 tasks, 36 sandboxed runs): the reference
+    // program reproduces the answers the generator computed in Rust.
+    for kind in Kind::ALL {
+        let task = one_task(kind, 11);
+        let report = judge(&task.reference, &task);
+        assert!(report.hard(), "{kind:?}: {:?}", report.verdicts);
+    }
+}
+
+/// A program that writes the first test case's expected cells as constants.
+fn hard_coded(task: &SpreadsheetTask) -> String {
+    let mut p =
+        String::from("import openpyxl, datetime\nwb = openpyxl.load_workbook('input.xlsx')\n");
+    for e in &task.cases[0].expected {
+        let v = match &e.value {
+            Some(Value::Number(n)) => format!("{n}"),
+            Some(Value::Text(t)) => format!("{t:?}"),
+            Some(Value::Date(d)) => {
+                format!("datetime.datetime(1899, 12, 30) + datetime.timedelta(days={d})")
+            }
+            _ => "None".into(),
+        };
+        p.push_str(&format!(
+            "if {:?} not in wb.sheetnames:\n    wb.create_sheet({:?})\nwb[{:?}][{:?}] = {v}\n",
+            e.sheet,
+            e.sheet,
+            e.sheet,
+            address(e.row, e.col)
+        ));
+    }
+    p.push_str("wb.save('output.xlsx')\n");
+    p
+}
+
+#[test]
+fn a_hard_coded_answer_passes_its_own_workbook_and_fails_the_others() {
+    for kind in [Kind::Lookup, Kind::Pivot, Kind::Dates] {
+        let task = one_task(kind, 5);
+        let report = judge(&hard_coded(&task), &task);
+        assert!(
+            report.verdicts[0].passed(),
+            "{kind:?}: {:?}",
+            report.verdicts[0]
+        );
+        assert_eq!(report.passed(), 1, "{kind:?}: {:?}", report.verdicts);
+        assert!(!report.hard());
+        assert_eq!(report.soft(), 1.0 / task.cases.len() as f64);
+    }
+}
+
+#[test]
+fn formulas_are_judged_by_what_they_compute_and_values_do_not_count() {
+    let task = one_task(Kind::Formulas, 3);
+    // The reference with each product's operands swapped still computes the same.
+    let swapped: String = task
+        .reference
+        .lines()
+        .map(|l| {
+            if let Some((_, rest)) = l.split_once("value = f'=") {
+                let (a, b) = rest.trim_end_matches('\'').split_once('*').unwrap();
+                format!("{}value = f'={b}*{a}'", l.split("value = ").next().unwrap())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(swapped, task.reference);
+    assert!(judge(&swapped, &task).hard());
+    // Right numbers written as values fail every case: formulas were asked.
+    let values = hard_coded(&task);
+    let report = judge(&values, &task);
+    assert_eq!(report.passed(), 0, "{:?}", report.verdicts);
+    assert!(
+        matches!(&report.verdicts[0], Verdict::Fail { reason } if reason.contains("expected a formula")),
+        "{:?}",
+        report.verdicts[0]
+    );
+}
+
+#[test]
+fn bad_input_and_bad_programs_are_failed_test_cases_and_stay_inside() {
+    let mut task = one_task(Kind::TextCleanup, 2);
+    let dir = tempfile::tempdir().unwrap();
+    // Case 1 comes from a file on the host; case 2's file is missing.
+    let on_disk = dir.path().join("case1.xlsx");
+    let bytes = task.cases[1].input.bytes().unwrap();
+    std::fs::write(&on_disk, &bytes).unwrap();
+    task.cases[1].input = Source::Path(on_disk.clone());
+    task.cases[2].input = Source::Path(dir.path().join("missing.xlsx"));
+    let report = judge(&task.reference, &task);
+    assert!(report.verdicts[0].passed() && report.verdicts[1].passed());
+    assert!(
+        matches!(&report.verdicts[2], Verdict::Fail { reason } if reason.contains("missing.xlsx") && reason.contains("cannot be read")),
+        "{:?}",
+        report.verdicts[2]
+    );
+    assert!(report.verdicts[3].passed());
+
+    // Deleting the input deletes the sandbox's copy only.
+    let deletes = format!(
+        "import os\nos.remove('input.xlsx')\nos.remove({:?})\n",
+        on_disk.display().to_string()
+    );
+    let report = judge(&deletes, &task);
+    assert_eq!(report.passed(), 0);
+    assert!(
+        matches!(&report.verdicts[0], Verdict::Crash { stderr } if stderr.contains("FileNotFoundError")),
+        "{:?}",
+        report.verdicts[0]
+    );
+    let deletes_only = "import os\nos.remove('input.xlsx')\n";
+    let report = judge(deletes_only, &task);
+    assert!(
+        matches!(&report.verdicts[0], Verdict::Fail { reason } if reason.contains("no output.xlsx")),
+        "{:?}",
+        report.verdicts[0]
+    );
+    assert_eq!(std::fs::read(&on_disk).unwrap(), bytes);
+
+    // A 1 GB file stops at the sandbox's 16 MiB /tmp (or its file-size limit).
+    let huge = "with open('output.xlsx', 'wb') as f:\n    for _ in range(1024):\n        f.write(b'x' * (1 << 20))\n";
+    let report = judge(huge, &task);
+    assert!(
+        matches!(&report.verdicts[0], Verdict::Crash { stderr }
+            if stderr.contains("No space left on device") || stderr.contains("File too large")),
+        "{:?}",
+        report.verdicts[0]
+    );
+
+    // A program that never finishes is a timeout.
+    let limits = Limits {
+        time: Duration::from_secs(3),
+        ..workbook_limits()
+    };
+    let report = judge_workbooks("while True:\n    pass\n", &task, &limits).unwrap();
+    assert_eq!(
+        [0, 1, 3].map(|i| report.verdicts[i].clone()),
+        [Verdict::Timeout, Verdict::Timeout, Verdict::Timeout]
+    );
+}
