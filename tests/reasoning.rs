@@ -720,6 +720,61 @@ fn eval_compares_named_synthesizers_over_the_same_candidates() {
     assert_clean_error(&opt, "majority@2:with=x");
 }
 
+/// The SFT-only control's strategy: `single:with=NAME` has the named model
+/// answer alone, greedily, with no candidates: the same answers as a run
+/// with that model as `--model` (here Qwen2.5-Coder-0.5B beside SmolLM2).
+#[test]
+fn a_named_model_answers_alone_as_its_own_run_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("tasks.jsonl");
+    std::fs::write(
+        &task,
+        "{\"question\": \"What is 2 + 2?\", \"answer\": 4}\n\
+         {\"question\": \"What is 5 + 1?\", \"answer\": 6}\n",
+    )
+    .unwrap();
+    let other = crate::qwen::qwen("qwen2.5-coder-0.5b-instruct");
+    let named = format!("control={}", other.to_str().unwrap());
+    let rows = eval_rows(
+        &task,
+        &[
+            "--max-tokens",
+            "24",
+            "--strategy",
+            "single,single:with=control",
+            "--synthesizer",
+            &named,
+        ],
+    );
+    assert_eq!(rows[1]["strategy"], "single:with=control");
+    let alone = tern(
+        &[
+            "eval",
+            "-m",
+            other.to_str().unwrap(),
+            "--task",
+            task.to_str().unwrap(),
+            "--max-tokens",
+            "24",
+            "--strategy",
+            "single",
+            "--json",
+        ],
+        None,
+    );
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let alone = &last_json(&alone)["rows"][0];
+    for k in ["correct", "tokens", "candidates_per_task"] {
+        assert_eq!(rows[1][k], alone[k], "{k}");
+    }
+    // The two models write different answers: the row is not SmolLM2's.
+    assert_ne!(rows[0]["tokens"], rows[1]["tokens"]);
+}
+
 #[test]
 fn synth_data_builds_resumable_training_tasks_from_sampled_candidates() {
     let dir = tempfile::tempdir().unwrap();

@@ -1289,3 +1289,62 @@ fn llama32_1b_shape_lora_steps_fit_3gib() {
         }
     }
 }
+
+/// `reward = generated_tests:K` on the real model: SmolLM2 writes unit tests
+/// for a problem that has none, every rollout of the group runs them, and
+/// the rollout whose program passes more of them earns the higher reward
+/// (GRPO's advantages are then computed from these rewards as from any).
+#[test]
+fn generated_tests_reward_the_rollout_that_passes_more_of_them() {
+    use std::sync::Arc;
+    use tern_runtime::engine::{EngineConfig, EngineHandle};
+    use tern_runtime::LoadedModel;
+    use tern_solve::tasks::Task;
+    use tern_trainer::reward::{score_by_generated_tests, TestWriter};
+    use tern_trainer::rollout::Rollout;
+
+    let model = LoadedModel::load(&real_model()).unwrap();
+    let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
+    // A code task with no tests of its own.
+    let task = Task {
+        question: "Write a Python function add(a, b) that returns the sum of a and b.".into(),
+        answer: String::new(),
+        difficulty: None,
+        tests: Vec::new(),
+        prelude: String::new(),
+        target: None,
+    };
+    let rollout = |text: &str| Rollout {
+        text: text.into(),
+        tokens: Vec::new(),
+        logprobs: Vec::new(),
+        reward: -1.0,
+        kv_peak_bytes: 0,
+        kv_full_bytes: 0,
+        kv_attended: 0,
+        kv_attended_full: 0,
+        evictions: None,
+    };
+    let mut group = vec![
+        rollout("```python\ndef add(a, b):\n    return a - b\n```"),
+        rollout("```python\ndef add(a, b):\n    return a + b\n```"),
+        rollout("I cannot write that."),
+    ];
+    let writer = TestWriter {
+        engine: &engine,
+        k: 4,
+        max_tokens: 64,
+        temperature: 0.7,
+    };
+    let tests = score_by_generated_tests(&mut group, &task, &writer, 7).unwrap();
+    let rewards: Vec<f64> = group.iter().map(|r| r.reward).collect();
+    assert!(!tests.is_empty(), "no test parsed");
+    // Rewards are shares of the tests written; the right program passes
+    // more of them than the wrong one, and prose passes none.
+    assert!(
+        rewards.iter().all(|r| (0.0..=1.0).contains(r)),
+        "{rewards:?}"
+    );
+    assert!(rewards[1] > rewards[0], "{rewards:?} over {tests:?}");
+    assert_eq!(rewards[2], 0.0, "{tests:?}");
+}

@@ -59,6 +59,38 @@ impl EvictionLog {
         }
     }
 
+    /// What the queries at positions `from..to` attended over, summed over
+    /// every (layer, KV head) slot: `(kept, full)`, `kept` the entries each
+    /// query could see (causal and not yet evicted), `full` those a cache
+    /// that never evicts would have shown it (`q + 1` per slot). `kept /
+    /// full` is the share of the KV a sequence really kept, as its tokens
+    /// saw it, rather than its bytes at one moment (a peak or the end).
+    /// Only evictions are recorded, so a sliding-window layer counts as
+    /// kept whole.
+    pub fn attended(&self, from: u32, to: u32) -> (u64, u64) {
+        let slots = self.evicted.len() as u64;
+        let queries = u64::from(to.saturating_sub(from));
+        // Sum over q of (q + 1), per slot.
+        let full = (u64::from(from) * queries + queries * (queries + 1) / 2) * slots;
+        let mut hidden = 0u64;
+        let mut lasts: Vec<u32> = Vec::new();
+        for entries in &self.evicted {
+            // Entry e is hidden from query q once q > e.last (its position is
+            // before its last query, so it is always causal for q).
+            lasts.clear();
+            lasts.extend(entries.iter().map(|&(_, last)| last));
+            lasts.sort_unstable();
+            let mut before = 0usize;
+            for q in from..to {
+                while before < lasts.len() && lasts[before] < q {
+                    before += 1;
+                }
+                hidden += before as u64;
+            }
+        }
+        (full - hidden.min(full), full)
+    }
+
     /// The dense mask over positions `0..len` that [`Visibility::visible`] reads.
     pub fn visibility(&self, len: usize) -> Visibility {
         let mut last_seen = vec![u32::MAX; self.evicted.len() * len];
@@ -118,5 +150,24 @@ mod tests {
         assert!(!v.visible(0, 0, 2, 3));
         // Positions past the mask's length are causal only.
         assert!(v.visible(1, 0, 40, 20));
+    }
+
+    #[test]
+    fn attended_counts_what_each_query_could_see() {
+        // One layer, one head; queries 4..8 (each sees q + 1 entries in full).
+        let mut log = EvictionLog::new(1, 1);
+        assert_eq!(log.attended(4, 8), (5 + 6 + 7 + 8, 26));
+        // Positions 0 and 1 leave after query 5: queries 6 and 7 miss both.
+        log.record(0, 0, 0, 5);
+        log.record(0, 0, 1, 5);
+        assert_eq!(log.attended(4, 8), (26 - 4, 26));
+        // The dense mask agrees query by query.
+        let v = log.visibility(8);
+        let seen: u64 = (4..8u32)
+            .map(|q| (0..=q).filter(|&k| v.visible(0, 0, q, k)).count() as u64)
+            .sum();
+        assert_eq!(seen, 22);
+        // Two slots count twice the full cache.
+        assert_eq!(EvictionLog::new(2, 1).attended(0, 2), (6, 6));
     }
 }

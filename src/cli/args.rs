@@ -126,7 +126,10 @@ pub struct KvArgs {
     /// pyramidkv:budget=256,window=8, rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128,
     /// expected:budget=256,n_future=512,cov=pair, keydiff:budget=256,window=8,
     /// adakv:inner=snapkv,budget=256,floor=0.2 (head-wise budgets; takes its
-    /// inner policy's keys). Missing keys take defaults.
+    /// inner policy's keys). Missing keys take defaults. Any budgeted policy
+    /// takes a relative budget, a share of the sequence's current length with
+    /// a floor in tokens: rkv:budget=50%,min_budget=64 keeps
+    /// max(64, ceil(50% of the tokens read)) as the sequence grows.
     #[arg(long, default_value = "full", value_parser = parse_policy)]
     pub kv_policy: tern_runtime::kv::policy::KvPolicy,
     /// How the KV cache stores keys and values: f16 (llama.cpp's default;
@@ -392,7 +395,9 @@ pub struct EvalArgs {
     /// Strategies to compare, comma-separated: single, majority@N, synthesize@N,
     /// adaptive[@N] (adaptive width in waves of 2; `adaptive@8:wave=1` samples
     /// one candidate at a time, `:confidence=0.9` stops at a lower posterior
-    /// than the default 0.95), synthesize@N:with=NAME (a --synthesizer), reward@N (code tasks: the candidate passing most of the task's tests),
+    /// than the default 0.95), synthesize@N:with=NAME (a --synthesizer),
+    /// single:with=NAME (the --synthesizer NAME answers alone, greedily, no
+    /// candidates shown: the SFT-only control), reward@N (code tasks: the candidate passing most of the task's tests),
     /// reward@N:tests=K (code tasks: the candidate passing most of K tests a
     /// model writes, --test-model or --model; graded by the task's tests),
     /// reward@N:tests=K:dynamic (the same K x tasks tests in all, spread over
@@ -448,7 +453,9 @@ pub struct EvalArgs {
     /// `synthesize@N:with=NAME`: several synthesizers over the very same
     /// candidates in one run, e.g. `--strategy
     /// majority@8,synthesize@8,synthesize@8:with=trained --synthesizer
-    /// trained=runs/synth/export.gguf`.
+    /// trained=runs/synth/export.gguf`. `single:with=NAME` has the named model
+    /// answer alone: the SFT-only control (`tern synth-data --control-of`)
+    /// beside the synthesizer trained on the same targets.
     #[arg(long, value_name = "NAME=MODEL")]
     pub synthesizer: Vec<String>,
     /// A second model (path or registry name) that writes the unit tests of

@@ -191,7 +191,8 @@ fn by_difficulty(
 }
 
 /// The engines of `--synthesizer NAME=MODEL`, each loaded once; every
-/// `synthesize@N:with=NAME` must name one of them, and every one must be used.
+/// `synthesize@N:with=NAME` (and `single:with=NAME`, a named model answering
+/// alone) must name one of them, and every one must be used.
 fn named_synthesizers(
     specs: &[String],
     strategies: &[Strategy],
@@ -211,7 +212,7 @@ fn named_synthesizers(
             .iter()
             .any(|s| s.synthesizer.as_deref() == Some(name))
         {
-            bail!("--synthesizer {spec}: no strategy uses it (add synthesize@N:with={name} to --strategy)");
+            bail!("--synthesizer {spec}: no strategy uses it (add synthesize@N:with={name} or single:with={name} to --strategy)");
         }
         let engine = resolve::synthesizer(Some(model))
             .with_context(|| format!("--synthesizer {spec}"))?

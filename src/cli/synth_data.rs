@@ -2,7 +2,9 @@
 //! Synthesizer paper's recipe, `tern_solve::eval::synthesis_data`). Writes
 //! one task line per kept example, which `tern train --task FILE` reads as
 //! it is; a sidecar `FILE.sources` lists every task already done, so a run
-//! that stops resumes where it was.
+//! that stops resumes where it was. `--control-of DATA` samples nothing: it
+//! writes DATA's SFT-only control (the same problems and targets, asked
+//! without the candidates) for `tern eval`'s `single:with=NAME`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -65,9 +67,70 @@ pub struct SynthDataArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub parallel: u64,
     /// The training file to append kept examples to (JSON lines:
-    /// `question`, `answer`, `target` and what the sampling found).
+    /// `question`, `answer`, `target` and what the sampling found). With
+    /// --control-of, the control file to write (it must not exist).
     #[arg(long)]
     pub out: PathBuf,
+    /// Build no data: read the synthesis data DATA (written by this command
+    /// from --task) and write to --out its SFT-only control, every example
+    /// with the same source task, answer and target but asked with the
+    /// task's own question, no candidates shown. Train it as the synthesizer
+    /// was trained (`tern train --task OUT --algorithm sft`, the same
+    /// recipe), then compare `synthesize@8:with=trained` against
+    /// `single:with=control` in one `tern eval`.
+    #[arg(long, value_name = "DATA")]
+    pub control_of: Option<PathBuf>,
+}
+
+/// `--control-of`: DATA's examples, each asked without its candidates.
+fn write_control(a: &SynthDataArgs, data: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(data).with_context(|| format!("reading {}", data.display()))?;
+    let examples: Vec<SynthesisExample> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| {
+            serde_json::from_str(l).with_context(|| {
+                format!(
+                    "{}:{}: not a line written by `tern synth-data`",
+                    data.display(),
+                    n + 1
+                )
+            })
+        })
+        .collect::<Result<_>>()?;
+    if examples.is_empty() {
+        bail!("{}: no examples to build a control from", data.display());
+    }
+    let tasks: Vec<_> = eval::read_tasks(&a.task, 0, usize::MAX)?
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    let controls = eval::sft_controls(&examples, &tasks)
+        .with_context(|| format!("{} against --task {}", data.display(), a.task))?;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&a.out)
+        .with_context(|| format!("creating {} (it must not exist yet)", a.out.display()))?;
+    for c in &controls {
+        writeln!(out, "{}", serde_json::to_string(c)?)?;
+    }
+    out.flush()?;
+    let with_target = controls.iter().filter(|c| c.target.is_some()).count();
+    if a.model.json {
+        let v = serde_json::json!({"control_of": data, "out": a.out,
+            "examples": controls.len(), "with_target": with_target});
+        println!("{v}");
+    } else {
+        println!(
+            "{} examples ({with_target} with a worked target) asked without their candidates -> {}",
+            controls.len(),
+            a.out.display()
+        );
+    }
+    Ok(())
 }
 
 /// `FILE.sources`: the task numbers already processed, kept or not.
@@ -103,6 +166,9 @@ impl Tally {
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &SynthDataArgs) -> Result<()> {
+    if let Some(data) = &a.control_of {
+        return write_control(a, data);
+    }
     if a.limit == 0 {
         bail!("--limit 0 builds nothing: give at least 1");
     }

@@ -135,7 +135,11 @@ pub struct TrainArgs {
     /// Checkpoint every N steps [10].
     #[arg(long)]
     pub checkpoint_every: Option<usize>,
-    /// KV policy of the rollouts, as `tern serve --kv-policy` takes it [full].
+    /// KV policy of the rollouts, as `tern serve --kv-policy` takes it [full];
+    /// `rkv:budget=50%,min_budget=64` keeps half of each rollout's tokens
+    /// however long its answers grow. Each step's `kv_attended /
+    /// kv_attended_full` in metrics.jsonl is the share of the KV its rollouts
+    /// really attended over.
     #[arg(long)]
     pub rollout_kv_policy: Option<String>,
     /// A system message before every task.
@@ -225,6 +229,16 @@ pub struct TrainArgs {
     /// `drop` [correct].
     #[arg(long)]
     pub stale_rollouts: Option<tern_trainer::fleet::StaleRollouts>,
+    /// Where rewards come from: `task` (the answer, or the task's own tests)
+    /// or `generated_tests:K` (code tasks without hidden tests: per group a
+    /// model writes K unit tests for the problem and each rollout earns the
+    /// share of them its program passes; grpo only) [task].
+    #[arg(long)]
+    pub reward: Option<tern_trainer::reward::Reward>,
+    /// The model that writes the tests of `--reward generated_tests:K` (path
+    /// or registry name), run as its own engine [the policy as it trains].
+    #[arg(long)]
+    pub test_model: Option<String>,
 }
 
 fn parse_selection(s: &str) -> Result<tern_trainer::data::Selection, String> {
@@ -294,8 +308,13 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         replay_capacity,
         rollout_endpoints,
         rollout_timeout_secs,
-        stale_rollouts
+        stale_rollouts,
+        reward
     );
+    if let Some(m) = &a.test_model {
+        // Resolved once, so the saved config names the file that ran.
+        c.test_model = Some(resolve::model_path(m)?.display().to_string());
+    }
     if a.rollout_api_key_file.is_some() {
         c.rollout_api_key_file = a.rollout_api_key_file.clone();
     }
@@ -415,8 +434,12 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         }
         Progress::Step(m) => {
             bar.set_position(m.step as u64);
+            let kept = m
+                .kv_kept()
+                .map(|k| format!(" kv kept {:.0}%", k * 100.0))
+                .unwrap_or_default();
             bar.set_message(format!(
-                "reward {:.3} loss {:.4} {:.0} tok/s peak {}",
+                "reward {:.3} loss {:.4} {:.0} tok/s peak {}{kept}",
                 m.reward_mean,
                 m.loss,
                 m.tokens_per_s,

@@ -68,6 +68,8 @@ fn every_attack_earns_no_reward_in_training() {
             reward: -1.0,
             kv_peak_bytes: 0,
             kv_full_bytes: 0,
+            kv_attended: 0,
+            kv_attended_full: 0,
             evictions: None::<Arc<_>>,
         })
         .collect();

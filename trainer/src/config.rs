@@ -254,6 +254,14 @@ pub struct TrainConfig {
     pub rollout_api_key_file: Option<PathBuf>,
     /// A rollout sampled under an older adapter: corrected or dropped.
     pub stale_rollouts: crate::fleet::StaleRollouts,
+    /// Where rewards come from: `task` (its answer or its own tests) or
+    /// `generated_tests:K` (K unit tests a model writes per group, for code
+    /// tasks without hidden tests; see `reward.rs`).
+    pub reward: crate::reward::Reward,
+    /// The model that writes the tests of `generated_tests:K` (a registry
+    /// name or GGUF path), run as its own engine; unset: the policy itself,
+    /// as it is being trained.
+    pub test_model: Option<String>,
 }
 
 impl Default for TrainConfig {
@@ -307,6 +315,8 @@ impl Default for TrainConfig {
             rollout_timeout_secs: 600,
             rollout_api_key_file: None,
             stale_rollouts: crate::fleet::StaleRollouts::Correct,
+            reward: crate::reward::Reward::Task,
+            test_model: None,
         }
     }
 }
@@ -391,6 +401,17 @@ impl TrainConfig {
         self.rollout_kv_policy
             .parse::<tern_runtime::kv::policy::KvPolicy>()
             .map_err(|e| TrainError::Config(format!("rollout_kv_policy: {e}")))?;
+        if matches!(self.reward, crate::reward::Reward::GeneratedTests(_))
+            && self.algorithm != Algorithm::Grpo
+        {
+            return bad("reward generated_tests:K scores rollouts: it needs algorithm grpo".into());
+        }
+        if self.test_model.is_some() && self.reward == crate::reward::Reward::Task {
+            return bad(
+                "test_model writes the tests of reward generated_tests:K: set that reward too"
+                    .into(),
+            );
+        }
         if self.rollout_api_key_file.is_some() && self.rollout_endpoints.is_empty() {
             return bad(
                 "rollout_api_key_file needs rollout_endpoints (the key is for the workers)".into(),

@@ -21,6 +21,7 @@ pub mod merge;
 mod metrics;
 mod optim;
 pub mod recorder;
+pub mod reward;
 pub mod rollout;
 mod step;
 mod teacher;

@@ -50,6 +50,17 @@ pub struct StepMetrics {
     pub kv_bytes_peak: usize,
     /// KV bytes full caches would have held.
     pub kv_bytes_full: usize,
+    /// Cached entries the rollouts' sampling queries attended over, summed
+    /// over tokens, layers and KV heads (0 where unmeasured: a full cache,
+    /// remote rollouts, records written before it was measured).
+    #[serde(default)]
+    pub kv_attended: u64,
+    /// What full caches would have offered the same queries:
+    /// `kv_attended / kv_attended_full` is the share of the KV the rollouts
+    /// really kept ([`StepMetrics::kv_kept`]), where the bytes above give
+    /// only peaks.
+    #[serde(default)]
+    pub kv_attended_full: u64,
     /// Peak resident memory of the process so far.
     pub peak_rss_bytes: u64,
     /// Sequences per learner micro-batch this step (planned from its
@@ -89,6 +100,15 @@ pub struct StepMetrics {
     /// stale rollouts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<crate::fleet::FleetStats>,
+}
+
+impl StepMetrics {
+    /// The share of the KV the step's rollouts really kept: entries attended
+    /// over, against a full cache, summed over every sampled token; `None`
+    /// where unmeasured.
+    pub fn kv_kept(&self) -> Option<f64> {
+        (self.kv_attended_full > 0).then(|| self.kv_attended as f64 / self.kv_attended_full as f64)
+    }
 }
 
 /// Per-step statistics of `rho = pi_old / pi_sampler` (pi_sparse under a

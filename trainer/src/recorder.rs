@@ -180,6 +180,7 @@ fn evaluate(
             kv_policy: policy,
             system: cfg.system_prompt.as_deref(),
             record_evictions: false,
+            tests: None,
         };
         let (groups, secs) = rollout::rollout(engine, tasks, chunk, &spec, cfg.seed)?;
         for g in &groups {

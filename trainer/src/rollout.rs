@@ -35,6 +35,13 @@ pub struct Rollout {
     pub kv_peak_bytes: usize,
     /// Bytes a full cache would have held for it.
     pub kv_full_bytes: usize,
+    /// Cached entries the queries that sampled its tokens attended over,
+    /// summed over queries, layers and KV heads ([`EvictionLog::attended`]);
+    /// with [`Rollout::kv_attended_full`], the share of the KV it really
+    /// kept. Both 0 where unmeasured (a full cache, a remote rollout).
+    pub kv_attended: u64,
+    /// What a full cache would have offered the same queries.
+    pub kv_attended_full: u64,
     /// What its KV policy evicted and when (recorded when the spec asks).
     pub evictions: Option<Arc<EvictionLog>>,
 }
@@ -149,6 +156,26 @@ pub struct RolloutSpec<'a> {
     pub system: Option<&'a str>,
     /// Record each rollout's evictions (for the `sparse-replay` learner).
     pub record_evictions: bool,
+    /// Rewards from tests a model writes per group (`generated_tests:K`);
+    /// `None`: from the task ([`score`]).
+    pub tests: Option<&'a crate::reward::TestWriter<'a>>,
+}
+
+/// Sets one group's rewards: from tests `spec` has a model write (seeded
+/// `seed`, the group's request seed), else from the task ([`score`]).
+fn score_group(
+    rollouts: &mut [Rollout],
+    task: &Task,
+    spec: &RolloutSpec<'_>,
+    seed: u64,
+) -> Result<()> {
+    match spec.tests {
+        Some(writer) => {
+            crate::reward::score_by_generated_tests(rollouts, task, writer, seed)?;
+            Ok(())
+        }
+        None => score(rollouts, task),
+    }
 }
 
 /// Rolls out every task in `picks` (indices into `tasks`); request `i` is
@@ -179,9 +206,11 @@ pub fn rollout(
         req.n = spec.group_size;
         req.logprobs = true;
         req.kv_policy = spec.kv_policy.clone();
-        req.record_evictions = spec.record_evictions;
+        // Under a compressing policy the record measures the KV kept, even
+        // where the learner does not replay it.
+        req.record_evictions = spec.record_evictions || spec.kv_policy.budget().is_some();
         reqs.push(req);
-        prompts.push((ti, prompt));
+        prompts.push((ti, prompt, seed_base.wrapping_add(1000 * i as u64)));
     }
     // One unit, so the engine batches them the same way every time.
     let streams: Vec<_> = engine
@@ -189,10 +218,10 @@ pub fn rollout(
         .map_err(|e| TrainError::Rollout(e.to_string()))?
         .into_iter()
         .zip(prompts)
-        .map(|(s, (ti, p))| (ti, p, s))
+        .map(|(s, (ti, p, seed))| (ti, p, seed, s))
         .collect();
     let mut groups = Vec::with_capacity(streams.len());
-    for (ti, prompt, stream) in streams {
+    for (ti, prompt, seed, stream) in streams {
         let collected = stream
             .collect_blocking()
             .map_err(|e| TrainError::Rollout(e.to_string()))?;
@@ -213,6 +242,14 @@ pub fn rollout(
                 let kv = c.kv.ok_or_else(|| {
                     TrainError::Rollout("a completion ended without its KV figures".into())
                 })?;
+                // Token t was sampled by the query at position prompt + t - 1.
+                let (kv_attended, kv_attended_full) = match &kv.evictions {
+                    Some(log) => {
+                        let from = prompt.len().saturating_sub(1) as u32;
+                        log.attended(from, from + c.tokens.len() as u32)
+                    }
+                    None => (0, 0),
+                };
                 Ok(Rollout {
                     text: c.text,
                     tokens: c.tokens,
@@ -220,11 +257,13 @@ pub fn rollout(
                     reward: 0.0,
                     kv_peak_bytes: kv.bytes_peak,
                     kv_full_bytes: kv.bytes_full,
-                    evictions: kv.evictions,
+                    kv_attended,
+                    kv_attended_full,
+                    evictions: kv.evictions.filter(|_| spec.record_evictions),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        score(&mut rollouts, &tasks[ti])?;
+        score_group(&mut rollouts, &tasks[ti], spec, seed)?;
         groups.push(Group {
             task: ti,
             prompt,
@@ -275,10 +314,12 @@ pub fn rollout_remote(
                 reward: 0.0,
                 kv_peak_bytes: c.kv_peak_bytes,
                 kv_full_bytes: c.kv_full_bytes,
+                kv_attended: 0,
+                kv_attended_full: 0,
                 evictions: None,
             })
             .collect();
-        score(&mut rollouts, &tasks[ti])?;
+        score_group(&mut rollouts, &tasks[ti], spec, job.seed)?;
         groups.push(Group {
             task: ti,
             prompt: job.prompt,
@@ -300,6 +341,8 @@ mod tests {
             reward: -1.0,
             kv_peak_bytes: 0,
             kv_full_bytes: 0,
+            kv_attended: 0,
+            kv_attended_full: 0,
             evictions: None,
         }
     }

@@ -46,6 +46,9 @@ pub struct Context<'a> {
     pub est: &'a Estimate,
     /// The model's shape.
     pub mcfg: &'a ModelConfig,
+    /// Who writes the tests of `reward = generated_tests:K` (`None`: the
+    /// task gives the reward).
+    pub tests: Option<&'a crate::reward::TestWriter<'a>>,
 }
 
 /// A finished step.
@@ -158,6 +161,8 @@ pub fn run(
         epochs: Vec::new(),
         kv_bytes_peak: 0,
         kv_bytes_full: 0,
+        kv_attended: 0,
+        kv_attended_full: 0,
         peak_rss_bytes: 0,
         micro_batch: 0,
         recompute: false,
@@ -314,6 +319,7 @@ fn rollouts(
         kv_policy: ctx.kv_policy,
         system: cfg.system_prompt.as_deref(),
         record_evictions: ctx.replay_kv,
+        tests: ctx.tests,
     };
     let seed = cfg.seed.wrapping_add(1_000_003 * step as u64);
     let (groups, secs) = match ctx.fleet {
@@ -353,6 +359,8 @@ fn rollouts(
             m.rollout_tokens += r.tokens.len();
             m.kv_bytes_peak += r.kv_peak_bytes;
             m.kv_bytes_full += r.kv_full_bytes;
+            m.kv_attended += r.kv_attended;
+            m.kv_attended_full += r.kv_attended_full;
             // Over the kept rollouts a zero advantage may become non-zero
             // once another rollout is dropped: such rollouts wait for the
             // correction's verdict.

@@ -318,6 +318,28 @@ pub fn train(
         &plan,
         learner.param_count(),
     );
+    // Tests for `generated_tests:K`: written by the policy as it trains, or
+    // by `test_model` on its own engine (outside the memory plan).
+    let test_engine = match &cfg.test_model {
+        Some(path) => {
+            rec.note(format!("loading the test writer {path}"));
+            let model = LoadedModel::load(Path::new(path))?;
+            Some(EngineHandle::spawn(
+                Arc::new(model),
+                EngineConfig::default(),
+            ))
+        }
+        None => None,
+    };
+    let test_writer = match cfg.reward {
+        crate::reward::Reward::GeneratedTests(k) => Some(crate::reward::TestWriter {
+            engine: test_engine.as_ref().unwrap_or(&engine),
+            k,
+            max_tokens: cfg.max_new_tokens,
+            temperature: cfg.temperature,
+        }),
+        crate::reward::Reward::Task => None,
+    };
     let ctx = Context {
         cfg,
         tasks: &train_tasks,
@@ -329,6 +351,7 @@ pub fn train(
         plan: &plan,
         est: &est,
         mcfg: &mcfg,
+        tests: test_writer.as_ref(),
     };
     let replays = cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0;
     let mut last_dir = cfg.out.clone();

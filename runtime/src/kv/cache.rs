@@ -179,7 +179,8 @@ impl SeqCache {
     /// tokens between two compressions. On top of the keys and values comes
     /// what the policy scores by ([`Self::scoring_bytes`]), so a policy whose
     /// scoring memory grows with its parameters is admitted by what it
-    /// really holds.
+    /// really holds. A relative budget is reserved at its budget for the
+    /// whole length (`prompt + max_new`), the most it ever keeps.
     pub fn reservation_bytes(
         config: &ModelConfig,
         policy: &KvPolicy,
@@ -189,6 +190,7 @@ impl SeqCache {
         chunk: usize,
     ) -> usize {
         let total = prompt + max_new;
+        let policy = &*policy.at_length(total);
         let per_entry = 2 * config.n_kv_head * dtype.row_bytes(config.head_dim);
         let entries: Vec<usize> = (0..config.n_layer)
             .map(
@@ -452,7 +454,8 @@ impl SeqCache {
     /// compressed once, before the question is known, and the question and
     /// answer are then read against what was kept.
     pub fn freeze(&mut self) -> tern_models::Result<()> {
-        if let Some(budget) = self.policy.budget() {
+        let budget = self.policy.at_length(self.seen).budget();
+        if let Some(budget) = budget {
             for layer in 0..self.n_layer {
                 if self.windows[layer].is_none() && self.held(layer) > budget {
                     self.compress(layer)?;
@@ -473,7 +476,12 @@ impl SeqCache {
         for layer in 0..self.n_layer {
             let l = &self.layers[layer];
             if self.windows[layer].is_none()
-                && policy::should_compress(&self.policy, self.held(layer), l.since_compress, true)
+                && policy::should_compress(
+                    &self.policy.at_length(self.seen),
+                    self.held(layer),
+                    l.since_compress,
+                    true,
+                )
             {
                 self.compress(layer)?;
             }
@@ -830,9 +838,11 @@ impl KvStore for SeqCache {
         // prefill end do so now (scored by the chunk's last queries), so a long
         // prompt never holds more than budget + chunk entries.
         let held = self.held(layer);
-        let chunk_end = l.last_append > 1
-            && policy::should_compress(&self.policy, held, l.since_compress, true);
-        if chunk_end || policy::should_compress(&self.policy, held, l.since_compress, false) {
+        // A relative budget is the share of what the sequence has read so far.
+        let now = self.policy.at_length(self.seen);
+        let chunk_end =
+            l.last_append > 1 && policy::should_compress(&now, held, l.since_compress, true);
+        if chunk_end || policy::should_compress(&now, held, l.since_compress, false) {
             self.compress(layer)?;
         }
         Ok(())
@@ -1021,6 +1031,61 @@ mod scoring_tests {
                 Some(b) => total.min(b.max(prompt) + p.every()),
             })
             .sum()
+    }
+
+    #[test]
+    fn a_relative_budget_keeps_its_share_as_the_sequence_grows() {
+        // A 40-token prompt, then one token at a time: rkv compresses every
+        // 16 decoded tokens to half of what was read (never under 32).
+        let c = config();
+        let spec = "rkv:budget=50%,min_budget=32,window=8,every=16";
+        let policy: KvPolicy = spec.parse().unwrap();
+        let mut cache = SeqCache::with_policy(&c, policy.clone());
+        let (kvh, g, hd) = (c.n_kv_head, c.n_head / c.n_kv_head, c.head_dim);
+        let mut pos = 0usize;
+        let mut steps = vec![40];
+        steps.extend(std::iter::repeat_n(1, 400));
+        let mut checked = 0;
+        for n in steps {
+            let positions: Vec<u32> = (pos..pos + n).map(|p| p as u32).collect();
+            for layer in 0..c.n_layer {
+                let k = Tensor::ones((kvh, n, hd), candle_core::DType::F32, &Device::Cpu).unwrap();
+                let (keys, _) = cache.append(layer, &k, &k, &positions).unwrap();
+                let cached = keys.dim(1).unwrap();
+                let rows = match cache.attention_rows(layer).last_rows {
+                    0 => n,
+                    r => r.min(n),
+                };
+                let w = Tensor::full(1.0 / cached as f32, (kvh, g, rows, cached), &Device::Cpu)
+                    .unwrap();
+                cache.observe_attention(layer, &w, None).unwrap();
+                cache.after_attention(layer).unwrap();
+            }
+            pos += n;
+            let want = pos.div_ceil(2).max(32).min(pos);
+            assert!(
+                cache.len() >= want && cache.len() <= want + 16,
+                "{pos} read: {} held, share {want}",
+                cache.len()
+            );
+            // Right after a compression (the prompt's end, then every 16
+            // tokens): exactly the share.
+            if [40, 56, 200, 296, 424].contains(&pos) {
+                checked += 1;
+                assert_eq!(cache.len(), want, "at {pos}");
+            }
+        }
+        assert_eq!(checked, 5);
+        // The reservation covers the most it held: half of the whole length
+        // plus one interval.
+        let reserved = SeqCache::reservation_bytes(&c, &policy, KvDtype::F32, 40, 400, 64);
+        assert!(
+            cache.peak_bytes() <= reserved,
+            "{} > {reserved}",
+            cache.peak_bytes()
+        );
+        let fixed: KvPolicy = "rkv:budget=32,window=8,every=16".parse().unwrap();
+        assert!(reserved > SeqCache::reservation_bytes(&c, &fixed, KvDtype::F32, 40, 400, 64));
     }
 
     #[test]

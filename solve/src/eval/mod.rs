@@ -21,4 +21,7 @@ pub use record::{judge, load_records, GeneratedRecord, Grade, Record, Records};
 pub use report::{rows, totals_from_records, HeadToHead, Row, Totals};
 pub use run::{read_tasks, run, Engines, Event, Plan, Settings};
 pub use strategy::{check_fit, share_samples, Strategy};
-pub use synthesis_data::{synthesis_example, DataSettings, Keep, SynthesisExample};
+pub use synthesis_data::{
+    sft_control, sft_controls, synthesis_example, ControlError, DataSettings, Keep,
+    SynthesisExample,
+};

@@ -221,6 +221,10 @@ pub fn run(
                         &req,
                         &spec,
                     )?]
+                } else if lead.synthesizer.is_some() && lead.aggregate != Aggregate::Synthesize {
+                    // `single:with=NAME`: the named model answers alone.
+                    let by = engines.synthesizer_of(lead)?;
+                    vec![best_of_n_with(by, by, &req)?]
                 } else {
                     let by = engines.synthesizer_of(lead)?;
                     vec![best_of_n_with(engine, by, &req)?]

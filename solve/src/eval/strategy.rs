@@ -28,6 +28,11 @@ pub struct Strategy {
     pub length: Option<LengthPolicy>,
     /// `synthesize@N:with=NAME`: the synthesizer named NAME writes the
     /// synthesis (the caller maps names to models); `None`: the default one.
+    /// `single:with=NAME`: the model named NAME answers the question alone,
+    /// greedily, with no candidates shown: how the SFT-only control (a model
+    /// fine-tuned on the synthesizer's targets without the candidates,
+    /// `tern synth-data --control-of`) is evaluated beside the synthesizer
+    /// over the same tasks.
     pub synthesizer: Option<String>,
     /// `reward@N:tests=K`: a model writes K unit tests per task and the
     /// candidates are chosen by them (`reasoning::best_of_n_generated_tests`);
@@ -47,7 +52,8 @@ pub const DEFAULT_WAVE: usize = 2;
 impl Strategy {
     /// Parses a spec: `single`, `majority@N`, `synthesize@N`, `adaptive[@N]`
     /// (options after the count, `adaptive@8:wave=1`), `synthesize@N:with=NAME`
-    /// (a named synthesizer), `reward@N`, `reward@N:tests=K` (K tests written
+    /// (a named synthesizer), `single:with=NAME` (a named model answers
+    /// alone), `reward@N`, `reward@N:tests=K` (K tests written
     /// by a model choose) or `length@EFFORT`; a bare name
     /// samples 8. `probe_every` is adaptive
     /// length's probe interval.
@@ -90,10 +96,19 @@ impl Strategy {
         let mut confidence = DEFAULT_CONFIDENCE;
         let mut tests = None;
         let mut dynamic = false;
-        if let Some(options) = options {
+        if let (Some(options), "single") = (options, name) {
+            // `single:with=NAME`: the named model answers alone.
+            let model = options
+                .strip_prefix("with=")
+                .filter(|m| !m.is_empty() && !m.contains(':'))
+                .ok_or_else(|| {
+                    bad("single takes one option, with=NAME (the model that answers)".into())
+                })?;
+            synthesizer = Some(model.to_string());
+        } else if let Some(options) = options {
             if !adaptive && aggregate == Aggregate::Majority {
                 return Err(bad(
-                    "only adaptive@N (`:wave=W`), synthesize@N (`:with=NAME`) and reward@N (`:tests=K`) take options"
+                    "only adaptive@N (`:wave=W`), synthesize@N (`:with=NAME`), single (`:with=NAME`) and reward@N (`:tests=K`) take options"
                         .into(),
                 ));
             }
@@ -279,6 +294,15 @@ mod tests {
             "adaptive@8:confidence=x",
         ] {
             assert!(Strategy::parse(bad, 64).is_err(), "{bad}");
+        }
+        // The SFT-only control: a named model answering alone, greedily.
+        let control = Strategy::parse("single:with=control", 64).unwrap();
+        assert_eq!(control.synthesizer.as_deref(), Some("control"));
+        assert_eq!((control.n, control.aggregate), (1, Aggregate::Majority));
+        assert_eq!(Strategy::parse("single", 64).unwrap().synthesizer, None);
+        for bad in ["single:with=", "single:wave=1", "single:with=a:with=b"] {
+            let e = Strategy::parse(bad, 64).unwrap_err().to_string();
+            assert!(e.contains("single takes one option"), "{bad}: {e}");
         }
         let named = Strategy::parse("synthesize@8:with=trained", 64).unwrap();
         assert_eq!(named.synthesizer.as_deref(), Some("trained"));

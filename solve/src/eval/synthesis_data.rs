@@ -10,8 +10,13 @@
 //! Which tasks teach the synthesizer something: those whose candidates
 //! disagree or whose majority is wrong (the paper prefers them; a unanimous,
 //! right majority needs no synthesis). [`Keep`] chooses.
+//!
+//! [`sft_control`] turns a synthesizer's example into its SFT-only control:
+//! the same problem and the same target, asked without the candidates, so a
+//! model fine-tuned on the controls learns the targets without learning to
+//! read candidates (what synthesis adds beyond SFT on the same answers).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::EngineHandle;
 use tern_runtime::kv::policy::KvPolicy;
@@ -48,8 +53,8 @@ pub struct DataSettings {
 }
 
 /// One synthesis example: a task line for `tern train`, with what the
-/// sampling found.
-#[derive(Clone, Debug, Serialize)]
+/// sampling found. Read back (`Deserialize`) to build its SFT-only control.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SynthesisExample {
     /// The synthesis prompt (the user turn `synthesize@N` sends).
     pub question: String,
@@ -95,6 +100,68 @@ impl SynthesisExample {
             Keep::Disagree => self.disagree || !self.majority_right,
         }
     }
+}
+
+/// Why a synthesis example has no control in a task set.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ControlError {
+    /// The example's source task is past the end of the task set.
+    #[error("example of task {source_task}: the task set has only {len} tasks")]
+    NoSuchTask {
+        /// The example's `source`.
+        source_task: usize,
+        /// Tasks in the set.
+        len: usize,
+    },
+    /// The example was not built from this task (another task set or seed).
+    #[error(
+        "example of task {source_task} does not match that task (its prompt does not hold the \
+         task's question, or its answer differs): give the --task the data was built from"
+    )]
+    Mismatch {
+        /// The example's `source`.
+        source_task: usize,
+    },
+}
+
+/// The SFT-only control of a synthesis example: the same source task, answer
+/// and `target` (or the same lack of one, which SFT trains as the bare answer
+/// line, as it does the synthesizer's), but asked with `task`'s own question,
+/// no candidates shown. Everything the sampling found is carried over, so
+/// the two files list the same problems in the same order. `task` must be
+/// the example's source (its question inside the synthesis prompt, the same
+/// answer).
+pub fn sft_control(
+    example: &SynthesisExample,
+    task: &Task,
+) -> Result<SynthesisExample, ControlError> {
+    if example.answer != task.answer || !example.question.contains(task.question.trim()) {
+        return Err(ControlError::Mismatch {
+            source_task: example.source,
+        });
+    }
+    Ok(SynthesisExample {
+        question: task.question.clone(),
+        ..example.clone()
+    })
+}
+
+/// [`sft_control`] of every example, each against its `source` in `tasks`
+/// (the whole task set the examples were built from).
+pub fn sft_controls(
+    examples: &[SynthesisExample],
+    tasks: &[Task],
+) -> Result<Vec<SynthesisExample>, ControlError> {
+    examples
+        .iter()
+        .map(|e| {
+            let task = tasks.get(e.source).ok_or(ControlError::NoSuchTask {
+                source_task: e.source,
+                len: tasks.len(),
+            })?;
+            sft_control(e, task)
+        })
+        .collect()
 }
 
 /// `n` samples of one user turn at the settings' temperature, seeded from
@@ -181,4 +248,96 @@ pub fn synthesis_example(
         syntheses_right,
         tokens: cands.tokens + synth.tokens,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(question: &str, answer: &str) -> Task {
+        serde_json::from_value(serde_json::json!({"question": question, "answer": answer})).unwrap()
+    }
+
+    /// An example as `synthesis_example` builds it for `task` (number
+    /// `source`), with these candidates and target.
+    fn example(
+        task: &Task,
+        source: usize,
+        cands: &[&str],
+        target: Option<&str>,
+    ) -> SynthesisExample {
+        SynthesisExample {
+            question: synthesis_prompt(&task.question, cands),
+            answer: task.answer.clone(),
+            target: target.map(str::to_string),
+            source,
+            n: cands.len(),
+            candidates_right: 1,
+            majority_right: false,
+            disagree: true,
+            k: 4,
+            syntheses_right: target.is_some() as usize,
+            tokens: 321,
+        }
+    }
+
+    #[test]
+    fn the_control_is_the_synthesis_example_minus_the_candidates() {
+        let tasks = vec![
+            task("Ann has 3 apples and buys 4. How many now?", "7"),
+            task("Bob had 10 pens and lost 2. How many left?", "8"),
+            task("Cy reads 5 pages a day for 3 days. Pages?", "15"),
+        ];
+        let cands = [
+            "3 + 4 = 12. The answer is 12.",
+            "3 + 4 = 7. The answer is 7.",
+        ];
+        let examples = vec![
+            example(&tasks[2], 2, &cands, Some("5 * 3 = 15. The answer is 15.")),
+            example(&tasks[0], 0, &cands, None),
+        ];
+        let controls = sft_controls(&examples, &tasks).unwrap();
+        assert_eq!(controls.len(), examples.len());
+        for (c, e) in controls.iter().zip(&examples) {
+            // Same problem, same target (or none), same answer, same order.
+            assert_eq!(c.question, tasks[e.source].question);
+            assert_eq!(
+                (&c.target, &c.answer, c.source),
+                (&e.target, &e.answer, e.source)
+            );
+            // Nothing of the candidates is left in the prompt.
+            assert!(e.question.contains("Solution 1:") && !c.question.contains("Solution 1:"));
+            assert!(cands.iter().all(|cand| !c.question.contains(cand)));
+            // Only the question differs.
+            assert_eq!(
+                SynthesisExample {
+                    question: e.question.clone(),
+                    ..c.clone()
+                },
+                *e
+            );
+        }
+    }
+
+    #[test]
+    fn a_control_needs_the_task_set_the_data_came_from() {
+        let tasks = vec![task("Ann has 3 apples and buys 4. How many now?", "7")];
+        let e = example(&tasks[0], 0, &["The answer is 7."], None);
+        // Another set: the question is not in the prompt.
+        let other = vec![task("Dee has 2 cats. Cats?", "7")];
+        assert_eq!(
+            sft_controls(std::slice::from_ref(&e), &other),
+            Err(ControlError::Mismatch { source_task: 0 })
+        );
+        // A source past the set's end.
+        let far = SynthesisExample {
+            source: 5,
+            ..e.clone()
+        };
+        let err = sft_controls(&[far], &tasks).unwrap_err();
+        assert!(err.to_string().contains("only 1 tasks"), "{err}");
+        // The same question with another answer is another task.
+        let wrong = vec![task("Ann has 3 apples and buys 4. How many now?", "8")];
+        assert!(sft_controls(&[e], &wrong).is_err());
+    }
 }

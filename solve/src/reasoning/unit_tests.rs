@@ -170,6 +170,31 @@ pub fn choose_by_generated_tests(
     judge_generated(req, spec, sampled, written, generate_seconds)
 }
 
+/// Tests `tester` writes for `problem` and how each of `programs` does on
+/// them: `spec.k` replies (reply `j` seeded `seed + TEST_SEED_OFFSET + j`),
+/// the tests picked from them ([`verify::pick_tests`], at most `spec.k`),
+/// and one report per program, in order. The trainer's reward from
+/// model-written tests (`tern train --reward generated_tests:K`): where a
+/// task has no tests of its own, a rollout earns the share of these it
+/// passes. No test parsed gives every report zero tests.
+pub fn run_generated_tests(
+    tester: &EngineHandle,
+    problem: &str,
+    seed: u64,
+    spec: &TestSpec,
+    programs: &[String],
+    limits: &Limits,
+) -> Result<(Vec<String>, Vec<verify::JudgeReport>), TestGenError> {
+    if spec.k == 0 || spec.k > MAX_GENERATED_TESTS {
+        return Err(TestGenError::Count(spec.k));
+    }
+    let (replies, _) = write_tests(tester, problem, seed, spec)?;
+    let per_reply: Vec<Vec<String>> = replies.iter().map(|r| verify::parse_tests(r)).collect();
+    let tests = verify::pick_tests(&per_reply, spec.k);
+    let reports = verify::judge_many(programs, &tests, limits).map_err(TestGenError::Judge)?;
+    Ok((tests, reports))
+}
+
 /// What the tests are written for: a code task's prelude (signature and
 /// docstring), else the user's last turn.
 fn problem_of(req: &BonRequest) -> String {

@@ -15,7 +15,9 @@
 //! PyramidKV and R-KV reuse), `pyramidkv.rs` (PyramidKV, Cai et al. 2024), `rkv.rs`
 //! (R-KV, Cai et al. 2025), `expected.rs` (Expected Attention, Devoto et al. 2025),
 //! `keydiff.rs` (KeyDiff, Park et al. 2025), `adakv.rs` (Ada-KV, Feng et al. 2024:
-//! head-wise budgets over any of snapkv, pyramidkv, h2o, keydiff).
+//! head-wise budgets over any of snapkv, pyramidkv, h2o, keydiff). `relative.rs`
+//! makes any budgeted policy's budget a share of the sequence's current length
+//! (`budget=50%,min_budget=64`).
 //!
 //! Rules every policy follows:
 //! - a layer holding no more than its budget keeps everything;
@@ -35,6 +37,7 @@ mod expected;
 mod h2o;
 mod keydiff;
 mod pyramidkv;
+mod relative;
 mod rkv;
 mod snapkv;
 mod spec;
@@ -47,6 +50,7 @@ pub use expected::{Covariance, ExpectedParams, QueryStats};
 pub use h2o::H2oParams;
 pub use keydiff::KeyDiffParams;
 pub use pyramidkv::PyramidKvParams;
+pub use relative::RelativeParams;
 pub use rkv::RkvParams;
 pub use snapkv::{Pool, SnapKvParams};
 pub use spec::{PolicyError, MAX_KERNEL, MAX_N_FUTURE};
@@ -82,6 +86,12 @@ pub enum KvPolicy {
     /// A score-based policy's scores ranked across the KV heads of a layer, so
     /// heads keep different counts (the layer's total stays the inner budget).
     AdaKv(AdaKvParams),
+    /// Any of the budgeted policies above with its budget a share of the
+    /// sequence's current length, never below a floor (`budget=50%,min_budget=64`):
+    /// a "50%" arm keeps half however long its answers grow or shrink.
+    /// Accessors answer for the floor; [`KvPolicy::at_length`] gives the policy
+    /// at a length, which the cache compresses by.
+    Relative(RelativeParams),
 }
 
 impl KvPolicy {
@@ -97,6 +107,7 @@ impl KvPolicy {
             KvPolicy::Expected(_) => "expected",
             KvPolicy::KeyDiff(_) => "keydiff",
             KvPolicy::AdaKv(_) => "adakv",
+            KvPolicy::Relative(p) => p.inner.name(),
         }
     }
 
@@ -113,7 +124,47 @@ impl KvPolicy {
             KvPolicy::Expected(p) => Some(p.budget),
             KvPolicy::KeyDiff(p) => Some(p.budget),
             KvPolicy::AdaKv(p) => p.inner.policy().budget(),
+            KvPolicy::Relative(p) => p.inner.budget(),
         }
+    }
+
+    /// The policy a sequence that has read `seen` tokens compresses by: under
+    /// a relative budget the inner policy at `max(floor, ceil(share * seen))`,
+    /// otherwise the policy itself.
+    pub fn at_length(&self, seen: usize) -> std::borrow::Cow<'_, KvPolicy> {
+        match self {
+            KvPolicy::Relative(p) => std::borrow::Cow::Owned(p.at_length(seen)),
+            other => std::borrow::Cow::Borrowed(other),
+        }
+    }
+
+    /// Whether the budget is a share of the sequence's length (`budget=P%`).
+    pub fn is_relative(&self) -> bool {
+        matches!(self, KvPolicy::Relative(_))
+    }
+
+    /// This policy with its budget set to `budget` tokens (the inner
+    /// policy's under adakv; the floor under a relative budget); full is
+    /// returned as it is.
+    pub fn with_budget(&self, budget: usize) -> KvPolicy {
+        let mut p = self.clone();
+        match &mut p {
+            KvPolicy::Full => {}
+            KvPolicy::Streaming(q) => q.budget = budget,
+            KvPolicy::H2o(q) => q.budget = budget,
+            KvPolicy::SnapKv(q) => q.budget = budget,
+            KvPolicy::PyramidKv(q) => q.budget = budget,
+            KvPolicy::Rkv(q) => q.budget = budget,
+            KvPolicy::Expected(q) => q.budget = budget,
+            KvPolicy::KeyDiff(q) => q.budget = budget,
+            KvPolicy::AdaKv(q) => {
+                if let Some(inner) = Scorer::from_policy(&q.inner.policy().with_budget(budget)) {
+                    q.inner = inner;
+                }
+            }
+            KvPolicy::Relative(q) => *q.inner = q.inner.with_budget(budget),
+        }
+        p
     }
 
     /// Tokens `layer` of `n_layer` keeps: PyramidKV's linear schedule (largest at
@@ -123,6 +174,7 @@ impl KvPolicy {
         match self {
             KvPolicy::PyramidKv(p) => Some(p.layer_budget(layer, n_layer)),
             KvPolicy::AdaKv(p) => p.inner.policy().layer_budget(layer, n_layer),
+            KvPolicy::Relative(p) => p.inner.layer_budget(layer, n_layer),
             other => other.budget(),
         }
     }
@@ -133,6 +185,9 @@ impl KvPolicy {
     /// The cache pads every head to its layer's largest count, so this bounds a
     /// layer's memory (the engine reserves by it).
     pub fn head_capacity(&self, layer: usize, n_layer: usize, n_kv: usize) -> Option<usize> {
+        if let KvPolicy::Relative(p) = self {
+            return p.inner.head_capacity(layer, n_layer, n_kv);
+        }
         let budget = self.layer_budget(layer, n_layer)?;
         match self {
             KvPolicy::AdaKv(p) => {
@@ -147,7 +202,10 @@ impl KvPolicy {
     /// Whether KV heads keep different counts (adakv): the cache then pads heads
     /// with hidden slots and the model masks even a single new token.
     pub fn is_head_wise(&self) -> bool {
-        matches!(self, KvPolicy::AdaKv(_))
+        match self {
+            KvPolicy::Relative(p) => p.inner.is_head_wise(),
+            other => matches!(other, KvPolicy::AdaKv(_)),
+        }
     }
 
     /// Newest entries always kept: `budget - sink` for streaming, `recent` for h2o,
@@ -164,6 +222,7 @@ impl KvPolicy {
             KvPolicy::Expected(p) => p.window,
             KvPolicy::KeyDiff(p) => p.window,
             KvPolicy::AdaKv(p) => p.inner.policy().window(),
+            KvPolicy::Relative(p) => p.inner.window(),
         }
     }
 
@@ -180,6 +239,7 @@ impl KvPolicy {
             KvPolicy::Expected(p) => p.every,
             KvPolicy::KeyDiff(p) => p.every,
             KvPolicy::AdaKv(p) => p.inner.policy().every(),
+            KvPolicy::Relative(p) => p.inner.every(),
         }
     }
 
@@ -196,6 +256,7 @@ impl KvPolicy {
             KvPolicy::Rkv(p) => p.prefill,
             KvPolicy::KeyDiff(p) => p.prefill,
             KvPolicy::AdaKv(p) => p.inner.policy().compresses_prompt(),
+            KvPolicy::Relative(p) => p.inner.compresses_prompt(),
         }
     }
 
@@ -205,6 +266,7 @@ impl KvPolicy {
         match self {
             KvPolicy::H2o(_) => true,
             KvPolicy::AdaKv(p) => p.inner.policy().needs_cumulative(),
+            KvPolicy::Relative(p) => p.inner.needs_cumulative(),
             _ => false,
         }
     }
@@ -215,6 +277,7 @@ impl KvPolicy {
         match self {
             KvPolicy::SnapKv(_) | KvPolicy::PyramidKv(_) | KvPolicy::Rkv(_) => true,
             KvPolicy::AdaKv(p) => p.inner.policy().needs_recent_rows(),
+            KvPolicy::Relative(p) => p.inner.needs_recent_rows(),
             _ => false,
         }
     }
@@ -233,6 +296,7 @@ impl KvPolicy {
             KvPolicy::Rkv(p) => p.alpha < 1.0,
             KvPolicy::KeyDiff(_) => true,
             KvPolicy::AdaKv(p) => p.inner.policy().needs_keys(),
+            KvPolicy::Relative(p) => p.inner.needs_keys(),
             _ => self.needs_queries(),
         }
     }
@@ -240,13 +304,19 @@ impl KvPolicy {
     /// Whether [`select`] reads the cached values ([`ScoreInput::values`]):
     /// Expected Attention weights by their norm.
     pub fn needs_values(&self) -> bool {
-        matches!(self, KvPolicy::Expected(_))
+        match self {
+            KvPolicy::Relative(p) => p.inner.needs_values(),
+            other => matches!(other, KvPolicy::Expected(_)),
+        }
     }
 
     /// Whether the model must hand each step's queries to the cache, which
     /// keeps their statistics ([`ScoreInput::queries`]): Expected Attention.
     pub fn needs_queries(&self) -> bool {
-        matches!(self, KvPolicy::Expected(_))
+        match self {
+            KvPolicy::Relative(p) => p.inner.needs_queries(),
+            other => matches!(other, KvPolicy::Expected(_)),
+        }
     }
 
     /// Checks the parameters' consistency (the spec parser calls this; call it after
@@ -346,6 +416,17 @@ impl KeepSet {
 pub fn select(policy: &KvPolicy, input: &ScoreInput) -> KeepSet {
     let n_kv = input.n_kv();
     let c = input.n_cached;
+    // A relative budget is the share of the sequence read so far: the newest
+    // cached position (the window always keeps it) plus one.
+    if let KvPolicy::Relative(p) = policy {
+        let seen = input
+            .positions
+            .iter()
+            .filter_map(|h| h.iter().rev().find(|&&x| x != tern_models::HIDDEN_POSITION))
+            .max()
+            .map_or(c, |&x| x as usize + 1);
+        return select(&p.at_length(seen), input);
+    }
     // Ada-KV weighs its budget against the layer's real entries, not its padded length.
     if let KvPolicy::AdaKv(p) = policy {
         return adakv::select(p, input);
@@ -363,7 +444,7 @@ pub fn select(policy: &KvPolicy, input: &ScoreInput) -> KeepSet {
         KvPolicy::Rkv(p) => rkv::select(p, input),
         KvPolicy::Expected(p) => expected::select(p, budget, input),
         KvPolicy::KeyDiff(p) => keydiff::select(p, budget, input),
-        KvPolicy::AdaKv(_) => unreachable!("adakv returned above"),
+        KvPolicy::AdaKv(_) | KvPolicy::Relative(_) => unreachable!("returned above"),
     }
 }
 
@@ -388,7 +469,9 @@ pub fn select(policy: &KvPolicy, input: &ScoreInput) -> KeepSet {
 /// (R-KV compresses the decoding trace); `every` 1 for h2o (every step, as in the
 /// paper), 128 for the others. adakv takes both from its inner policy. Full never
 /// compresses; streaming trims whenever over budget, prefill or decode (a rolling
-/// window).
+/// window). A relative budget answers here for its floor: the cache asks with
+/// [`KvPolicy::at_length`] of the sequence's length, so the trigger follows the
+/// budget as the sequence grows.
 pub fn should_compress(
     policy: &KvPolicy,
     n_cached: usize,
@@ -405,6 +488,7 @@ pub fn should_compress(
         KvPolicy::AdaKv(p) => {
             should_compress(&p.inner.policy(), n_cached, tokens_since_last, in_prefill)
         }
+        KvPolicy::Relative(p) => should_compress(&p.inner, n_cached, tokens_since_last, in_prefill),
         _ if in_prefill => policy.compresses_prompt(),
         _ => tokens_since_last >= policy.every(),
     }

@@ -8,7 +8,11 @@
 //! `rkv:budget=256,window=8,kernel=7,alpha=0.1,every=128`, `keydiff:budget=256,window=8`,
 //! `expected:budget=256,n_future=512,cov=pair`,
 //! `adakv:inner=snapkv,floor=0.2,budget=256,window=32,kernel=5,pool=avg` (Ada-KV takes
-//! `inner` and `floor`, and every key of its inner policy). Keys may come in any
+//! `inner` and `floor`, and every key of its inner policy). Any budgeted policy
+//! takes a relative budget, a share of the sequence's current length with a
+//! floor in tokens: `rkv:budget=50%,min_budget=64` (the share in `(0%, 100%]`;
+//! `min_budget` is required with a share and refused without one; see
+//! `relative.rs`). Keys may come in any
 //! order, missing keys take their defaults, spaces around names, keys and values
 //! and empty items are ignored. `Display` prints every key in a fixed order, so
 //! printing then parsing gives the same policy back.
@@ -21,7 +25,7 @@ use std::str::FromStr;
 
 use super::{
     AdaKvParams, Covariance, ExpectedParams, H2oParams, KeyDiffParams, KvPolicy, Pool,
-    PyramidKvParams, RkvParams, Scorer, SnapKvParams, StreamingParams,
+    PyramidKvParams, RelativeParams, RkvParams, Scorer, SnapKvParams, StreamingParams,
 };
 
 /// Keys each policy accepts, in printing order.
@@ -55,6 +59,18 @@ pub const MAX_KERNEL: usize = 63;
 pub const MAX_N_FUTURE: usize = 1 << 16;
 /// Every policy name, for [`PolicyError::UnknownPolicy`].
 const POLICIES: &str = "full, streaming, h2o, snapkv, pyramidkv, rkv, keydiff, adakv, expected";
+/// The names [`POLICIES`] lists, one by one.
+const NAMES: &[&str] = &[
+    "full",
+    "streaming",
+    "h2o",
+    "snapkv",
+    "pyramidkv",
+    "rkv",
+    "keydiff",
+    "adakv",
+    "expected",
+];
 
 /// Why a spec string or a hand-built policy was rejected; every message names the
 /// offending policy, key or value so a user can fix the spec from it alone.
@@ -122,6 +138,23 @@ pub enum PolicyError {
         /// The served model's context window.
         context_length: usize,
     },
+    /// A relative budget (`budget=P%`) without its floor.
+    #[error(
+        "`budget` = {percent}% is a share of the sequence's length: give `min_budget=N`, \
+         the fewest tokens {policy} keeps while that share is smaller"
+    )]
+    MissingFloor {
+        /// Policy name.
+        policy: &'static str,
+        /// The share, in percent.
+        percent: f32,
+    },
+    /// `min_budget` given with a budget in tokens.
+    #[error(
+        "`min_budget` is the floor of a relative budget: it needs `budget=P%` \
+         (a share of the sequence's length), not a token count"
+    )]
+    FloorWithoutShare,
     /// PyramidKV's last layer would keep no more than the window.
     #[error(
         "`min_ratio` = {min_ratio} leaves the last layer {last} tokens (budget * min_ratio), \
@@ -145,10 +178,87 @@ impl FromStr for KvPolicy {
             Some((name, body)) => (name.trim(), body),
             None => (s.trim(), ""),
         };
-        let policy = parse_unchecked(name, body)?;
+        let Some(&known) = NAMES.iter().find(|&&n| n == name) else {
+            return Err(PolicyError::UnknownPolicy(name.to_string()));
+        };
+        let policy = match split_relative(known, body)? {
+            None => parse_unchecked(name, body)?,
+            Some((percent, inner_body)) => {
+                // The floor stands in for the budget: errors about it name `min_budget`.
+                let inner = parse_unchecked(name, &inner_body).map_err(|e| match e {
+                    PolicyError::BadValue {
+                        key: "budget",
+                        value,
+                        ..
+                    } => bad("min_budget", value),
+                    other => other,
+                })?;
+                if matches!(inner, KvPolicy::Full) {
+                    // full takes no keys: its parser already refused `budget`.
+                    return Err(bad_share(format!("{percent}%")));
+                }
+                KvPolicy::Relative(RelativeParams {
+                    percent,
+                    inner: Box::new(inner),
+                })
+            }
+        };
         policy.validate()?;
         Ok(policy)
     }
+}
+
+/// A relative budget's share and the body its inner policy parses (the
+/// floor as `budget=N`, `min_budget` removed); `None` for a budget in tokens.
+fn split_relative(policy: &'static str, body: &str) -> Result<Option<(f32, String)>, PolicyError> {
+    let items: Vec<&str> = body.split(',').collect();
+    fn key_of(item: &str) -> Option<(&str, &str)> {
+        item.split_once('=').map(|(k, v)| (k.trim(), v.trim()))
+    }
+    let share = items
+        .iter()
+        .filter_map(|i| key_of(i))
+        .find(|&(k, v)| k == "budget" && v.ends_with('%'))
+        .map(|(_, v)| v);
+    let floors: Vec<&str> = items
+        .iter()
+        .filter_map(|i| key_of(i))
+        .filter(|&(k, _)| k == "min_budget")
+        .map(|(_, v)| v)
+        .collect();
+    let Some(share) = share else {
+        return if floors.is_empty() {
+            Ok(None)
+        } else {
+            Err(PolicyError::FloorWithoutShare)
+        };
+    };
+    let percent = share
+        .trim_end_matches('%')
+        .trim()
+        .parse::<f32>()
+        .ok()
+        .filter(|p| *p > 0.0 && *p <= 100.0)
+        .ok_or_else(|| bad_share(share))?;
+    let floor = match floors.as_slice() {
+        [] => return Err(PolicyError::MissingFloor { policy, percent }),
+        [one] => *one,
+        _ => {
+            return Err(PolicyError::DuplicateKey {
+                policy,
+                key: "min_budget",
+            })
+        }
+    };
+    let inner: Vec<String> = items
+        .iter()
+        .filter(|&&i| key_of(i).is_none_or(|(k, _)| k != "min_budget"))
+        .map(|&i| match key_of(i) {
+            Some(("budget", _)) => format!("budget={floor}"),
+            _ => i.to_string(),
+        })
+        .collect();
+    Ok(Some((percent, inner.join(","))))
 }
 
 /// The policy `name` with the items of `body`, defaults filled in, not validated.
@@ -344,6 +454,19 @@ impl fmt::Display for KvPolicy {
                 let (name, keys) = inner.split_once(':').unwrap_or((&inner, ""));
                 write!(f, "adakv:inner={name},floor={},{keys}", p.floor)
             }
+            KvPolicy::Relative(p) => {
+                // The inner spec with its `budget=FLOOR` item as the share and floor.
+                let inner = p.inner.to_string();
+                let (name, keys) = inner.split_once(':').unwrap_or((&inner, ""));
+                let keys: Vec<String> = keys
+                    .split(',')
+                    .map(|item| match item.strip_prefix("budget=") {
+                        Some(floor) => format!("budget={}%,min_budget={floor}", p.percent),
+                        None => item.to_string(),
+                    })
+                    .collect();
+                write!(f, "{name}:{}", keys.join(","))
+            }
         }
     }
 }
@@ -427,6 +550,19 @@ pub(super) fn validate(policy: &KvPolicy) -> Result<(), PolicyError> {
             }
             Ok(())
         }
+        KvPolicy::Relative(p) => {
+            if !(p.percent > 0.0 && p.percent <= 100.0) {
+                return Err(bad_share(format!("{}%", p.percent)));
+            }
+            match *p.inner {
+                KvPolicy::Full | KvPolicy::Relative(_) => Err(bad_share(format!("{}%", p.percent))),
+                // At the floor: every check holds at any larger budget too.
+                ref inner => {
+                    positive("min_budget", p.floor())?;
+                    validate(inner)
+                }
+            }
+        }
     }
 }
 
@@ -459,6 +595,10 @@ pub(super) fn check_context(policy: &KvPolicy, context_length: usize) -> Result<
     if let Some(budget) = policy.budget() {
         over("budget", budget)?;
     }
+    if let KvPolicy::Relative(p) = policy {
+        // The floor, window and interval; the share never exceeds the length.
+        return check_context(&p.inner, context_length);
+    }
     let window_key = match policy {
         KvPolicy::H2o(_) => "recent",
         KvPolicy::AdaKv(p) if matches!(p.inner.policy(), KvPolicy::H2o(_)) => "recent",
@@ -488,6 +628,16 @@ fn bad(key: &'static str, value: impl fmt::Display) -> PolicyError {
         key,
         value: value.to_string(),
         expected: expected(key),
+    }
+}
+
+/// A [`PolicyError::BadValue`] for a relative `budget` (`P%`).
+fn bad_share(value: impl fmt::Display) -> PolicyError {
+    PolicyError::BadValue {
+        key: "budget",
+        value: value.to_string(),
+        expected: "a share of the sequence's length above 0% and at most 100%, \
+                   with its floor as min_budget=N (a policy that keeps tokens)",
     }
 }
 
@@ -989,5 +1139,83 @@ mod tests {
         let e = serde_json::from_str::<KvPolicy>("\"h2o:foo=1\"").unwrap_err();
         assert!(e.to_string().contains("unknown key `foo` for h2o"), "{e}");
         assert!(serde_json::from_str::<KvPolicy>("42").is_err());
+    }
+
+    #[test]
+    fn relative_budgets_round_trip() {
+        for (spec, canonical) in [
+            (
+                "rkv:budget=50%,min_budget=64",
+                "rkv:budget=50%,min_budget=64,window=8,kernel=7,alpha=0.1,every=128,prefill=false",
+            ),
+            (
+                "streaming:min_budget=32, budget = 12.5% ,sink=2",
+                "streaming:budget=12.5%,min_budget=32,sink=2",
+            ),
+            (
+                "adakv:inner=h2o,budget=100%,min_budget=16,recent=4",
+                "adakv:inner=h2o,floor=0.2,budget=100%,min_budget=16,recent=4,every=1,prefill=true",
+            ),
+        ] {
+            let p = parse(spec).unwrap();
+            assert!(p.is_relative(), "{spec}");
+            assert_eq!(p.to_string(), canonical);
+            assert_eq!(parse(canonical).unwrap(), p);
+            // Serde writes and reads the same string.
+            let json = serde_json::to_string(&p).unwrap();
+            assert_eq!(serde_json::from_str::<KvPolicy>(&json).unwrap(), p);
+        }
+        let p = parse("rkv:budget=50%,min_budget=64").unwrap();
+        assert_eq!((p.name(), p.budget(), p.window()), ("rkv", Some(64), 8));
+        // A budget in tokens is still a plain policy.
+        assert!(!parse("rkv:budget=64").unwrap().is_relative());
+    }
+
+    #[test]
+    fn bad_relative_budgets_are_clear_errors() {
+        for (spec, says) in [
+            ("rkv:budget=0%,min_budget=64", "bad value `0%` for `budget`"),
+            (
+                "rkv:budget=150%,min_budget=64",
+                "bad value `150%` for `budget`",
+            ),
+            (
+                "rkv:budget=-5%,min_budget=64",
+                "bad value `-5%` for `budget`",
+            ),
+            ("rkv:budget=x%,min_budget=64", "bad value `x%` for `budget`"),
+            ("rkv:budget=50%", "give `min_budget=N`"),
+            ("rkv:budget=64,min_budget=32", "it needs `budget=P%`"),
+            ("rkv:min_budget=32", "it needs `budget=P%`"),
+            (
+                "rkv:budget=50%,min_budget=0",
+                "bad value `0` for `min_budget`",
+            ),
+            (
+                "rkv:budget=50%,min_budget=x",
+                "bad value `x` for `min_budget`",
+            ),
+            (
+                "rkv:budget=50%,min_budget=8,window=8",
+                "`window` = 8 must be less than `budget` = 8",
+            ),
+            (
+                "rkv:budget=50%,min_budget=64,min_budget=65",
+                "key `min_budget` given twice for rkv",
+            ),
+            (
+                "full:budget=50%,min_budget=64",
+                "unknown key `budget` for full",
+            ),
+            ("nope:budget=50%", "unknown policy `nope`"),
+        ] {
+            let e = err(spec);
+            assert!(e.contains(says), "{spec}: {e}");
+        }
+        // The floor and window must fit the model's context.
+        let p = parse("rkv:budget=50%,min_budget=64").unwrap();
+        assert!(p.check_context(128).is_ok());
+        let e = p.check_context(32).unwrap_err().to_string();
+        assert!(e.contains("`budget` = 64 exceeds"), "{e}");
     }
 }

@@ -1,0 +1,232 @@
+//! Where a run's rewards come from: the task itself (its answer, or the
+//! tests it carries), or unit tests a model writes for it (the CodeRM
+//! setting, issue 60): code tasks without hidden tests still train.
+//!
+//! `generated_tests:K`: for each group of rollouts, the test writer (the
+//! policy itself, or `test_model`) writes K test replies for the task's
+//! problem (its prelude, else its question), sampled as `tern eval`'s
+//! `reward@N:tests=K` samples them (`tern_solve::reasoning::run_generated_tests`,
+//! reply `j` seeded from the group's seed); every rollout's program runs
+//! against every test picked, and its reward is the share it passes.
+//!
+//! Ties and dead tests: rollouts passing the same number of tests earn the
+//! same reward (GRPO's group-relative advantage then ranks them equal). A
+//! test every rollout fails (a wrong or malformed test, most often) or every
+//! rollout passes shifts every reward of the group alike, and the
+//! group-normalized advantages ignore a shift, so it carries no signal and
+//! does no harm. No test parsed at all gives every rollout 0: a group with
+//! no signal, skipped by the learner. The task's own tests (if any) are not
+//! used for the reward; held-out evaluation still grades by them.
+
+use std::fmt;
+use std::str::FromStr;
+
+use tern_runtime::engine::EngineHandle;
+use tern_solve::reasoning::{self, TestSpec, MAX_GENERATED_TESTS};
+use tern_solve::tasks::Task;
+use tern_solve::verify;
+
+use crate::error::{Result, TrainError};
+use crate::rollout::Rollout;
+
+/// A run's reward source; written `task` or `generated_tests:K`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reward {
+    /// The task's answer (answer tasks) or its own tests (code tasks).
+    #[default]
+    Task,
+    /// K unit tests a model writes per group; reward = share passed.
+    GeneratedTests(usize),
+}
+
+impl FromStr for Reward {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().split_once(':') {
+            None if s.trim() == "task" => Ok(Reward::Task),
+            Some(("generated_tests", k)) => k
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|k| (1..=MAX_GENERATED_TESTS).contains(k))
+                .map(Reward::GeneratedTests)
+                .ok_or_else(|| {
+                    format!(
+                        "reward generated_tests:K needs K from 1 to {MAX_GENERATED_TESTS}, got `{k}`"
+                    )
+                }),
+            _ => Err(format!(
+                "unknown reward `{s}` (task, or generated_tests:K for tests a model writes)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Reward {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reward::Task => f.write_str("task"),
+            Reward::GeneratedTests(k) => write!(f, "generated_tests:{k}"),
+        }
+    }
+}
+
+impl serde::Serialize for Reward {
+    /// As its spec string.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Reward {
+    /// From its spec string.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The model that writes a run's tests and how many per group.
+pub struct TestWriter<'a> {
+    /// Its engine (the rollout engine itself, or `test_model`'s).
+    pub engine: &'a EngineHandle,
+    /// Test replies per group (K).
+    pub k: usize,
+    /// Most tokens per reply.
+    pub max_tokens: usize,
+    /// The replies' temperature.
+    pub temperature: f32,
+}
+
+/// Sets each rollout's reward to the share of `tests` its program passes
+/// (0 for all when `tests` is empty); returns the tests' count.
+pub fn score_by_tests(rollouts: &mut [Rollout], task: &Task, tests: &[String]) -> Result<usize> {
+    let programs = programs(rollouts, task);
+    let reports = verify::judge_many(&programs, tests, &verify::Limits::default())
+        .map_err(|e| TrainError::Rollout(format!("running generated tests: {e}")))?;
+    for (r, report) in rollouts.iter_mut().zip(&reports) {
+        r.reward = report.pass_rate();
+    }
+    Ok(tests.len())
+}
+
+/// Sets the rewards of one group from tests `writer` writes now for `task`
+/// (replies seeded from `seed`, the group's own); returns the tests used.
+pub fn score_by_generated_tests(
+    rollouts: &mut [Rollout],
+    task: &Task,
+    writer: &TestWriter<'_>,
+    seed: u64,
+) -> Result<Vec<String>> {
+    let problem = if task.prelude.trim().is_empty() {
+        task.question.as_str()
+    } else {
+        task.prelude.as_str()
+    };
+    let spec = TestSpec {
+        k: writer.k,
+        max_tokens: writer.max_tokens,
+        temperature: writer.temperature,
+        top_p: 0.95,
+    };
+    let programs = programs(rollouts, task);
+    let (tests, reports) = reasoning::run_generated_tests(
+        writer.engine,
+        problem,
+        seed,
+        &spec,
+        &programs,
+        &verify::Limits::default(),
+    )
+    .map_err(|e| TrainError::Rollout(e.to_string()))?;
+    for (r, report) in rollouts.iter_mut().zip(&reports) {
+        r.reward = report.pass_rate();
+    }
+    Ok(tests)
+}
+
+/// Each rollout's program as the task's judge runs it.
+fn programs(rollouts: &[Rollout], task: &Task) -> Vec<String> {
+    rollouts
+        .iter()
+        .map(|r| task.program(&verify::extract_code(&r.text)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rollout(code: &str) -> Rollout {
+        Rollout {
+            text: format!("```python\n{code}\n```"),
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            reward: -1.0,
+            kv_peak_bytes: 0,
+            kv_full_bytes: 0,
+            kv_attended: 0,
+            kv_attended_full: 0,
+            evictions: None,
+        }
+    }
+
+    #[test]
+    fn reward_specs_parse_and_print() {
+        assert_eq!("task".parse::<Reward>(), Ok(Reward::Task));
+        assert_eq!(
+            "generated_tests:8".parse::<Reward>(),
+            Ok(Reward::GeneratedTests(8))
+        );
+        assert_eq!(Reward::GeneratedTests(4).to_string(), "generated_tests:4");
+        for bad in [
+            "generated_tests:0",
+            "generated_tests:65",
+            "generated_tests:x",
+            "tests",
+            "",
+        ] {
+            let e = bad.parse::<Reward>().unwrap_err();
+            assert!(
+                e.contains("generated_tests") || e.contains("unknown reward"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rollout_passing_more_generated_tests_earns_more() {
+        // A task without tests of its own: only the generated ones judge.
+        let task = Task {
+            question: "Write add(a, b).".into(),
+            answer: String::new(),
+            difficulty: None,
+            tests: Vec::new(),
+            prelude: "def add(a, b):\n    \"\"\"The sum of a and b.\"\"\"\n".into(),
+            target: None,
+        };
+        let tests: Vec<String> = [
+            "assert add(1, 2) == 3",
+            "assert add(0, 0) == 0",
+            "assert add(-1, 1) == 0",
+            // A wrong test: every rollout fails it, the ranking is unchanged.
+            "assert add(2, 2) == 5",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut group = vec![
+            rollout("def add(a, b):\n    return a + b"),
+            rollout("def add(a, b):\n    return a * b"),
+            rollout("def add(a, b):\n    return 0"),
+            rollout("def add(a, b):\n    raise ValueError(a)"),
+        ];
+        assert_eq!(score_by_tests(&mut group, &task, &tests).unwrap(), 4);
+        let rewards: Vec<f64> = group.iter().map(|r| r.reward).collect();
+        // a + b passes 3 of 4; a * b only add(0, 0); 0 passes two; a crash none.
+        assert_eq!(rewards, vec![0.75, 0.25, 0.5, 0.0]);
+        // No test at all: no signal.
+        score_by_tests(&mut group, &task, &[]).unwrap();
+        assert!(group.iter().all(|r| r.reward == 0.0));
+    }
+}
