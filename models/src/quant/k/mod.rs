@@ -282,19 +282,21 @@ impl KWeights {
         wide: bool,
     ) -> Vec<f32> {
         let n = self.rows;
-        let mut out = vec![0f32; rows * n];
         if rows == 0 || n == 0 {
-            return out;
+            return vec![0f32; rows * n];
         }
         let acts = Q8KActs::quantize(x, self.cols, rows, self.grouped_rows(rows));
         let pool = Pool::global();
         let work = rows * n * self.blocks_per_row();
-        let out_ptr = SharedOut(out.as_mut_ptr());
         let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
         #[cfg(target_arch = "x86_64")]
         let wide = wide && crate::quant::dot::avx512_vnni();
         #[cfg(target_arch = "x86_64")]
         if avx2 && fast::supports(self, rows, wide) {
+            // Not zeroed first: the fast kernels write every output (a
+            // prefill's output is megabytes, zeroed on one thread).
+            let mut out = Vec::with_capacity(rows * n);
+            let out_ptr = SharedOut(out.as_mut_ptr());
             // SAFETY: AVX2, FMA and F16C were detected (`best_kernel`); each
             // column range is claimed by one task only.
             let groups = fast::Prepared::new(self, &acts, wide);
@@ -308,8 +310,13 @@ impl KWeights {
             };
             // Task boundaries on whole groups of eight weight rows.
             split_columns(pool, n, work, 8, &run);
+            // SAFETY: the tasks covered columns `0..n`, and `fast::run`
+            // writes every activation row of its columns.
+            unsafe { out.set_len(rows * n) };
             return out;
         }
+        let mut out = vec![0f32; rows * n];
+        let out_ptr = SharedOut(out.as_mut_ptr());
         let variants: Vec<Variant> = (0..rows).map(|r| self.variant(&acts, r)).collect();
         let act_rows: Vec<&[q8k::Q8KBlock]> = (0..rows).map(|r| acts.row(r)).collect();
         let run = |cols: std::ops::Range<usize>| {
@@ -388,10 +395,11 @@ impl KWeights {
         let wide = crate::quant::dot::avx512_vnni();
         let groups = fast::Prepared::new(self, &acts, wide);
         let n = self.rows;
-        let mut out = vec![0f32; rows * n];
+        // Not zeroed first: every output is written below.
+        let mut out = Vec::with_capacity(rows * n);
         let out_ptr = SharedOut(out.as_mut_ptr());
         // Columns a tile holds: a multiple of 8 (the kernels' unit).
-        let tile = (GLU_TILE_VALUES / rows).clamp(8, 256) / 8 * 8;
+        let tile = (GLU_TILE_VALUES / rows).clamp(8, GLU_TILE_MAX_COLS) / 8 * 8;
         let run = |cols: std::ops::Range<usize>| {
             GLU_SCRATCH.with(|scratch| {
                 let mut scratch = scratch.borrow_mut();
@@ -413,20 +421,29 @@ impl KWeights {
                         fast::run(up, &acts, &groups, c0..c1, at(ut));
                     }
                     let w = c1 - c0;
+                    let mut row = [0f32; GLU_TILE_MAX_COLS];
                     for r in 0..rows {
                         let t = r * tile..r * tile + w;
-                        // SAFETY: `r * n + c0 + w <= rows * n`, and each
-                        // column range is claimed by one task only.
-                        let o = unsafe {
-                            std::slice::from_raw_parts_mut(out_ptr.get().add(r * n + c0), w)
+                        glu(&gt[t.clone()], &ut[t], &mut row[..w]);
+                        // SAFETY: `r * n + c0 + w <= rows * n`, the buffer's
+                        // capacity, and each column range is claimed by one
+                        // task only.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                row.as_ptr(),
+                                out_ptr.get().add(r * n + c0),
+                                w,
+                            )
                         };
-                        glu(&gt[t.clone()], &ut[t], o);
                     }
                 }
             })
         };
         let work = 2 * rows * n * self.blocks_per_row();
         split_columns(Pool::global(), n, work, 8, &run);
+        // SAFETY: the tasks covered columns `0..n`, and each wrote every
+        // row of its columns' tiles.
+        unsafe { out.set_len(rows * n) };
         Some(out)
     }
 }
@@ -434,6 +451,9 @@ impl KWeights {
 /// A gated unit's activation over one row's gate and up values, into its
 /// output slice (all three of one length).
 pub type GluFn = dyn Fn(&[f32], &[f32], &mut [f32]) + Sync;
+
+/// Columns a fused gated unit's tile holds at most.
+const GLU_TILE_MAX_COLS: usize = 256;
 
 /// Gate and up values a task's tile holds each (256 KB of f32: both
 /// tiles stay in a core's L2 beside the weight rows).
