@@ -197,6 +197,20 @@ pub fn train(
     let resumed = resume.map(checkpoint::load).transpose()?;
     let (train_tasks, worked_note) = sft_targets(cfg, tasks::load(&cfg.task)?);
     let eval_tasks = cfg.eval_task.as_deref().map(tasks::load).transpose()?;
+    // A code problem without tests or answer (only a prelude) can be judged
+    // only by tests a model writes.
+    if cfg.reward == crate::reward::Reward::Task {
+        if let Some(i) = train_tasks
+            .iter()
+            .position(|t| t.answer.is_empty() && t.tests.is_empty())
+        {
+            return Err(TrainError::Config(format!(
+                "task {} has neither an answer nor tests: give --reward generated_tests:K \
+                 (tests a model writes) to train on code problems without tests",
+                i + 1
+            )));
+        }
+    }
     // SFT writes "The answer is X" for a task: code tasks have no such line.
     if cfg.algorithm == Algorithm::Sft && train_tasks.iter().any(|t| t.is_code()) {
         return Err(TrainError::Config(

@@ -1,6 +1,8 @@
 //! JSONL task files, gzipped or not: one `{"question"|"prompt": ..., "answer": ...}`
-//! per line, a code task `{"prompt": ..., "tests": [...]}`, or a HumanEval
-//! record (see [`super::humaneval`]).
+//! per line, a code task `{"prompt": ..., "tests": [...]}`, a code problem
+//! without tests `{"prompt": ..., "prelude": "def f(...):\n    \"\"\"...\"\"\""}`
+//! (no answer: only tests a model writes can judge it, `tern train --reward
+//! generated_tests:K`), or a HumanEval record (see [`super::humaneval`]).
 
 use std::io::Read;
 use std::path::Path;
@@ -55,6 +57,14 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Task>, TaskError> {
             tasks.push(code_task(question, tests, &v).map_err(bad)?);
             continue;
         }
+        let prelude = v["prelude"].as_str().filter(|p| !p.trim().is_empty());
+        if let (serde_json::Value::Null, Some(prelude)) = (&v["answer"], prelude) {
+            // A code problem with no tests and no answer.
+            let mut task = Task::answer(question.to_string(), String::new(), None);
+            task.prelude = prelude.to_string();
+            tasks.push(task);
+            continue;
+        }
         let raw = match &v["answer"] {
             serde_json::Value::String(s) if !s.trim().is_empty() => s.clone(),
             serde_json::Value::Number(n) => n.to_string(),
@@ -99,6 +109,24 @@ fn code_task(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_code_problem_without_tests_keeps_its_prelude_and_no_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("open.jsonl");
+        std::fs::write(
+            &p,
+            "{\"prompt\": \"Write add.\", \"prelude\": \"def add(a, b):\\n    pass\"}\n",
+        )
+        .unwrap();
+        let t = &read_jsonl(&p).unwrap()[0];
+        assert_eq!((t.answer.as_str(), t.tests.len()), ("", 0));
+        assert_eq!(t.prelude, "def add(a, b):\n    pass");
+        // Without a prelude it is still an answer task missing its answer.
+        std::fs::write(&p, "{\"prompt\": \"Write add.\"}\n").unwrap();
+        let e = read_jsonl(&p).unwrap_err().to_string();
+        assert!(e.contains("no `answer`"), "{e}");
+    }
 
     #[test]
     fn reads_gsm8k_style_and_names_the_bad_line() {
