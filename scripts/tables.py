@@ -1949,6 +1949,14 @@ def bench_constraint():
                    per_token(j["llguidance_check_drawn"])]])
 
 
+def spec63_bench():
+    """Greedy decode with and without prompt-lookup speculative decoding on
+    the Qwen2.5-Coder models, code editing and chat (docs/records/spec63/,
+    scripts/spec63.py; scripts/spec63_table.py)."""
+    import spec63_table
+    return table(spec63_table.HEADER, spec63_table.rows(RECORDS / "spec63"))
+
+
 # ---------------------------------------------------------------- native llama.cpp (issue 59)
 
 NATIVE59 = RECORDS / "native59"
@@ -2092,6 +2100,7 @@ TABLES = {
         "bench-judge-interleaved": bench_judge_interleaved,
         "bench-kv-dtype-depth": bench_kv_dtype_depth,
         "bench-constraint": bench_constraint,
+        "spec63-bench": spec63_bench,
     },
     "MODELS.md": {
         "models58-bench": models58_bench,
