@@ -1957,6 +1957,14 @@ def spec63_bench():
     return table(spec63_table.HEADER, spec63_table.rows(RECORDS / "spec63"))
 
 
+def spreadsheet_heldout():
+    """Qwen2.5-Coder-0.5B-Instruct, greedy and single-round, on the held-out
+    spreadsheet split (docs/records/spreadsheet/, scripts/spreadsheet_table.py)."""
+    import spreadsheet_table
+    return table(spreadsheet_table.HEADER, spreadsheet_table.rows(
+        "0.5B greedy", RECORDS / "spreadsheet" / "heldout_0.5b_greedy.jsonl"))
+
+
 # ---------------------------------------------------------------- native llama.cpp (issue 59)
 
 NATIVE59 = RECORDS / "native59"
@@ -2101,6 +2109,9 @@ TABLES = {
         "bench-kv-dtype-depth": bench_kv_dtype_depth,
         "bench-constraint": bench_constraint,
         "spec63-bench": spec63_bench,
+    },
+    "SPREADSHEET.md": {
+        "spreadsheet-heldout": spreadsheet_heldout,
     },
     "MODELS.md": {
         "models58-bench": models58_bench,

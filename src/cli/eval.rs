@@ -34,6 +34,9 @@ fn worded(e: EvalError) -> anyhow::Error {
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &EvalArgs) -> Result<()> {
+    if tern_solve::tasks::spreadsheet::is_spreadsheet(&a.task) {
+        return super::eval_spreadsheet::run(a);
+    }
     let strategies: Vec<Strategy> = a
         .strategy
         .iter()

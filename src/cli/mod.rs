@@ -7,6 +7,7 @@ mod bench;
 mod bon;
 mod chat;
 mod eval;
+mod eval_spreadsheet;
 mod export;
 mod generate;
 mod info;

@@ -13,6 +13,7 @@ mod error;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod spreadsheet;
 pub mod strategy;
 pub mod synthesis_data;
 

@@ -111,6 +111,12 @@ pub fn load(source: &str) -> Result<Vec<Task>, TaskError> {
         ArithmeticSpec::parse(rest)
             .and_then(|s| s.generate())
             .map_err(spec_error)?
+    } else if spreadsheet::is_spreadsheet(source) {
+        return Err(spec_error(
+            "spreadsheet tasks are judged on workbooks, not by answers or unit tests: \
+             `tern eval` runs them (tasks::spreadsheet::load)"
+                .into(),
+        ));
     } else if let Some(rest) = builtin_rest(source, "story") {
         StorySpec::parse(rest)
             .and_then(|s| s.generate())

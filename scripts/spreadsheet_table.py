@@ -1,0 +1,35 @@
+"""The spreadsheet family's score table (docs/SPREADSHEET.md): soft and hard
+scores of one `tern eval --task spreadsheet:... --records FILE` run, overall
+after each round and per operation kind after the last round, from its
+records (one JSON line per task, solve/src/eval/spreadsheet.rs)."""
+import json
+
+HEADER = ["run", "scope", "tasks", "rounds", "soft", "hard"]
+
+
+def after(record, round_):
+    """(soft, hard) of a record after `round_` rounds; a task solved early
+    keeps its score."""
+    rounds = record["rounds"]
+    r = rounds[min(round_, len(rounds)) - 1]
+    return r["passed"] / r["total"], r["passed"] == r["total"]
+
+
+def rows(name, path):
+    recs = [json.loads(line) for line in open(path) if line.strip()]
+    recs.sort(key=lambda r: r["task"])
+    most = max(len(r["rounds"]) for r in recs)
+    out = []
+
+    def row(scope, rs, k):
+        soft = sum(after(r, k)[0] for r in rs) / len(rs)
+        hard = sum(after(r, k)[1] for r in rs)
+        out.append([name, scope, str(len(rs)), str(k), f"{soft:.3f}",
+                    f"{hard}/{len(rs)}"])
+
+    for k in range(1, most + 1):
+        row("all", recs, k)
+    kinds = sorted({r["kind"] for r in recs})
+    for kind in kinds:
+        row(kind, [r for r in recs if r["kind"] == kind], most)
+    return out
