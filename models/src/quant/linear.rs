@@ -479,10 +479,13 @@ impl PackedWeights {
 /// `x` (`rows * w.cols` f32, row-major) times `w^T`: `rows * w.rows` f32.
 fn matmul(w: &PackedWeights, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
     let (out_dim, nb) = (w.rows, w.blocks_per_row());
-    let mut out = vec![0f32; rows * out_dim];
     if rows == 0 || out_dim == 0 {
-        return out;
+        return vec![0f32; rows * out_dim];
     }
+    // Not zeroed first: `gemm_range` writes every row of its columns, and
+    // the columns below cover `0..out_dim` (a prefill's output is
+    // megabytes, zeroed on one thread).
+    let mut out: Vec<f32> = Vec::with_capacity(rows * out_dim);
     let mut acts = QuantizedActs::zeroed(rows, nb, w.format.needs_act_sums());
     dot::quantize_rows(kernel, x, w.cols, 0..rows, &mut acts);
     let acts = &acts;
@@ -507,6 +510,8 @@ fn matmul(w: &PackedWeights, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32>
     if threads == 1 || rows * out_dim * nb < PARALLEL_MIN_BLOCK_DOTS {
         // `out` holds `rows * out_dim` f32 and this thread alone writes it.
         gemm(0..out_dim, optr);
+        // SAFETY: every row of columns `0..out_dim` was written.
+        unsafe { out.set_len(rows * out_dim) };
         return out;
     }
     // Task boundaries on the kernels' tiles: whole row groups for decode, slabs of
@@ -529,5 +534,7 @@ fn matmul(w: &PackedWeights, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32>
         // index is claimed exactly once, so each column range has one writer.
         gemm(cols, optr);
     });
+    // SAFETY: the tasks covered columns `0..out_dim`, each writing every row.
+    unsafe { out.set_len(rows * out_dim) };
     out
 }
