@@ -144,6 +144,7 @@ impl Tally {
             kv_bytes: kv().map(|k| k.bytes_peak).max().unwrap_or(0),
             kv_bytes_full: kv().map(|k| k.bytes_full).max().unwrap_or(0),
             prompt_tokens: self.prompt_tokens,
+            context_overflow: None,
             choices: if self.done.len() > 1 {
                 self.done
                     .iter()

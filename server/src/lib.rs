@@ -32,6 +32,7 @@ mod llama_api;
 mod logprobs;
 mod openai;
 pub mod origin;
+pub mod overflow;
 mod params;
 mod prometheus;
 mod prompt;
@@ -107,6 +108,9 @@ pub struct ServerConfig {
     /// How a reasoning model's `<think>` block is returned when a request
     /// does not say (`--reasoning-format`; llama-server's default, `auto`).
     pub reasoning_format: think::ReasoningFormat,
+    /// What a prompt too long for the context gets when a request does
+    /// not say (`--context-overflow`; `error`, as OpenAI and llama-server).
+    pub context_overflow: overflow::ContextOverflow,
     /// Connection cap and timeouts.
     pub connections: ConnectionLimits,
     /// How `/v1/embeddings` pools an input's token states (`--embedding-pooling`).
@@ -147,6 +151,7 @@ impl ServerConfig {
             content_tokens: ContentTokens::Text,
             allow_code_execution: false,
             reasoning_format: think::ReasoningFormat::default(),
+            context_overflow: overflow::ContextOverflow::default(),
             connections: ConnectionLimits::default(),
             embedding_pooling: Pooling::Mean,
             responses_store: DEFAULT_RESPONSES_STORE,

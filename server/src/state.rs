@@ -19,6 +19,7 @@ use crate::adapters::AdapterRegistry;
 use crate::ids::unix_now;
 use crate::openai::error::ApiError;
 use crate::origin::HostPolicy;
+use crate::overflow::ContextOverflow;
 use crate::params::ModelLimits;
 use crate::response_store::ResponseStore;
 use crate::think::ReasoningFormat;
@@ -41,6 +42,7 @@ struct Inner {
     content_tokens: ContentTokens,
     allow_code_execution: bool,
     reasoning_format: ReasoningFormat,
+    context_overflow: ContextOverflow,
     body_timeout: Duration,
     embedding_pooling: Pooling,
     responses: Arc<ResponseStore>,
@@ -73,6 +75,7 @@ impl AppState {
             content_tokens: config.content_tokens,
             allow_code_execution: config.allow_code_execution,
             reasoning_format: config.reasoning_format,
+            context_overflow: config.context_overflow,
             body_timeout: config.connections.body_timeout,
             embedding_pooling: config.embedding_pooling,
             responses: Arc::new(responses),
@@ -199,6 +202,11 @@ impl AppState {
     /// The `reasoning_format` of requests that do not send one.
     pub fn reasoning_format(&self) -> ReasoningFormat {
         self.0.reasoning_format
+    }
+
+    /// The `context_overflow` of requests that do not send one.
+    pub fn context_overflow(&self) -> ContextOverflow {
+        self.0.context_overflow
     }
 
     /// Longest a request body may take to arrive.

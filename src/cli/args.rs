@@ -762,6 +762,14 @@ pub struct ServeArgs {
     /// (Qwen3, DeepSeek-R1) are split
     #[arg(long, default_value = "auto", value_parser = ["none", "deepseek", "auto"])]
     pub reasoning_format: String,
+    /// What a request whose prompt leaves its answer no room in the context
+    /// gets when it does not send `context_overflow`: `error` (the default:
+    /// a 400 with the numbers, as OpenAI and llama-server answer, so no
+    /// client is answered about a conversation the model did not read
+    /// whole) or `shift` / `shift:keep=N` (keep the first N tokens, default
+    /// 4, and the newest; drop the oldest between them)
+    #[arg(long, default_value = "error")]
+    pub context_overflow: String,
     /// Connections served at once; further ones wait to be accepted.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,

@@ -173,6 +173,8 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
             .reasoning_format
             .parse()
             .map_err(|e: String| anyhow::anyhow!(e))?,
+        context_overflow: tern_server::overflow::ContextOverflow::parse(&a.context_overflow)
+            .map_err(|e| anyhow::anyhow!("--context-overflow: {e}"))?,
         connections: ConnectionLimits {
             max_connections: a.max_connections,
             header_timeout: a.header_timeout,

@@ -49,6 +49,10 @@ pub struct ChatFields {
     /// model's `<think>` block comes back as `reasoning_content` (see
     /// `crate::think`); the server's `--reasoning-format` when absent.
     pub reasoning_format: Option<String>,
+    /// `error`, `shift` or `shift:keep=N`: what a prompt too long for the
+    /// context gets (see `crate::overflow`); the server's
+    /// `--context-overflow` when absent.
+    pub context_overflow: Option<String>,
     /// Tern extension: which loaded model writes the synthesis for
     /// `aggregate: synthesize` (the served model or `--synthesizer-model`).
     pub synthesizer_model: Option<String>,

@@ -23,6 +23,7 @@ use crate::openai::error::ApiError;
 use crate::openai::request::GenerationFields;
 use crate::openai::usage::{TernInfo, Usage};
 use crate::openai::{system_fingerprint, ResponseMeta};
+use crate::overflow::{self, ContextOverflow, Shifted};
 use crate::params::{self, EndpointInput};
 use crate::prompt;
 use crate::routes::{best_of, reasoning};
@@ -85,6 +86,13 @@ pub async fn chat_completions(
         prompt::off_thread(move || Ok((prompt::chat_prompt(&model, &messages, content)?, messages)))
             .await?
     };
+    let rule = match own.context_overflow.as_deref() {
+        Some(s) => {
+            ContextOverflow::parse(s).map_err(|e| ApiError::invalid_param("context_overflow", e))?
+        }
+        None => state.context_overflow(),
+    };
+    let (ids, shifted) = overflow::fit(rule, ids, max_tokens.0, model.config().context_length)?;
     let syntax = model
         .template
         .as_ref()
@@ -201,6 +209,7 @@ pub async fn chat_completions(
             tools: tool_plan.map(|t| (t, syntax)),
             split,
             thinkers: Vec::new(),
+            shifted,
         };
         return Ok(affinity::with_key(
             sse_response(events, StreamState::new(format, tally, plan.include_usage)),
@@ -215,6 +224,7 @@ pub async fn chat_completions(
         vocab.as_ref(),
         tool_plan.as_ref().map(|t| (t, syntax)),
         split,
+        shifted,
     ));
     Ok(affinity::with_key(body.into_response(), key.as_deref()))
 }
@@ -227,6 +237,7 @@ fn completion(
     vocab: &dyn Vocab,
     tools: Option<(&ToolPlan, ToolSyntax)>,
     split: Option<ThinkSplit>,
+    shifted: Option<Shifted>,
 ) -> ChatCompletion {
     let choices = c
         .choices
@@ -270,11 +281,13 @@ fn completion(
             }
         })
         .collect();
+    let mut tern = c.tally.tern();
+    tern.context_overflow = shifted;
     ChatCompletion {
         meta,
         choices,
         usage: c.tally.usage(),
-        tern: c.tally.tern(),
+        tern,
     }
 }
 
@@ -298,6 +311,8 @@ pub struct ChatFormat {
     /// Each choice's think reader (with a split): reasoning goes out as
     /// `reasoning_content` deltas, the answer on to the content path.
     pub thinkers: Vec<ThinkReader>,
+    /// What `context_overflow: shift` dropped, reported in each `tern` object.
+    pub shifted: Option<Shifted>,
 }
 
 impl ChatFormat {
@@ -305,8 +320,11 @@ impl ChatFormat {
         &self,
         choice: Option<ChunkChoice>,
         usage: Option<Usage>,
-        tern: Option<TernInfo>,
+        mut tern: Option<TernInfo>,
     ) -> String {
+        if let Some(t) = tern.as_mut() {
+            t.context_overflow.clone_from(&self.shifted);
+        }
         let chunk = ChatChunk {
             meta: self.meta.clone(),
             choices: choice.into_iter().collect(),
@@ -520,6 +538,7 @@ mod tests {
             readers: Vec::new(),
             split: None,
             thinkers: Vec::new(),
+            shifted: None,
         }
     }
 
