@@ -49,6 +49,11 @@ const NGRAM_MIN: usize = 2;
 /// The draft length a completion starts with, before its acceptance is known.
 const START_DRAFT: usize = 4;
 
+/// Most decode steps a completion goes without drafting after drafts that
+/// were rejected outright: a verifying row costs more than a plain one, so
+/// text that does not repeat (chat) must not pay it every step.
+const MAX_PAUSE: usize = 32;
+
 /// How a request speculates: a user's choice, per request or server-wide.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Speculative {
@@ -147,6 +152,10 @@ pub(super) struct Drafter {
     feed: Vec<u32>,
     /// Draft tokens at the end of `feed`.
     drafted: usize,
+    /// Steps to decode plainly before drafting again.
+    pause: usize,
+    /// Drafts in a row rejected at their first token (the pause doubles with each).
+    misses: u32,
     pub(super) stats: SpecStats,
 }
 
@@ -157,6 +166,8 @@ impl Drafter {
             len: START_DRAFT.min(max_draft),
             feed: Vec::new(),
             drafted: 0,
+            pause: 0,
+            misses: 0,
             stats: SpecStats::default(),
         }
     }
@@ -173,6 +184,12 @@ impl Drafter {
         self.stats.drafted += self.drafted;
         self.stats.accepted += accepted;
         self.stats.verify_steps += 1;
+        if accepted == 0 {
+            self.misses = (self.misses + 1).min(6);
+            self.pause = (1usize << self.misses).min(MAX_PAUSE);
+        } else {
+            self.misses = 0;
+        }
         self.len = if accepted == self.drafted {
             (self.len + 2).min(self.max_draft)
         } else {
@@ -247,13 +264,18 @@ pub(super) fn draft_all(running: &mut [Running], context_length: usize) {
         let max_tokens = r.req.max_tokens;
         for c in &mut r.completions {
             let Some(d) = c.spec.as_mut() else { continue };
+            d.feed.clear();
+            d.drafted = 0;
+            if d.pause > 0 {
+                d.pause -= 1;
+                continue;
+            }
             let limit = max_tokens.min(c.limit.unwrap_or(usize::MAX));
             // Verification emits up to draft + 1 tokens.
             let room = limit
                 .saturating_sub(c.generated + 1)
                 .min(context_length.saturating_sub(c.history.len() + 1));
             let draft = lookup(&c.history, d.len.min(room));
-            d.feed.clear();
             d.drafted = draft.len();
             if d.drafted > 0 {
                 d.feed.extend_from_slice(&c.history[c.cached..]);
@@ -399,6 +421,21 @@ mod tests {
         d.verified(2);
         assert_eq!(d.len, 3);
         assert_eq!((d.stats.drafted, d.stats.accepted), (18, 12));
+        assert_eq!(d.pause, 0, "a partly accepted draft does not pause");
+        // Drafts rejected outright pause drafting, longer each time.
+        d.drafted = 3;
+        d.verified(0);
+        assert_eq!((d.len, d.pause), (1, 2));
+        d.drafted = 1;
+        d.verified(0);
+        assert_eq!(d.pause, 4);
+        d.drafted = 1;
+        d.verified(1);
+        assert_eq!(
+            (d.pause, d.misses),
+            (4, 0),
+            "an acceptance resets the doubling"
+        );
     }
 
     /// Softmax of `logits`.
