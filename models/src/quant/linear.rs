@@ -292,10 +292,24 @@ impl QLinear {
         }
         match &self.imp {
             Imp::Candle(mm) => mm.forward(x)?.to_dtype(DType::F32),
-            Imp::Native(w) => product(x, &ProductOp { w, kernel }),
-            Imp::Half(w) => product(x, &ProductOp { w, kernel }),
-            Imp::K(w) => product(x, &ProductOp { w, kernel }),
+            Imp::Native(w) => self.product(x, &|x, rows| w.matmul(x, rows, kernel)),
+            Imp::Half(w) => self.product(x, &|x, rows| w.matmul(x, rows, kernel)),
+            Imp::K(w) => self.product(x, &|x, rows| w.matmul(x, rows, kernel)),
         }
+    }
+
+    /// `run` over `x` as f32 in one contiguous piece ([`ProductOp`]).
+    fn product(
+        &self,
+        x: &Tensor,
+        run: &(dyn Fn(&[f32], usize) -> Vec<f32> + Sync),
+    ) -> Result<Tensor> {
+        let op = ProductOp {
+            in_dim: self.in_dim,
+            out_dim: self.out_dim,
+            run,
+        };
+        x.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(&op)
     }
 }
 
@@ -358,11 +372,6 @@ impl CustomOp1 for GluOp<'_> {
     }
 }
 
-/// Runs `op` on `x` as f32 in one contiguous piece.
-fn product<W: Product>(x: &Tensor, op: &ProductOp<'_, W>) -> Result<Tensor> {
-    x.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(op)
-}
-
 impl Module for QLinear {
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         QLinear::forward(self, xs)
@@ -393,61 +402,16 @@ pub fn dequantize_own(ty: OwnType, rows: usize, cols: usize, data: &[u8]) -> Res
     QLinear::from_own(ty, rows, cols, data)?.to_dense()
 }
 
-/// A weight Tern's kernels multiply: `x` (`rows * cols()` f32, row-major)
-/// times its transpose.
-trait Product: Sync {
-    /// Output features.
-    fn out_dim(&self) -> usize;
-    /// Input features.
-    fn in_dim(&self) -> usize;
-    /// `rows * out_dim()` f32.
-    fn product(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32>;
+/// Tern's product `x W^T` as a candle custom op, which hands it the input's
+/// CPU slice in place (a prefill's activations are megabytes: no copy).
+/// `run(x, rows)` multiplies `rows` rows of `in_dim` values.
+struct ProductOp<'a> {
+    in_dim: usize,
+    out_dim: usize,
+    run: &'a (dyn Fn(&[f32], usize) -> Vec<f32> + Sync),
 }
 
-impl Product for PackedWeights {
-    fn out_dim(&self) -> usize {
-        self.rows
-    }
-    fn in_dim(&self) -> usize {
-        self.cols
-    }
-    fn product(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
-        self.matmul(x, rows, kernel)
-    }
-}
-
-impl Product for HalfWeights {
-    fn out_dim(&self) -> usize {
-        self.rows
-    }
-    fn in_dim(&self) -> usize {
-        self.cols
-    }
-    fn product(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
-        self.matmul(x, rows, kernel)
-    }
-}
-
-impl Product for KWeights {
-    fn out_dim(&self) -> usize {
-        self.rows
-    }
-    fn in_dim(&self) -> usize {
-        self.cols
-    }
-    fn product(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
-        self.matmul(x, rows, kernel)
-    }
-}
-
-/// Tern's product as a candle custom op, which hands it the input's CPU
-/// slice in place (a prefill's activations are megabytes: no copy).
-struct ProductOp<'a, W: Product> {
-    w: &'a W,
-    kernel: Kernel,
-}
-
-impl<W: Product> CustomOp1 for ProductOp<'_, W> {
+impl CustomOp1 for ProductOp<'_> {
     fn name(&self) -> &'static str {
         "tern-qlinear"
     }
@@ -460,10 +424,10 @@ impl<W: Product> CustomOp1 for ProductOp<'_, W> {
             bail!("tern-qlinear expects a contiguous input");
         };
         let dims = layout.shape().dims();
-        let rows = (end - start) / self.w.in_dim();
-        let out = self.w.product(&data[start..end], rows, self.kernel);
+        let rows = (end - start) / self.in_dim;
+        let out = (self.run)(&data[start..end], rows);
         let mut out_dims = dims[..dims.len() - 1].to_vec();
-        out_dims.push(self.w.out_dim());
+        out_dims.push(self.out_dim);
         Ok((CpuStorage::F32(out), Shape::from(out_dims)))
     }
 }
