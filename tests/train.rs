@@ -1316,14 +1316,8 @@ fn generated_tests_reward_the_rollout_that_passes_more_of_them() {
     };
     let rollout = |text: &str| Rollout {
         text: text.into(),
-        tokens: Vec::new(),
-        logprobs: Vec::new(),
         reward: -1.0,
-        kv_peak_bytes: 0,
-        kv_full_bytes: 0,
-        kv_attended: 0,
-        kv_attended_full: 0,
-        evictions: None,
+        ..Rollout::default()
     };
     let mut group = vec![
         rollout("```python\ndef add(a, b):\n    return a - b\n```"),

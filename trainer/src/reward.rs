@@ -161,14 +161,8 @@ mod tests {
     fn rollout(code: &str) -> Rollout {
         Rollout {
             text: format!("```python\n{code}\n```"),
-            tokens: Vec::new(),
-            logprobs: Vec::new(),
             reward: -1.0,
-            kv_peak_bytes: 0,
-            kv_full_bytes: 0,
-            kv_attended: 0,
-            kv_attended_full: 0,
-            evictions: None,
+            ..Rollout::default()
         }
     }
 

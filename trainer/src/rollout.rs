@@ -19,8 +19,8 @@ use tern_solve::verify;
 
 use crate::error::{Result, TrainError};
 
-/// One sampled completion.
-#[derive(Clone, Debug)]
+/// One sampled completion (`Default`: empty, nothing measured).
+#[derive(Clone, Debug, Default)]
 pub struct Rollout {
     /// Its text.
     pub text: String,
@@ -336,14 +336,8 @@ mod tests {
     fn rollout(text: &str) -> Rollout {
         Rollout {
             text: text.into(),
-            tokens: Vec::new(),
-            logprobs: Vec::new(),
             reward: -1.0,
-            kv_peak_bytes: 0,
-            kv_full_bytes: 0,
-            kv_attended: 0,
-            kv_attended_full: 0,
-            evictions: None,
+            ..Rollout::default()
         }
     }
 
