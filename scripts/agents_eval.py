@@ -28,7 +28,9 @@ Usage (the server is started and stopped by the script):
       --out docs/eval/agents58/qwen2.5-coder-1.5b-instruct.tern.jsonl
   python3 scripts/agents_eval.py --server llama --llama-server /work/llama.cpp/build/bin/llama-server \\
       --model qwen2.5-coder-1.5b-instruct --out docs/eval/agents58/qwen2.5-coder-1.5b-instruct.llama-server.jsonl
-Add `--limit N` for the first N questions. `scripts/agents_table.py` turns the
+Add `--limit N` for the first N questions. `--protocol v2` runs the second
+question set, its tools and instructions (docs/eval/agents58v2/PROTOCOL.md,
+fixed before its runs); the default, v1, is the first set as it was run. `scripts/agents_table.py` turns the
 records into the table in docs/eval/agents58/TABLE.md. `--log PATH` also keeps
 each chat request's exchange (JSONL, one line per request: the question, the
 turn, the message that was new in the request, the reply's message and finish
@@ -47,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +68,11 @@ PRICES = {
     "doohickey": 2.35,
     "flange": 11.60,
 }
-RATES = {("USD", "EUR"): 0.8731, ("USD", "GBP"): 0.7412, ("USD", "JPY"): 151.37}
+RATES = {("USD", "EUR"): 0.8731, ("USD", "GBP"): 0.7412, ("USD", "JPY"): 151.37,
+         ("USD", "CHF"): 0.8864}  # CHF: v2 only
+# v2's tables (docs/eval/agents58v2/PROTOCOL.md).
+STOCK = {"widget": 86, "gadget": 40, "sprocket": 214, "gizmo": 7, "doohickey": 530, "flange": 63}
+SHIPPING = {"canada": 14.85, "mexico": 9.40, "germany": 21.30, "japan": 27.65}
 
 # (question, expected number)
 # The two-step questions name their steps: asked plainly ("How much do 12
@@ -99,6 +106,50 @@ INSTRUCTIONS = (
 )
 
 
+# v2: written as a customer asks (no steps named), fixed before any run; see
+# docs/eval/agents58v2/PROTOCOL.md for the mix and the shortest solutions.
+QUESTIONS_V2: list[tuple[str, float]] = [
+    ("How many sprockets are in stock right now?", STOCK["sprocket"]),
+    ("How much is shipping to Canada?", SHIPPING["canada"]),
+    ("What is the current exchange rate from US dollars to Swiss francs?", RATES[("USD", "CHF")]),
+    ("What do 8 flanges cost?", 8 * PRICES["flange"]),
+    ("How many euros would I get for 40 US dollars?", 40 * RATES[("USD", "EUR")]),
+    ("I want to buy 4 gizmos. What is the total?", 4 * PRICES["gizmo"]),
+    ("If I buy 15 widgets, how many widgets will be left in stock?", STOCK["widget"] - 15),
+    ("How much does a gadget cost in euros?", PRICES["gadget"] * RATES[("USD", "EUR")]),
+    ("What would one widget cost me with shipping to Mexico?", PRICES["widget"] + SHIPPING["mexico"]),
+    ("How much do a gizmo and a doohickey cost together?", PRICES["gizmo"] + PRICES["doohickey"]),
+    ("What is the total value of all the sprockets in stock?", STOCK["sprocket"] * PRICES["sprocket"]),
+    ("What would 6 doohickeys cost including shipping to Canada?", 6 * PRICES["doohickey"] + SHIPPING["canada"]),
+]
+
+INSTRUCTIONS_V2 = (
+    "You are a helpful assistant for a shop. You do not know the shop's prices, stock levels, "
+    "shipping costs or exchange rates: get every such value by calling a tool, and never guess "
+    "one. Call one tool at a time and wait for its result. Use the values the tools return, and "
+    "do every calculation with the arithmetic tools. Once you have the value that answers the "
+    "question, stop calling tools and answer in one short sentence that states it."
+)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One fixed question set with the tools and instructions its agent gets."""
+
+    questions: list[tuple[str, float]]
+    instructions: str
+    tools: tuple[str, ...]
+    max_turns: int
+
+
+PROTOCOLS = {
+    "v1": Protocol(QUESTIONS, INSTRUCTIONS, ("lookup_price", "exchange_rate", "multiply", "add"), 6),
+    "v2": Protocol(QUESTIONS_V2, INSTRUCTIONS_V2,
+                   ("lookup_price", "stock_level", "shipping_cost", "exchange_rate", "multiply", "add",
+                    "subtract"), 8),
+}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -106,12 +157,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(kind: str, model: str, llama_bin: str | None, log: Path):
+def server(kind: str, model: str, llama_bin: str | None, log: Path, tern_bin: str | None = None):
     """Starts the server on a free port; yields its base URL."""
     port = free_port()
     gguf = GGUF[model]
     if kind == "tern":
-        cmd = [str(ROOT / "target/release/tern"), "serve", "--model", str(gguf),
+        cmd = [tern_bin or str(ROOT / "target/release/tern"), "serve", "--model", str(gguf),
                "--host", "127.0.0.1", "--port", str(port), "--api-key", "k"]
     else:
         cmd = [llama_bin, "-m", str(gguf), "--jinja", "--host", "127.0.0.1", "--port", str(port),
@@ -154,7 +205,9 @@ def is_right(answer: str, expected: float) -> bool:
     return any(abs(n - expected) <= tol for n in numbers(answer))
 
 
-TOOL_NAMES = ("lookup_price", "exchange_rate", "multiply", "add")
+# Every tool either protocol declares: a call to any of them left as text
+# is a call the server should have taken.
+TOOL_NAMES = ("lookup_price", "stock_level", "shipping_cost", "exchange_rate", "multiply", "add", "subtract")
 
 
 def classify(rec: dict) -> str | None:
@@ -190,7 +243,7 @@ def classify(rec: dict) -> str | None:
     return "model-answer"
 
 
-async def ask(question: str, url: str, model_id: str, max_turns: int, log=None) -> dict:
+async def ask(question: str, url: str, model_id: str, max_turns: int, protocol: Protocol, log=None) -> dict:
     import httpx2 as httpx
     import openai
     from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool
@@ -235,6 +288,22 @@ async def ask(question: str, url: str, model_id: str, max_turns: int, log=None) 
         return result
 
     @function_tool
+    def stock_level(item: str) -> str:
+        """Units of an item in the shop's warehouse now."""
+        key = item.strip().lower().rstrip("s")
+        result = f"{STOCK[key]}" if key in STOCK else f"unknown item: {item}"
+        calls.append({"name": "stock_level", "arguments": {"item": item}, "result": result})
+        return result
+
+    @function_tool
+    def shipping_cost(country: str) -> str:
+        """The flat shipping fee in US dollars for one order to a country."""
+        key = country.strip().lower()
+        result = f"{SHIPPING[key]:.2f}" if key in SHIPPING else f"no shipping to {country}"
+        calls.append({"name": "shipping_cost", "arguments": {"country": country}, "result": result})
+        return result
+
+    @function_tool
     def multiply(a: float, b: float) -> str:
         """Multiplies two numbers."""
         result = f"{round(a * b, 4)}"
@@ -248,12 +317,20 @@ async def ask(question: str, url: str, model_id: str, max_turns: int, log=None) 
         calls.append({"name": "add", "arguments": {"a": a, "b": b}, "result": result})
         return result
 
+    @function_tool
+    def subtract(a: float, b: float) -> str:
+        """Subtracts b from a."""
+        result = f"{round(a - b, 4)}"
+        calls.append({"name": "subtract", "arguments": {"a": a, "b": b}, "result": result})
+        return result
+
+    every = {t.name: t for t in (lookup_price, stock_level, shipping_cost, exchange_rate, multiply, add, subtract)}
     http = httpx.AsyncClient(timeout=600, event_hooks={"response": [keep]} if log else {})
     client = openai.AsyncOpenAI(api_key="k", base_url=f"{url}/v1", max_retries=0, timeout=600, http_client=http)
     agent = Agent(
         name="shop",
-        instructions=INSTRUCTIONS,
-        tools=[lookup_price, exchange_rate, multiply, add],
+        instructions=protocol.instructions,
+        tools=[every[name] for name in protocol.tools],
         model=OpenAIChatCompletionsModel(model=model_id, openai_client=client),
         # One call per turn: a model that writes two calls at once makes the
         # second (multiply) with a guessed price before the first returns.
@@ -310,10 +387,15 @@ def main() -> None:
     ap.add_argument("--server", choices=["tern", "llama"], default="tern")
     ap.add_argument("--model", choices=sorted(GGUF), required=True)
     ap.add_argument("--llama-server", help="path of a native llama-server binary (--server llama)")
+    ap.add_argument("--tern", help="path of the tern binary (--server tern; default target/release/tern): "
+                    "one built from a known commit, where the shared tree holds others' unfinished work")
     ap.add_argument("--out", required=True, help="JSONL records (one line per question)")
     ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument("--max-turns", type=int, default=6)
+    ap.add_argument("--protocol", choices=sorted(PROTOCOLS), default="v1",
+                    help="question set, tools and instructions (v2: docs/eval/agents58v2/PROTOCOL.md)")
+    ap.add_argument("--max-turns", type=int, default=None, help="the SDK's turn limit (default: the protocol's)")
     ap.add_argument("--log", help="also write each chat exchange here (JSONL)")
+    ap.add_argument("--built-from", help="the commit the server binary was built from, kept in the run record")
     args = ap.parse_args()
 
     import signal
@@ -327,16 +409,21 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     log = Path(tempfile.mkdtemp(prefix="agents-eval-")) / "server.log"
-    qs = QUESTIONS[: args.limit] if args.limit else QUESTIONS
+    protocol = PROTOCOLS[args.protocol]
+    max_turns = args.max_turns or protocol.max_turns
+    qs = protocol.questions[: args.limit] if args.limit else protocol.questions
+    started = time.time()
     right = 0
     exchanges = open(args.log, "w") if args.log else None  # noqa: SIM115 - closed below
-    with server(args.server, args.model, args.llama_server, log) as url, open(out, "w") as f:
+    with server(args.server, args.model, args.llama_server, log, args.tern) as url, open(out, "w") as f:
         import httpx2 as httpx
 
         model_id = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer k"}).json()["data"][0]["id"]
         for i, (q, expected) in enumerate(qs):
-            rec = asyncio.run(ask(q, url, model_id, args.max_turns, exchanges))
+            rec = asyncio.run(ask(q, url, model_id, max_turns, protocol, exchanges))
             rec.update(index=i, model=args.model, server=args.server, expected=round(expected, 4))
+            if args.protocol != "v1":  # v1's records predate the field
+                rec["protocol"] = args.protocol
             rec["right"] = bool(rec.get("answer")) and is_right(rec["answer"], expected)
             if not rec["right"]:
                 rec["failure"] = classify(rec)
@@ -355,7 +442,25 @@ def main() -> None:
         print("structured:", s, flush=True)
     if exchanges:
         exchanges.close()
+    if args.protocol != "v1":  # v1's runs predate the run record
+        run_record(out, args, right, len(qs), started)
     print(f"{right}/{len(qs)} right")
+
+
+def run_record(out: Path, args, right: int, total: int, started: float) -> None:
+    """`OUT.run.json`: which binary served the run, when, and on how loaded a machine."""
+    import hashlib
+    import os
+
+    binary = Path(args.tern or ROOT / "target/release/tern") if args.server == "tern" else Path(args.llama_server)
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+    out.with_suffix(".run.json").write_text(json.dumps({
+        "protocol": args.protocol, "model": args.model, "server": args.server,
+        "binary": str(binary), "binary_sha256": digest, "built_from": args.built_from,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_after": os.getloadavg()[0], "right": right, "questions": total,
+    }, indent=1) + "\n")
 
 
 if __name__ == "__main__":
