@@ -122,7 +122,7 @@ impl SuperBlock for Format {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{scales, Q8KBlock, KVALUES};
@@ -137,7 +137,7 @@ mod avx2 {
     /// Looks the indices up as ggml does: `pshufb` of the table by each nibble,
     /// low nibbles in the lower 128 bits, high ones in the upper.
     #[inline(always)]
-    pub(super) unsafe fn unpack(w: &[u8]) -> Unpacked {
+    pub(crate) unsafe fn unpack(w: &[u8]) -> Unpacked {
         let table = _mm_loadu_si128(KVALUES.as_ptr().cast());
         let m4 = _mm_set1_epi8(0xF);
         let sc = scales(w);
@@ -156,9 +156,10 @@ mod avx2 {
     }
 
     /// The lanes from an unpacked block: `maddubs(|q|, sign(y, q))` pairwise,
-    /// `madd` with the sub-block's scale, summed over the sub-blocks.
+    /// `madd` with the sub-block's scale, summed over the sub-blocks; kept
+    /// in a register for the drivers that accumulate in vectors.
     #[inline(always)]
-    pub(super) unsafe fn lanes_unpacked(u: &Unpacked, a: &Q8KBlock) -> [i32; 8] {
+    pub(crate) unsafe fn lanes_vec(u: &Unpacked, a: &Q8KBlock) -> __m256i {
         let y = a.qs.as_ptr();
         let mut sumi = _mm256_setzero_si256();
         for s in 0..8 {
@@ -166,8 +167,14 @@ mod avx2 {
             let p = _mm256_maddubs_epi16(u.q[s].0, _mm256_sign_epi8(yv, u.q[s].1));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(u.sc[s], p));
         }
+        sumi
+    }
+
+    /// [`lanes_vec`] as an array.
+    #[inline(always)]
+    pub(super) unsafe fn lanes_unpacked(u: &Unpacked, a: &Q8KBlock) -> [i32; 8] {
         let mut out = [0i32; 8];
-        _mm256_storeu_si256(out.as_mut_ptr().cast(), sumi);
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), lanes_vec(u, a));
         out
     }
 }

@@ -1,6 +1,6 @@
 //! Register-blocked AVX2 drivers for the K-quant products real models spend
 //! their time in: Q4_K in llama.cpp's repacked order (`gemv` for a lone
-//! activation row, `gemm` for rows in groups of four), and Q5_K and Q6_K in
+//! activation row, `gemm` for rows in groups of four), and Q5_K, Q6_K and IQ4_XS in
 //! `vec_dot` order (fewer than [`TILED_MIN_ROWS`] rows) or the tiled order
 //! (from there). [`KWeights::matmul`] sends these weights here on an AVX2
 //! machine; every other case runs the generic drivers.
@@ -23,8 +23,8 @@
 //!   one weight row against four plain rows.
 //! - Q5_K and Q6_K tiled: one weight row (unpacked once) against four
 //!   activation rows; the four outputs' chains are the lanes of one 128-bit FMA.
-//! - Q5_K and Q6_K `vec_dot`: one output, its eight position lanes kept in a
-//!   register, two rows ahead prefetched.
+//! - Q5_K, Q6_K and IQ4_XS `vec_dot`: one output, its eight position lanes
+//!   kept in a register, two rows ahead prefetched (IQ4_XS tiled as Q6_K).
 //!
 //! Every integer part is exact (as in the format modules), and every float
 //! operation is the one ggml performs for that output, in its order (see
@@ -37,6 +37,7 @@ use std::arch::x86_64::*;
 
 use super::q8k::{Q8KActs, Q8KBlock};
 use super::{hsum8, q4k, q5k, q6k, KFormat, KWeights, Order, QK_K, TILED_MIN_ROWS};
+use crate::quant::iq4::xs;
 
 /// Weight rows a task walks together against each group of activation rows
 /// (they stay in L1/L2 while the activation groups stream past).
@@ -67,13 +68,12 @@ impl OutTile {
     }
 }
 
-/// Whether [`run`] takes this weight's product over `rows` activation rows
-/// on an AVX2 machine; `wide`: AVX-512 VNNI may be used.
-pub(super) fn supports(w: &KWeights, rows: usize, wide: bool) -> bool {
+/// Whether [`run`] takes this weight's products (any number of activation
+/// rows) on an AVX2 machine.
+pub(super) fn supports(w: &KWeights) -> bool {
     match (w.format, w.order) {
         (KFormat::Q4K, Order::Repack) => w.rows.is_multiple_of(8),
-        (KFormat::Q5K | KFormat::Q6K, Order::VecDot) => true,
-        (KFormat::Iq4Xs, Order::VecDot) => wide && rows >= 16,
+        (KFormat::Q5K | KFormat::Q6K | KFormat::Iq4Xs, Order::VecDot) => true,
         _ => false,
     }
 }
@@ -156,18 +156,22 @@ pub(super) unsafe fn run(
             )
         }
         KFormat::Iq4Xs => {
-            // Only with AVX-512 VNNI and sixteen rows or more ([`supports`]);
-            // the rows past the last group of sixteen one output at a time.
+            // Groups of sixteen with AVX-512 VNNI, the rest as Q6_K's.
             let g16 = &groups.g16;
             for c0 in cols.clone().step_by(COL_BLOCK) {
-                let c1 = cols.end.min(c0 + COL_BLOCK);
-                wide_16_groups(KFormat::Iq4Xs, base, stride, nb, g16, c0..c1, out);
-            }
-            for r in g16.end()..rows {
-                for c in cols.clone() {
-                    *out.at(r, c) = w.dot(crate::quant::dot::Kernel::Avx2, acts, c, r);
+                if g16.groups > 0 {
+                    let c1 = cols.end.min(c0 + COL_BLOCK);
+                    wide_16_groups(KFormat::Iq4Xs, base, stride, nb, g16, c0..c1, out);
                 }
             }
+            by_rows(
+                rows,
+                g16.end(),
+                cols,
+                |r, c| out.at(r, c),
+                |c, r| iq4xs_vec_dot(base.add(c * stride), act(r), nb),
+                |c, a| iq4xs_tiled_1x4(base.add(c * stride), a.map(act), nb),
+            )
         }
         KFormat::Q5K => by_rows(
             rows,
@@ -1151,6 +1155,57 @@ unsafe fn q5k_tiled_1x4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f3
         );
         let res = _mm_mul_ps(_mm_set1_ps(f16_ptr(wb)), _mm_cvtepi32_ps(s1));
         let res = _mm_fmadd_ps(_mm_set1_ps(-f16_ptr(wb.add(2))), _mm_cvtepi32_ps(s2), res);
+        let dx = _mm_set_ps(ab[3].d, ab[2].d, ab[1].d, ab[0].d);
+        acc = _mm_fmadd_ps(res, dx, acc);
+    }
+    let mut o = [0f32; 4];
+    _mm_storeu_ps(o.as_mut_ptr(), acc);
+    o
+}
+
+/// One IQ4_XS super-block as a slice (its unpacking reads it so).
+#[inline(always)]
+unsafe fn iq4xs_block<'a>(wb: *const u8) -> &'a [u8] {
+    std::slice::from_raw_parts(wb, xs::BLOCK_BYTES)
+}
+
+/// `ggml_vec_dot_iq4_xs_q8_K` for weight row `w` against activation row `a`:
+/// `acc[l] = fma(d * d_x, lane l, acc[l])` per super-block, then
+/// `hsum_float_8`.
+#[inline(always)]
+unsafe fn iq4xs_vec_dot(w: *const u8, a: *const Q8KBlock, nb: usize) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let wb = w.add(b * xs::BLOCK_BYTES);
+        let ab = &*a.add(b);
+        prefetch_block::<{ xs::BLOCK_BYTES }>(
+            wb.wrapping_add(Q6_PREFETCH_ROWS * nb * xs::BLOCK_BYTES),
+        );
+        let lanes = xs::avx2::lanes_vec(&xs::avx2::unpack(iq4xs_block(wb)), ab);
+        let d = _mm256_set1_ps(ab.d * f16_ptr(wb));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+    }
+    let mut l = [0f32; 8];
+    _mm256_storeu_ps(l.as_mut_ptr(), acc);
+    hsum8(&l)
+}
+
+/// ggml-cpu's tiled matmul for an IQ4_XS weight row against four activation
+/// rows: per super-block `acc = fma(d * total, d_x, acc)`.
+#[inline(always)]
+unsafe fn iq4xs_tiled_1x4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f32; 4] {
+    let mut acc = _mm_setzero_ps();
+    for b in 0..nb {
+        let wb = w.add(b * xs::BLOCK_BYTES);
+        let ab: [&Q8KBlock; 4] = std::array::from_fn(|i| &*a[i].add(b));
+        let u = xs::avx2::unpack(iq4xs_block(wb));
+        let t = reduce4(
+            xs::avx2::lanes_vec(&u, ab[0]),
+            xs::avx2::lanes_vec(&u, ab[1]),
+            xs::avx2::lanes_vec(&u, ab[2]),
+            xs::avx2::lanes_vec(&u, ab[3]),
+        );
+        let res = _mm_mul_ps(_mm_set1_ps(f16_ptr(wb)), _mm_cvtepi32_ps(t));
         let dx = _mm_set_ps(ab[3].d, ab[2].d, ab[1].d, ab[0].d);
         acc = _mm_fmadd_ps(res, dx, acc);
     }

@@ -292,7 +292,7 @@ impl KWeights {
         #[cfg(target_arch = "x86_64")]
         let wide = wide && crate::quant::dot::avx512_vnni();
         #[cfg(target_arch = "x86_64")]
-        if avx2 && fast::supports(self, rows, wide) {
+        if avx2 && fast::supports(self) {
             // Not zeroed first: the fast kernels write every output (a
             // prefill's output is megabytes, zeroed on one thread).
             let mut out = Vec::with_capacity(rows * n);
@@ -378,7 +378,7 @@ impl KWeights {
             && self.order == up.order
             && (self.rows, self.cols) == (up.rows, up.cols);
         #[cfg(target_arch = "x86_64")]
-        let fast = fast::supports(self, rows, crate::quant::dot::avx512_vnni());
+        let fast = fast::supports(self);
         #[cfg(not(target_arch = "x86_64"))]
         let fast = false;
         alike && rows > 0 && best_kernel() == Kernel::Avx2 && fast
