@@ -90,6 +90,14 @@ impl Kind {
         }
     }
 
+    /// Whether the answer is a whole table on a sheet (SpreadsheetBench's
+    /// Sheet-Level Manipulation) rather than named cells (Cell-Level); the
+    /// prompt says which, as the benchmark's does, since it changes what the
+    /// answer position means.
+    pub fn sheet_level(self) -> bool {
+        matches!(self, Kind::Deduplicate | Kind::Pivot | Kind::FilterSort)
+    }
+
     /// The kind named `name`.
     pub fn parse(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == name)

@@ -25,19 +25,41 @@ impl Default for PromptBudget {
     }
 }
 
-/// The user turn for `task`.
+/// The user turn for `task`. It carries what SpreadsheetBench's prompt
+/// carries (instruction, instruction type, answer position and what it
+/// means for that type, where the input is and where the output goes, the
+/// first rows) and the facts of the judge's sandbox a program cannot guess:
+/// the file names are relative to the working directory, every sheet shown
+/// is inside input.xlsx, and openpyxl is the one spreadsheet library there.
 pub fn prompt(task: &SpreadsheetTask, budget: PromptBudget) -> String {
     let shown = task
         .shown()
         .map(|b| workbook_text(b, budget))
         .unwrap_or_else(|| "(the workbook is given as a file)\n".into());
+    let (kind, position) = if task.kind.sheet_level() {
+        (
+            "Sheet-Level Manipulation (the answer is a whole table)",
+            "the largest range the table may cover; its cells past the table stay \
+             empty",
+        )
+    } else {
+        (
+            "Cell-Level Manipulation (the answer is the cells named)",
+            "the cells to fill",
+        )
+    };
     format!(
-        "You are given a spreadsheet file named input.xlsx.\n\nInstruction: {}\nAnswer \
-         position: {}\n\nThe workbook, first rows of each sheet (empty cells left out):\n{shown}\n\
-         Write a Python program that opens input.xlsx with openpyxl, makes the change, and saves \
-         the workbook as output.xlsx. It will also be run on other workbooks with the same layout \
-         and different values, so compute the answer from the cells instead of copying numbers. \
-         Answer with the whole program in one ```python block.",
+        "You are a spreadsheet expert who changes spreadsheets with Python code.\n\n\
+         Instruction: {}\nInstruction type: {kind}\nAnswer position: {} ({position}; change \
+         nothing outside it)\nInput: input.xlsx in the working directory; every sheet below \
+         is a worksheet of that one file (wb['Name']), there is no other file.\nOutput: save \
+         the changed workbook as output.xlsx in the working directory.\n\n\
+         The workbook, first rows of each sheet (empty cells left out):\n{shown}\n\
+         Write a Python program that opens input.xlsx with openpyxl (pandas is not \
+         installed), makes the change, and saves the workbook as output.xlsx. It will also be \
+         run on other workbooks with the same layout and different values, so compute the \
+         answer from the cells instead of copying numbers. Answer with the whole program in \
+         one ```python block.",
         task.instruction, task.answer_position
     )
 }
@@ -79,4 +101,32 @@ fn workbook_text(book: &Workbook, budget: PromptBudget) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::load;
+    use super::*;
+
+    #[test]
+    fn the_prompt_says_the_instruction_type_and_that_every_sheet_is_in_the_input() {
+        for kinds in ["lookup", "pivot"] {
+            let task = &load(&format!("spreadsheet:count=1,seed=3,kinds={kinds}")).unwrap()[0];
+            let p = prompt(task, PromptBudget::default());
+            let level = if kinds == "pivot" {
+                "Sheet-Level"
+            } else {
+                "Cell-Level"
+            };
+            assert!(
+                p.contains(&format!("Instruction type: {level} Manipulation")),
+                "{p}"
+            );
+            assert!(p.contains(&task.answer_position) && p.contains(&task.instruction));
+            for sheet in &task.shown().unwrap().sheets {
+                assert!(p.contains(&format!("Sheet '{}':", sheet.name)), "{p}");
+            }
+            assert!(p.contains("every sheet below is a worksheet of that one file"));
+        }
+    }
 }

@@ -23,18 +23,26 @@ def _tern_workbook():
     # Debian's python3-openpyxl, under /usr/lib, which the sandbox shows read-only.
     sys.path.append("/usr/lib/python3/dist-packages")
     sys.argv = ["solution.py"]
+    # The traceback reads as `python3 solution.py` would print it: the
+    # program's own source lines under each of its frames (linecache has no
+    # file to read them from), and no frame of this harness.
+    import linecache
+    linecache.cache["solution.py"] = (len(program), None, program.splitlines(True), "solution.py")
+    def report(e):
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != "solution.py":
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        sys.stderr.flush()
+        os._exit(1)
     try:
         code = compile(program, "solution.py", "exec")
         exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
     except SystemExit as e:
         if e.code not in (None, 0):
-            traceback.print_exc()
-            sys.stderr.flush()
-            os._exit(1)
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+            report(e)
+    except BaseException as e:
+        report(e)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -159,3 +159,27 @@ fn bad_input_and_bad_programs_are_failed_test_cases_and_stay_inside() {
         [Verdict::Timeout, Verdict::Timeout, Verdict::Timeout]
     );
 }
+
+#[test]
+fn an_error_shows_the_programs_own_lines_as_python_would() {
+    // The retry prompt quotes this traceback: it must show the line that
+    // failed, not just its number, and no frame of the judge's harness.
+    let task = one_task(Kind::Dates, 4);
+    let program = "import openpyxl\nwb = openpyxl.load_workbook('input.xlsx')\n\
+                   cells = tuple(wb.active.iter_rows(max_row=1))[0]\nvalue = cells[99].value\n";
+    let report = judge(program, &task);
+    let Verdict::Crash { stderr } = &report.verdicts[0] else {
+        panic!("{:?}", report.verdicts[0]);
+    };
+    assert!(
+        stderr.contains("line 4, in <module>\n    value = cells[99].value"),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with("IndexError: tuple index out of range"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("_tern_workbook"), "{stderr}");
+}
