@@ -32,6 +32,38 @@ fn worded(e: EvalError) -> anyhow::Error {
     }
 }
 
+/// The `--records` file opened to append to (none without the flag); both
+/// task families write their records through it.
+pub(super) fn records_sink(a: &EvalArgs) -> Result<Option<std::fs::File>> {
+    a.records
+        .as_ref()
+        .map(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("opening {} to append records", p.display()))
+        })
+        .transpose()
+}
+
+/// The engine serving `--model`, as both task families load it.
+pub(super) fn engine(a: &EvalArgs) -> Result<EngineHandle> {
+    let model = resolve::load(&a.model.model)?;
+    Ok(EngineHandle::spawn(
+        Arc::new(model),
+        EngineConfig::default(),
+    ))
+}
+
+/// `--limit 0` is refused by both task families alike.
+pub(super) fn check_limit(a: &EvalArgs) -> Result<()> {
+    if a.limit == 0 {
+        bail!("--limit 0 evaluates no task: give at least 1");
+    }
+    Ok(())
+}
+
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &EvalArgs) -> Result<()> {
     if tern_solve::tasks::spreadsheet::is_spreadsheet(&a.task) {
@@ -42,9 +74,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         .iter()
         .map(|s| Strategy::parse(s, a.probe_every))
         .collect::<Result<_, _>>()?;
-    if a.limit == 0 {
-        bail!("--limit 0 evaluates no task: give at least 1");
-    }
+    check_limit(a)?;
     let tasks = eval::read_tasks(&a.task, a.offset, a.limit).map_err(worded)?;
     eval::check_fit(&strategies, &tasks)?;
     if a.test_model.is_some() && strategies.iter().all(|s| s.tests.is_none()) {
@@ -66,18 +96,8 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         print_report(a, &strategies, &totals, complete)?;
         return by_difficulty(a, &strategies, &tasks);
     }
-    let mut sink = match &a.records {
-        Some(p) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .with_context(|| format!("opening {} to append records", p.display()))?,
-        ),
-        None => None,
-    };
-    let model = resolve::load(&a.model.model)?;
-    let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
+    let mut sink = records_sink(a)?;
+    let engine = engine(a)?;
     let synthesizer = resolve::synthesizer(a.synthesizer_model.as_deref())?;
     let synthesizer = synthesizer.as_ref().unwrap_or(&engine);
     let named = named_synthesizers(&a.synthesizer, &strategies)?;

@@ -7,16 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
-use tern_runtime::engine::{EngineConfig, EngineHandle};
 use tern_solve::eval::spreadsheet::{run_spreadsheet, SheetRecord, SheetSettings};
 use tern_solve::tasks::spreadsheet::{self, PromptBudget};
 use tern_solve::verify::spreadsheet::workbook_limits;
 
 use super::args::EvalArgs;
-use super::resolve;
 
 /// Most rounds `rounds@R` takes.
 const MAX_ROUNDS: usize = 10;
@@ -44,9 +42,7 @@ fn rounds_of(strategies: &[String]) -> Result<usize> {
 /// Runs the spreadsheet evaluation with the parsed `tern eval` flags.
 pub fn run(a: &EvalArgs) -> Result<()> {
     let rounds = rounds_of(&a.strategy)?;
-    if a.limit == 0 {
-        bail!("--limit 0 evaluates no task: give at least 1");
-    }
+    super::eval::check_limit(a)?;
     let all = spreadsheet::load(&a.task)?;
     if a.offset > 0 && a.offset >= all.len() {
         bail!(
@@ -63,18 +59,8 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         .take(a.limit)
         .collect();
     tern_solve::verify::check().context("spreadsheet tasks run the candidates' programs")?;
-    let sink = match &a.records {
-        Some(p) => Some(Mutex::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .with_context(|| format!("opening {} to append records", p.display()))?,
-        )),
-        None => None,
-    };
-    let model = resolve::load(&a.model.model)?;
-    let engine = EngineHandle::spawn(Arc::new(model), EngineConfig::default());
+    let sink = super::eval::records_sink(a)?.map(Mutex::new);
+    let engine = super::eval::engine(a)?;
     let settings = SheetSettings {
         rounds,
         max_tokens: a.max_tokens,

@@ -7,9 +7,11 @@
 //!
 //! [`strategy`] parses and groups strategies, [`record`] grades one answer
 //! into a resumable [`Record`], [`run`] answers tasks through the engine,
-//! [`report`] sums records into rows.
+//! [`report`] sums records into rows; `pool` is the task loop both
+//! [`run`] and [`spreadsheet`] run their tasks in.
 
 mod error;
+mod pool;
 pub mod record;
 pub mod report;
 pub mod run;

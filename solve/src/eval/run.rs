@@ -266,7 +266,6 @@ pub fn run(
             .map(|_| Totals::default())
             .collect::<Vec<_>>(),
     );
-    let next = AtomicUsize::new(0);
     let finished = AtomicUsize::new(0);
     // Tasks some strategy has no record for yet: the ones that cost time, so
     // the estimate of the time left counts only them.
@@ -288,50 +287,30 @@ pub fn run(
     }
     let computed = AtomicUsize::new(0);
     let started = Instant::now();
-    let failed: Mutex<Option<EvalError>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..settings.parallel.max(1) {
-            scope.spawn(|| loop {
-                if failed.lock().expect("error slot").is_some() {
-                    return;
-                }
-                let pos = next.fetch_add(1, Ordering::SeqCst);
-                let Some((i, task)) = tasks.get(pos) else {
-                    return;
-                };
-                let recs = match run_task(*i, task) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        failed.lock().expect("error slot").get_or_insert(e);
-                        return;
-                    }
-                };
-                let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
-                let mut eta_secs = None;
-                if pending.contains(i) {
-                    let c = computed.fetch_add(1, Ordering::SeqCst) + 1;
-                    let rest = pending.len().saturating_sub(c);
-                    if rest > 0 {
-                        eta_secs = Some(started.elapsed().as_secs_f64() / c as f64 * rest as f64);
-                    }
-                }
-                let mut acc = acc.lock().expect("totals lock");
-                for (k, r) in &recs {
-                    acc[*k].add(&strategies[*k], r);
-                }
-                on_event(Event::Task {
-                    task: *i,
-                    finished: n,
-                    total: tasks.len(),
-                    records: &recs,
-                    eta_secs,
-                });
-            });
+    super::pool::for_each(tasks, settings.parallel, |_, (i, task)| {
+        let recs = run_task(*i, task)?;
+        let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut eta_secs = None;
+        if pending.contains(i) {
+            let c = computed.fetch_add(1, Ordering::SeqCst) + 1;
+            let rest = pending.len().saturating_sub(c);
+            if rest > 0 {
+                eta_secs = Some(started.elapsed().as_secs_f64() / c as f64 * rest as f64);
+            }
         }
-    });
-    if let Some(e) = failed.into_inner().expect("error slot") {
-        return Err(e);
-    }
+        let mut acc = acc.lock().expect("totals lock");
+        for (k, r) in &recs {
+            acc[*k].add(&strategies[*k], r);
+        }
+        on_event(Event::Task {
+            task: *i,
+            finished: n,
+            total: tasks.len(),
+            records: &recs,
+            eta_secs,
+        });
+        Ok::<(), EvalError>(())
+    })?;
     Ok(acc.into_inner().expect("totals lock"))
 }
 
@@ -400,33 +379,12 @@ fn plan_dynamic(
             let res = best_of_n_with(engine, engine, &req)?;
             Ok((res, t.elapsed().as_secs_f64()))
         };
-        let next = AtomicUsize::new(0);
         let sampled: Mutex<HashMap<usize, (BonResult, f64)>> = Mutex::new(HashMap::new());
-        let failed: Mutex<Option<EvalError>> = Mutex::new(None);
-        std::thread::scope(|scope| {
-            for _ in 0..plan.settings.parallel.max(1) {
-                scope.spawn(|| loop {
-                    if failed.lock().expect("error slot").is_some() {
-                        return;
-                    }
-                    let Some((i, task)) = missing.get(next.fetch_add(1, Ordering::SeqCst)) else {
-                        return;
-                    };
-                    match sample(*i, task) {
-                        Ok(r) => {
-                            sampled.lock().expect("samples").insert(*i, r);
-                        }
-                        Err(e) => {
-                            failed.lock().expect("error slot").get_or_insert(e);
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        if let Some(e) = failed.into_inner().expect("error slot") {
-            return Err(e);
-        }
+        super::pool::for_each(&missing, plan.settings.parallel, |_, (i, task)| {
+            let r = sample(*i, task)?;
+            sampled.lock().expect("samples").insert(*i, r);
+            Ok::<(), EvalError>(())
+        })?;
         let mut sampled = sampled.into_inner().expect("samples");
         let difficulty: Vec<usize> = plan
             .tasks

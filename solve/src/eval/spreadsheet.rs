@@ -10,7 +10,6 @@
 //! not by answers or unit tests; the sampling goes through the same
 //! best-of-N entry point (n = 1, greedy).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -104,35 +103,13 @@ pub fn run_spreadsheet(
     settings: &SheetSettings,
     on_record: &(dyn Fn(&SheetRecord) + Sync),
 ) -> Result<Vec<SheetRecord>, EvalError> {
-    let next = AtomicUsize::new(0);
     let out: Mutex<Vec<Option<SheetRecord>>> = Mutex::new(vec![None; tasks.len()]);
-    let failed: Mutex<Option<EvalError>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..settings.parallel.max(1) {
-            scope.spawn(|| loop {
-                if failed.lock().expect("error slot").is_some() {
-                    return;
-                }
-                let k = next.fetch_add(1, Ordering::SeqCst);
-                let Some((i, task)) = tasks.get(k) else {
-                    return;
-                };
-                match one_task(engine, *i, task, settings) {
-                    Ok(record) => {
-                        on_record(&record);
-                        out.lock().expect("records")[k] = Some(record);
-                    }
-                    Err(e) => {
-                        failed.lock().expect("error slot").get_or_insert(e);
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    if let Some(e) = failed.into_inner().expect("error slot") {
-        return Err(e);
-    }
+    super::pool::for_each(tasks, settings.parallel, |k, (i, task)| {
+        let record = one_task(engine, *i, task, settings)?;
+        on_record(&record);
+        out.lock().expect("records")[k] = Some(record);
+        Ok::<(), EvalError>(())
+    })?;
     Ok(out
         .into_inner()
         .expect("records")
