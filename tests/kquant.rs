@@ -726,3 +726,81 @@ fn tiny_q2_k_and_q3_k_learner_weights_are_ggml_dequantized() {
         eprintln!("{dtype:?}: {checked} projections and the output equal ggml's");
     }
 }
+
+/// What speculative decoding's verify step relies on: on Q4_K_M's mix
+/// (Q4_K repacked, Q6_K), a draft of 9 tokens scored in one forward through
+/// `forward_alone` gets, token for token, the logits bits of decoding them
+/// one at a time; the plain batched forward does not (its gemm and tiled
+/// kernels round otherwise), which is why the engine does not use it there.
+#[test]
+fn tiny_kquant_draft_rows_scored_alone_equal_one_token_steps() {
+    use std::sync::Arc;
+    use tern_runtime::backend::{Backend, LogitsWanted, Row, TernBackend};
+    use tern_runtime::kv::policy::KvPolicy;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = tiny_kquant_model(dir.path(), |name| {
+        if name == "token_embd.weight" || name.ends_with("ffn_down.weight") {
+            Q6K
+        } else if name.starts_with("blk.") {
+            Q4K
+        } else {
+            None
+        }
+    });
+    let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
+    let vocab = model.config().vocab_size;
+    let tokens: Vec<u32> = (0..29).map(|i| ((i * 37 + 11) % vocab) as u32).collect();
+    let (prefix, draft) = tokens.split_at(20);
+    let mut tern = TernBackend::new(Arc::clone(&model));
+    // Logits of `draft` after `prefix`, the draft fed in `chunks`.
+    let mut score = |chunks: &[usize], alone: bool| -> Vec<u32> {
+        let seq = tern
+            .new_seq(&KvPolicy::Full, Default::default(), 64)
+            .unwrap();
+        let first = Row {
+            seq,
+            tokens: prefix,
+            start_pos: 0,
+            logits: LogitsWanted::None,
+        };
+        tern.forward(&[first]).unwrap();
+        let (mut out, mut at) = (Vec::new(), 0);
+        for &n in chunks {
+            let rows = [Row {
+                seq,
+                tokens: &draft[at..at + n],
+                start_pos: prefix.len() + at,
+                logits: LogitsWanted::All,
+            }];
+            let l = if alone {
+                tern.forward_alone(&rows)
+            } else {
+                tern.forward(&rows)
+            };
+            out.extend(
+                l.unwrap()
+                    .pop()
+                    .flatten()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits()),
+            );
+            at += n;
+        }
+        tern.free(seq);
+        assert_eq!(out.len(), draft.len() * vocab);
+        out
+    };
+    let steps = score(&[1; 9], false);
+    assert_eq!(score(&[9], true), steps, "a 9-token draft scored alone");
+    assert_eq!(
+        score(&[4, 5], true),
+        steps,
+        "drafts of 4 and 5 scored alone"
+    );
+    assert_ne!(
+        score(&[9], false),
+        steps,
+        "the batched kernels round otherwise"
+    );
+}

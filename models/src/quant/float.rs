@@ -32,6 +32,9 @@ use super::pool::Pool;
 const PARALLEL_MIN_MACS: usize = 1 << 16;
 /// Tasks per thread a product's weight rows are split into.
 const TASKS_PER_THREAD: usize = 4;
+/// Weight rows (of at most a few KiB each) a task walks against every
+/// activation row before the next ones.
+const COL_BLOCK: usize = 8;
 
 /// A 16-bit float weight format [`super::QLinear`] runs with its own kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,17 +166,26 @@ impl HalfWeights {
             .iter()
             .map(|&v| self.format.round(v))
             .collect();
-        let order = Order::for_shape(rows, n_out);
+        // Inside `alone::scope` every row takes the one-row order.
+        let order = if crate::quant::alone::active() {
+            Order::VecDot
+        } else {
+            Order::for_shape(rows, n_out)
+        };
         let out_ptr = SendPtr(out.as_mut_ptr());
         let run = |range: Range<usize>| {
-            for r in 0..rows {
-                let a = &acts[r * cols..(r + 1) * cols];
-                for c in range.clone() {
-                    let w = &self.bits[c * cols..(c + 1) * cols];
-                    let v = dot(kernel, self.format, order, w, a);
-                    // SAFETY: `r * n_out + c < rows * n_out`, the buffer outlives the
-                    // call, and each column range is written by one task only.
-                    unsafe { *out_ptr.get().add(r * n_out + c) = v };
+            // A few weight rows meet every activation row while in cache.
+            for c0 in range.clone().step_by(COL_BLOCK) {
+                let c1 = range.end.min(c0 + COL_BLOCK);
+                for r in 0..rows {
+                    let a = &acts[r * cols..(r + 1) * cols];
+                    for c in c0..c1 {
+                        let w = &self.bits[c * cols..(c + 1) * cols];
+                        let v = dot(kernel, self.format, order, w, a);
+                        // SAFETY: `r * n_out + c < rows * n_out`, the buffer outlives
+                        // the call, and each column range is written by one task only.
+                        unsafe { *out_ptr.get().add(r * n_out + c) = v };
+                    }
                 }
             }
         };

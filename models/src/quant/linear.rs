@@ -446,6 +446,19 @@ fn matmul(w: &PackedWeights, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32>
     if rows == 0 || out_dim == 0 {
         return vec![0f32; rows * out_dim];
     }
+    if rows > 1
+        && w.format == WeightFormat::Iq4Nl
+        && w.order == BlockOrder::VecDot
+        && super::alone::active()
+    {
+        // The one packed format whose order changes with the row count
+        // (`ggml_vec_dot_iq4_nl_q8_0` for one row, tinyBLAS from two): its
+        // rows one at a time.
+        return x[..rows * w.cols]
+            .chunks_exact(w.cols)
+            .flat_map(|row| matmul(w, row, 1, kernel))
+            .collect();
+    }
     // Not zeroed first: `gemm_range` writes every row of its columns, and
     // the columns below cover `0..out_dim` (a prefill's output is
     // megabytes, zeroed on one thread).

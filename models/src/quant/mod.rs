@@ -16,7 +16,10 @@
 //! - [`linear`]: the layer itself.
 //! - [`quantize`]: Tern's own quantizer, f32 into these formats as ggml's
 //!   reference quantizers write them.
+//! - [`alone`]: products that give each activation row its one-row bits
+//!   (speculative decoding's verify step).
 
+pub mod alone;
 pub mod blocks;
 pub mod dot;
 pub mod float;

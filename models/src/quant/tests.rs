@@ -662,3 +662,69 @@ fn quant_avx512_signed_bytes_match_scalar_bitwise() {
         }
     }
 }
+
+/// Inside `alone::scope` each activation row of a product gets exactly the
+/// bits of that row's one-row product, for every weight type Tern runs on
+/// its own kernels, across the row counts where llama.cpp's order changes
+/// (Q4_K repacked from 4 rows, the tiled K-quant matmul from 8, tinyBLAS
+/// for F16/BF16 from 2, the AVX-512 groups from 16); outside it, some types
+/// do differ (what the scope is for).
+#[test]
+fn quant_alone_rows_get_their_one_row_bits() {
+    let mut rng = StdRng::seed_from_u64(77);
+    let (out, inp) = (64, 512);
+    let mut differ_outside = Vec::new();
+    let mut layers: Vec<(String, QLinear)> = [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q2K,
+        GgmlDType::Q3K,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+        GgmlDType::F16,
+        GgmlDType::BF16,
+    ]
+    .into_iter()
+    .map(|dtype| {
+        let lin = QLinear::from_qtensor(weight(&mut rng, dtype, out, inp)).expect("q");
+        (format!("{dtype:?}"), lin)
+    })
+    .collect();
+    // IQ4_NL repacked (rows a multiple of 8) and not (60 rows).
+    for n in [out, 60] {
+        let data = super::iq4::tests::random_blocks(&mut rng, n * inp / QK, 18);
+        let lin = QLinear::from_own(crate::gguf_types::OwnType::Iq4Nl, n, inp, &data).expect("iq4");
+        layers.push((format!("IQ4_NL x {n}"), lin));
+    }
+    for (dtype, lin) in &layers {
+        assert!(lin.is_native(), "{dtype}");
+        for rows in [2, 3, 4, 5, 8, 9, 16, 17] {
+            let x = random(&mut rng, rows * inp, -1.0, 1.0);
+            let all = |x: Vec<f32>, n: usize| {
+                let t = Tensor::from_vec(x, (n, inp), &Device::Cpu).expect("x");
+                let y = lin.forward(&t).expect("forward");
+                let y = y.flatten_all().expect("f").to_vec1::<f32>().expect("v");
+                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let alone: Vec<u32> = (0..rows)
+                .flat_map(|r| all(x[r * inp..(r + 1) * inp].to_vec(), 1))
+                .collect();
+            let scoped = super::alone::scope(|| all(x.clone(), rows));
+            assert_eq!(scoped, alone, "{dtype} x {rows} rows in scope");
+            assert!(!super::alone::active());
+            if all(x.clone(), rows) != alone {
+                differ_outside.push(format!("{dtype} x {rows}"));
+            }
+        }
+    }
+    for case in ["Q4K x 4", "Q6K x 8", "F16 x 2", "IQ4_NL x 60 x 2"] {
+        assert!(
+            differ_outside.iter().any(|d| d == case),
+            "{differ_outside:?}"
+        );
+    }
+}

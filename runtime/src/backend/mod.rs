@@ -74,6 +74,14 @@ pub trait Backend: Send {
     /// Runs one ragged step; per row, the logits it asked for, row-major
     /// (`vocab` values per returned token).
     fn forward(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>>;
+    /// [`Backend::forward`] where every token's logits have the bits that
+    /// token would get decoded on its own, one row a step, whatever the
+    /// step's row count (a speculative draft's verify step promises plain
+    /// decoding's output). The default is `forward`: right for backends
+    /// that cannot rewind, where speculation is off.
+    fn forward_alone(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>> {
+        self.forward(rows)
+    }
     /// Runs one ragged step and returns, per row, every new token's final
     /// hidden state after the output norm, row-major (`n_embd` values per
     /// token): what embeddings pool. Backends that cannot expose hidden

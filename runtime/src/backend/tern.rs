@@ -172,6 +172,13 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for TernBackend<M> {
             .collect()
     }
 
+    /// The products take each activation row in its one-row order
+    /// (`tern_models::quant::alone`); attention, norms and the rest already
+    /// compute each token alone below the tiled attention's row count.
+    fn forward_alone(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>> {
+        tern_models::quant::alone::scope(|| self.forward(rows))
+    }
+
     fn hidden(&mut self, rows: &[Row<'_>]) -> Result<Vec<Vec<f32>>> {
         let h = self.with_batch(rows, |model, batch| Ok(model.arch.hidden(batch)?))?;
         let d = self.model.config().n_embd;

@@ -257,7 +257,27 @@ impl Engine {
                     .or_else(|| self.default_adapters.clone())
             })
             .collect();
-        let logits = forward_by_adapters(self.backend.as_mut(), &mut self.applied, rows, &wanted)?;
+        // A step that verifies a draft runs its decode rows in their one-row
+        // order, so the drafted tokens get plain decoding's logits; its
+        // prefill rows (if any) keep the batched kernels, in a forward of
+        // their own.
+        let drafting = slots.iter().any(|s| match *s {
+            Slot::Decode { req, completion } => {
+                self.running[req].completions[completion].drafting()
+            }
+            _ => false,
+        });
+        let alone: Vec<bool> = slots
+            .iter()
+            .map(|s| drafting && matches!(s, Slot::Decode { .. }))
+            .collect();
+        let logits = forward_by_adapters(
+            self.backend.as_mut(),
+            &mut self.applied,
+            rows,
+            &wanted,
+            &alone,
+        )?;
         let _log = shape.map(|(rows, tokens)| StepLog {
             rows,
             tokens,
@@ -476,34 +496,51 @@ fn switch_adapters(
 }
 
 /// The step's forward: one over every row when all run the same adapters
-/// (the usual case), else one per adapter set, each row's logits put back in
-/// its place. Rows are computed independently, so splitting a batch does not
-/// change any row's numbers.
+/// and the same order (the usual case), else one per (adapter set, order),
+/// each row's logits put back in its place. `alone[i]`: row `i` runs
+/// [`Backend::forward_alone`]. Each row's state is its own sequence's, so
+/// splitting a batch changes no sequence's cache; a row's logits may differ
+/// in the last bits between batch sizes, which is what `alone` is for.
 fn forward_by_adapters(
     backend: &mut dyn Backend,
     applied: &mut Option<Arc<LoraSet>>,
     rows: Vec<Row<'_>>,
     wanted: &[Option<Arc<LoraSet>>],
+    alone: &[bool],
 ) -> Result<Vec<Option<Vec<f32>>>> {
-    let mut groups: Vec<(Option<Arc<LoraSet>>, Vec<usize>)> = Vec::new();
-    for (i, w) in wanted.iter().enumerate() {
-        match groups.iter_mut().find(|(g, _)| same_adapters(g, w)) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((w.clone(), vec![i])),
+    let mut groups: Vec<(Option<Arc<LoraSet>>, bool, Vec<usize>)> = Vec::new();
+    for (i, (w, &a)) in wanted.iter().zip(alone).enumerate() {
+        match groups
+            .iter_mut()
+            .find(|(g, ga, _)| same_adapters(g, w) && *ga == a)
+        {
+            Some((_, _, members)) => members.push(i),
+            None => groups.push((w.clone(), a, vec![i])),
         }
     }
-    if groups.len() <= 1 {
-        if let Some((w, _)) = groups.first() {
-            switch_adapters(backend, applied, w)?;
+    let run = |backend: &mut dyn Backend, rows: &[Row<'_>], a: bool| {
+        if a {
+            backend.forward_alone(rows)
+        } else {
+            backend.forward(rows)
         }
-        return backend.forward(&rows);
+    };
+    if groups.len() <= 1 {
+        let a = match groups.first() {
+            Some((w, a, _)) => {
+                switch_adapters(backend, applied, w)?;
+                *a
+            }
+            None => false,
+        };
+        return run(backend, &rows, a);
     }
     let mut out: Vec<Option<Vec<f32>>> = vec![None; rows.len()];
     let mut rows: Vec<Option<Row<'_>>> = rows.into_iter().map(Some).collect();
-    for (w, members) in groups {
+    for (w, a, members) in groups {
         switch_adapters(backend, applied, &w)?;
         let sub: Vec<Row<'_>> = members.iter().filter_map(|&i| rows[i].take()).collect();
-        for (i, l) in members.into_iter().zip(backend.forward(&sub)?) {
+        for (i, l) in members.into_iter().zip(run(backend, &sub, a)?) {
             out[i] = l;
         }
     }

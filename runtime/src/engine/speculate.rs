@@ -13,8 +13,12 @@
 //! draw from `p` conditioned on not being `d`). Greedy output is therefore
 //! identical to plain decoding, and sampled output is too, token for token
 //! under the same seed, since each position's logits are the same numbers
-//! (every row is computed alone below the tiled-kernel row count) and the
-//! sampler's rng is drawn once per emitted token, in the same order.
+//! and the sampler's rng is drawn once per emitted token, in the same order.
+//! The numbers are the same because a step that verifies a draft runs its
+//! decode rows through [`Backend::forward_alone`]: llama.cpp's kernels (and
+//! Tern's, bit for bit) sum in another order from 2, 4 or 8 activation rows
+//! on (F16, Q4_K repacked, the other K-quants), and a near-tie between two
+//! tokens can turn on that last bit; in the one-row order it cannot.
 //!
 //! The cache then holds the rejected draft tokens too; the backend rewinds
 //! them ([`Backend::rewind`]). Only a full cache can be rewound: under a KV

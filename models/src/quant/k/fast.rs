@@ -147,7 +147,7 @@ pub(super) unsafe fn run(
                 }
             }
             by_rows(
-                rows,
+                acts,
                 g16.end(),
                 cols,
                 |r, c| out.at(r, c),
@@ -165,7 +165,7 @@ pub(super) unsafe fn run(
                 }
             }
             by_rows(
-                rows,
+                acts,
                 g16.end(),
                 cols,
                 |r, c| out.at(r, c),
@@ -174,7 +174,7 @@ pub(super) unsafe fn run(
             )
         }
         KFormat::Q5K => by_rows(
-            rows,
+            acts,
             0,
             cols,
             |r, c| out.at(r, c),
@@ -185,25 +185,31 @@ pub(super) unsafe fn run(
     }
 }
 
-/// The Q5_K and Q6_K products over columns `cols` and activation rows
-/// `first..rows`: `dot(c, r)` per output below [`TILED_MIN_ROWS`] activation
-/// rows in all (ggml's `vec_dot` order), else `tiled(c, rows)` on groups of
+/// The Q5_K, Q6_K and IQ4_XS products over columns `cols` and activation
+/// rows `first..acts.rows`: `dot(c, r)` per output below [`TILED_MIN_ROWS`]
+/// activation rows in all (ggml's `vec_dot` order) or for a product in the
+/// one-row order ([`Q8KActs::alone`]), else `tiled(c, rows)` on groups of
 /// four rows (its tiled matmul's order); a short last group repeats its last
 /// row and the copies' outputs are dropped. `at(r, c)` is where output `(r,
-/// c)` goes.
+/// c)` goes. Each block of [`COL_BLOCK`] weight rows meets every activation
+/// row before the next is read.
 #[inline(always)]
 unsafe fn by_rows(
-    rows: usize,
+    acts: &Q8KActs,
     first: usize,
     cols: std::ops::Range<usize>,
     at: impl Fn(usize, usize) -> *mut f32,
     dot: impl Fn(usize, usize) -> f32,
     tiled: impl Fn(usize, [usize; 4]) -> [f32; 4],
 ) {
-    if rows < TILED_MIN_ROWS {
-        for r in first..rows {
-            for c in cols.clone() {
-                *at(r, c) = dot(c, r);
+    let rows = acts.rows;
+    if rows < TILED_MIN_ROWS || acts.alone {
+        for c0 in cols.clone().step_by(COL_BLOCK) {
+            let c1 = cols.end.min(c0 + COL_BLOCK);
+            for r in first..rows {
+                for c in c0..c1 {
+                    *at(r, c) = dot(c, r);
+                }
             }
         }
         return;
@@ -313,7 +319,10 @@ impl Prepared {
     /// The groups for `w`'s product over `acts`; `wide` allows the groups of
     /// sixteen (the caller checked [`crate::quant::dot::avx512_vnni`]).
     pub(super) fn new(w: &KWeights, acts: &Q8KActs, wide: bool) -> Self {
-        if matches!(w.format, KFormat::Q6K | KFormat::Iq4Xs) && wide && acts.rows >= TILED_MIN_ROWS
+        if matches!(w.format, KFormat::Q6K | KFormat::Iq4Xs)
+            && wide
+            && acts.rows >= TILED_MIN_ROWS
+            && !acts.alone
         {
             return Self {
                 g16: Groups::prepare(acts, 0, acts.rows / 16),

@@ -242,10 +242,21 @@ impl KWeights {
         }
     }
 
+    /// The activations of an `n`-row product, quantized as its kernels take
+    /// them: in the one-row order inside [`crate::quant::alone::scope`]
+    /// (read here, on the calling thread).
+    fn quantize_acts(&self, x: &[f32], n: usize) -> Q8KActs {
+        if crate::quant::alone::active() {
+            Q8KActs::quantize_alone(x, self.cols, n)
+        } else {
+            Q8KActs::quantize(x, self.cols, n, self.grouped_rows(n))
+        }
+    }
+
     /// The kernel variant for activation row `r` of acts `a`.
     pub fn variant(&self, acts: &Q8KActs, r: usize) -> Variant {
         match self.order {
-            Order::VecDot if acts.rows >= TILED_MIN_ROWS => Variant::Tiled,
+            Order::VecDot if acts.rows >= TILED_MIN_ROWS && !acts.alone => Variant::Tiled,
             Order::VecDot => Variant::VecDot,
             Order::Repack if r < acts.grouped => Variant::Gemm,
             Order::Repack => Variant::Gemv,
@@ -285,7 +296,7 @@ impl KWeights {
         if rows == 0 || n == 0 {
             return vec![0f32; rows * n];
         }
-        let acts = Q8KActs::quantize(x, self.cols, rows, self.grouped_rows(rows));
+        let acts = self.quantize_acts(x, rows);
         let pool = Pool::global();
         let work = rows * n * self.blocks_per_row();
         let avx2 = kernel == Kernel::Avx2 && best_kernel() == Kernel::Avx2;
@@ -391,7 +402,7 @@ impl KWeights {
 
     #[cfg(target_arch = "x86_64")]
     fn glu_fast(&self, up: &KWeights, x: &[f32], rows: usize, glu: &GluFn) -> Option<Vec<f32>> {
-        let acts = Q8KActs::quantize(x, self.cols, rows, self.grouped_rows(rows));
+        let acts = self.quantize_acts(x, rows);
         let wide = crate::quant::dot::avx512_vnni();
         let groups = fast::Prepared::new(self, &acts, wide);
         let n = self.rows;

@@ -104,6 +104,9 @@ pub struct Q8KActs {
     /// Rows `0..grouped` were quantized as ggml's repacked product does for its
     /// groups of four ([`quantize_block_x4`]); the rest by [`quantize_block`].
     pub grouped: usize,
+    /// Every row runs the one-row kernels' order whatever the row count
+    /// ([`crate::quant::alone`]); `grouped` is then 0.
+    pub alone: bool,
 }
 
 impl Q8KActs {
@@ -131,6 +134,16 @@ impl Q8KActs {
             blocks,
             data,
             grouped,
+            alone: false,
+        }
+    }
+
+    /// [`Self::quantize`] for a product inside [`crate::quant::alone::scope`]:
+    /// every row by [`quantize_block`], and marked to run the one-row order.
+    pub fn quantize_alone(x: &[f32], cols: usize, rows: usize) -> Self {
+        Self {
+            alone: true,
+            ..Self::quantize(x, cols, rows, 0)
         }
     }
 

@@ -335,3 +335,33 @@ fn kquant_fused_glu_equals_the_products_apart() {
         .matmul_glu(&q2, &x, 4, &crate::exact::swiglu_into)
         .is_none());
 }
+
+/// Inside `alone::scope` every format and order gives each activation row
+/// its one-row bits, in the plain product and in the fused gated unit.
+#[test]
+fn kquant_alone_rows_get_their_one_row_bits() {
+    let mut rng = StdRng::seed_from_u64(0x62);
+    let (out, inp) = (64, 512);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for (format, order) in cases() {
+        let w = weights(&mut rng, format, out, inp, order);
+        let up = weights(&mut rng, format, out, inp, order);
+        for rows in [2, 4, 5, 8, 9, 16, 17] {
+            let x = random(&mut rng, rows * inp, -2.0, 2.0);
+            let one = |r: usize| &x[r * inp..(r + 1) * inp];
+            let name = format!("{format:?} {order:?} x {rows} rows");
+            let alone: Vec<f32> = (0..rows)
+                .flat_map(|r| w.matmul(one(r), 1, best_kernel()))
+                .collect();
+            let scoped = crate::quant::alone::scope(|| w.matmul(&x, rows, best_kernel()));
+            assert_eq!(bits(&scoped), bits(&alone), "{name}");
+            let glu = |x: &[f32], n: usize| w.matmul_glu(&up, x, n, &crate::exact::swiglu_into);
+            if let Some(fused) = crate::quant::alone::scope(|| glu(&x, rows)) {
+                let alone: Vec<f32> = (0..rows)
+                    .flat_map(|r| glu(one(r), 1).expect("fuses at one row"))
+                    .collect();
+                assert_eq!(bits(&fused), bits(&alone), "{name}, fused");
+            }
+        }
+    }
+}
