@@ -20,7 +20,11 @@ Usage (both servers are started and stopped by the script):
       --llama-server target/llama-native/bin/llama-server \\
       --records docs/eval/agents58/qwen2.5-coder-1.5b-instruct.tern.jsonl \\
       --out docs/eval/agents58/qwen2.5-coder-1.5b-instruct.decisions.json
-(the exchanges log is the records' name with `.exchanges.jsonl`).
+(the exchanges log is the records' name with `.exchanges.jsonl`). Add
+`--protocol v2` for a v2 run (its instructions and tools) and `--tern PATH`
+for the binary that served it; `--last-only` keeps each wrong question's
+last reply (the one that ended it), where a run's replies are too many to
+score all on a shared machine.
 """
 
 from __future__ import annotations
@@ -107,13 +111,24 @@ def tools_of() -> list[dict]:
     ]
 
 
-def prompts(records: list[dict], exchanges: list[dict]) -> list[dict]:
+def tools_of_protocol(name: str) -> list[dict]:
+    """A later protocol's tool definitions, from the SDK's own schemas of the
+    eval's function tools, in the order its agent declares them."""
+    if name == "v1":
+        return tools_of()  # as v1's decisions were computed
+    every = ev.make_tools([])
+    return [{"type": "function", "function": {"name": n, "description": every[n].description,
+                                              "parameters": every[n].params_json_schema}}
+            for n in ev.PROTOCOLS[name].tools]
+
+
+def prompts(records: list[dict], exchanges: list[dict], instructions: str = ev.INSTRUCTIONS) -> list[dict]:
     """Each reply of each wrong question: the conversation before it, as the SDK sent it."""
     wrong = {r["question"] for r in records if not r["right"]}
     out, history = [], {}
     for e in exchanges:
         q = e["question"]
-        msgs = history.setdefault(q, [{"role": "system", "content": ev.INSTRUCTIONS}])
+        msgs = history.setdefault(q, [{"role": "system", "content": instructions}])
         if e["turn"] == 0:
             del msgs[1:]
         msgs.append(e["new_message"])
@@ -150,19 +165,25 @@ def main() -> None:
     ap.add_argument("--llama-server", required=True, help="path of a native llama-server binary")
     ap.add_argument("--records", required=True, help="the run's records (agents_eval.py --out)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--protocol", choices=sorted(ev.PROTOCOLS), default="v1")
+    ap.add_argument("--last-only", action="store_true", help="only each wrong question's last reply")
+    ap.add_argument("--tern", help="path of the tern binary that served the run (default target/release/tern)")
     args = ap.parse_args()
     records_path = Path(args.records)
     records = [json.loads(x) for x in records_path.read_text().splitlines() if x.strip()]
     log = records_path.with_name(records_path.name.removesuffix(".jsonl") + ".exchanges.jsonl")
     exchanges = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
     render = renderer(chat_template(ev.GGUF[args.model]))
-    tools = tools_of()
-    items = prompts(records, exchanges)
+    tools = tools_of_protocol(args.protocol)
+    items = prompts(records, exchanges, ev.PROTOCOLS[args.protocol].instructions)
+    if args.last_only:
+        last = {it["question"]: it for it in items}  # the latest turn of each question wins
+        items = list(last.values())
     for it in items:
         it["prompt"] = render(it.pop("messages"), tools)
     tmp = Path(tempfile.mkdtemp(prefix="agents-decisions-"))
     for kind in ("tern", "llama"):
-        with ev.server(kind, args.model, args.llama_server, tmp / f"{kind}.log") as url:
+        with ev.server(kind, args.model, args.llama_server, tmp / f"{kind}.log", args.tern) as url:
             for it in items:
                 it[kind] = top5(url, kind, it["prompt"])
     for it in items:
@@ -171,6 +192,8 @@ def main() -> None:
     summary = {
         "model": args.model,
         "records": str(records_path),
+        "protocol": args.protocol,
+        "replies_scored": "each wrong question's last" if args.last_only else "all of each wrong question",
         "replies": len(items),
         "same_first_token": sum(it["same_first_token"] for it in items),
         # Each re-rendered prompt is as long as the one the chat endpoint built.

@@ -243,32 +243,10 @@ def classify(rec: dict) -> str | None:
     return "model-answer"
 
 
-async def ask(question: str, url: str, model_id: str, max_turns: int, protocol: Protocol, log=None) -> dict:
-    import httpx2 as httpx
-    import openai
-    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool
-
-    calls: list[dict] = []
-    exchanges: list[dict] = []
-
-    async def keep(response) -> None:
-        """One chat exchange, compactly: what was new in the request and the reply."""
-        await response.aread()
-        try:
-            req = json.loads(response.request.content or b"null") or {}
-            body = response.json()
-        except ValueError:
-            return
-        choice = (body.get("choices") or [{}])[0]
-        exchanges.append({
-            "question": question,
-            "turn": len(exchanges),
-            "new_message": (req.get("messages") or [None])[-1],
-            "reply": choice.get("message"),
-            "finish_reason": choice.get("finish_reason"),
-            "usage": body.get("usage"),
-            "error": body.get("error"),
-        })
+def make_tools(calls: list[dict]) -> dict:
+    """Every function tool either protocol declares, by name; each call it
+    runs is appended to `calls` (name, arguments, result)."""
+    from agents import function_tool
 
     @function_tool
     def lookup_price(item: str) -> str:
@@ -324,7 +302,38 @@ async def ask(question: str, url: str, model_id: str, max_turns: int, protocol: 
         calls.append({"name": "subtract", "arguments": {"a": a, "b": b}, "result": result})
         return result
 
-    every = {t.name: t for t in (lookup_price, stock_level, shipping_cost, exchange_rate, multiply, add, subtract)}
+    return {t.name: t for t in (lookup_price, stock_level, shipping_cost, exchange_rate, multiply, add,
+                                subtract)}
+
+
+async def ask(question: str, url: str, model_id: str, max_turns: int, protocol: Protocol, log=None) -> dict:
+    import httpx2 as httpx
+    import openai
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner
+
+    calls: list[dict] = []
+    exchanges: list[dict] = []
+
+    async def keep(response) -> None:
+        """One chat exchange, compactly: what was new in the request and the reply."""
+        await response.aread()
+        try:
+            req = json.loads(response.request.content or b"null") or {}
+            body = response.json()
+        except ValueError:
+            return
+        choice = (body.get("choices") or [{}])[0]
+        exchanges.append({
+            "question": question,
+            "turn": len(exchanges),
+            "new_message": (req.get("messages") or [None])[-1],
+            "reply": choice.get("message"),
+            "finish_reason": choice.get("finish_reason"),
+            "usage": body.get("usage"),
+            "error": body.get("error"),
+        })
+
+    every = make_tools(calls)
     http = httpx.AsyncClient(timeout=600, event_hooks={"response": [keep]} if log else {})
     client = openai.AsyncOpenAI(api_key="k", base_url=f"{url}/v1", max_retries=0, timeout=600, http_client=http)
     agent = Agent(
