@@ -9,6 +9,7 @@ use crate::chat::{ChatMessage, ChatTemplate};
 use crate::chat_prompt::{encode_chat, ContentTokens};
 use crate::constraint::{Constraint, Grammar, Grammars};
 use crate::error::{Result, RuntimeError};
+use crate::sampler::DryBreakers;
 use crate::tokenizer::Tokenizer;
 
 /// Everything needed to turn text into tokens, run them, and turn tokens back
@@ -110,6 +111,20 @@ impl LoadedModel {
         grammars
             .compile(c)
             .map_err(|e| RuntimeError::Constraint(e.to_string()))
+    }
+
+    /// DRY's sequence breakers as this vocabulary's tokens (llama.cpp's
+    /// search: tokens containing a breaker, and tokens ending with the start
+    /// of one followed by the rest's tokens), built once per request that
+    /// asks for DRY.
+    pub fn dry_breakers(&self, breakers: &[String]) -> DryBreakers {
+        let tok = &self.tokenizer;
+        DryBreakers::build(
+            tok.vocab_size(),
+            |id| tok.bytes_of(id, true),
+            |s| tok.encode(s, false, false).unwrap_or_default(),
+            breakers,
+        )
     }
 
     /// The model's hyper-parameters.

@@ -2,10 +2,13 @@
 //!
 //! Owns the sampling parameters ([`SamplingParams`], serializable so requests
 //! can carry them), their validation, and a seeded, reusable [`Sampler`] that
-//! applies logit bias, repetition/presence/frequency penalties, top-k, top-p,
-//! min-p and temperature in llama.cpp's order, then draws with its own ChaCha
-//! rng so a run is reproducible from `seed` alone. Pure Rust over `&[f32]`; it
-//! knows nothing of tensors, tokenizers or models.
+//! applies logit bias, repetition/presence/frequency penalties, DRY, top-k,
+//! typical, top-p, min-p, XTC and temperature in llama.cpp's order (or, under
+//! Mirostat, bias, temperature and Mirostat, as llama.cpp chains them), then
+//! draws with its own ChaCha rng so a run is reproducible from `seed` alone.
+//! Pure Rust over `&[f32]`; it knows nothing of tensors or models, and the
+//! tokenizer enters only as the DRY breakers a caller builds
+//! ([`DryBreakers::build`]).
 //!
 //! Non-finite logits never panic: NaN is treated as `-inf` (never chosen) and
 //! `+inf` as `f32::MAX`.
@@ -14,8 +17,19 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::fmt;
 
+use std::sync::Arc;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+mod dry;
+mod mirostat;
+mod typical;
+mod xtc;
+
+use dry::Dry;
+pub use dry::{DryBreakers, MAX_BREAKER_BYTES};
+use mirostat::Mirostat;
 
 /// Largest `top_logprobs` accepted, matching OpenAI's API limit.
 pub const MAX_TOP_LOGPROBS: usize = 20;
@@ -56,6 +70,32 @@ pub struct SamplingParams {
     /// than the model's own: what an RL learner scoring the rollout at its
     /// sampling temperature compares with. The same at temperature 1.
     pub tempered_logprobs: bool,
+    /// Locally typical sampling's mass (llama.cpp's `typical_p`): keep the
+    /// tokens whose surprise is nearest the entropy; `1.0` disables it.
+    pub typical_p: f32,
+    /// XTC's chance per step of removing the top choices; `0` disables it.
+    pub xtc_probability: f32,
+    /// XTC's threshold: tokens at or above it are the "top choices"; above
+    /// `0.5` XTC does nothing.
+    pub xtc_threshold: f32,
+    /// DRY's multiplier: a token extending a repeat loses
+    /// `dry_multiplier * dry_base^(length - dry_allowed_length)`; `0` disables it.
+    pub dry_multiplier: f32,
+    /// DRY's base (at least 1).
+    pub dry_base: f32,
+    /// Repeats up to this many tokens go unpenalised by DRY.
+    pub dry_allowed_length: usize,
+    /// How many recent tokens DRY scans: `None` the whole history, `Some(0)` disables it.
+    pub dry_penalty_last_n: Option<usize>,
+    /// Strings that cut DRY's repeats (llama.cpp's default: newline, `:`, `"`, `*`).
+    pub dry_sequence_breakers: Vec<String>,
+    /// Mirostat version: `0` off, `1` or `2`. When on, as in llama.cpp,
+    /// penalties, DRY and the truncation samplers are skipped.
+    pub mirostat: u8,
+    /// Mirostat's target surprise (bits).
+    pub mirostat_tau: f32,
+    /// Mirostat's learning rate.
+    pub mirostat_eta: f32,
 }
 
 impl Default for SamplingParams {
@@ -73,6 +113,17 @@ impl Default for SamplingParams {
             seed: 0,
             top_logprobs: 0,
             tempered_logprobs: false,
+            typical_p: 1.0,
+            xtc_probability: 0.0,
+            xtc_threshold: 0.1,
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
+            dry_penalty_last_n: Some(64),
+            dry_sequence_breakers: ["\n", ":", "\"", "*"].map(String::from).to_vec(),
+            mirostat: 0,
+            mirostat_tau: 5.0,
+            mirostat_eta: 0.1,
         }
     }
 }
@@ -114,7 +165,77 @@ impl SamplingParams {
         if self.top_logprobs > MAX_TOP_LOGPROBS {
             return Err(SamplerError::TopLogprobs(self.top_logprobs));
         }
+        for (name, v) in [
+            ("typical_p", self.typical_p),
+            ("xtc_probability", self.xtc_probability),
+            ("xtc_threshold", self.xtc_threshold),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(SamplerError::Range {
+                    name,
+                    value: v,
+                    range: "[0, 1]",
+                });
+            }
+        }
+        if !(self.dry_multiplier.is_finite() && self.dry_multiplier >= 0.0) {
+            return Err(SamplerError::Range {
+                name: "dry_multiplier",
+                value: self.dry_multiplier,
+                range: "a finite number >= 0",
+            });
+        }
+        if !(self.dry_base.is_finite() && self.dry_base >= 1.0) {
+            return Err(SamplerError::Range {
+                name: "dry_base",
+                value: self.dry_base,
+                range: "a finite number >= 1",
+            });
+        }
+        if let Some(b) = self
+            .dry_sequence_breakers
+            .iter()
+            .find(|b| b.is_empty() || b.len() > MAX_BREAKER_BYTES)
+        {
+            return Err(SamplerError::DryBreaker(b.clone()));
+        }
+        if self.mirostat > 2 {
+            return Err(SamplerError::Mirostat(self.mirostat));
+        }
+        for (name, v) in [
+            ("mirostat_tau", self.mirostat_tau),
+            ("mirostat_eta", self.mirostat_eta),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(SamplerError::Range {
+                    name,
+                    value: v,
+                    range: "a finite number >= 0",
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// DRY's settings as the sampler applies them.
+    fn dry(&self) -> Dry {
+        Dry {
+            multiplier: self.dry_multiplier,
+            base: self.dry_base,
+            allowed_length: self.dry_allowed_length,
+            last_n: self.dry_penalty_last_n,
+        }
+    }
+
+    /// Whether DRY is on, so a caller knows to build its breakers.
+    pub fn dry_enabled(&self) -> bool {
+        self.mirostat == 0 && self.dry().enabled()
+    }
+
+    /// Whether typical or XTC is on: the candidates then go through the
+    /// sorted chain rather than the cutoff path.
+    fn sorted_chain(&self) -> bool {
+        self.typical_p < 1.0 || xtc::active(self.xtc_probability, self.xtc_threshold)
     }
 }
 
@@ -150,6 +271,22 @@ pub enum SamplerError {
     /// More than [`MAX_TOP_LOGPROBS`] alternatives were requested.
     #[error("top_logprobs must be at most 20, got {0}")]
     TopLogprobs(usize),
+    /// A typical, XTC, DRY or Mirostat number was out of its range.
+    #[error("{name} must be {range}, got {value}")]
+    Range {
+        /// The parameter's name.
+        name: &'static str,
+        /// The offending value.
+        value: f32,
+        /// Its valid range, in words.
+        range: &'static str,
+    },
+    /// A DRY sequence breaker was empty or too long.
+    #[error("dry_sequence_breakers must be non-empty strings of at most 40 bytes, got {0:?}")]
+    DryBreaker(String),
+    /// Mirostat was not 0, 1 or 2.
+    #[error("mirostat must be 0 (off), 1 or 2, got {0}")]
+    Mirostat(u8),
 }
 
 /// One sampling step's outcome: the token plus what an OpenAI-style `logprobs` reports.
@@ -186,6 +323,14 @@ pub struct Sampler {
     window: Vec<u32>,
     /// Softmax mass of each `BLOCK` of candidates, so a draw skips whole blocks.
     block_mass: Vec<f64>,
+    /// DRY's breakers as tokens (none until [`Sampler::set_dry_breakers`]).
+    breakers: Arc<DryBreakers>,
+    /// Mirostat's loop, when on.
+    mirostat: Option<Mirostat>,
+    /// Mirostat's `mu` before the last draw, for [`Sampler::resample`].
+    mu_before: f32,
+    /// Temperature-scaled logits for Mirostat.
+    scaled: Vec<f32>,
 }
 
 impl fmt::Debug for Sampler {
@@ -200,14 +345,41 @@ impl Sampler {
     /// Builds a sampler whose rng is seeded from `params.seed`.
     pub fn new(params: SamplingParams) -> Self {
         let rng = ChaCha8Rng::seed_from_u64(params.seed);
+        let mirostat = (params.mirostat != 0)
+            .then(|| Mirostat::new(params.mirostat, params.mirostat_tau, params.mirostat_eta));
         Self {
+            mirostat,
+            mu_before: mirostat.map_or(0.0, |m| m.mu),
             params,
             rng,
             logits: Vec::new(),
             cands: Vec::new(),
             window: Vec::new(),
             block_mass: Vec::new(),
+            breakers: Arc::default(),
+            scaled: Vec::new(),
         }
+    }
+
+    /// Gives DRY its sequence breakers (built once per request from the
+    /// vocabulary with [`DryBreakers::build`]); without them DRY runs with none.
+    pub fn set_dry_breakers(&mut self, breakers: Arc<DryBreakers>) {
+        self.breakers = breakers;
+    }
+
+    /// Mirostat's current surprise bound `mu`, when Mirostat is on.
+    pub fn mirostat_mu(&self) -> Option<f32> {
+        self.mirostat.map(|m| m.mu)
+    }
+
+    /// Samples again for the same step (e.g. from logits a grammar masked
+    /// after refusing the first draw): Mirostat's `mu` goes back to what it
+    /// was before that draw, so one step updates it once.
+    pub fn resample(&mut self, logits: &[f32], history: &[u32]) -> Sampled {
+        if let Some(m) = &mut self.mirostat {
+            m.mu = self.mu_before;
+        }
+        self.sample(logits, history)
     }
 
     /// The parameters this sampler was built with.
@@ -218,8 +390,13 @@ impl Sampler {
     /// Picks the next token from one step's `logits` (one per vocabulary id);
     /// `history` is every token so far (prompt + generated), used by penalties.
     ///
-    /// Order as in llama.cpp: logit bias, penalties, then argmax if temperature
-    /// is 0, else top-k, top-p, min-p, temperature, softmax and one rng draw.
+    /// Order as in llama.cpp: logit bias, penalties, DRY, then argmax if
+    /// temperature is 0, else top-k, typical, top-p, min-p, XTC, temperature,
+    /// softmax and one rng draw (XTC rolls the rng once more first). Under
+    /// Mirostat: logit bias, then argmax if temperature is 0, else
+    /// temperature and Mirostat's truncation and draw. Typical and XTC apply
+    /// at temperature 0 too (the most likely token they leave), as in
+    /// llama.cpp's chain.
     /// Empty logits yield token 0 with logprob `-inf`; if every token is
     /// `-inf` (e.g. all banned) the result is token 0 as well.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Sampled {
@@ -233,7 +410,15 @@ impl Sampler {
         self.logits.clear();
         self.logits.extend_from_slice(logits);
         self.apply_bias();
-        self.apply_penalties(history);
+        if let Some(m) = &self.mirostat {
+            self.mu_before = m.mu;
+        } else {
+            self.apply_penalties(history);
+            let dry = self.params.dry();
+            if dry.enabled() {
+                dry.apply(&mut self.logits, history, &self.breakers);
+            }
+        }
 
         // Separate simple passes so each vectorizes; argmax is the first max.
         for l in self.logits.iter_mut() {
@@ -244,7 +429,12 @@ impl Sampler {
         let lse = log_sum_exp_with_max(&self.logits, max);
 
         let temperature = self.params.temperature;
-        let token = if temperature > 0.0 {
+        let chain = self.mirostat.is_none() && self.params.sorted_chain();
+        let token = if temperature > 0.0 && self.mirostat.is_some() {
+            self.draw_mirostat(temperature).unwrap_or(best as u32)
+        } else if chain {
+            self.draw_chain(temperature).unwrap_or(best as u32)
+        } else if temperature > 0.0 {
             self.draw(temperature).unwrap_or(best as u32)
         } else {
             best as u32
@@ -368,6 +558,131 @@ impl Sampler {
         // last weighted token, if any.
         self.cands.iter().rev().find(|c| c.1 > 0.0).map(|c| c.0)
     }
+}
+
+impl Sampler {
+    /// The sorted chain for typical and XTC: top-k, typical, top-p, min-p
+    /// and XTC over an explicit candidate list sorted by logit, then the
+    /// temperature and one draw; at temperature 0 the best survivor.
+    fn draw_chain(&mut self, temperature: f32) -> Option<u32> {
+        self.cands.clear();
+        match self.params.top_k {
+            Some(k) if k > 0 && k <= HEAP_TOP_K_MAX => self.cands.extend(best_k(&self.logits, k)),
+            top_k => {
+                self.cands
+                    .extend(self.logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+                apply_top_k(&mut self.cands, top_k.unwrap_or(0));
+            }
+        }
+        self.cands.retain(|c| c.1 > f32::NEG_INFINITY);
+        self.cands.sort_unstable_by(by_logit_desc);
+        typical::truncate(&mut self.cands, self.params.typical_p);
+        let max = self.cands.first()?.1;
+        if let Some(last) = top_p_last_sorted(&self.cands, self.params.top_p) {
+            self.cands.truncate(last + 1);
+        }
+        let floor = min_p_floor(max, self.params.min_p);
+        self.cands.retain(|c| c.1 >= floor);
+        xtc::truncate(
+            &mut self.cands,
+            self.params.xtc_probability,
+            self.params.xtc_threshold,
+            &mut self.rng,
+        );
+        let top = self.cands.first()?.1;
+        if temperature <= 0.0 {
+            return Some(self.cands[0].0);
+        }
+        let inv_t = f64::from(1.0 / temperature);
+        let weights = self
+            .cands
+            .iter()
+            .map(|c| (f64::from(c.1 - top) * inv_t).exp());
+        let total: f64 = weights.clone().sum();
+        let r = self.rng.gen::<f64>() * total;
+        Some(pick(&self.cands, weights, r))
+    }
+
+    /// Mirostat's step: temperature, the truncation of its version, one
+    /// draw from the renormalised rest, and the update of `mu`.
+    fn draw_mirostat(&mut self, temperature: f32) -> Option<u32> {
+        let mut m = self.mirostat?;
+        let inv_t = 1.0 / temperature;
+        self.scaled.clear();
+        self.scaled
+            .extend(self.logits.iter().map(|&l| clean(l * inv_t)));
+        let max = max_of(&self.scaled);
+        if max == f32::NEG_INFINITY {
+            return None;
+        }
+        self.cands.clear();
+        if m.version == 1 {
+            let top: Vec<f32> = top_n(&self.scaled, mirostat::V1_M)
+                .into_iter()
+                .map(|c| c.1)
+                .collect();
+            let k = m.v1_k(&top, self.scaled.len());
+            self.cands.extend(top_n(&self.scaled, k));
+        } else {
+            let lse = log_sum_exp_with_max(&self.scaled, max);
+            let floor = m.v2_floor(lse);
+            self.cands.extend(
+                self.scaled
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &l)| f64::from(l) >= floor)
+                    .map(|(i, &l)| (i as u32, l)),
+            );
+            if self.cands.is_empty() {
+                self.cands.extend(top_n(&self.scaled, 1));
+            }
+            self.cands.sort_unstable_by(by_logit_desc);
+        }
+        self.cands.retain(|c| c.1 > f32::NEG_INFINITY);
+        let top = self.cands.first()?.1;
+        let weights = self.cands.iter().map(|c| f64::from(c.1 - top).exp());
+        let total: f64 = weights.clone().sum();
+        let r = self.rng.gen::<f64>() * total;
+        let token = pick(&self.cands, weights, r);
+        let chosen = self.cands.iter().find(|c| c.0 == token)?.1;
+        m.update(f64::from(chosen - top).exp() / total);
+        self.mirostat = Some(m);
+        Some(token)
+    }
+}
+
+/// The candidate where the cumulative `weights` pass `r` (the last one
+/// with weight when rounding leaves `r` past the total).
+fn pick(cands: &[(u32, f32)], weights: impl Iterator<Item = f64>, r: f64) -> u32 {
+    let mut cum = 0.0f64;
+    let mut last = cands[0].0;
+    for (c, w) in cands.iter().zip(weights) {
+        if w > 0.0 {
+            last = c.0;
+        }
+        cum += w;
+        if r < cum {
+            return c.0;
+        }
+    }
+    last
+}
+
+/// Top-p over candidates sorted by logit, descending: the index of the
+/// token whose (temperature-1) cumulative probability first reaches `p`;
+/// `None` keeps everything.
+fn top_p_last_sorted(cands: &[(u32, f32)], p: f32) -> Option<usize> {
+    if p.is_nan() || p >= 1.0 || cands.len() <= 1 {
+        return None;
+    }
+    let max = cands[0].1;
+    let total: f64 = cands.iter().map(|c| f64::from(c.1 - max).exp()).sum();
+    let target = f64::from(p) * total;
+    let mut cum = 0.0f64;
+    cands.iter().position(|c| {
+        cum += f64::from(c.1 - max).exp();
+        cum >= target
+    })
 }
 
 /// Natural-log softmax probability of `token` under `logits`, computed stably
@@ -1222,6 +1537,169 @@ mod tests {
             Ok(()),
             "20 is allowed"
         );
+    }
+
+    /// Logits with the given probabilities (ids in order).
+    fn from_probs(probs: &[f32]) -> Vec<f32> {
+        probs.iter().map(|p| p.ln()).collect()
+    }
+
+    #[test]
+    fn xtc_at_probability_one_never_draws_the_top_choices() {
+        // 0.35, 0.3 and 0.2 are above the 0.1 threshold: only the least
+        // likely of them (id 2) and the tail below it remain.
+        let l = from_probs(&[0.35, 0.3, 0.2, 0.1, 0.05]);
+        let p = params(|p| {
+            p.xtc_probability = 1.0;
+            p.xtc_threshold = 0.1;
+            p.seed = 4;
+        });
+        let d = draws(p.clone(), &l, 500);
+        assert!(d.iter().all(|&t| t >= 2), "{d:?}");
+        assert!(d.contains(&2) && d.contains(&3));
+        // Greedy takes the best survivor, as llama.cpp's chain does.
+        let g = draws(
+            params(|q| {
+                *q = SamplingParams {
+                    temperature: 0.0,
+                    ..p.clone()
+                }
+            }),
+            &l,
+            5,
+        );
+        assert_eq!(g, vec![2; 5]);
+        // Off, the top token is drawn often.
+        let off = draws(params(|q| q.seed = 4), &l, 500);
+        assert!(off.iter().filter(|&&t| t == 0).count() > 100);
+    }
+
+    #[test]
+    fn typical_p_draws_only_tokens_near_the_entropy() {
+        // See typical.rs: p = 0.3 keeps ids 1 and 2, never the top id 0.
+        let l = from_probs(&[0.5, 0.2, 0.2, 0.05, 0.05]);
+        let d = draws(params(|p| p.typical_p = 0.3), &l, 400);
+        assert!(d.iter().all(|&t| t == 1 || t == 2), "{d:?}");
+        assert!(d.contains(&1) && d.contains(&2));
+    }
+
+    #[test]
+    fn dry_turns_greedy_away_from_extending_a_repeat() {
+        // Token 4 is best, but "1 2 3 4" already occurred and the history
+        // ends in "1 2 3": DRY (1.0 * 1.75^(3 - 2) = 1.75) puts 5 ahead.
+        let mut l = vec![0.0f32; 10];
+        l[4] = 2.0;
+        l[5] = 1.0;
+        let history = [1, 2, 3, 4, 9, 8, 1, 2, 3];
+        let plain = Sampler::new(SamplingParams::greedy()).sample(&l, &history);
+        assert_eq!(plain.token, 4);
+        let mut dry = Sampler::new(params(|p| {
+            p.temperature = 0.0;
+            p.dry_multiplier = 1.0;
+        }));
+        assert_eq!(dry.sample(&l, &history).token, 5);
+        // With token 3 a breaker, the repeat is cut and 4 stays best.
+        dry.set_dry_breakers(Arc::new(DryBreakers::from_sequences(&[vec![3]])));
+        assert_eq!(dry.sample(&l, &history).token, 4);
+    }
+
+    #[test]
+    fn mirostat_adapts_mu_and_its_tau_sets_the_surprise() {
+        // Zipf-like logits over 2000 tokens.
+        let l: Vec<f32> = (0..2000).map(|i| -1.2 * ((i as f32) + 1.0).ln()).collect();
+        let lse = log_sum_exp_with_max(&l, max_of(&l));
+        let mean_surprise = |version: u8, tau: f32| {
+            let mut s = Sampler::new(params(|p| {
+                p.mirostat = version;
+                p.mirostat_tau = tau;
+                p.mirostat_eta = 0.1;
+                p.seed = 11;
+            }));
+            assert_eq!(s.mirostat_mu(), Some(2.0 * tau));
+            let d: Vec<u32> = (0..600).map(|_| s.sample(&l, &[]).token).collect();
+            let mu = s.mirostat_mu().unwrap();
+            assert!(
+                (mu - 2.0 * tau).abs() > 0.1,
+                "v{version}: mu stayed at {mu}"
+            );
+            d[100..]
+                .iter()
+                .map(|&t| -(f64::from(l[t as usize]) - lse) / std::f64::consts::LN_2)
+                .sum::<f64>()
+                / 500.0
+        };
+        for v in [1, 2] {
+            let (low, high) = (mean_surprise(v, 2.0), mean_surprise(v, 6.0));
+            assert!(
+                low + 1.5 < high,
+                "v{v}: tau 2 -> {low:.2} bits, tau 6 -> {high:.2}"
+            );
+        }
+    }
+
+    #[test]
+    fn resample_updates_mirostat_once_per_step() {
+        // One token holds all the mass: each draw has surprise 0, so one
+        // update raises mu by eta * tau (5 * 0.1 from 10).
+        let mut l = vec![-200.0f32; 50];
+        l[7] = 0.0;
+        let mut s = Sampler::new(params(|p| p.mirostat = 2));
+        assert_eq!(s.sample(&l, &[]).token, 7);
+        assert!((s.mirostat_mu().unwrap() - 10.5).abs() < 1e-5);
+        assert_eq!(s.resample(&l, &[]).token, 7);
+        assert!(
+            (s.mirostat_mu().unwrap() - 10.5).abs() < 1e-5,
+            "{:?}",
+            s.mirostat_mu()
+        );
+        s.sample(&l, &[]);
+        assert!((s.mirostat_mu().unwrap() - 11.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn new_samplers_stay_deterministic_under_a_seed() {
+        let l = logits(3000, 5);
+        let history: Vec<u32> = (0..200).map(|i| (i * 7 % 50) as u32).collect();
+        for f in [
+            (|p: &mut SamplingParams| p.typical_p = 0.9) as fn(&mut SamplingParams),
+            |p| p.xtc_probability = 0.5,
+            |p| p.dry_multiplier = 0.8,
+            |p| p.mirostat = 1,
+            |p| p.mirostat = 2,
+        ] {
+            let p = params(|p| {
+                p.seed = 21;
+                f(p);
+            });
+            let run = |p: SamplingParams| {
+                let mut s = Sampler::new(p);
+                (0..50)
+                    .map(|_| s.sample(&l, &history).token)
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(run(p.clone()), run(p.clone()), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn new_samplers_validate_their_ranges() {
+        for (p, name) in [
+            (params(|p| p.typical_p = 1.5), "typical_p"),
+            (params(|p| p.xtc_probability = -0.1), "xtc_probability"),
+            (params(|p| p.xtc_threshold = 2.0), "xtc_threshold"),
+            (params(|p| p.dry_multiplier = -1.0), "dry_multiplier"),
+            (params(|p| p.dry_base = 0.5), "dry_base"),
+            (
+                params(|p| p.dry_sequence_breakers = vec![String::new()]),
+                "dry_sequence_breakers",
+            ),
+            (params(|p| p.mirostat = 3), "mirostat"),
+            (params(|p| p.mirostat_tau = f32::NAN), "mirostat_tau"),
+            (params(|p| p.mirostat_eta = -0.1), "mirostat_eta"),
+        ] {
+            let msg = p.validate().expect_err(name).to_string();
+            assert!(msg.contains(name), "{msg}");
+        }
     }
 
     #[test]

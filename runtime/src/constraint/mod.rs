@@ -11,7 +11,10 @@
 //! accepted free draw of an allowed token has probability p(t), a rejected
 //! one is redrawn with p(t)/Z) at a fraction of the cost.
 
+mod gbnf;
 mod vocab;
+
+pub use gbnf::{gbnf_to_lark, GbnfError};
 
 use std::fmt;
 use std::sync::Arc;

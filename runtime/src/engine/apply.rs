@@ -63,6 +63,13 @@ pub(super) fn start_completions(
             c.think = Some(ThinkState::default());
         }
     }
+    if r.req.sampling.dry_enabled() {
+        let breakers =
+            std::sync::Arc::new(model.dry_breakers(&r.req.sampling.dry_sequence_breakers));
+        for c in &mut r.completions {
+            c.set_dry_breakers(std::sync::Arc::clone(&breakers));
+        }
+    }
     super::speculate::arm(r, &*backend);
     for ci in 0..r.completions.len() {
         emit_step(r, ci, backend, model, row, now, shared);

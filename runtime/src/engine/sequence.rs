@@ -158,6 +158,12 @@ impl Completion {
         self.pending_text.push_str(&text);
     }
 
+    /// Gives its sampler DRY's sequence breakers (shared by the request's
+    /// completions).
+    pub fn set_dry_breakers(&mut self, breakers: Arc<crate::sampler::DryBreakers>) {
+        self.sampler.set_dry_breakers(breakers);
+    }
+
     /// Decodes greedily from here on, as an answer probe does: after an
     /// early conclusion the answer is then the settling probe's own, token
     /// for token (same cache, same suffix, same argmax).
@@ -216,7 +222,7 @@ impl Completion {
                 if self.masked.iter().all(|l| *l == f32::NEG_INFINITY) {
                     return self.end_unconstrainable(lim);
                 }
-                s = self.sampler.sample(&self.masked, &self.history);
+                s = self.sampler.resample(&self.masked, &self.history);
             }
         }
         let token = s.token;
