@@ -11,7 +11,8 @@
 //! ([`collect`], [`stream`]); every failure is one [`openai::error::ApiError`].
 //!
 //! [`serve`] binds first and loads the model in the background, answering 503
-//! until the engine is up, then serves ([`listener`]) until Ctrl-C or SIGTERM,
+//! until the engine is up; [`serve_models`] serves several models, each
+//! loaded by the first request naming it ([`registry`]). Both then serve ([`listener`]) until Ctrl-C or SIGTERM,
 //! letting in-flight requests finish within a grace period. [`router`] is the
 //! seam tests drive in process. Every request passes the [`origin`] check
 //! (Host and Origin) so web pages cannot drive a local server.
@@ -36,6 +37,7 @@ pub mod overflow;
 mod params;
 mod prometheus;
 mod prompt;
+pub mod registry;
 mod routes;
 pub use tern_runtime::size;
 mod response_store;
@@ -232,6 +234,27 @@ pub enum ServeEvent {
     },
     /// A shutdown signal arrived; in-flight requests are finishing.
     ShuttingDown,
+    /// Several models: a request's model has loaded.
+    ModelLoaded {
+        /// The model's name.
+        id: String,
+        /// Seconds the load took.
+        seconds: f64,
+    },
+    /// Several models: a model failed to load (the request got a 500).
+    ModelLoadFailed {
+        /// The model's name.
+        id: String,
+        /// The loader's error, whole.
+        error: String,
+    },
+    /// Several models: a model was unloaded and its memory given back.
+    ModelUnloaded {
+        /// The model's name.
+        id: String,
+        /// Why: idle for its time, or to make room for another.
+        reason: String,
+    },
 }
 
 /// Why the server could not start or keep running.
@@ -254,6 +277,9 @@ pub enum ServeError {
     /// `--state-store` could not be reached or parsed.
     #[error(transparent)]
     StateStore(#[from] response_store::StoreError),
+    /// The several models to serve are not usable as given.
+    #[error(transparent)]
+    Models(#[from] registry::RegistryError),
     /// Serving failed after startup.
     #[error("serving HTTP failed")]
     Io(#[from] std::io::Error),
@@ -349,28 +375,12 @@ pub async fn serve<L>(
 where
     L: FnOnce() -> Result<Loaded, LoadError> + Send + 'static,
 {
-    let store = match &config.state_store {
-        Some(url) => response_store::ResponseStore::redis(url, config.responses_store)?,
-        None => response_store::ResponseStore::new(config.responses_store),
-    };
-    let addr = format!("{}:{}", config.host, config.port);
-    let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
-    let bound = listener.local_addr()?;
-    // The Host check needs the real port when 0 was asked for.
-    let state = AppState::with_store(
-        &ServerConfig {
-            port: bound.port(),
-            ..config.clone()
-        },
-        store,
-    );
+    let (listener, config, store) = bind(config).await?;
+    let state = AppState::with_store(&config, store);
     let on_event = Arc::new(on_event);
-    on_event(ServeEvent::Listening { addr: bound });
+    on_event(ServeEvent::Listening {
+        addr: listener.local_addr()?,
+    });
 
     let failure: Arc<Mutex<Option<LoadError>>> = Arc::new(Mutex::new(None));
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
@@ -407,21 +417,101 @@ where
             }
         });
     }
+    run(listener, state, &config, on_event, failed_rx).await;
+    let failed = failure.lock().ok().and_then(|mut slot| slot.take());
+    match failed {
+        Some(e) => Err(ServeError::Load(e)),
+        None => Ok(()),
+    }
+}
 
-    let shutdown = {
-        let on_event = Arc::clone(&on_event);
-        async move {
-            tokio::select! {
-                () = shutdown_signal() => {
-                    on_event(ServeEvent::ShuttingDown);
-                    // A second signal means "now": do not wait for streams.
-                    tokio::spawn(async {
-                        shutdown_signal().await;
-                        std::process::exit(130);
-                    });
-                }
-                Ok(()) = failed_rx => {}
+/// Serves the several `models`, none loaded at start: each is loaded with
+/// `load` (on a blocking thread) by the first request naming it, charged
+/// against `models.memory` with its KV budget (`config.engine.kv_memory`),
+/// and unloaded once idle for `models.idle_unload`. Ready as soon as bound;
+/// serves until Ctrl-C or SIGTERM as [`serve`] does.
+pub async fn serve_models<L>(
+    config: ServerConfig,
+    models: Vec<registry::ModelSpec>,
+    limits: registry::RegistryConfig,
+    load: L,
+    on_event: impl Fn(ServeEvent) + Send + Sync + 'static,
+) -> Result<(), ServeError>
+where
+    L: Fn(&registry::ModelSpec) -> Result<Loaded, LoadError> + Send + Sync + 'static,
+{
+    let on_event: registry::EventSink = Arc::new(on_event);
+    let registry = Arc::new(registry::ModelRegistry::new(
+        models,
+        limits,
+        config.engine.clone(),
+        Arc::new(load),
+        Arc::clone(&on_event),
+    )?);
+    let (listener, config, store) = bind(config).await?;
+    let state = AppState::with_models(&config, store, Arc::clone(&registry));
+    on_event(ServeEvent::Listening {
+        addr: listener.local_addr()?,
+    });
+    registry.spawn_reaper();
+    on_event(ServeEvent::Ready { seconds: 0.0 });
+    // Nothing loads at startup, so nothing can fail before a request.
+    let (_never_fails, failed_rx) = tokio::sync::oneshot::channel::<()>();
+    run(listener, state, &config, on_event, failed_rx).await;
+    Ok(())
+}
+
+/// Opens the Responses store and binds; returns the listener and the config
+/// with the real port (the Host check needs it when 0 was asked for).
+async fn bind(
+    config: ServerConfig,
+) -> Result<
+    (
+        tokio::net::TcpListener,
+        ServerConfig,
+        response_store::ResponseStore,
+    ),
+    ServeError,
+> {
+    let store = match &config.state_store {
+        Some(url) => response_store::ResponseStore::redis(url, config.responses_store)?,
+        None => response_store::ResponseStore::new(config.responses_store),
+    };
+    let addr = format!("{}:{}", config.host, config.port);
+    let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let bound = listener.local_addr()?;
+    let config = ServerConfig {
+        port: bound.port(),
+        ..config
+    };
+    Ok((listener, config, store))
+}
+
+/// Serves `state` on `listener` until a shutdown signal (or `failed`, a
+/// load failure at startup), letting in-flight requests finish.
+async fn run(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    config: &ServerConfig,
+    on_event: Arc<dyn Fn(ServeEvent) + Send + Sync>,
+    failed: tokio::sync::oneshot::Receiver<()>,
+) {
+    let shutdown = async move {
+        tokio::select! {
+            () = shutdown_signal() => {
+                on_event(ServeEvent::ShuttingDown);
+                // A second signal means "now": do not wait for streams.
+                tokio::spawn(async {
+                    shutdown_signal().await;
+                    std::process::exit(130);
+                });
             }
+            Ok(()) = failed => {}
         }
     };
     listener::run(
@@ -431,11 +521,6 @@ where
         shutdown,
     )
     .await;
-    let failed = failure.lock().ok().and_then(|mut slot| slot.take());
-    match failed {
-        Some(e) => Err(ServeError::Load(e)),
-        None => Ok(()),
-    }
 }
 
 /// Resolves on Ctrl-C or (on Unix) SIGTERM.

@@ -18,6 +18,9 @@ pub struct TokenizeFields {
     pub parse_special: Option<bool>,
     /// Answer each token with its text (default false).
     pub with_pieces: Option<bool>,
+    /// Whose tokenizer, on a server of several models (llama-server's
+    /// router takes `model` the same way); ignored with one model.
+    pub model: Option<String>,
 }
 
 /// `{"tokens": [...]}`: ids, or ids with their pieces.
@@ -49,6 +52,8 @@ pub struct DetokenizeFields {
     /// Token ids; checked by the handler so a bad one names the field.
     #[serde(default)]
     pub tokens: Value,
+    /// Whose tokenizer, on a server of several models; ignored with one.
+    pub model: Option<String>,
 }
 
 /// `{"content": "..."}`.

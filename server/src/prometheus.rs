@@ -8,6 +8,9 @@ use std::fmt::Write;
 
 use tern_runtime::engine::{HistogramSnapshot, MetricsSnapshot};
 
+use crate::registry::slot::SlotState;
+use crate::registry::{MemoryStatus, ModelStatus};
+
 /// The content type Prometheus expects for this format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -243,6 +246,69 @@ pub fn responses_store(w: &mut String, count: usize, bytes: usize, max_bytes: us
         "The stored responses' byte budget (--responses-store-bytes).",
         max_bytes as u64,
     );
+}
+
+/// One per-model series: name, type, help, and its value for a model.
+type PerModel = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&ModelStatus) -> u64,
+);
+
+/// A several-model server's models: the shared memory budget and what is
+/// charged against it, and per model whether it is loaded, its charge and
+/// how often it has been loaded. (Each engine's own series are not
+/// exported here: one series name per engine would need a `model` label
+/// on every one.)
+pub fn models(w: &mut String, models: &[ModelStatus], memory: &MemoryStatus) {
+    scalar(
+        w,
+        "tern_model_ready",
+        "gauge",
+        "1 once the server answers (models load on first use).",
+        1,
+    );
+    scalar(
+        w,
+        "tern_models_memory_budget_bytes",
+        "gauge",
+        "Bytes loaded models' weights and KV budgets may take together (--models-memory).",
+        memory.budget_bytes as u64,
+    );
+    scalar(
+        w,
+        "tern_models_memory_bytes",
+        "gauge",
+        "Bytes charged by loaded and loading models (weights + KV budget each).",
+        memory.in_use_bytes as u64,
+    );
+    let per_model: [PerModel; 3] = [
+        (
+            "tern_model_loaded",
+            "gauge",
+            "1 while the model is loaded.",
+            |m| u64::from(m.state == SlotState::Loaded),
+        ),
+        (
+            "tern_model_memory_bytes",
+            "gauge",
+            "Bytes the model is charged (0 unloaded).",
+            |m| m.memory_bytes as u64,
+        ),
+        (
+            "tern_model_loads_total",
+            "counter",
+            "Times the model has been loaded.",
+            |m| m.loads,
+        ),
+    ];
+    for (name, kind, help, value) in per_model {
+        header(w, name, kind, help);
+        for m in models {
+            let _ = writeln!(w, "{name}{{model=\"{}\"}} {}", escape(&m.id), value(m));
+        }
+    }
 }
 
 /// What `/metrics` says while the model is still loading.

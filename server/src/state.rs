@@ -2,7 +2,9 @@
 //! settings, and the engine once the model has loaded.
 //!
 //! The engine slot starts empty: `serve` binds and answers (503 while
-//! loading) before the weights are read, then fills it exactly once.
+//! loading) before the weights are read, then fills it exactly once. A
+//! server of several models has a [`ModelRegistry`] instead, and a request
+//! gets its model's engine from [`AppState::serve_model`] either way.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -21,6 +23,7 @@ use crate::openai::error::ApiError;
 use crate::origin::HostPolicy;
 use crate::overflow::ContextOverflow;
 use crate::params::ModelLimits;
+use crate::registry::{Lease, ModelRegistry};
 use crate::response_store::ResponseStore;
 use crate::think::ReasoningFormat;
 use crate::{Cors, ServerConfig};
@@ -49,6 +52,8 @@ struct Inner {
     adapters: AdapterRegistry,
     engine: OnceLock<EngineHandle>,
     synthesizer: OnceLock<(String, EngineHandle)>,
+    /// Several models loaded on demand (`None`: the one model of `engine`).
+    registry: Option<Arc<ModelRegistry>>,
 }
 
 impl AppState {
@@ -61,6 +66,24 @@ impl AppState {
     /// State for `config` with `responses` as the Responses store, bounded
     /// to the config's `responses_store_bytes`.
     pub fn with_store(config: &ServerConfig, responses: ResponseStore) -> Self {
+        Self::build(config, responses, None)
+    }
+
+    /// State for a server of several models, each loaded on first use by
+    /// `registry`.
+    pub fn with_models(
+        config: &ServerConfig,
+        responses: ResponseStore,
+        registry: Arc<ModelRegistry>,
+    ) -> Self {
+        Self::build(config, responses, Some(registry))
+    }
+
+    fn build(
+        config: &ServerConfig,
+        responses: ResponseStore,
+        registry: Option<Arc<ModelRegistry>>,
+    ) -> Self {
         let responses = responses.with_max_bytes(config.responses_store_bytes);
         Self(Arc::new(Inner {
             model_id: config.model_id.clone(),
@@ -82,7 +105,70 @@ impl AppState {
             adapters: AdapterRegistry::new(config.lora_dir.as_deref(), config.max_loras),
             engine: OnceLock::new(),
             synthesizer: OnceLock::new(),
+            registry,
         }))
+    }
+
+    /// The models of a several-model server.
+    pub fn registry(&self) -> Option<&Arc<ModelRegistry>> {
+        self.0.registry.as_ref()
+    }
+
+    /// Whether requests can be served now: always on a several-model server
+    /// (models load on first use), once the model has loaded otherwise
+    /// (a 503 before).
+    pub fn ready(&self) -> Result<(), ApiError> {
+        match &self.0.registry {
+            Some(_) => Ok(()),
+            None => self.engine().map(|_| ()),
+        }
+    }
+
+    /// The model a request's `model` names and the engine it runs on: the
+    /// served model or a loaded adapter ([`AppState::resolve_model`]), or on
+    /// a several-model server the named model, loaded first if it is not.
+    pub async fn serve_model(&self, requested: Option<&str>) -> Result<Served, ApiError> {
+        let Some(registry) = &self.0.registry else {
+            let engine = self.engine()?.clone();
+            let (name, adapters) = self.resolve_model(requested)?;
+            return Ok(Served {
+                name,
+                adapters,
+                engine,
+                _lease: None,
+            });
+        };
+        let name = match requested {
+            None | Some("") => {
+                return Err(ApiError::invalid_param(
+                    "model",
+                    "Missing required parameter: `model`",
+                ))
+            }
+            Some(m) => m,
+        };
+        let lease = registry.acquire(name).await?;
+        Ok(Served {
+            name: name.to_string(),
+            adapters: None,
+            engine: lease.engine().clone(),
+            _lease: Some(lease),
+        })
+    }
+
+    /// The model whose tokenizer `/tokenize` and `/detokenize` use: the one
+    /// served model whatever `model` says (llama-server's routes take none),
+    /// or on a several-model server the one `model` names.
+    pub async fn tokenizer_model(&self, requested: Option<&str>) -> Result<Served, ApiError> {
+        match &self.0.registry {
+            Some(_) => self.serve_model(requested).await,
+            None => Ok(Served {
+                name: self.0.model_id.clone(),
+                adapters: None,
+                engine: self.engine()?.clone(),
+                _lease: None,
+            }),
+        }
     }
 
     /// Marks the model loaded; requests are served from now on. A second
@@ -97,10 +183,46 @@ impl AppState {
         let _ = self.0.synthesizer.set((id, engine));
     }
 
-    /// The engine that writes syntheses for a request naming
-    /// `synthesizer_model` (or not): the loaded synthesizer, or the served
-    /// model itself, with its id; a name that is neither is a 400.
-    pub fn synthesizer(&self, requested: Option<&str>) -> Result<(String, EngineHandle), ApiError> {
+    /// The engine that writes syntheses for a request served by `own`
+    /// naming `synthesizer_model` (or not). On a several-model server: the
+    /// request's own model, or any served model it names. Otherwise
+    /// [`AppState::one_model_synthesizer`].
+    pub async fn synthesizer(
+        &self,
+        requested: Option<&str>,
+        own: &Served,
+    ) -> Result<Served, ApiError> {
+        let Some(registry) = &self.0.registry else {
+            let (name, engine) = self.one_model_synthesizer(requested)?;
+            return Ok(Served {
+                name,
+                adapters: None,
+                engine,
+                _lease: None,
+            });
+        };
+        match requested {
+            None => Ok(own.share()),
+            Some(m) if m == own.name => Ok(own.share()),
+            Some(m) if registry.contains(m) => self.serve_model(Some(m)).await,
+            Some(m) => Err(ApiError::invalid_param(
+                "synthesizer_model",
+                format!(
+                    "synthesizer model `{m}` is not served here (served: {})",
+                    registry.names().join(", ")
+                ),
+            )
+            .with_code("model_not_found")),
+        }
+    }
+
+    /// The synthesizer of a one-model server: the loaded synthesizer
+    /// (`--synthesizer-model`), or the served model itself, with its id; a
+    /// name that is neither is a 400.
+    fn one_model_synthesizer(
+        &self,
+        requested: Option<&str>,
+    ) -> Result<(String, EngineHandle), ApiError> {
         let main = || Ok((self.0.model_id.clone(), self.engine()?.clone()));
         let loaded = self.0.synthesizer.get();
         match (requested, loaded) {
@@ -133,13 +255,18 @@ impl AppState {
         Arc::clone(&self.0.responses)
     }
 
-    /// Whether the model has loaded.
+    /// Whether the model has loaded (always, with several models: they
+    /// load on first use).
     pub fn is_ready(&self) -> bool {
-        self.0.engine.get().is_some()
+        self.0.registry.is_some() || self.0.engine.get().is_some()
     }
 
-    /// The engine, or a 503 while the model is loading.
+    /// The one served model's engine, or a 503 while it is loading; a 400
+    /// on a several-model server, which has no one engine (adapters).
     pub fn engine(&self) -> Result<&EngineHandle, ApiError> {
+        if self.0.registry.is_some() {
+            return Err(ApiError::needs_one_model("LoRA adapters"));
+        }
         self.0.engine.get().ok_or_else(ApiError::loading)
     }
 
@@ -224,36 +351,53 @@ impl AppState {
         &self.0.adapters
     }
 
-    /// What `model` names: the served model, or a loaded adapter (whose
-    /// weights the request runs under, held even if it is unloaded
-    /// meanwhile). It must be given and be one of them.
-    pub fn resolve_model(&self, requested: Option<&str>) -> Result<Served, ApiError> {
+    /// What `model` names on a one-model server: the served model, or a
+    /// loaded adapter (whose weights the request runs under, held even if it
+    /// is unloaded meanwhile), as the name to report and the adapter. It
+    /// must be given and be one of them.
+    pub fn resolve_model(
+        &self,
+        requested: Option<&str>,
+    ) -> Result<(String, Option<Arc<LoraSet>>), ApiError> {
         match requested {
             None | Some("") => Err(ApiError::invalid_param(
                 "model",
                 "Missing required parameter: `model`",
             )),
-            Some(m) if m == self.0.model_id => Ok(Served {
-                name: m.to_string(),
-                adapters: None,
-            }),
+            Some(m) if m == self.0.model_id => Ok((m.to_string(), None)),
             Some(m) => match self.0.adapters.get(m) {
-                Some(set) => Ok(Served {
-                    name: m.to_string(),
-                    adapters: Some(set),
-                }),
+                Some(set) => Ok((m.to_string(), Some(set))),
                 None => Err(ApiError::model_not_found(m, &self.0.model_id)),
             },
         }
     }
 }
 
-/// The model a request named, as [`AppState::resolve_model`] found it.
+/// The model a request named, as [`AppState::serve_model`] found it, with
+/// the engine it runs on.
 pub struct Served {
     /// The `model` its answer reports: the served id or the adapter's name.
     pub name: String,
     /// The adapter's weights, when it named one.
     pub adapters: Option<Arc<LoraSet>>,
+    /// The engine that runs it.
+    pub engine: EngineHandle,
+    /// On a several-model server, what keeps the model loaded while the
+    /// request holds this.
+    _lease: Option<Lease>,
+}
+
+impl Served {
+    /// The same model for a second use within the request (no lease of its
+    /// own: the request's keeps the model loaded).
+    fn share(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            adapters: self.adapters.clone(),
+            engine: self.engine.clone(),
+            _lease: None,
+        }
+    }
 }
 
 /// The limits request validation checks against.

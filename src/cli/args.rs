@@ -657,9 +657,27 @@ fn parse_ruler_task(s: &str) -> Result<tern_runtime::kv::ruler::RulerTask, Strin
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Registry name or path to a GGUF file (pulled on first use). Its id in
-    /// the API is the registry name or the file stem.
-    #[arg(long, short = 'm', default_value = tern_hub::DEFAULT_MODEL)]
-    pub model: String,
+    /// the API is the registry name or the file stem. Repeat it (or add
+    /// --models-dir) to serve several models: each is loaded by the first
+    /// request naming it and unloaded after --model-idle-unload. Default:
+    /// the registry's default model.
+    #[arg(long, short = 'm')]
+    pub model: Vec<String>,
+    /// Serve every `.gguf` file in DIR (not its subdirectories) beside any
+    /// --model, each named by its file stem, loaded on first use.
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// With several models: unload a model nobody has used for this long
+    /// (`300`, `1.5`, `500ms`, `10m`; 0 keeps models loaded). A request for
+    /// an unloaded model loads it again and waits for the load.
+    #[arg(long, default_value = "300", value_parser = tern_server::duration::parse_duration)]
+    pub model_idle_unload: std::time::Duration,
+    /// With several models: memory the loaded models' weights (their files'
+    /// sizes) and KV budgets (--kv-memory each) may take together; a model
+    /// that does not fit unloads idle ones, or its request gets a 503.
+    /// Default: three quarters of the memory available at start.
+    #[arg(long, value_parser = tern_server::size::parse_size)]
+    pub models_memory: Option<usize>,
     /// Address to bind.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -670,7 +688,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub kv: KvArgs,
     /// KV cache memory all running requests share: 2GiB, 512MiB, 1G or bytes
-    /// (default: half the memory available at start).
+    /// (default: half the memory available at start). With several models,
+    /// each loaded model's (default: --models-memory over twice the number
+    /// of models).
     #[arg(long, value_parser = tern_server::size::parse_size)]
     pub kv_memory: Option<usize>,
     /// Require `Authorization: Bearer KEY` on /v1/* requests.

@@ -5,14 +5,20 @@
 //! registry model on first use) and loads it, so the port is bound and
 //! answering 503 while the weights load. Prints one line when listening and
 //! one when the model is ready; startup failures are one-line errors.
+//!
+//! With several models (`--model` repeated, `--models-dir`) it resolves
+//! every file at startup (pulling registry models that are missing) and
+//! hands `tern_server::serve_models` a loader that each model's first
+//! request runs; it prints a line as models load and unload.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use tern_hub as registry;
 use tern_runtime::engine::{default_kv_memory, EngineConfig};
 use tern_runtime::LoadedModel;
+use tern_server::registry::{ModelSpec, RegistryConfig};
 use tern_server::size::format_size;
 use tern_server::{ConnectionLimits, Cors, LoadError, Loaded, ServeEvent, ServerConfig};
 
@@ -22,7 +28,15 @@ use super::resolve;
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &ServeArgs) -> Result<()> {
-    let config = server_config(a)?;
+    if a.models_dir.is_some() || a.model.len() > 1 {
+        return run_several(a);
+    }
+    let spec = a
+        .model
+        .first()
+        .cloned()
+        .unwrap_or_else(|| registry::DEFAULT_MODEL.to_string());
+    let config = server_config(a, &spec, None)?;
     if let Some(warning) = exposure_check(&config, a.insecure_no_key)? {
         eprintln!("{warning}");
     }
@@ -37,23 +51,11 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     let policy = config.kv_policy.to_string();
     let kv_dtype = config.kv_dtype;
     let kv_memory = format_size(config.engine.kv_memory);
-    let spec = a.model.clone();
-    let kind = a.backend;
-    let (kv_memory_bytes, max_running) = (config.engine.kv_memory, config.engine.max_running);
+    let opener = Opener::new(a, &config);
     let load = move || -> Result<Loaded, LoadError> {
         let load = || -> Result<Loaded> {
             let path = resolve::model_path(&spec)?;
-            let model = Arc::new(LoadedModel::load(&path)?);
-            let c = model.config();
-            // llama.cpp's shared cache holds what the engine's KV budget admits,
-            // counted as the engine counts (its storage type's bytes per token).
-            let per_token = 2 * c.n_layer * c.n_kv_head * kv_dtype.row_bytes(c.head_dim);
-            let sizing = Sizing {
-                n_ctx: (kv_memory_bytes / per_token.max(1)).max(c.context_length),
-                n_seq: max_running * 2,
-                kv_dtype,
-            };
-            let backend = backend::open(kind, &path, &model, &sizing)?;
+            let (model, backend) = opener.open(&path)?;
             let synthesizer = match &synth_spec {
                 Some((id, s)) => {
                     let m = resolve::load(s)
@@ -84,6 +86,168 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     Ok(served?)
 }
 
+/// How a model file becomes a model and the backend that runs it, with the
+/// server's backend, KV storage type and budgets.
+#[derive(Clone)]
+struct Opener {
+    kind: BackendKind,
+    kv_dtype: tern_runtime::kv::KvDtype,
+    kv_memory: usize,
+    max_running: usize,
+}
+
+impl Opener {
+    fn new(a: &ServeArgs, config: &ServerConfig) -> Self {
+        Self {
+            kind: a.backend,
+            kv_dtype: config.kv_dtype,
+            kv_memory: config.engine.kv_memory,
+            max_running: config.engine.max_running,
+        }
+    }
+
+    fn open(
+        &self,
+        path: &Path,
+    ) -> Result<(Arc<LoadedModel>, Box<dyn tern_runtime::backend::Backend>)> {
+        let model = Arc::new(LoadedModel::load(path)?);
+        let c = model.config();
+        // llama.cpp's shared cache holds what the engine's KV budget admits,
+        // counted as the engine counts (its storage type's bytes per token).
+        let per_token = 2 * c.n_layer * c.n_kv_head * self.kv_dtype.row_bytes(c.head_dim);
+        let sizing = Sizing {
+            n_ctx: (self.kv_memory / per_token.max(1)).max(c.context_length),
+            n_seq: self.max_running * 2,
+            kv_dtype: self.kv_dtype,
+        };
+        let backend = backend::open(self.kind, path, &model, &sizing)?;
+        Ok((model, backend))
+    }
+}
+
+/// `tern serve` with several models: every file resolved now, each loaded
+/// by the first request naming it.
+fn run_several(a: &ServeArgs) -> Result<()> {
+    if a.synthesizer_model.is_some() {
+        bail!(
+            "--synthesizer-model works with one --model; with several, a request names any \
+             served model as its synthesizer_model"
+        );
+    }
+    if a.lora_dir.is_some() {
+        bail!("--lora-dir works with one --model (adapters run on the one served model)");
+    }
+    let models = model_specs(&a.model, a.models_dir.as_deref())?;
+    let memory = a
+        .models_memory
+        .unwrap_or_else(|| default_kv_memory() / 2 * 3);
+    // Half the budget for KV, shared evenly, unless --kv-memory says.
+    let kv_memory = a
+        .kv_memory
+        .unwrap_or(memory / (2 * models.len()))
+        .max(1 << 20);
+    let config = server_config(a, &models[0].id, Some(kv_memory))?;
+    if let Some(warning) = exposure_check(&config, a.insecure_no_key)? {
+        eprintln!("{warning}");
+    }
+    if let Some(note) = host_note(&config) {
+        eprintln!("{note}");
+    }
+    let limits = RegistryConfig {
+        memory,
+        idle_unload: Some(a.model_idle_unload).filter(|d| !d.is_zero()),
+    };
+    let names: Vec<String> = models.iter().map(|m| m.id.clone()).collect();
+    let summary = format!(
+        "models {}; loaded on first use, {}; memory {} for weights and KV, kv memory {} each, \
+         kv policy {}, kv dtype {}",
+        names.join(", "),
+        match limits.idle_unload {
+            Some(d) => format!("unloaded after {} s idle", d.as_secs_f64()),
+            None => "never unloaded".to_string(),
+        },
+        format_size(memory),
+        format_size(kv_memory),
+        config.kv_policy,
+        config.kv_dtype
+    );
+    let opener = Opener::new(a, &config);
+    let load = move |spec: &ModelSpec| -> Result<Loaded, LoadError> {
+        let (model, backend) = opener.open(&spec.path).map_err(|e| format!("{e:#}"))?;
+        Ok(Loaded {
+            model,
+            backend,
+            synthesizer: None,
+        })
+    };
+    let on_event = move |event: ServeEvent| announce_several(&event, &summary);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tern-http")
+        .build()
+        .context("starting the async runtime")?;
+    let served = runtime.block_on(tern_server::serve_models(
+        config, models, limits, load, on_event,
+    ));
+    runtime.shutdown_background();
+    Ok(served?)
+}
+
+/// Every model to serve: each `--model` (a file, or a registry name pulled
+/// now if missing) and each `.gguf` in `dir`, in that order.
+fn model_specs(models: &[String], dir: Option<&Path>) -> Result<Vec<ModelSpec>> {
+    let mut specs = Vec::new();
+    for spec in models {
+        let path = resolve::model_path(spec).with_context(|| format!("--model {spec}"))?;
+        specs.push(ModelSpec {
+            id: model_id(spec),
+            path,
+        });
+    }
+    if let Some(dir) = dir {
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("--models-dir {}", dir.display()))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "gguf"))
+            .collect();
+        if files.is_empty() {
+            bail!("--models-dir {}: no .gguf files in it", dir.display());
+        }
+        files.sort();
+        for path in files {
+            specs.push(ModelSpec {
+                id: model_id(&path.to_string_lossy()),
+                path,
+            });
+        }
+    }
+    Ok(specs)
+}
+
+/// The several-model server's progress: listening, then each load and unload.
+fn announce_several(event: &ServeEvent, summary: &str) {
+    match event {
+        ServeEvent::Listening { addr } => {
+            println!("tern serve: listening on http://{addr} ({summary})")
+        }
+        ServeEvent::Ready { .. } => {}
+        ServeEvent::ModelLoaded { id, seconds } => {
+            println!("tern serve: model {id} loaded in {seconds:.1} s")
+        }
+        ServeEvent::ModelLoadFailed { id, error } => {
+            eprintln!("tern serve: model {id} failed to load: {error}")
+        }
+        ServeEvent::ModelUnloaded { id, reason } => {
+            println!("tern serve: model {id} unloaded ({reason})")
+        }
+        ServeEvent::ShuttingDown => eprintln!(
+            "tern serve: shutting down, finishing in-flight requests \
+             (Ctrl-C again to quit now)"
+        ),
+    }
+}
+
 /// Prints the server's progress: one line when listening, one when ready.
 fn announce(event: &ServeEvent, model_id: &str, policy: &str, kv_memory: &str) {
     match event {
@@ -98,11 +262,16 @@ fn announce(event: &ServeEvent, model_id: &str, policy: &str, kv_memory: &str) {
             "tern serve: shutting down, finishing in-flight requests \
              (Ctrl-C again to quit now)"
         ),
+        // One model never loads or unloads after it is ready.
+        ServeEvent::ModelLoaded { .. }
+        | ServeEvent::ModelLoadFailed { .. }
+        | ServeEvent::ModelUnloaded { .. } => {}
     }
 }
 
-/// Validated server settings from the flags.
-fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
+/// Validated server settings from the flags, serving `model` (its id
+/// taken from it), with `kv_memory` as each engine's KV budget when given.
+fn server_config(a: &ServeArgs, model: &str, kv_memory: Option<usize>) -> Result<ServerConfig> {
     for (flag, value) in [
         ("--max-queue", a.max_queue),
         ("--max-running", a.max_running),
@@ -144,10 +313,12 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
     let engine = EngineConfig {
         // llama.cpp allocates its whole cache up front: default it to 1 GiB
         // there instead of half the machine.
-        kv_memory: a.kv_memory.unwrap_or_else(|| match a.backend {
-            BackendKind::Tern => default_kv_memory(),
-            BackendKind::LlamaCpp => 1 << 30,
-        }),
+        kv_memory: kv_memory
+            .or(a.kv_memory)
+            .unwrap_or_else(|| match a.backend {
+                BackendKind::Tern => default_kv_memory(),
+                BackendKind::LlamaCpp => 1 << 30,
+            }),
         max_queue: a.max_queue,
         max_running: a.max_running,
         prefill_chunk: a.prefill_chunk,
@@ -158,7 +329,7 @@ fn server_config(a: &ServeArgs) -> Result<ServerConfig> {
     Ok(ServerConfig {
         host: a.host.clone(),
         port: a.port,
-        model_id: model_id(&a.model),
+        model_id: model_id(model),
         kv_policy: a.kv.kv_policy.clone(),
         kv_dtype: a.kv.kv_dtype,
         engine,

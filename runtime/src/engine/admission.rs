@@ -94,6 +94,14 @@ impl Admission {
         c.running_bytes = c.running_bytes.saturating_sub(bytes);
     }
 
+    /// Whether any request is submitted and not finished (waiting or
+    /// running): read under the one lock, so a request between admission
+    /// and its first step still counts.
+    pub fn in_flight(&self) -> bool {
+        let c = self.counts();
+        c.ready + c.queued > 0 || c.pending_rows > 0 || c.running_rows > 0
+    }
+
     /// Requests submitted and not admitted yet (ready or waiting).
     pub fn pending(&self) -> usize {
         let c = self.counts();
@@ -122,6 +130,22 @@ mod tests {
             kv_memory,
             ..EngineConfig::default()
         }
+    }
+
+    #[test]
+    fn a_request_is_in_flight_from_submission_to_retirement() {
+        let a = Admission::default();
+        let cfg = config(4, 4, 1000);
+        assert!(!a.in_flight());
+        a.enter(1, 10, &cfg).unwrap();
+        assert!(a.in_flight());
+        a.admitted(1, 10);
+        assert!(a.in_flight(), "admitted and running");
+        a.retired(1, 10);
+        assert!(!a.in_flight());
+        a.enter(2, 10, &cfg).unwrap();
+        a.leave(2, 10);
+        assert!(!a.in_flight(), "left without running");
     }
 
     #[test]

@@ -505,6 +505,13 @@ impl EngineHandle {
         self.shared.embeds_pending.load(Ordering::Acquire)
     }
 
+    /// Whether the engine has work: a generation request submitted and not
+    /// finished, or an embedding request not answered. A server that holds
+    /// several models unloads one only while this is false.
+    pub fn busy(&self) -> bool {
+        self.shared.admission.in_flight() || self.embeds_pending() > 0
+    }
+
     /// Bytes of KV memory `req` would reserve: its `n` sequences' worst case
     /// under its policy (see [`SeqCache::reservation_bytes`]).
     pub fn reservation(&self, req: &SubmitRequest) -> usize {

@@ -196,6 +196,38 @@ impl ApiError {
         e
     }
 
+    /// A 503: loading the model a request names would take more memory
+    /// than `--models-memory` has free, and no loaded model is idle enough
+    /// to unload for it. Retrying once a busy model finishes may succeed.
+    pub fn models_memory_full(message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, SERVER_ERROR, message)
+            .with_param("model")
+            .with_code("models_memory_full");
+        e.retry_after = Some(5);
+        e
+    }
+
+    /// A 500: the model a request names failed to load (the server's log
+    /// has the cause; the next request naming it tries again).
+    pub fn model_load_failed(model: &str) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            SERVER_ERROR,
+            format!("The model `{model}` could not be loaded; the server's log says why"),
+        )
+        .with_param("model")
+        .with_code("model_load_failed")
+    }
+
+    /// A 400 for what only a one-model server does (LoRA adapters run on
+    /// the one served model).
+    pub fn needs_one_model(what: &str) -> Self {
+        Self::bad_request(format!(
+            "{what} needs a server running one model; this one serves several \
+             (--model repeated or --models-dir)"
+        ))
+    }
+
     /// A 503: the shared Responses store (`--state-store`) did not answer;
     /// the response asked for may well exist.
     pub fn state_store_unavailable(message: impl Into<String>) -> Self {

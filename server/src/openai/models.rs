@@ -1,4 +1,6 @@
-//! `GET /v1/models` wire types: the list holds the one model this server runs.
+//! `GET /v1/models` wire types: the list holds the model this server runs,
+//! or on a server of several models every one of them with its state in a
+//! `tern` object (whether it is loaded and what memory it is charged).
 
 use serde::Serialize;
 
@@ -9,6 +11,37 @@ pub struct ModelList {
     pub object: &'static str,
     /// The served model.
     pub data: Vec<ModelCard>,
+    /// With several models: the memory budget they share.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tern: Option<ModelsMemory>,
+}
+
+/// The `tern` object of a several-model server's list.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelsMemory {
+    /// `--models-memory`: what loaded models' weights and KV budgets may
+    /// take together.
+    pub memory_budget_bytes: usize,
+    /// What loaded (and loading) models are charged now.
+    pub memory_in_use_bytes: usize,
+    /// `--model-idle-unload`, seconds (0: never).
+    pub idle_unload_s: f64,
+}
+
+/// The `tern` object of one model on a several-model server.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelState {
+    /// `loaded`, `loading` or `unloaded`.
+    pub state: &'static str,
+    /// Bytes charged against the budget now: weights plus KV budget while
+    /// loaded, 0 unloaded.
+    pub memory_bytes: usize,
+    /// The weights' bytes (the GGUF file's size).
+    pub weights_bytes: usize,
+    /// The KV budget its engine has when loaded (`--kv-memory`).
+    pub kv_memory_bytes: usize,
+    /// Times it has been loaded since the server started.
+    pub loads: u64,
 }
 
 /// One model, as `GET /v1/models/{id}` returns it.
@@ -25,6 +58,9 @@ pub struct ModelCard {
     /// For a LoRA adapter loaded at run time, the model it adapts (vLLM's field).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// With several models: its state and memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tern: Option<ModelState>,
 }
 
 impl ModelCard {
@@ -36,6 +72,7 @@ impl ModelCard {
             created,
             owned_by: "tern",
             parent: None,
+            tern: None,
         }
     }
 

@@ -40,10 +40,11 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let engine = state.engine()?.clone();
+    state.ready()?;
     let shared: GenerationFields = fields(&body)?;
     let own: ChatFields = fields(&body)?;
-    let served = state.resolve_model(shared.model.as_deref())?;
+    let served = state.serve_model(shared.model.as_deref()).await?;
+    let engine = served.engine.clone();
     if shared.return_tokens_as_token_ids == Some(true) {
         return Err(ApiError::unsupported(
             "return_tokens_as_token_ids",
@@ -104,7 +105,7 @@ pub async fn chat_completions(
         logprobs,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
-    plan.submit.adapters = served.adapters;
+    plan.submit.adapters = served.adapters.clone();
     if let Some(forced) = tool_plan
         .as_ref()
         .filter(|t| t.is_forced())
@@ -157,7 +158,7 @@ pub async fn chat_completions(
         id: response_id("chatcmpl"),
         object: "chat.completion",
         created: unix_now(),
-        model: served.name,
+        model: served.name.clone(),
         system_fingerprint: system_fingerprint(),
     };
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {
@@ -173,7 +174,9 @@ pub async fn chat_completions(
                 "structured outputs cannot be combined with best_of (candidates are aggregated as free text)",
             ));
         }
-        let synthesizer = state.synthesizer(own.synthesizer_model.as_deref())?;
+        let synthesizer = state
+            .synthesizer(own.synthesizer_model.as_deref(), &served)
+            .await?;
         let mut req = best_of::request(
             best_of::Extension {
                 best_of,
@@ -189,7 +192,8 @@ pub async fn chat_completions(
         req.0.length = length;
         let prompt_tokens = plan.submit.prompt.len();
         let key = affinity::prefix_key(&plan.submit.prompt);
-        return best_of::respond(engine, synthesizer, req, meta, prompt_tokens)
+        let writer = (synthesizer.name.clone(), synthesizer.engine.clone());
+        return best_of::respond(engine, writer, req, meta, prompt_tokens)
             .await
             .map(|r| affinity::with_key(r, key.as_deref()));
     }

@@ -31,10 +31,11 @@ pub async fn completions(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let engine = state.engine()?.clone();
+    state.ready()?;
     let shared: GenerationFields = fields(&body)?;
     let mut own: CompletionFields = fields(&body)?;
-    let served = state.resolve_model(shared.model.as_deref())?;
+    let served = state.serve_model(shared.model.as_deref()).await?;
+    let engine = served.engine.clone();
     if own.echo == Some(true) {
         return Err(ApiError::unsupported("echo", "echo"));
     }

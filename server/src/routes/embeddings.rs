@@ -19,9 +19,11 @@ pub async fn embeddings(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<EmbeddingList>, ApiError> {
-    let engine = state.engine()?.clone();
+    state.ready()?;
     let mut f: EmbeddingFields = fields(&body)?;
-    if state.resolve_model(f.model.as_deref())?.adapters.is_some() {
+    let served = state.serve_model(f.model.as_deref()).await?;
+    let engine = served.engine.clone();
+    if served.adapters.is_some() {
         return Err(ApiError::invalid_param(
             "model",
             "embeddings come from the served model itself, not a LoRA adapter",
@@ -55,7 +57,7 @@ pub async fn embeddings(
     Ok(Json(EmbeddingList {
         object: "list",
         data,
-        model: state.model_id().to_string(),
+        model: served.name.clone(),
         usage: EmbeddingUsage {
             prompt_tokens,
             total_tokens: prompt_tokens,

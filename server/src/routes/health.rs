@@ -10,6 +10,6 @@ use crate::state::AppState;
 
 /// The health probe.
 pub async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    state.engine()?;
+    state.ready()?;
     Ok(Json(json!({"status": "ok"})))
 }

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Value};
+use tern_runtime::LoadedModel;
 
 use crate::affinity;
 use crate::anthropic::reply::{Accumulator, Translator};
@@ -43,9 +44,10 @@ pub async fn create(
     let max_tokens = req.max_tokens.ok_or_else(|| {
         ApiError::invalid_param("max_tokens", "Missing required parameter: `max_tokens`")
     })?;
-    let served = state.resolve_model(Some(&req.model))?;
-    let context = state.engine()?.model().config().context_length;
-    let input_tokens = prompt_tokens(&state, &req.chat).await?;
+    let served = state.serve_model(Some(&req.model)).await?;
+    let model = Arc::clone(served.engine.model());
+    let context = model.config().context_length;
+    let input_tokens = prompt_tokens(&state, model, &req.chat).await?;
     // Anthropic clients send a fixed `max_tokens` (coding agents: tens of
     // thousands) whatever the model; cap it at the room the context leaves
     // rather than refuse. A prompt that leaves none is chat's 400.
@@ -78,17 +80,20 @@ pub async fn count_tokens(
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
     let req = request::convert(&body)?;
-    state.resolve_model(Some(&req.model))?;
-    let n = prompt_tokens(&state, &req.chat).await?;
+    let served = state.serve_model(Some(&req.model)).await?;
+    let n = prompt_tokens(&state, Arc::clone(served.engine.model()), &req.chat).await?;
     Ok(Json(json!({"input_tokens": n})))
 }
 
 /// Tokens of the prompt the chat handler renders for `chat` (a chat
 /// completions body): the same path it takes (the tool-aware conversation
 /// with tools or tool turns, the plain template otherwise), the same
-/// template and content-token setting.
-async fn prompt_tokens(state: &AppState, chat: &Value) -> Result<usize, ApiError> {
-    let model = Arc::clone(state.engine()?.model());
+/// template and content-token setting, on `model`.
+async fn prompt_tokens(
+    state: &AppState,
+    model: Arc<LoadedModel>,
+    chat: &Value,
+) -> Result<usize, ApiError> {
     let own: ChatFields = fields(chat)?;
     let plan = tools::plan(
         own.tools.as_ref(),

@@ -1,5 +1,6 @@
 //! `GET /metrics`: the engine's counters for Prometheus (only
-//! `tern_model_ready 0` while the model is loading).
+//! `tern_model_ready 0` while the model is loading); on a several-model
+//! server, the models' states and the memory they are charged.
 
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
@@ -10,6 +11,15 @@ use crate::state::AppState;
 
 /// The scrape endpoint.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    if let Some(registry) = state.registry() {
+        let mut body = String::new();
+        prometheus::models(&mut body, &registry.status(), &registry.memory());
+        let store = state.responses();
+        if let Some((count, bytes)) = store.usage() {
+            prometheus::responses_store(&mut body, count, bytes, store.max_bytes());
+        }
+        return ([(CONTENT_TYPE, prometheus::CONTENT_TYPE)], body);
+    }
     let body = match state.engine() {
         Ok(engine) => {
             let mut body = prometheus::render(&engine.metrics().snapshot());

@@ -74,7 +74,7 @@ pub async fn create(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let engine = state.engine()?.clone();
+    state.ready()?;
     let own: ResponseFields = fields(&body)?;
     // Echoed fields first: each is bounded, and only what is checked is echoed.
     let metadata = echoed::metadata(own.metadata.as_ref())?;
@@ -91,7 +91,8 @@ pub async fn create(
         MAX_RESPONSE_ID_CHARS,
     )?;
     let model_field = body.get("model").and_then(Value::as_str);
-    let served = state.resolve_model(model_field)?;
+    let served = state.serve_model(model_field).await?;
+    let engine = served.engine.clone();
     let chat_tools = own.tools.as_ref().map(|t| chat_tools(t)).transpose()?;
     let tool_plan = tools::plan(
         chat_tools.as_ref(),

@@ -18,8 +18,10 @@ pub async fn tokenize(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Tokenized>, ApiError> {
-    let model = Arc::clone(state.engine()?.model());
+    state.ready()?;
     let f: TokenizeFields = fields(&body)?;
+    let served = state.tokenizer_model(f.model.as_deref()).await?;
+    let model = Arc::clone(served.engine.model());
     let content = f.content.ok_or_else(|| {
         ApiError::invalid_param("content", "Missing required parameter: `content`")
     })?;
@@ -54,8 +56,10 @@ pub async fn detokenize(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Detokenized>, ApiError> {
-    let model = Arc::clone(state.engine()?.model());
+    state.ready()?;
     let f: DetokenizeFields = fields(&body)?;
+    let served = state.tokenizer_model(f.model.as_deref()).await?;
+    let model = Arc::clone(served.engine.model());
     let vocab = model.config().vocab_size;
     let ids = token_ids(&f.tokens, vocab)?;
     let content = model.tokenizer.decode(&ids, true);
