@@ -5,7 +5,7 @@
 //! checks stay as a second line). Pure: the model enters only as its
 //! [`ModelLimits`], so every rule is testable without weights.
 
-use tern_runtime::constraint::Constraint;
+use tern_runtime::constraint::{gbnf_to_lark, Constraint};
 use tern_runtime::engine::{
     Speculative, SubmitRequest, DEFAULT_MAX_DRAFT, MAX_DRAFT, MAX_N, MAX_STOP_BYTES,
 };
@@ -13,6 +13,8 @@ use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::{SamplingParams, MAX_TOP_LOGPROBS};
 use tern_runtime::RuntimeError;
+
+mod samplers;
 
 use crate::ids::random_u64;
 use crate::openai::error::ApiError;
@@ -253,21 +255,26 @@ fn sampling(
             format!("top_p must be in (0, 1], got {top_p}"),
         ));
     }
+    let penalty_name = if f.repetition_penalty.is_none() && f.repeat_penalty.is_some() {
+        "repeat_penalty"
+    } else {
+        "repetition_penalty"
+    };
     let repetition_penalty = float(
-        "repetition_penalty",
-        f.repetition_penalty,
+        penalty_name,
+        samplers::repetition_penalty(f)?,
         1.0,
         0.0,
         f64::MAX,
     )?;
     if repetition_penalty <= 0.0 {
         return Err(ApiError::invalid_param(
-            "repetition_penalty",
-            format!("repetition_penalty must be > 0, got {repetition_penalty}"),
+            penalty_name,
+            format!("{penalty_name} must be > 0, got {repetition_penalty}"),
         ));
     }
     let tempered_logprobs = logprobs_mode(f, logprobs, top_k, f64::from(top_p))?;
-    let params = SamplingParams {
+    let mut params = SamplingParams {
         tempered_logprobs,
         temperature: float("temperature", f.temperature, 1.0, 0.0, 2.0)?,
         top_k,
@@ -282,6 +289,7 @@ fn sampling(
         top_logprobs: logprobs.unwrap_or(0),
         ..SamplingParams::default()
     };
+    samplers::apply(f, &mut params)?;
     params
         .validate()
         .map_err(|e| ApiError::invalid_param("sampling", e.to_string()))?;
@@ -301,11 +309,14 @@ fn logprobs_mode(
     match f.logprobs_mode.as_deref() {
         None | Some("raw_logprobs") => Ok(false),
         Some("processed_logprobs") => {
-            let truncated = top_k.is_some() || top_p < 1.0 || f.min_p.is_some_and(|m| m > 0.0);
+            let truncated = top_k.is_some()
+                || top_p < 1.0
+                || f.min_p.is_some_and(|m| m > 0.0)
+                || samplers::shapes_distribution(f);
             if truncated || logprobs.unwrap_or(0) > 0 {
                 return Err(ApiError::invalid_param(
                     "logprobs_mode",
-                    "processed_logprobs applies the temperature only: it cannot be combined with top_k, top_p, min_p or alternatives (top logprobs)",
+                    "processed_logprobs applies the temperature only: it cannot be combined with top_k, top_p, min_p, typical_p, XTC, DRY, mirostat or alternatives (top logprobs)",
                 ));
             }
             Ok(true)
@@ -406,7 +417,9 @@ fn kv_policy(
     Ok(policy)
 }
 
-/// `response_format` or the `grammar` extension (not both).
+/// `response_format` or the `grammar` extension (not both); a grammar
+/// with `::=` is GBNF, translated to Lark here (a 400 naming what it
+/// cannot translate).
 fn constraint(f: &GenerationFields) -> Result<Option<(Constraint, &'static str)>, ApiError> {
     let format = response_format(f)?;
     match (&f.grammar, format) {
@@ -418,11 +431,9 @@ fn constraint(f: &GenerationFields) -> Result<Option<(Constraint, &'static str)>
         (Some(g), None) if g.trim().is_empty() => {
             Err(ApiError::invalid_param("grammar", "`grammar` is empty"))
         }
-        (Some(g), None) if g.contains("::=") => Err(ApiError::invalid_param(
-            "grammar",
-            "`grammar` looks like GBNF (`::=`); Tern reads llguidance's Lark dialect: \
-             write rules as `name: ...` with `start` as the first rule",
-        )),
+        (Some(g), None) if g.contains("::=") => gbnf_to_lark(g)
+            .map(|lark| Some((Constraint::Lark(lark), "grammar")))
+            .map_err(|e| ApiError::invalid_param("grammar", e.to_string())),
         (Some(g), None) => Ok(Some((Constraint::Lark(g.clone()), "grammar"))),
     }
 }
@@ -650,7 +661,37 @@ mod tests {
                 "response_format.json_schema.name",
             ),
             (r#"{"grammar": " "}"#, "grammar"),
-            (r#"{"grammar": "root ::= \"a\""}"#, "grammar"),
+            (r#"{"grammar": "root ::= <|eot_id|>"}"#, "grammar"),
+            (r#"{"grammar": "root ::= item"}"#, "grammar"),
+            (r#"{"typical_p": 1.5}"#, "typical_p"),
+            (r#"{"xtc_probability": -0.1}"#, "xtc_probability"),
+            (r#"{"xtc_threshold": 2}"#, "xtc_threshold"),
+            (r#"{"dry_multiplier": -1}"#, "dry_multiplier"),
+            (r#"{"dry_base": 0.5}"#, "dry_base"),
+            (r#"{"dry_allowed_length": -1}"#, "dry_allowed_length"),
+            (r#"{"dry_penalty_last_n": -2}"#, "dry_penalty_last_n"),
+            (r#"{"dry_sequence_breakers": []}"#, "dry_sequence_breakers"),
+            (
+                r#"{"dry_sequence_breakers": [""]}"#,
+                "dry_sequence_breakers",
+            ),
+            (
+                r#"{"dry_sequence_breakers": "\n"}"#,
+                "dry_sequence_breakers",
+            ),
+            (r#"{"mirostat": 3}"#, "mirostat"),
+            (r#"{"mirostat_tau": -1}"#, "mirostat_tau"),
+            (r#"{"mirostat_eta": "fast"}"#, "mirostat_eta"),
+            (r#"{"repeat_penalty": 0}"#, "repeat_penalty"),
+            (
+                r#"{"repeat_penalty": 1.1, "repetition_penalty": 1.2}"#,
+                "repeat_penalty",
+            ),
+            (r#"{"repeat_last_n": -5}"#, "repeat_last_n"),
+            (
+                r#"{"mirostat": 2, "logprobs_mode": "processed_logprobs"}"#,
+                "logprobs_mode",
+            ),
             (
                 r#"{"grammar": "start: \"a\"", "response_format": {"type": "json_object"}}"#,
                 "grammar",
@@ -773,6 +814,57 @@ mod tests {
                 .constraint,
             None
         );
+        // GBNF (llama-server's grammar format) arrives translated to Lark.
+        let p = run(r#"{"grammar": "root ::= (\"yes\" | \"no\")"}"#, 10).unwrap();
+        assert_eq!(
+            p.constraint,
+            Some((
+                Constraint::Lark("start: (\"yes\" | \"no\")\n".into()),
+                "grammar"
+            ))
+        );
+    }
+
+    #[test]
+    fn llama_server_sampler_fields_reach_the_sampler() {
+        let p = run(
+            r###"{"typical_p": 0.9, "xtc_probability": 0.5, "xtc_threshold": 0.2,
+                "dry_multiplier": 0.8, "dry_base": 2, "dry_allowed_length": 3,
+                "dry_penalty_last_n": -1, "dry_sequence_breakers": ["\n", "##"],
+                "mirostat": 2, "mirostat_tau": 4, "mirostat_eta": 0.2,
+                "repeat_penalty": 1.1, "repeat_last_n": 32}"###,
+            10,
+        )
+        .unwrap();
+        let s = &p.submit.sampling;
+        assert_eq!(
+            (s.typical_p, s.xtc_probability, s.xtc_threshold),
+            (0.9, 0.5, 0.2)
+        );
+        assert_eq!(
+            (s.dry_multiplier, s.dry_base, s.dry_allowed_length),
+            (0.8, 2.0, 3)
+        );
+        assert_eq!(s.dry_penalty_last_n, None);
+        assert_eq!(s.dry_sequence_breakers, vec!["\n".to_string(), "##".into()]);
+        assert_eq!((s.mirostat, s.mirostat_tau, s.mirostat_eta), (2, 4.0, 0.2));
+        assert_eq!((s.repetition_penalty, s.penalty_last_n), (1.1, 32));
+        // Absent, they keep llama.cpp's defaults (all off).
+        let d = run("{}", 10).unwrap().submit.sampling;
+        assert_eq!(
+            (d.typical_p, d.xtc_probability, d.dry_multiplier, d.mirostat),
+            (1.0, 0.0, 0.0, 0)
+        );
+        assert_eq!(d.dry_penalty_last_n, Some(64));
+        // A penalty window of 0 turns the penalties off, as in llama.cpp.
+        let off = run(
+            r#"{"repetition_penalty": 1.3, "presence_penalty": 1, "repeat_last_n": 0}"#,
+            10,
+        )
+        .unwrap()
+        .submit
+        .sampling;
+        assert_eq!((off.repetition_penalty, off.presence_penalty), (1.0, 0.0));
     }
 
     #[test]

@@ -48,9 +48,37 @@ pub struct GenerationFields {
     /// `{"type": "text"}`, `{"type": "json_object"}` or
     /// `{"type": "json_schema", "json_schema": {...}}`.
     pub response_format: Option<ResponseFormat>,
-    /// Tern extension (llama-server's field name): a grammar in
-    /// llguidance's Lark dialect the output must match.
+    /// Tern extension (llama-server's field name): a grammar the output
+    /// must match, in llguidance's Lark dialect or in GBNF (llama.cpp's
+    /// format, recognised by its `::=` and translated to Lark).
     pub grammar: Option<String>,
+    /// llama-server's `repeat_penalty` (an alias of `repetition_penalty`).
+    pub repeat_penalty: Option<f64>,
+    /// llama-server's `repeat_last_n`: tokens the penalties look at
+    /// (`-1` the whole history, `0` turns the penalties off; default 64).
+    pub repeat_last_n: Option<i64>,
+    /// Locally typical sampling's mass, `[0, 1]` (llama-server; 1 is off).
+    pub typical_p: Option<f64>,
+    /// XTC's chance per step of removing the top choices, `[0, 1]` (llama-server).
+    pub xtc_probability: Option<f64>,
+    /// XTC's threshold, `[0, 1]`; above 0.5 XTC does nothing (llama-server).
+    pub xtc_threshold: Option<f64>,
+    /// DRY's multiplier, `>= 0` (llama-server; 0 is off).
+    pub dry_multiplier: Option<f64>,
+    /// DRY's base, `>= 1` (llama-server; default 1.75).
+    pub dry_base: Option<f64>,
+    /// Repeats up to this long go unpenalised by DRY, `>= 0` (default 2).
+    pub dry_allowed_length: Option<i64>,
+    /// Tokens DRY scans: `-1` the whole history, `0` off (default 64).
+    pub dry_penalty_last_n: Option<i64>,
+    /// Strings that cut DRY's repeats (default newline, `:`, `"`, `*`).
+    pub dry_sequence_breakers: Option<Vec<String>>,
+    /// Mirostat: `0` off, `1` or `2` (llama-server).
+    pub mirostat: Option<i64>,
+    /// Mirostat's target surprise tau, `>= 0` (default 5).
+    pub mirostat_tau: Option<f64>,
+    /// Mirostat's learning rate eta, `>= 0` (default 0.1).
+    pub mirostat_eta: Option<f64>,
     /// End-user id; at most 256 characters (`echoed.rs`), otherwise ignored.
     pub user: Option<String>,
     /// Tern extension: the KV cache policy spec for this request.
