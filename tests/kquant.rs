@@ -618,6 +618,17 @@ const Q4K: Option<(GgmlDType, i32)> = Some((GgmlDType::Q4K, GGML_TYPE_Q4_K));
 const Q5K: Option<(GgmlDType, i32)> = Some((GgmlDType::Q5K, GGML_TYPE_Q5_K));
 const Q6K: Option<(GgmlDType, i32)> = Some((GgmlDType::Q6K, GGML_TYPE_Q6_K));
 
+/// Q4_K_M's mix: Q6_K for the embedding/output and ffn_down, Q4_K elsewhere.
+fn q4_k_m_mix(name: &str) -> Option<(GgmlDType, i32)> {
+    if name == "token_embd.weight" || name.ends_with("ffn_down.weight") {
+        Q6K
+    } else if name.starts_with("blk.") {
+        Q4K
+    } else {
+        None
+    }
+}
+
 #[test]
 fn tiny_q4_k_model_matches_llama_cpp_bit_for_bit() {
     // Every projection Q4_K: rows of 128, 256 and 512 are repacked by llama.cpp;
@@ -631,16 +642,7 @@ fn tiny_q4_k_model_matches_llama_cpp_bit_for_bit() {
 
 #[test]
 fn tiny_q6_k_model_matches_llama_cpp_bit_for_bit() {
-    // Q4_K_M's mix: Q6_K for the embedding/output and ffn_down, Q4_K elsewhere.
-    let (identical, max_diff, n) = tiny_kquant_agreement(|name| {
-        if name == "token_embd.weight" || name.ends_with("ffn_down.weight") {
-            Q6K
-        } else if name.starts_with("blk.") {
-            Q4K
-        } else {
-            None
-        }
-    });
+    let (identical, max_diff, n) = tiny_kquant_agreement(q4_k_m_mix);
     eprintln!("Q6_K + Q4_K: {identical}/{n} positions bit-identical, max |diff| {max_diff:e}");
     assert_eq!(identical, n, "max |diff| {max_diff:e}");
 }
@@ -738,15 +740,7 @@ fn tiny_kquant_draft_rows_scored_alone_equal_one_token_steps() {
     use tern_runtime::backend::{Backend, LogitsWanted, Row, TernBackend};
     use tern_runtime::kv::policy::KvPolicy;
     let dir = tempfile::tempdir().unwrap();
-    let (path, _) = tiny_kquant_model(dir.path(), |name| {
-        if name == "token_embd.weight" || name.ends_with("ffn_down.weight") {
-            Q6K
-        } else if name.starts_with("blk.") {
-            Q4K
-        } else {
-            None
-        }
-    });
+    let (path, _) = tiny_kquant_model(dir.path(), q4_k_m_mix);
     let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
     let vocab = model.config().vocab_size;
     let tokens: Vec<u32> = (0..29).map(|i| ((i * 37 + 11) % vocab) as u32).collect();

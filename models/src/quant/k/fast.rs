@@ -1025,38 +1025,80 @@ unsafe fn q6k_lanes(u: &Q6Unpacked, a: &Q8KBlock) -> __m256i {
 /// `acc[l] = fma(d_x * d, lane l, acc[l])` per super-block, then `hsum_float_8`.
 #[inline(always)]
 unsafe fn q6k_vec_dot(w: *const u8, a: *const Q8KBlock, nb: usize) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..nb {
-        let wb = w.add(b * q6k::BLOCK_BYTES);
-        let ab = &*a.add(b);
-        prefetch_block::<{ q6k::BLOCK_BYTES }>(
-            wb.wrapping_add(Q6_PREFETCH_ROWS * nb * q6k::BLOCK_BYTES),
-        );
-        let lanes = q6k_lanes(&q6k_unpack(wb), ab);
-        let d = _mm256_set1_ps(ab.d * f16_ptr(wb.add(208)));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
-    }
-    let mut l = [0f32; 8];
-    _mm256_storeu_ps(l.as_mut_ptr(), acc);
-    hsum8(&l)
+    lanes_vec_dot::<{ q6k::BLOCK_BYTES }, _>(
+        w,
+        a,
+        nb,
+        208,
+        |wb| q6k_unpack(wb),
+        |u, a| q6k_lanes(u, a),
+    )
 }
 
 /// ggml-cpu's tiled matmul for weight row `w` against four activation rows:
 /// per super-block `acc = fma(d * total, d_x, acc)`.
 #[inline(always)]
 unsafe fn q6k_tiled_1x4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f32; 4] {
+    lanes_tiled_1x4::<{ q6k::BLOCK_BYTES }, _>(
+        w,
+        a,
+        nb,
+        208,
+        |wb| q6k_unpack(wb),
+        |u, a| q6k_lanes(u, a),
+    )
+}
+
+/// The `vec_dot` order of the formats whose super-block product is eight
+/// exact integer position lanes and one f16 scale at byte `d_at` (Q6_K,
+/// IQ4_XS): `acc[l] = fma(d_x * d, lane l, acc[l])` per super-block, then
+/// `hsum_float_8`; two rows ahead prefetched.
+#[inline(always)]
+unsafe fn lanes_vec_dot<const BYTES: usize, U>(
+    w: *const u8,
+    a: *const Q8KBlock,
+    nb: usize,
+    d_at: usize,
+    unpack: impl Fn(*const u8) -> U,
+    lanes: impl Fn(&U, &Q8KBlock) -> __m256i,
+) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let wb = w.add(b * BYTES);
+        let ab = &*a.add(b);
+        prefetch_block::<BYTES>(wb.wrapping_add(Q6_PREFETCH_ROWS * nb * BYTES));
+        let l = lanes(&unpack(wb), ab);
+        let d = _mm256_set1_ps(ab.d * f16_ptr(wb.add(d_at)));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l), acc);
+    }
+    let mut l = [0f32; 8];
+    _mm256_storeu_ps(l.as_mut_ptr(), acc);
+    hsum8(&l)
+}
+
+/// The tiled order of the same formats against four activation rows, the
+/// block unpacked once: per super-block `acc = fma(d * total, d_x, acc)`.
+#[inline(always)]
+unsafe fn lanes_tiled_1x4<const BYTES: usize, U>(
+    w: *const u8,
+    a: [*const Q8KBlock; 4],
+    nb: usize,
+    d_at: usize,
+    unpack: impl Fn(*const u8) -> U,
+    lanes: impl Fn(&U, &Q8KBlock) -> __m256i,
+) -> [f32; 4] {
     let mut acc = _mm_setzero_ps();
     for b in 0..nb {
-        let wb = w.add(b * q6k::BLOCK_BYTES);
+        let wb = w.add(b * BYTES);
         let ab: [&Q8KBlock; 4] = std::array::from_fn(|i| &*a[i].add(b));
-        let u = q6k_unpack(wb);
+        let u = unpack(wb);
         let t = reduce4(
-            q6k_lanes(&u, ab[0]),
-            q6k_lanes(&u, ab[1]),
-            q6k_lanes(&u, ab[2]),
-            q6k_lanes(&u, ab[3]),
+            lanes(&u, ab[0]),
+            lanes(&u, ab[1]),
+            lanes(&u, ab[2]),
+            lanes(&u, ab[3]),
         );
-        let res = _mm_mul_ps(_mm_set1_ps(f16_ptr(wb.add(208))), _mm_cvtepi32_ps(t));
+        let res = _mm_mul_ps(_mm_set1_ps(f16_ptr(wb.add(d_at))), _mm_cvtepi32_ps(t));
         let dx = _mm_set_ps(ab[3].d, ab[2].d, ab[1].d, ab[0].d);
         acc = _mm_fmadd_ps(res, dx, acc);
     }
@@ -1172,10 +1214,10 @@ unsafe fn q5k_tiled_1x4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f3
     o
 }
 
-/// One IQ4_XS super-block as a slice (its unpacking reads it so).
+/// An IQ4_XS super-block unpacked for many activation rows.
 #[inline(always)]
-unsafe fn iq4xs_block<'a>(wb: *const u8) -> &'a [u8] {
-    std::slice::from_raw_parts(wb, xs::BLOCK_BYTES)
+unsafe fn iq4xs_unpack(wb: *const u8) -> xs::avx2::Unpacked {
+    xs::avx2::unpack(std::slice::from_raw_parts(wb, xs::BLOCK_BYTES))
 }
 
 /// `ggml_vec_dot_iq4_xs_q8_K` for weight row `w` against activation row `a`:
@@ -1183,44 +1225,28 @@ unsafe fn iq4xs_block<'a>(wb: *const u8) -> &'a [u8] {
 /// `hsum_float_8`.
 #[inline(always)]
 unsafe fn iq4xs_vec_dot(w: *const u8, a: *const Q8KBlock, nb: usize) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..nb {
-        let wb = w.add(b * xs::BLOCK_BYTES);
-        let ab = &*a.add(b);
-        prefetch_block::<{ xs::BLOCK_BYTES }>(
-            wb.wrapping_add(Q6_PREFETCH_ROWS * nb * xs::BLOCK_BYTES),
-        );
-        let lanes = xs::avx2::lanes_vec(&xs::avx2::unpack(iq4xs_block(wb)), ab);
-        let d = _mm256_set1_ps(ab.d * f16_ptr(wb));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
-    }
-    let mut l = [0f32; 8];
-    _mm256_storeu_ps(l.as_mut_ptr(), acc);
-    hsum8(&l)
+    lanes_vec_dot::<{ xs::BLOCK_BYTES }, _>(
+        w,
+        a,
+        nb,
+        0,
+        |wb| iq4xs_unpack(wb),
+        |u, a| xs::avx2::lanes_vec(u, a),
+    )
 }
 
 /// ggml-cpu's tiled matmul for an IQ4_XS weight row against four activation
 /// rows: per super-block `acc = fma(d * total, d_x, acc)`.
 #[inline(always)]
 unsafe fn iq4xs_tiled_1x4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f32; 4] {
-    let mut acc = _mm_setzero_ps();
-    for b in 0..nb {
-        let wb = w.add(b * xs::BLOCK_BYTES);
-        let ab: [&Q8KBlock; 4] = std::array::from_fn(|i| &*a[i].add(b));
-        let u = xs::avx2::unpack(iq4xs_block(wb));
-        let t = reduce4(
-            xs::avx2::lanes_vec(&u, ab[0]),
-            xs::avx2::lanes_vec(&u, ab[1]),
-            xs::avx2::lanes_vec(&u, ab[2]),
-            xs::avx2::lanes_vec(&u, ab[3]),
-        );
-        let res = _mm_mul_ps(_mm_set1_ps(f16_ptr(wb)), _mm_cvtepi32_ps(t));
-        let dx = _mm_set_ps(ab[3].d, ab[2].d, ab[1].d, ab[0].d);
-        acc = _mm_fmadd_ps(res, dx, acc);
-    }
-    let mut o = [0f32; 4];
-    _mm_storeu_ps(o.as_mut_ptr(), acc);
-    o
+    lanes_tiled_1x4::<{ xs::BLOCK_BYTES }, _>(
+        w,
+        a,
+        nb,
+        0,
+        |wb| iq4xs_unpack(wb),
+        |u, a| xs::avx2::lanes_vec(u, a),
+    )
 }
 
 const _: () = assert!(QK_K == 256);
