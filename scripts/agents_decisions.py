@@ -141,6 +141,10 @@ def prompts(records: list[dict], exchanges: list[dict], instructions: str = ev.I
     return out
 
 
+# The first token of a reply that ends the turn without text.
+END = "<end of turn>"
+
+
 def top5(url: str, kind: str, prompt: str) -> dict:
     import httpx2 as httpx
 
@@ -150,13 +154,19 @@ def top5(url: str, kind: str, prompt: str) -> dict:
         r = httpx.post(f"{url}/v1/completions", json=body, headers={"Authorization": "Bearer k"}, timeout=600).json()
         c = r["choices"][0]
         tops = (c.get("logprobs") or {}).get("top_logprobs") or [{}]
-        return {"prompt_tokens": r["usage"]["prompt_tokens"], "first": c["text"],
+        # A reply that ends at once (end of turn) has no text and no logprobs.
+        ended = c["text"] == "" and c.get("finish_reason") == "stop"
+        return {"prompt_tokens": r["usage"]["prompt_tokens"], "first": END if ended else c["text"],
                 "top5": {k: round(v, 3) for k, v in tops[0].items()}}
     body = {"prompt": prompt, "n_predict": 1, "temperature": 0, "n_probs": 5, "cache_prompt": False}
     r = httpx.post(f"{url}/completion", json=body, headers={"Authorization": "Bearer k"}, timeout=600).json()
     probs = r.get("completion_probabilities") or [{"top_logprobs": []}]
-    return {"prompt_tokens": r.get("tokens_evaluated"), "first": r["content"],
-            "top5": {t["token"]: round(t["logprob"], 3) for t in probs[0]["top_logprobs"]}}
+    # Special tokens (end of turn, <tool_call>) have no text here: keyed by
+    # id, so they do not collapse into one '' entry.
+    return {"prompt_tokens": r.get("tokens_evaluated"),
+            "first": END if r.get("stop_type") == "eos" else r["content"],
+            "top5": {t["token"] or f"<token {t.get('id')}>": round(t["logprob"], 3)
+                     for t in probs[0]["top_logprobs"]}}
 
 
 def main() -> None:

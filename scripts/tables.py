@@ -1785,6 +1785,21 @@ def models58_long_context():
                   "RSS after load", "KV held", "wall (prefill + 16 tokens)"], rows)
 
 
+def models58_agents():
+    """openai-agents on the Qwen2.5-Coder models, Tern beside native
+    llama-server: every run of protocol v1 (docs/eval/agents58/) and of v2
+    (docs/eval/agents58v2/, fixed in its PROTOCOL.md before its runs), one
+    row per run, from the records scripts/agents_table.py reads."""
+    import agents_table
+    rows = []
+    for d in (EVAL / "agents58", EVAL / "agents58v2"):
+        # Wall seconds stay in each TABLE.md: the runs shared a loaded machine.
+        rows += [r[:-1] for r in agents_table.summary_rows(d)]
+    if not rows:
+        rows.append(["no record yet"] + ["-"] * 5)
+    return table(["protocol", "model", "server", "right", "wrong, by failure kind", "tool calls made"], rows)
+
+
 # ---------------------------------------------------------------- docs/BENCHMARKS.md
 
 CRITERION = re.compile(r"(?m)^(\S[^\n]*?)/([a-z_]+)/?\s*time:\s*\[\S+ \S+ ([\d.]+) (\S+)")
@@ -2120,6 +2135,7 @@ TABLES = {
     "MODELS.md": {
         "models58-bench": models58_bench,
         "models58-long-context": models58_long_context,
+        "models58-agents": models58_agents,
     },
 }
 
