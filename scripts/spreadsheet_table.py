@@ -1,6 +1,7 @@
 """The spreadsheet family's score table (docs/SPREADSHEET.md): soft and hard
 scores of one `tern eval --task spreadsheet:... --records FILE` run, overall
-after each round and per operation kind after the last round, from its
+after each round and per operation kind after the first round (the
+single-round score) and after the last, from its
 records (one JSON line per task, solve/src/eval/spreadsheet.rs)."""
 import json
 
@@ -30,6 +31,8 @@ def rows(name, path):
     for k in range(1, most + 1):
         row("all", recs, k)
     kinds = sorted({r["kind"] for r in recs})
-    for kind in kinds:
-        row(kind, [r for r in recs if r["kind"] == kind], most)
+    # Per kind after round 1 (the single-round score) and after the last.
+    for k in sorted({1, most}):
+        for kind in kinds:
+            row(kind, [r for r in recs if r["kind"] == kind], k)
     return out

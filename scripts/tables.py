@@ -1973,12 +1973,20 @@ def spec63_bench():
 
 
 def spreadsheet_heldout():
-    """Qwen2.5-Coder-0.5B-Instruct, greedy, on the held-out spreadsheet
-    split: single-round on 20 tasks, 3 rounds on the first 6
-    (docs/records/spreadsheet/, scripts/spreadsheet_table.py)."""
+    """Qwen2.5-Coder-0.5B- and 1.5B-Instruct, greedy, on the held-out
+    spreadsheet split. Prompt 1 (the first runs): single-round on 20 tasks,
+    3 rounds on the first 6. Prompt 2 (SpreadsheetBench's instruction type,
+    tracebacks with the program's lines, "pandas is not installed"): 3
+    rounds on the first 16, whose
+    round 1 is the single-round score; prompt 3 (prompt 2 without the
+    pandas sentence) on the first 4 (docs/records/spreadsheet/,
+    scripts/spreadsheet_table.py)."""
     import spreadsheet_table
-    runs = [("0.5B greedy", "heldout_0.5b_greedy.jsonl"),
-            ("0.5B greedy, rounds@3", "heldout_0.5b_rounds3.jsonl")]
+    runs = [("0.5B greedy, prompt 1", "heldout_0.5b_greedy.jsonl"),
+            ("0.5B greedy, prompt 1, rounds@3", "heldout_0.5b_rounds3.jsonl"),
+            ("1.5B greedy, prompt 2, rounds@3", "heldout_1.5b_rounds3.jsonl"),
+            ("0.5B greedy, prompt 2, rounds@3", "heldout_0.5b_rounds3_prompt2.jsonl"),
+            ("0.5B greedy, prompt 3, rounds@3", "heldout_0.5b_rounds3_prompt3.jsonl")]
     return table(spreadsheet_table.HEADER, [
         row for name, f in runs
         for row in spreadsheet_table.rows(name, RECORDS / "spreadsheet" / f)])
