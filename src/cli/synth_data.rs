@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -216,8 +215,6 @@ pub fn run(a: &SynthDataArgs) -> Result<()> {
     let pending: Mutex<(usize, BTreeMap<usize, SynthesisExample>)> =
         Mutex::new((0, BTreeMap::new()));
     let tally = Mutex::new(Tally::default());
-    let next = AtomicUsize::new(0);
-    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     let started = Instant::now();
     let write_ready = |slot: usize, e: SynthesisExample| -> Result<()> {
         let mut guard = pending.lock().expect("pending lock");
@@ -253,29 +250,11 @@ pub fn run(a: &SynthDataArgs) -> Result<()> {
         }
         Ok(())
     };
-    std::thread::scope(|scope| {
-        for _ in 0..a.parallel.max(1) {
-            scope.spawn(|| loop {
-                if failed.lock().expect("error slot").is_some() {
-                    return;
-                }
-                let slot = next.fetch_add(1, Ordering::SeqCst);
-                let Some(&&(i, ref task)) = todo.get(slot) else {
-                    return;
-                };
-                let r = eval::synthesis_example(&engine, synthesizer, i, task, &settings)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|e| write_ready(slot, e));
-                if let Err(e) = r {
-                    failed.lock().expect("error slot").get_or_insert(e);
-                    return;
-                }
-            });
-        }
-    });
-    if let Some(e) = failed.into_inner().expect("error slot") {
-        return Err(e);
-    }
+    eval::pool::for_each(&todo, a.parallel as usize, |slot, &&(i, ref task)| {
+        eval::synthesis_example(&engine, synthesizer, i, task, &settings)
+            .map_err(anyhow::Error::from)
+            .and_then(|e| write_ready(slot, e))
+    })?;
     let t = tally.into_inner().expect("tally lock");
     if a.model.json {
         let mut v = serde_json::to_value(&t)?;

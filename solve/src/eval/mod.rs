@@ -7,11 +7,11 @@
 //!
 //! [`strategy`] parses and groups strategies, [`record`] grades one answer
 //! into a resumable [`Record`], [`run`] answers tasks through the engine,
-//! [`report`] sums records into rows; `pool` is the task loop both
-//! [`run`] and [`spreadsheet`] run their tasks in.
+//! [`report`] sums records into rows; [`pool`] is the task loop that
+//! [`run`], [`spreadsheet`] and `tern synth-data` run their tasks in.
 
 mod error;
-mod pool;
+pub mod pool;
 pub mod record;
 pub mod report;
 pub mod run;

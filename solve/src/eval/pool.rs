@@ -1,8 +1,9 @@
 //! The task loop every evaluation runs: `parallel` scoped threads take the
 //! next item from a shared counter until the items run out or one fails,
 //! so tasks in flight share the engine's batches. One loop for the
-//! question/code evaluation ([`super::run`]) and the spreadsheet family
-//! ([`super::spreadsheet`]), so both stop alike on the first error.
+//! question/code evaluation ([`super::run`]), the spreadsheet family
+//! ([`super::spreadsheet`]) and `tern synth-data`, so all stop alike on the
+//! first error.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
