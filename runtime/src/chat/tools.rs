@@ -543,46 +543,11 @@ mod tests {
         );
     }
 
-    /// A byte-level vocabulary (every byte a token, plus `<tool_call>` and
-    /// an end token) under llguidance, as the engine runs grammars.
-    struct Bytes(llguidance::toktrie::TokTrie);
-
-    impl llguidance::toktrie::TokenizerEnv for Bytes {
-        fn tok_trie(&self) -> &llguidance::toktrie::TokTrie {
-            &self.0
-        }
-        fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
-            self.0.greedy_tokenize(s)
-        }
-    }
-
-    /// Whether `grammar` lets the model write `text` and then end.
+    /// Whether `grammar` lets the model write `text` and then end, over a
+    /// byte-level vocabulary with `<tool_call>` as one token, as the engine
+    /// runs grammars.
     fn accepts(grammar: &str, text: &str) -> bool {
-        use llguidance::toktrie::{TokRxInfo, TokTrie};
-        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        words.push(OPEN.as_bytes().to_vec());
-        let mut eos = vec![TokTrie::SPECIAL_TOKEN_MARKER];
-        eos.extend_from_slice(b"<eos>");
-        words.push(eos);
-        let info = TokRxInfo::new(words.len() as u32, 257);
-        let env: llguidance::toktrie::TokEnv =
-            std::sync::Arc::new(Bytes(TokTrie::from(&info, &words)));
-        let mut factory = llguidance::ParserFactory::new_simple(&env).unwrap();
-        factory.quiet();
-        let top = llguidance::api::TopLevelGrammar::from_lark(grammar.to_string());
-        let parser = factory.create_parser(top).unwrap();
-        let mut m = llguidance::Matcher::new(Ok(parser));
-        assert!(m.get_error().is_none(), "{:?}", m.get_error());
-        let toks = env.tok_trie().greedy_tokenize(text.as_bytes());
-        for &t in &toks {
-            if m.consume_token(t).is_err() {
-                return false;
-            }
-        }
-        // (The mask, not `validate_tokens`: a lexeme still open at the
-        // end, like a closing brace that whitespace could follow, is only
-        // settled there.)
-        m.compute_mask().is_ok_and(|v| v.is_allowed(257))
+        crate::constraint::byte_vocab::accepts(grammar, &[OPEN], text)
     }
 
     #[test]

@@ -565,42 +565,11 @@ impl<'a> Parser<'a> {
 mod tests {
     use super::*;
 
-    /// Every byte a token, plus an end token (256), under llguidance.
-    struct Bytes(llguidance::toktrie::TokTrie);
-
-    impl llguidance::toktrie::TokenizerEnv for Bytes {
-        fn tok_trie(&self) -> &llguidance::toktrie::TokTrie {
-            &self.0
-        }
-        fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
-            self.0.greedy_tokenize(s)
-        }
-    }
-
     /// Whether llguidance, given the translated grammar, accepts `text`
     /// whole and lets it end there (over a byte-level vocabulary, so no
     /// model is needed).
     fn accepts(lark: &str, text: &str) -> bool {
-        use llguidance::toktrie::{TokRxInfo, TokTrie};
-        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        let mut eos = vec![TokTrie::SPECIAL_TOKEN_MARKER];
-        eos.extend_from_slice(b"<eos>");
-        words.push(eos);
-        let info = TokRxInfo::new(words.len() as u32, 256);
-        let env: llguidance::toktrie::TokEnv =
-            std::sync::Arc::new(Bytes(TokTrie::from(&info, &words)));
-        let mut factory = llguidance::ParserFactory::new_simple(&env).unwrap();
-        factory.quiet();
-        let top = llguidance::api::TopLevelGrammar::from_lark(lark.to_string());
-        let parser = factory.create_parser(top).unwrap();
-        let mut m = llguidance::Matcher::new(Ok(parser));
-        assert!(m.get_error().is_none(), "{:?}\n{lark}", m.get_error());
-        for &t in &env.tok_trie().greedy_tokenize(text.as_bytes()) {
-            if m.consume_token(t).is_err() {
-                return false;
-            }
-        }
-        m.compute_mask().is_ok_and(|v| v.is_allowed(256))
+        crate::constraint::byte_vocab::accepts(lark, &[], text)
     }
 
     const JSON: &str = r#"

@@ -11,6 +11,8 @@
 //! accepted free draw of an allowed token has probability p(t), a rejected
 //! one is redrawn with p(t)/Z) at a fraction of the cost.
 
+#[cfg(test)]
+pub(crate) mod byte_vocab;
 mod gbnf;
 mod vocab;
 
