@@ -771,3 +771,20 @@ fn requests_under_different_adapters_match_each_alone() {
     let m = engine.metrics().snapshot();
     assert!(m.steps < 36, "steps {}", m.steps);
 }
+
+/// DRY's breakers are built once per list and shared by the requests that
+/// send the same list (llama-server's default, every request): the second
+/// request's breakers are the first's, a different list gets its own.
+#[test]
+fn dry_breakers_are_kept_for_the_list_requests_repeat() {
+    let (_d, model) = load_tiny();
+    let defaults = SamplingParams::default().dry_sequence_breakers;
+    let first = model.dry_breakers(&defaults);
+    assert!(Arc::ptr_eq(&first, &model.dry_breakers(&defaults)));
+    let other = model.dry_breakers(&["\n".to_string()]);
+    assert!(!Arc::ptr_eq(&first, &other));
+    assert!(Arc::ptr_eq(
+        &other,
+        &model.dry_breakers(&["\n".to_string()])
+    ));
+}

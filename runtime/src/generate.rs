@@ -250,8 +250,7 @@ fn decode(
     };
     let mut sampler = Sampler::new(req.sampling.clone());
     if req.sampling.dry_enabled() {
-        let breakers = model.dry_breakers(&req.sampling.dry_sequence_breakers);
-        sampler.set_dry_breakers(std::sync::Arc::new(breakers));
+        sampler.set_dry_breakers(model.dry_breakers(&req.sampling.dry_sequence_breakers));
     }
     let mut history = req.prompt.clone();
     let mut out = GenerateOutput {

@@ -1,7 +1,7 @@
 //! A model ready to run: weights, tokenizer and chat template loaded from one GGUF.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tern_models::{GgufFile, Model, ModelConfig, Precision};
 
@@ -28,6 +28,10 @@ pub struct LoadedModel {
     stop: Vec<u32>,
     /// The constraint compiler over this vocabulary, built on first use.
     grammars: OnceLock<std::result::Result<Grammars, String>>,
+    /// DRY's breakers for the last list asked for: clients send the same
+    /// list (llama-server's default) request after request, and building
+    /// it walks the whole vocabulary (10-25 ms on the engine thread).
+    dry: Mutex<Option<(Vec<String>, Arc<DryBreakers>)>>,
 }
 
 /// End-of-turn and end-of-text tokens of the common families, matched by
@@ -97,6 +101,7 @@ impl LoadedModel {
             template,
             stop,
             grammars: OnceLock::new(),
+            dry: Mutex::new(None),
         })
     }
 
@@ -115,16 +120,24 @@ impl LoadedModel {
 
     /// DRY's sequence breakers as this vocabulary's tokens (llama.cpp's
     /// search: tokens containing a breaker, and tokens ending with the start
-    /// of one followed by the rest's tokens), built once per request that
-    /// asks for DRY.
-    pub fn dry_breakers(&self, breakers: &[String]) -> DryBreakers {
+    /// of one followed by the rest's tokens); the last list's are kept, so
+    /// requests that send the same list share them.
+    pub fn dry_breakers(&self, breakers: &[String]) -> Arc<DryBreakers> {
+        let mut last = self.dry.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((list, built)) = last.as_ref() {
+            if list.as_slice() == breakers {
+                return Arc::clone(built);
+            }
+        }
         let tok = &self.tokenizer;
-        DryBreakers::build(
+        let built = Arc::new(DryBreakers::build(
             tok.vocab_size(),
             |id| tok.bytes_of(id, true),
             |s| tok.encode(s, false, false).unwrap_or_default(),
             breakers,
-        )
+        ));
+        *last = Some((breakers.to_vec(), Arc::clone(&built)));
+        built
     }
 
     /// The model's hyper-parameters.

@@ -64,8 +64,7 @@ pub(super) fn start_completions(
         }
     }
     if r.req.sampling.dry_enabled() {
-        let breakers =
-            std::sync::Arc::new(model.dry_breakers(&r.req.sampling.dry_sequence_breakers));
+        let breakers = model.dry_breakers(&r.req.sampling.dry_sequence_breakers);
         for c in &mut r.completions {
             c.set_dry_breakers(std::sync::Arc::clone(&breakers));
         }
