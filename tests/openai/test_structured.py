@@ -1,6 +1,7 @@
 """Structured outputs on the real model through the official SDK:
 `chat.completions.parse` with a Pydantic model (nested, enum, list) at
-temperature 1, a raw `json_schema`, Tern's `grammar` extension, and schemas
+temperature 1, a raw `json_schema`, Tern's `grammar` extension (Lark, and GBNF
+translated to it), and schemas
 the engine cannot enforce refused by name (never answered unconstrained)."""
 
 from __future__ import annotations
@@ -79,7 +80,16 @@ def test_a_raw_json_schema_is_enforced(client, model_id):
     assert set(value) == {"answer", "confidence"}
 
 
-def test_a_lark_grammar_extension_is_enforced(client, model_id):
+@pytest.mark.parametrize(
+    "grammar, answers",
+    [
+        ('start: "yes" | "no" | "maybe"', ("yes", "no", "maybe")),
+        # GBNF (llama.cpp's format), translated to Lark by Tern.
+        ('root ::= ("yes" | "no") # an answer', ("yes", "no")),
+    ],
+    ids=["lark", "gbnf"],
+)
+def test_a_grammar_extension_is_enforced(client, model_id, grammar, answers):
     for seed in range(3):
         resp = client.chat.completions.create(
             model=model_id,
@@ -87,9 +97,9 @@ def test_a_lark_grammar_extension_is_enforced(client, model_id):
             temperature=1.0,
             max_tokens=10,
             seed=seed,
-            extra_body={"grammar": 'start: "yes" | "no" | "maybe"'},
+            extra_body={"grammar": grammar},
         )
-        assert resp.choices[0].message.content in ("yes", "no", "maybe")
+        assert resp.choices[0].message.content in answers
         assert resp.choices[0].finish_reason == "stop"
 
 
