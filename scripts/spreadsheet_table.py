@@ -36,3 +36,25 @@ def rows(name, path):
         for kind in kinds:
             row(kind, [r for r in recs if r["kind"] == kind], k)
     return out
+
+
+REFERENCE_HEADER = ["split", "kind", "tasks", "test cases passed", "tasks passing all"]
+
+
+def reference_rows(split, path):
+    """Per-kind pass counts of one `--strategy reference` run: every task's
+    reference program through the judge (one round per record)."""
+    recs = [json.loads(line) for line in open(path) if line.strip()]
+    out = []
+
+    def row(scope, rs):
+        passed = sum(r["rounds"][0]["passed"] for r in rs)
+        total = sum(r["rounds"][0]["total"] for r in rs)
+        hard = sum(r["rounds"][0]["passed"] == r["rounds"][0]["total"] for r in rs)
+        out.append([split, scope, str(len(rs)), f"{passed}/{total}",
+                    f"{hard}/{len(rs)}"])
+
+    row("all", recs)
+    for kind in sorted({r["kind"] for r in recs}):
+        row(kind, [r for r in recs if r["kind"] == kind])
+    return out

@@ -2032,6 +2032,18 @@ def spreadsheet_heldout():
         for row in spreadsheet_table.rows(name, RECORDS / "spreadsheet" / f)])
 
 
+def spreadsheet_references():
+    """Every task's reference program through the judge, as a candidate's
+    runs (`tern eval --strategy reference`), on the training split and the
+    held-out split (docs/records/spreadsheet/references_*.jsonl)."""
+    import spreadsheet_table
+    runs = [("train (count=300, seed=1)", "references_train.jsonl"),
+            ("held-out (count=40, seed=1001)", "references_heldout.jsonl")]
+    return table(spreadsheet_table.REFERENCE_HEADER, [
+        row for name, f in runs
+        for row in spreadsheet_table.reference_rows(name, RECORDS / "spreadsheet" / f)])
+
+
 # ---------------------------------------------------------------- native llama.cpp (issue 59)
 
 NATIVE59 = RECORDS / "native59"
@@ -2185,6 +2197,7 @@ TABLES = {
     },
     "SPREADSHEET.md": {
         "spreadsheet-heldout": spreadsheet_heldout,
+        "spreadsheet-references": spreadsheet_references,
     },
     "MODELS.md": {
         "models58-bench": models58_bench,
