@@ -2012,6 +2012,14 @@ def spec63_bench():
     return table(spec63_table.HEADER, spec63_table.rows(RECORDS / "spec63"))
 
 
+def spec63_draft():
+    """Greedy decode plain, with prompt lookup and with a draft model (the
+    0.5B drafting for the 1.5B), code editing and chat (the spec63 records
+    with a `draft_model`; scripts/spec63.py --draft-model)."""
+    import spec63_table
+    return table(spec63_table.DRAFT_HEADER, spec63_table.draft_rows(RECORDS / "spec63"))
+
+
 def spreadsheet_heldout():
     """Qwen2.5-Coder-0.5B- and 1.5B-Instruct, greedy, on the held-out
     spreadsheet split. Prompt 1 (the first runs): single-round on 20 tasks,
@@ -2194,6 +2202,7 @@ TABLES = {
         "bench-kv-dtype-depth": bench_kv_dtype_depth,
         "bench-constraint": bench_constraint,
         "spec63-bench": spec63_bench,
+        "spec63-draft": spec63_draft,
     },
     "SPREADSHEET.md": {
         "spreadsheet-heldout": spreadsheet_heldout,
