@@ -2052,6 +2052,18 @@ def spreadsheet_references():
         for row in spreadsheet_table.reference_rows(name, RECORDS / "spreadsheet" / f)])
 
 
+def spreadsheet_best_of():
+    """Best-of-8 on the first held-out spreadsheet tasks: the candidate
+    chosen by agreement of outputs and the oracle's, over the same 8
+    programs per task (docs/records/spreadsheet/heldout_*_bo8.jsonl,
+    `tern eval --strategy agree@8,oracle@8`)."""
+    import spreadsheet_table
+    runs = [("0.5B, T 0.7, first 8", "heldout_0.5b_bo8.jsonl")]
+    return table(spreadsheet_table.BEST_OF_HEADER, [
+        row for name, f in runs
+        for row in spreadsheet_table.best_of_rows(name, RECORDS / "spreadsheet" / f)])
+
+
 # ---------------------------------------------------------------- native llama.cpp (issue 59)
 
 NATIVE59 = RECORDS / "native59"
@@ -2207,6 +2219,7 @@ TABLES = {
     "SPREADSHEET.md": {
         "spreadsheet-heldout": spreadsheet_heldout,
         "spreadsheet-references": spreadsheet_references,
+        "spreadsheet-best-of": spreadsheet_best_of,
     },
     "MODELS.md": {
         "models58-bench": models58_bench,
