@@ -2058,7 +2058,8 @@ def spreadsheet_best_of():
     programs per task (docs/records/spreadsheet/heldout_*_bo8.jsonl,
     `tern eval --strategy agree@8,oracle@8`)."""
     import spreadsheet_table
-    runs = [("0.5B, T 0.7, first 8", "heldout_0.5b_bo8.jsonl")]
+    runs = [("0.5B, T 0.7, first 8", "heldout_0.5b_bo8.jsonl"),
+            ("1.5B, T 0.7, first 4", "heldout_1.5b_bo8.jsonl")]
     return table(spreadsheet_table.BEST_OF_HEADER, [
         row for name, f in runs
         for row in spreadsheet_table.best_of_rows(name, RECORDS / "spreadsheet" / f)])
