@@ -608,6 +608,12 @@ mod tests {
             })
         );
         assert_eq!(
+            spec(r#"{"speculative": {"type": "draft"}}"#),
+            Some(Speculative::Draft {
+                max_draft: DEFAULT_MAX_DRAFT
+            })
+        );
+        assert_eq!(
             spec(r#"{"speculative": {"type": "draft", "max_draft": 5}}"#),
             Some(Speculative::Draft { max_draft: 5 })
         );
