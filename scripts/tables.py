@@ -668,6 +668,46 @@ def reasoning_humaneval():
 
 
 
+# ---------------------------------------------------------------- issue 60 (docs/REASONING.md)
+
+def _coderm60(rows_of, header_of):
+    """One table of issue 60's HumanEval study from docs/records/coderm60/
+    (scripts/coderm60_table.py; docs/eval/coderm60/PROTOCOL.md)."""
+    import coderm60_table as c
+    return table(getattr(c, header_of), getattr(c, rows_of)(c.load()))
+
+
+def coderm60_arms():
+    """Accuracy of every arm over the tasks with every record."""
+    return _coderm60("arms_rows", "ARMS_HEADER")
+
+
+def coderm60_curve():
+    """Accuracy against K by the policy's own pass rate."""
+    return _coderm60("curve_rows", "CURVE_HEADER")
+
+
+def coderm60_dynamic():
+    """Dynamic against fixed allocation at the same total tests."""
+    return _coderm60("dynamic_rows", "DYNAMIC_HEADER")
+
+
+def coderm60_paired():
+    """Paired comparisons of reward@32 with other arms."""
+    return _coderm60("paired_rows", "PAIRED_HEADER")
+
+
+def coderm60_quality():
+    """Share of generated tests the canonical solution passes."""
+    return _coderm60("quality_rows", "QUALITY_HEADER")
+
+
+def coderm60_throughput():
+    """Tests written and executed per second, generation vs sandbox."""
+    return _coderm60("throughput_rows", "THROUGHPUT_HEADER")
+
+
+
 # ---------------------------------------------------------------- issue 29 (docs/REASONING.md)
 
 SYNTH29_REC = RECORDS / "synth29"
@@ -2100,6 +2140,12 @@ TABLES = {
         "reasoning-gsm8k-bon8": reasoning_gsm8k_bon8,
         "reasoning-gsm8k-single": reasoning_gsm8k_single,
         "reasoning-humaneval": reasoning_humaneval,
+        "coderm60-arms": coderm60_arms,
+        "coderm60-curve": coderm60_curve,
+        "coderm60-dynamic": coderm60_dynamic,
+        "coderm60-paired": coderm60_paired,
+        "coderm60-quality": coderm60_quality,
+        "coderm60-throughput": coderm60_throughput,
         "synth29-data": synth29_data,
         "synth29-story": synth29_story,
         "synth29-story-split": synth29_story_split,

@@ -60,6 +60,9 @@ python3 scripts/fetch_vocab.py
 # 4. Style gates, then the suite.
 say "docs' tables against their records (scripts/tables.py)"
 python3 scripts/tables.py --self-test
+# Issue 60's HumanEval scripts: the choice rules mirrored from Rust, the offline harness.
+python3 scripts/coderm60_table.py --self-test
+python3 scripts/coderm60_exec.py --self-test
 python3 scripts/tables.py --check
 say "cargo fmt --check / clippy"
 cargo fmt --all -- --check

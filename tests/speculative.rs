@@ -1,18 +1,24 @@
 //! Speculative decoding by prompt lookup on the real SmolLM2: the output is
 //! plain decoding's, token for token, greedy and sampled, with stops,
 //! logprobs and a grammar-free limit, while drafts were really accepted; a
-//! compressing KV policy turns it off with its reason.
+//! compressing KV policy turns it off with its reason. Draft-model
+//! speculation likewise, with SmolLM2 drafting for itself (every draft
+//! accepted) and two tiny models of one vocabulary (most rejected); a draft
+//! of another vocabulary, or `draft` without a draft model, is refused.
 
 use std::sync::Arc;
 
+use tern_runtime::backend::TernBackend;
 use tern_runtime::engine::{
-    Collected, EngineConfig, EngineHandle, FinishReason, SpecStats, Speculative, SubmitRequest,
+    Collected, DraftModel, EngineConfig, EngineHandle, FinishReason, SpecStats, Speculative,
+    SubmitError, SubmitRequest,
 };
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
-use tern_runtime::LoadedModel;
+use tern_runtime::{LoadedModel, RuntimeError};
 
 use crate::support::real_model;
+use crate::support::tiny::{write_tiny_model, TinySpec};
 
 /// A prompt whose answer copies code it holds, so drafts get accepted.
 const CODE: &str = "def total_price(items, tax_rate):\n    subtotal = 0\n    for item in items:\n        subtotal += item.price * item.quantity\n    tax = subtotal * tax_rate\n    return subtotal + tax\n";
@@ -103,4 +109,207 @@ fn a_compressing_kv_policy_turns_speculation_off_with_its_reason() {
     assert_eq!((s.drafted, s.accepted), (0, 0));
     let why = s.off.expect("a reason");
     assert!(why.contains("streaming") && why.contains("evicts"), "{why}");
+}
+
+/// SmolLM2 drafting for itself: every greedy draft token is the target's
+/// own, so the accept path runs whole drafts; greedy and seeded sampled
+/// output stay plain decoding's.
+#[test]
+fn a_draft_model_keeps_greedy_and_sampled_output() {
+    let target = Arc::new(LoadedModel::load(&real_model()).unwrap());
+    let draft = Arc::new(LoadedModel::load(&real_model()).unwrap());
+    let draft = DraftModel::new(&target, draft).unwrap();
+    let backend = Box::new(TernBackend::new(Arc::clone(&target)));
+    let engine =
+        EngineHandle::spawn_with_draft(target, backend, Some(draft), EngineConfig::default());
+    let prompt = copy_prompt(&engine);
+    let on = Speculative::Draft { max_draft: 8 };
+
+    let greedy = SubmitRequest::new(prompt.clone(), SamplingParams::greedy(), 40);
+    let plain = run(&engine, greedy.clone(), Speculative::Off);
+    let fast = run(&engine, greedy, on);
+    assert_eq!(fast.first().tokens, plain.first().tokens, "greedy tokens");
+    assert_eq!(fast.first().tokens.len(), 40);
+    let s = stats(&fast);
+    assert!(s.off.is_none(), "{s:?}");
+    assert!(
+        s.accepted >= 30 && s.accepted == s.drafted,
+        "a model drafting for itself is always right: {s:?}"
+    );
+
+    let sampling = SamplingParams {
+        temperature: 0.9,
+        seed: 5,
+        ..SamplingParams::default()
+    };
+    let sampled = SubmitRequest::new(prompt, sampling, 40);
+    let plain = run(&engine, sampled.clone(), Speculative::Off);
+    let fast = run(&engine, sampled, on);
+    assert_eq!(fast.first().tokens, plain.first().tokens, "sampled tokens");
+    let s = stats(&fast);
+    assert!(s.accepted > 0 && s.drafted > 0, "{s:?}");
+}
+
+/// Two tiny Qwen3 models of one vocabulary and different weights: the draft
+/// is mostly wrong, so rejections (and the draft cache's rewinds) happen on
+/// every path, and the output is still the target's own.
+#[test]
+fn a_disagreeing_draft_model_changes_nothing_but_its_acceptance() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = |name: &str, seed: u64| {
+        let path = dir.path().join(name);
+        let spec = TinySpec {
+            seed,
+            ..TinySpec::for_architecture("qwen3")
+        };
+        write_tiny_model(&path, &spec);
+        Arc::new(LoadedModel::load(&path).unwrap())
+    };
+    let (target, draft) = (tiny("target.gguf", 7), tiny("draft.gguf", 8));
+    let draft = DraftModel::new(&target, draft).unwrap();
+    let backend = Box::new(TernBackend::new(Arc::clone(&target)));
+    let engine =
+        EngineHandle::spawn_with_draft(target, backend, Some(draft), EngineConfig::default());
+    let prompt = engine
+        .model()
+        .tokenizer
+        .encode("hello hello hello", false, false)
+        .unwrap();
+    let mut all = Vec::new();
+    for sampling in [
+        SamplingParams::greedy(),
+        SamplingParams {
+            temperature: 1.0,
+            seed: 3,
+            ..SamplingParams::default()
+        },
+    ] {
+        let mut req = SubmitRequest::new(prompt.clone(), sampling, 48);
+        req.ignore_eos = true;
+        let plain = run(&engine, req.clone(), Speculative::Off);
+        let fast = run(&engine, req, Speculative::Draft { max_draft: 4 });
+        assert_eq!(fast.first().tokens, plain.first().tokens);
+        assert_eq!(fast.first().tokens.len(), 48);
+        all.push(stats(&fast));
+    }
+    assert!(
+        all.iter().all(|s| s.drafted > 0) && all.iter().any(|s| s.accepted < s.drafted),
+        "drafts ran and some were rejected: {all:?}"
+    );
+}
+
+/// A draft whose vocabulary has the target's size but one token's text
+/// swapped is refused, naming both files and the token; an engine without
+/// a draft model refuses `draft` as a bad `speculative`.
+#[test]
+fn a_draft_model_of_another_vocabulary_or_none_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let target_path = dir.path().join("target.gguf");
+    write_tiny_model(&target_path, &TinySpec::default());
+    let other_path = dir.path().join("swapped.gguf");
+    swap_token_texts(&target_path, &other_path, 100, 101);
+    let target = Arc::new(LoadedModel::load(&target_path).unwrap());
+    let other = Arc::new(LoadedModel::load(&other_path).unwrap());
+    assert_eq!(target.tokenizer.vocab_size(), other.tokenizer.vocab_size());
+    let e = DraftModel::new(&target, other)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("swapped.gguf") && e.contains("target.gguf") && e.contains("token 100"),
+        "{e}"
+    );
+    let same = Arc::new(LoadedModel::load(&target_path).unwrap());
+    assert!(DraftModel::new(&target, same).is_ok());
+
+    let engine = EngineHandle::spawn(target, EngineConfig::default());
+    let mut req = SubmitRequest::new(vec![5, 6, 7], SamplingParams::greedy(), 4);
+    req.speculative = Some(Speculative::Draft { max_draft: 4 });
+    match engine.submit(req) {
+        Err(SubmitError::Invalid(RuntimeError::InvalidParam { param, reason })) => {
+            assert_eq!(param, "speculative");
+            assert!(reason.contains("--draft-model"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {:?}", other.err()),
+    }
+}
+
+/// Copies the GGUF `src` to `dst` with the texts of tokens `a` and `b`
+/// swapped: the same vocabulary size, another vocabulary.
+fn swap_token_texts(src: &std::path::Path, dst: &std::path::Path, a: usize, b: usize) {
+    use candle_core::quantized::gguf_file::{self, Value};
+    let mut f = std::fs::File::open(src).unwrap();
+    let mut content = gguf_file::Content::read(&mut f).unwrap();
+    match content.metadata.get_mut("tokenizer.ggml.tokens") {
+        Some(Value::Array(tokens)) => tokens.swap(a, b),
+        other => panic!("no token list: {other:?}"),
+    }
+    let names: Vec<String> = content.tensor_infos.keys().cloned().collect();
+    let tensors: Vec<(String, candle_core::quantized::QTensor)> = names
+        .into_iter()
+        .map(|n| {
+            let t = content
+                .tensor(&mut f, &n, &candle_core::Device::Cpu)
+                .unwrap();
+            (n, t)
+        })
+        .collect();
+    let meta: Vec<(&str, &Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let refs: Vec<(&str, &candle_core::quantized::QTensor)> =
+        tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    gguf_file::write(&mut std::fs::File::create(dst).unwrap(), &meta, &refs).unwrap();
+}
+
+/// Through the binary: `speculative: "draft"` on a server without a draft
+/// model is a 400 naming the field (as a bare name and as an object), and a
+/// --draft-model of another vocabulary stops `tern generate` with one line
+/// naming both files.
+#[test]
+fn draft_without_a_draft_model_is_a_400_and_a_foreign_draft_a_one_line_error() {
+    use crate::support::server::Server;
+    use crate::support::{assert_clean_error, tern};
+    use serde_json::json;
+
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("target.gguf");
+    write_tiny_model(&target, &TinySpec::default());
+    let server = Server::start(&target, None, &[]);
+    for spec in [json!("draft"), json!({"type": "draft", "max_draft": 3})] {
+        let body = json!({
+            "model": "target",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4,
+            "speculative": spec,
+        });
+        let (status, answer) = server.request("POST", "/v1/chat/completions", Some(&body));
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["error"]["param"], "speculative", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("--draft-model"), "{message}");
+    }
+    drop(server);
+
+    let swapped = dir.path().join("swapped.gguf");
+    swap_token_texts(&target, &swapped, 100, 101);
+    let (t, s) = (target.to_str().unwrap(), swapped.to_str().unwrap());
+    let out = tern(&["generate", "-m", t, "--draft-model", s, "-p", "hi"], None);
+    assert_clean_error(&out, "vocabulary");
+    let last = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
+    assert!(
+        last.contains("target.gguf") && last.contains("swapped.gguf"),
+        "{last}"
+    );
+    let out = tern(
+        &["generate", "-m", t, "--speculative", "draft", "-p", "hi"],
+        None,
+    );
+    assert_clean_error(&out, "--draft-model");
 }

@@ -388,6 +388,38 @@ impl Tokenizer {
         }
     }
 
+    /// Where `other`'s vocabulary first differs from this one (size, a
+    /// token's text, or whether it is a control token), in words; `None`
+    /// when every id stands for the same token in both. A draft model must
+    /// share its target's vocabulary id for id, not only its size.
+    pub fn vocabulary_difference(&self, other: &Tokenizer) -> Option<String> {
+        if self.vocab_size() != other.vocab_size() {
+            return Some(format!(
+                "{} tokens against {}",
+                self.vocab_size(),
+                other.vocab_size()
+            ));
+        }
+        let shown = |b: &[u8]| String::from_utf8_lossy(b).escape_debug().to_string();
+        (0..self.token_bytes.len()).find_map(|i| {
+            let (a, b) = (&self.token_bytes[i], &other.token_bytes[i]);
+            if a != b {
+                Some(format!(
+                    "token {i} is `{}` against `{}`",
+                    shown(a),
+                    shown(b)
+                ))
+            } else if self.is_control[i] != other.is_control[i] {
+                Some(format!(
+                    "token {i} (`{}`) is a control token in only one",
+                    shown(a)
+                ))
+            } else {
+                None
+            }
+        })
+    }
+
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
         self.token_bytes.len()

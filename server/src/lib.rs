@@ -295,6 +295,10 @@ pub struct Loaded {
     /// A second model and the id requests may name it by, run as its own
     /// engine (Tern's backend) to write best-of-N syntheses.
     pub synthesizer: Option<(String, Arc<LoadedModel>)>,
+    /// A smaller model of the same vocabulary that drafts for requests
+    /// speculating with `draft` (`--draft-model`), run on the engine thread
+    /// beside the served model.
+    pub draft: Option<tern_runtime::engine::DraftModel>,
 }
 
 /// The error a model loader returns.
@@ -399,9 +403,10 @@ where
                         let engine = EngineHandle::spawn(model, engine_config.clone());
                         state.set_synthesizer(id, engine);
                     }
-                    state.set_engine(EngineHandle::spawn_with(
+                    state.set_engine(EngineHandle::spawn_with_draft(
                         loaded.model,
                         loaded.backend,
+                        loaded.draft,
                         engine_config,
                     ));
                     on_event(ServeEvent::Ready {

@@ -119,9 +119,10 @@ pub fn plan(
     })
 }
 
-/// The request's `speculative` field: a mode's name (`"ngram"`, `"off"`,
-/// `"ngram:max_draft=N"`) or `{"type": "ngram" | "off", "max_draft": N}`;
-/// `None` leaves the server's default.
+/// The request's `speculative` field: a mode's name (`"ngram"`, `"draft"`,
+/// `"off"`, `"ngram:max_draft=N"`) or `{"type": "ngram" | "draft" | "off",
+/// "max_draft": N}`; `None` leaves the server's default. `draft` without a
+/// draft model loaded is refused by the engine (a 400 too).
 fn speculative(v: Option<&serde_json::Value>) -> Result<Option<Speculative>, ApiError> {
     use serde_json::Value;
     let bad = |reason: String| ApiError::invalid_param("speculative", reason);
@@ -137,10 +138,9 @@ fn speculative(v: Option<&serde_json::Value>) -> Result<Option<Speculative>, Api
                     "unknown speculative field `{k}`: expected `type` and `max_draft`"
                 )));
             }
-            let kind = o
-                .get("type")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad("speculative needs a `type`: `ngram` or `off`".into()))?;
+            let kind = o.get("type").and_then(Value::as_str).ok_or_else(|| {
+                bad("speculative needs a `type`: `ngram`, `draft` or `off`".into())
+            })?;
             let max_draft =
                 match o.get("max_draft") {
                     None | Some(Value::Null) => None,
@@ -162,9 +162,17 @@ fn speculative(v: Option<&serde_json::Value>) -> Result<Option<Speculative>, Api
                         "speculative max_draft must be an integer in 1..={MAX_DRAFT}, got {n}"
                     ))
                 }),
+                ("draft", None) => Ok(Some(Speculative::Draft {
+                    max_draft: DEFAULT_MAX_DRAFT,
+                })),
+                ("draft", Some(n)) => Speculative::draft(n).map(Some).map_err(|_| {
+                    bad(format!(
+                        "speculative max_draft must be an integer in 1..={MAX_DRAFT}, got {n}"
+                    ))
+                }),
                 ("off", Some(_)) => Err(bad("speculative `off` takes no max_draft".into())),
                 (other, _) => Err(bad(format!(
-                    "unknown speculative type `{other}`: expected `ngram` or `off`"
+                    "unknown speculative type `{other}`: expected `ngram`, `draft` or `off`"
                 ))),
             }
         }
@@ -605,12 +613,23 @@ mod tests {
             Some(Speculative::Off)
         );
         assert_eq!(spec(r#"{"speculative": "off"}"#), Some(Speculative::Off));
+        assert_eq!(
+            spec(r#"{"speculative": "draft"}"#),
+            Some(Speculative::Draft {
+                max_draft: DEFAULT_MAX_DRAFT
+            })
+        );
+        assert_eq!(
+            spec(r#"{"speculative": {"type": "draft", "max_draft": 5}}"#),
+            Some(Speculative::Draft { max_draft: 5 })
+        );
         for bad in [
             r#"{"speculative": "draft-model"}"#,
             r#"{"speculative": 3}"#,
             r#"{"speculative": {"type": "eagle"}}"#,
             r#"{"speculative": {"type": "ngram", "max_draft": 0}}"#,
             r#"{"speculative": {"type": "ngram", "max_draft": 99}}"#,
+            r#"{"speculative": {"type": "draft", "max_draft": 0}}"#,
             r#"{"speculative": {"type": "ngram", "max_draft": -1}}"#,
             r#"{"speculative": {"type": "ngram", "draft": 4}}"#,
             r#"{"speculative": {"max_draft": 4}}"#,

@@ -280,11 +280,17 @@ pub struct GenerateArgs {
     /// What runs the forward pass: Tern's own kernels or llama.cpp.
     #[arg(long, value_enum, default_value = "tern")]
     pub backend: super::backend::BackendKind,
-    /// Speculative decoding: `off` (the default), `ngram` (prompt lookup;
-    /// the output is the same, faster where it repeats the prompt) or
-    /// `ngram:max_draft=N`.
-    #[arg(long, default_value = "off", value_parser = parse_speculative)]
-    pub speculative: tern_runtime::engine::Speculative,
+    /// Speculative decoding: `off` (the default without --draft-model),
+    /// `ngram` (prompt lookup; the output is the same, faster where it
+    /// repeats the prompt), `draft` (the --draft-model proposes; the default
+    /// with one), or `ngram:max_draft=N` / `draft:max_draft=N`.
+    #[arg(long, value_parser = parse_speculative)]
+    pub speculative: Option<tern_runtime::engine::Speculative>,
+    /// A smaller model of the same vocabulary (path or registry name) that
+    /// drafts tokens for --model to verify (`--speculative draft`); the
+    /// output is --model's own. Refused if its vocabulary differs.
+    #[arg(long)]
+    pub draft_model: Option<String>,
 }
 
 /// `tern bon`.
@@ -742,11 +748,19 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8)]
     pub prefix_cache: usize,
     /// Speculative decoding for requests that do not send `speculative`:
-    /// `off` (the default) or `ngram` (prompt lookup: drafts copied from
-    /// where the text's latest words occurred before, verified in one
-    /// forward; output unchanged), or `ngram:max_draft=N`.
-    #[arg(long, default_value = "off", value_parser = parse_speculative)]
-    pub speculative: tern_runtime::engine::Speculative,
+    /// `off` (the default without --draft-model), `ngram` (prompt lookup:
+    /// drafts copied from where the text's latest words occurred before,
+    /// verified in one forward; output unchanged), `draft` (the
+    /// --draft-model proposes; the default with one), or
+    /// `ngram:max_draft=N` / `draft:max_draft=N`.
+    #[arg(long, value_parser = parse_speculative)]
+    pub speculative: Option<tern_runtime::engine::Speculative>,
+    /// A smaller model of the same vocabulary (path or registry name),
+    /// loaded beside --model, that drafts tokens for requests speculating
+    /// with `draft`; its KV per request counts against --kv-memory. One
+    /// --model only. Refused at startup if its vocabulary differs.
+    #[arg(long)]
+    pub draft_model: Option<String>,
     /// What runs the forward pass: Tern's own kernels or llama.cpp (full and
     /// streaming KV policies only).
     #[arg(long, value_enum, default_value = "tern")]

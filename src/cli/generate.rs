@@ -128,7 +128,8 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     req.kv_policy = a.kv.kv_policy.clone();
     req.kv_dtype = a.kv.kv_dtype;
     req.logprobs = a.model.json;
-    req.speculative = Some(a.speculative);
+    let draft = resolve::draft_model(a.draft_model.as_deref(), &model)?;
+    req.speculative = Some(resolve::speculative(a.speculative, draft.is_some())?);
     let sizing = Sizing {
         n_ctx: req.prompt.len() + req.max_tokens + 8,
         n_seq: 1,
@@ -136,7 +137,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     };
     let model = Arc::new(model);
     let backend = backend::open(a.backend, &model.path, &model, &sizing)?;
-    let engine = EngineHandle::spawn_with(model, backend, cli_config(a.prefill_chunk));
+    let engine = EngineHandle::spawn_with_draft(model, backend, draft, cli_config(a.prefill_chunk));
     let json_mode = a.model.json;
     let mut stdout = std::io::stdout();
     let out = run_request(&engine, req, |piece| {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tern_hub as registry;
 use tern_models::ModelError;
-use tern_runtime::engine::{EngineConfig, EngineHandle};
+use tern_runtime::engine::{DraftModel, EngineConfig, EngineHandle, Speculative};
 use tern_runtime::LoadedModel;
 
 /// The GGUF path `--model` refers to, fetching a registry model if it is missing.
@@ -39,6 +39,32 @@ pub fn model_path(spec: &str) -> Result<PathBuf> {
 pub fn load(spec: &str) -> Result<LoadedModel> {
     let path = model_path(spec)?;
     Ok(LoadedModel::load(&path)?)
+}
+
+/// The `--draft-model` beside `target`, if one is given: loaded and checked
+/// against the target's vocabulary (a mismatch is a one-line error naming
+/// both files).
+pub fn draft_model(spec: Option<&str>, target: &LoadedModel) -> Result<Option<DraftModel>> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let draft = load(spec).with_context(|| format!("loading --draft-model {spec}"))?;
+    Ok(Some(DraftModel::new(target, Arc::new(draft))?))
+}
+
+/// The speculation `--speculative` asks for, `draft` when it is not given
+/// and a draft model is; `draft` without one is an error.
+pub fn speculative(asked: Option<Speculative>, has_draft: bool) -> Result<Speculative> {
+    match asked {
+        Some(Speculative::Draft { .. }) if !has_draft => {
+            anyhow::bail!("--speculative draft needs --draft-model PATH (a smaller model of the same vocabulary)")
+        }
+        Some(s) => Ok(s),
+        None if has_draft => Ok(Speculative::Draft {
+            max_draft: tern_runtime::engine::DEFAULT_MAX_DRAFT,
+        }),
+        None => Ok(Speculative::Off),
+    }
 }
 
 /// The engine of `--synthesizer-model`, if one is given: its own model and

@@ -47,6 +47,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         .synthesizer_model
         .as_ref()
         .map(|s| (model_id(s), s.clone()));
+    let draft_spec = a.draft_model.clone();
     let model_id = config.model_id.clone();
     let policy = config.kv_policy.to_string();
     let kv_dtype = config.kv_dtype;
@@ -56,6 +57,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         let load = || -> Result<Loaded> {
             let path = resolve::model_path(&spec)?;
             let (model, backend) = opener.open(&path)?;
+            let draft = resolve::draft_model(draft_spec.as_deref(), &model)?;
             let synthesizer = match &synth_spec {
                 Some((id, s)) => {
                     let m = resolve::load(s)
@@ -68,6 +70,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
                 model,
                 backend,
                 synthesizer,
+                draft,
             })
         };
         // Keep the whole chain of causes in the one message.
@@ -145,6 +148,9 @@ fn run_several(a: &ServeArgs) -> Result<()> {
     if a.lora_dir.is_some() {
         bail!("--lora-dir works with one --model (adapters run on the one served model)");
     }
+    if a.draft_model.is_some() {
+        bail!("--draft-model works with one --model (it drafts for that model's vocabulary)");
+    }
     let models = model_specs(&a.model, a.models_dir.as_deref())?;
     let memory = a
         .models_memory
@@ -186,6 +192,7 @@ fn run_several(a: &ServeArgs) -> Result<()> {
             model,
             backend,
             synthesizer: None,
+            draft: None,
         })
     };
     let on_event = move |event: ServeEvent| announce_several(&event, &summary);
@@ -331,7 +338,7 @@ fn server_config(a: &ServeArgs, model: &str, kv_memory: Option<usize>) -> Result
         max_running: a.max_running,
         prefill_chunk: a.prefill_chunk,
         prefix_cache: a.prefix_cache,
-        speculative: a.speculative,
+        speculative: resolve::speculative(a.speculative, a.draft_model.is_some())?,
         ..EngineConfig::default()
     };
     Ok(ServerConfig {

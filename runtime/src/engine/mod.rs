@@ -16,6 +16,7 @@
 mod admission;
 mod apply;
 mod collect;
+mod draft;
 mod embed;
 mod metrics;
 mod output;
@@ -33,6 +34,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 pub use collect::{Collected, Collector, Completion, Conclusion, ProbeOutput};
+pub use draft::{DraftError, DraftModel};
 pub use embed::{
     l2_normalize, EmbedReceiver, EmbedRequest, Embeddings, Pooling, MAX_EMBED_INPUTS,
     MAX_EMBED_TOKENS,
@@ -406,6 +408,8 @@ struct Shared {
     kv_dtypes: Option<Vec<KvDtype>>,
     /// Whether the backend exposes hidden states (embeddings).
     embeds: bool,
+    /// The draft model's shape, when the engine has one (`--draft-model`).
+    draft: Option<tern_models::ModelConfig>,
     /// Embedding requests submitted and not answered yet: bounded by
     /// `max_queue` like waiting generation requests.
     embeds_pending: AtomicUsize,
@@ -440,12 +444,25 @@ impl EngineHandle {
         backend: Box<dyn Backend>,
         config: EngineConfig,
     ) -> Self {
+        Self::spawn_with_draft(model, backend, None, config)
+    }
+
+    /// As [`EngineHandle::spawn_with`], with a draft model for requests that
+    /// speculate with `draft` ([`Speculative::Draft`]); built beside
+    /// `model` by [`DraftModel::new`], which checks their vocabularies.
+    pub fn spawn_with_draft(
+        model: Arc<LoadedModel>,
+        backend: Box<dyn Backend>,
+        draft: Option<DraftModel>,
+        config: EngineConfig,
+    ) -> Self {
         let metrics = EngineMetrics::new(config.kv_memory);
         let shared = Arc::new(Shared {
             backend_name: backend.name(),
             policies: backend.supported_policies(),
             kv_dtypes: backend.supported_kv_dtypes(),
             embeds: backend.embeds(),
+            draft: draft.as_ref().map(|d| d.config().clone()),
             embeds_pending: AtomicUsize::new(0),
             model,
             config,
@@ -459,7 +476,7 @@ impl EngineHandle {
         let engine_shared = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("tern-engine".into())
-            .spawn(move || scheduler::run(engine_shared, backend, rx))
+            .spawn(move || scheduler::run(engine_shared, backend, draft, rx))
             .expect("spawning the engine thread");
         Self { shared, tx }
     }
@@ -496,6 +513,11 @@ impl EngineHandle {
     /// The weights version the engine runs (0 until [`EngineHandle::set_adapters`]).
     pub fn weights_version(&self) -> u64 {
         self.shared.weights_version.load(Ordering::Acquire)
+    }
+
+    /// Whether the engine has a draft model (requests may ask for `draft`).
+    pub fn has_draft_model(&self) -> bool {
+        self.shared.draft.is_some()
     }
 
     /// The backend running the forward pass (`candle`, `llama-cpp`).
@@ -571,7 +593,20 @@ impl EngineHandle {
         } else {
             1
         };
-        per_seq * req.n.max(1) * probes
+        // A completion that drafts with the draft model holds a cache there
+        // too (never one that may overflow: it does not speculate).
+        let draft = match (&self.shared.draft, req.speculative) {
+            (Some(dc), Some(Speculative::Draft { .. })) if req.overflow.is_none() => {
+                DraftModel::reservation(
+                    dc,
+                    req.prompt.len(),
+                    req.extra_tokens(),
+                    self.shared.config.prefill_chunk,
+                )
+            }
+            _ => 0,
+        };
+        (per_seq * probes + draft) * req.n.max(1)
     }
 
     /// Validates `req` and queues it; events arrive on the returned stream.
@@ -674,6 +709,16 @@ impl EngineHandle {
                      (use the tern backend)",
                     self.shared.backend_name
                 ),
+            }));
+        }
+        if matches!(req.speculative, Some(Speculative::Draft { .. })) && self.shared.draft.is_none()
+        {
+            return Err(SubmitError::Invalid(RuntimeError::InvalidParam {
+                param: "speculative".into(),
+                reason:
+                    "`draft` needs a draft model, and none is loaded: start with --draft-model \
+                         PATH (a smaller model of the same vocabulary), or use `ngram`"
+                        .into(),
             }));
         }
         if let Some(names) = self.shared.policies {
@@ -815,8 +860,14 @@ fn validate(model: &LoadedModel, req: &SubmitRequest) -> Result<(), RuntimeError
         reason,
     };
     req.sampling.validate()?;
-    if let Some(Speculative::Ngram { max_draft }) = req.speculative {
-        Speculative::ngram(max_draft).map_err(|e| invalid("speculative", e.to_string()))?;
+    match req.speculative {
+        Some(Speculative::Ngram { max_draft }) => {
+            Speculative::ngram(max_draft).map_err(|e| invalid("speculative", e.to_string()))?;
+        }
+        Some(Speculative::Draft { max_draft }) => {
+            Speculative::draft(max_draft).map_err(|e| invalid("speculative", e.to_string()))?;
+        }
+        _ => {}
     }
     req.kv_policy
         .validate()

@@ -11,6 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use super::apply::{emit_step, start_completions, step_probe, think_pass};
+use super::draft::DraftModel;
 use super::embed::{plan_batch, run_batch, EmbedJob};
 use super::metrics::{KvKey, PolicyKv};
 use super::plan::{plan, Slot, StepPlan};
@@ -36,10 +37,17 @@ struct Engine {
     default_adapters: Option<Arc<LoraSet>>,
     /// The adapters the backend runs now.
     applied: Option<Arc<LoraSet>>,
+    /// The draft model, for requests that speculate with `draft`.
+    draft: Option<DraftModel>,
 }
 
 /// The engine thread's body: runs until every handle is gone and no work is left.
-pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Receiver<Command>) {
+pub(super) fn run(
+    shared: Arc<Shared>,
+    backend: Box<dyn Backend>,
+    draft: Option<DraftModel>,
+    rx: mpsc::Receiver<Command>,
+) {
     let shared_prefix_capacity = shared.config.prefix_cache;
     let mut engine = Engine {
         shared,
@@ -51,6 +59,7 @@ pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Rece
         prefixes: PrefixCache::new(shared_prefix_capacity),
         default_adapters: None,
         applied: None,
+        draft,
     };
     loop {
         if engine.running.is_empty() && engine.waiting.is_empty() && engine.embeds.is_empty() {
@@ -69,6 +78,9 @@ pub(super) fn run(shared: Arc<Shared>, backend: Box<dyn Backend>, rx: mpsc::Rece
         engine.publish_metrics();
         if !engine.running.is_empty() {
             engine.step();
+        }
+        if let Some(d) = engine.draft.as_mut() {
+            d.sweep(&engine.running);
         }
         // At most one bounded embedding forward between two generation steps.
         if !engine.embeds.is_empty() {
@@ -262,6 +274,10 @@ impl Engine {
     fn try_step(&mut self) -> Result<()> {
         let context_length = self.shared.model.config().context_length;
         speculate::draft_all(&mut self.running, context_length);
+        if let Some(d) = self.draft.as_mut() {
+            let vocab = self.shared.model.config().vocab_size;
+            d.draft_all(&mut self.running, self.shared.config.prompt_chunk(), vocab)?;
+        }
         let step = plan(&self.running, &self.shared.config);
         if step.rows.is_empty() {
             return Ok(());

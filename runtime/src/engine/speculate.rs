@@ -26,11 +26,18 @@
 //! may have evicted others, so speculation is turned off for such a request
 //! (and for thinking budgets, whose probes fork at exact token counts, and
 //! backends that cannot rewind), with the reason in its statistics.
+//!
+//! A second source of drafts is a small model of the same vocabulary (see
+//! `draft`): it proposes its greedy continuation, a point-mass draft too, so
+//! the same verification keeps the output plain decoding's whichever model
+//! drafted; only how many drafts are accepted (and so the speed) depends on
+//! it.
 
 use std::str::FromStr;
 use std::time::Instant;
 
 use super::apply::{emit_done, emit_token};
+use super::draft::DraftSeq;
 use super::running::Running;
 use super::{Shared, SubmitRequest};
 use crate::backend::{Backend, SeqId};
@@ -42,7 +49,7 @@ use crate::model::LoadedModel;
 /// attention switches kernel (and rounds differently).
 pub const MAX_DRAFT: usize = 16;
 
-/// The draft length used when a request asks for `ngram` without one.
+/// The draft length used when a request asks for `ngram` or `draft` without one.
 pub const DEFAULT_MAX_DRAFT: usize = 8;
 
 /// The longest and shortest n-grams looked up, longest first: a longer
@@ -70,11 +77,18 @@ pub enum Speculative {
         /// Most draft tokens verified in one forward (1..=[`MAX_DRAFT`]).
         max_draft: usize,
     },
+    /// Draft-model speculation: up to `max_draft` tokens proposed greedily by
+    /// the engine's draft model (`--draft-model`), a smaller model of the
+    /// same vocabulary.
+    Draft {
+        /// Most draft tokens verified in one forward (1..=[`MAX_DRAFT`]).
+        max_draft: usize,
+    },
 }
 
 /// A `speculative` value that names no mode or gives a bad draft length.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown speculative `{given}`: expected `off`, `ngram` or `ngram:max_draft=N` with N in 1..={MAX_DRAFT}")]
+#[error("unknown speculative `{given}`: expected `off`, `ngram`, `draft`, `ngram:max_draft=N` or `draft:max_draft=N` with N in 1..={MAX_DRAFT}")]
 pub struct UnknownSpeculative {
     /// What was given.
     pub given: String,
@@ -92,29 +106,53 @@ impl Speculative {
         }
     }
 
+    /// Draft-model speculation with a draft length, checked against [`MAX_DRAFT`].
+    pub fn draft(max_draft: usize) -> Result<Self, UnknownSpeculative> {
+        match Self::ngram(max_draft) {
+            Ok(_) => Ok(Speculative::Draft { max_draft }),
+            Err(_) => Err(UnknownSpeculative {
+                given: format!("draft:max_draft={max_draft}"),
+            }),
+        }
+    }
+
     /// Whether this asks for any speculation.
     pub fn is_on(&self) -> bool {
         !matches!(self, Speculative::Off)
+    }
+
+    /// The longest draft it verifies at once (0 when off).
+    pub fn max_draft(&self) -> usize {
+        match *self {
+            Speculative::Off => 0,
+            Speculative::Ngram { max_draft } | Speculative::Draft { max_draft } => max_draft,
+        }
     }
 }
 
 impl FromStr for Speculative {
     type Err = UnknownSpeculative;
 
-    /// `off`, `ngram`, or `ngram:max_draft=N`.
+    /// `off`, `ngram`, `draft`, or `ngram:max_draft=N` / `draft:max_draft=N`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || UnknownSpeculative { given: s.into() };
+        let n = |rest: &str| rest.parse::<usize>().ok().ok_or_else(bad);
         match s.trim() {
             "off" | "none" => Ok(Speculative::Off),
             "ngram" => Ok(Speculative::Ngram {
                 max_draft: DEFAULT_MAX_DRAFT,
             }),
+            "draft" => Ok(Speculative::Draft {
+                max_draft: DEFAULT_MAX_DRAFT,
+            }),
             other => {
-                let n = other
-                    .strip_prefix("ngram:max_draft=")
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .ok_or_else(bad)?;
-                Speculative::ngram(n).map_err(|_| bad())
+                if let Some(rest) = other.strip_prefix("ngram:max_draft=") {
+                    Speculative::ngram(n(rest)?).map_err(|_| bad())
+                } else if let Some(rest) = other.strip_prefix("draft:max_draft=") {
+                    Speculative::draft(n(rest)?).map_err(|_| bad())
+                } else {
+                    Err(bad())
+                }
             }
         }
     }
@@ -125,6 +163,7 @@ impl std::fmt::Display for Speculative {
         match self {
             Speculative::Off => f.write_str("off"),
             Speculative::Ngram { max_draft } => write!(f, "ngram:max_draft={max_draft}"),
+            Speculative::Draft { max_draft } => write!(f, "draft:max_draft={max_draft}"),
         }
     }
 }
@@ -160,6 +199,11 @@ pub(super) struct Drafter {
     pause: usize,
     /// Drafts in a row rejected at their first token (the pause doubles with each).
     misses: u32,
+    /// Draft tokens the draft model is to propose this step (0: none).
+    want: usize,
+    /// The draft model's cache of this completion, when a model drafts
+    /// (`None`: prompt lookup).
+    pub(super) model: Option<DraftSeq>,
     pub(super) stats: SpecStats,
 }
 
@@ -172,7 +216,26 @@ impl Drafter {
             drafted: 0,
             pause: 0,
             misses: 0,
+            want: 0,
+            model: None,
             stats: SpecStats::default(),
+        }
+    }
+
+    /// How many tokens the draft model is to propose for this step.
+    pub(super) fn wanted(&self) -> usize {
+        self.want
+    }
+
+    /// Takes the draft model's proposal for this step: the row feeds the
+    /// completion's `uncached` tokens, then `draft`.
+    pub(super) fn propose(&mut self, uncached: &[u32], draft: &[u32]) {
+        self.want = 0;
+        self.feed.clear();
+        self.drafted = draft.len();
+        if !draft.is_empty() {
+            self.feed.extend_from_slice(uncached);
+            self.feed.extend_from_slice(draft);
         }
     }
 
@@ -232,6 +295,13 @@ pub(super) fn refusal(req: &SubmitRequest, backend: &dyn Backend, seq: SeqId) ->
             req.kv_policy.name()
         ));
     }
+    if let Some(overflow) = &req.overflow {
+        return Some(format!(
+            "context_overflow {} evicts once the context fills: a draft's rejected tokens \
+             cannot be taken back out of a compressed cache",
+            overflow.name()
+        ));
+    }
     if req.think.is_some() {
         return Some("thinking budgets probe at exact token counts".into());
     }
@@ -249,20 +319,28 @@ pub(super) fn refusal(req: &SubmitRequest, backend: &dyn Backend, seq: SeqId) ->
 
 /// Gives each of `r`'s new completions its drafter, or the reason it has none.
 pub(super) fn arm(r: &mut Running, backend: &dyn Backend) {
-    let Speculative::Ngram { max_draft } = r.req.speculative.unwrap_or_default() else {
-        return;
+    let (max_draft, by_model) = match r.req.speculative.unwrap_or_default() {
+        Speculative::Off => return,
+        Speculative::Ngram { max_draft } => (max_draft, false),
+        Speculative::Draft { max_draft } => (max_draft, true),
     };
     for c in &mut r.completions {
         match refusal(&r.req, backend, c.seq) {
-            None => c.spec = Some(Drafter::new(max_draft)),
+            None => {
+                let mut d = Drafter::new(max_draft);
+                d.model = by_model.then(DraftSeq::default);
+                c.spec = Some(d);
+            }
             Some(reason) => c.spec_off = Some(reason),
         }
     }
 }
 
-/// Before planning a step: drafts for every completion that speculates, so
-/// that the plan's rows can borrow the drafts. A draft never runs past the
-/// completion's token limit or the context.
+/// Before planning a step: drafts for every completion that speculates by
+/// prompt lookup, and the length each completion that drafts with a model
+/// wants (the draft model fills those next), so that the plan's rows can
+/// borrow the drafts. A draft never runs past the completion's token limit
+/// or the context.
 pub(super) fn draft_all(running: &mut [Running], context_length: usize) {
     for r in running {
         let max_tokens = r.req.max_tokens;
@@ -270,6 +348,7 @@ pub(super) fn draft_all(running: &mut [Running], context_length: usize) {
             let Some(d) = c.spec.as_mut() else { continue };
             d.feed.clear();
             d.drafted = 0;
+            d.want = 0;
             if d.pause > 0 {
                 d.pause -= 1;
                 continue;
@@ -279,6 +358,10 @@ pub(super) fn draft_all(running: &mut [Running], context_length: usize) {
             let room = limit
                 .saturating_sub(c.generated + 1)
                 .min(context_length.saturating_sub(c.history.len() + 1));
+            if d.model.is_some() {
+                d.want = d.len.min(room);
+                continue;
+            }
             let draft = lookup(&c.history, d.len.min(room));
             d.drafted = draft.len();
             if d.drafted > 0 {
@@ -398,17 +481,33 @@ mod tests {
             "ngram:max_draft=3".parse(),
             Ok(Speculative::Ngram { max_draft: 3 })
         );
+        assert_eq!(
+            "draft".parse(),
+            Ok(Speculative::Draft {
+                max_draft: DEFAULT_MAX_DRAFT
+            })
+        );
+        assert_eq!(
+            "draft:max_draft=16".parse(),
+            Ok(Speculative::Draft { max_draft: 16 })
+        );
         for bad in [
-            "draft",
+            "draft-model",
             "ngram:max_draft=0",
             "ngram:max_draft=17",
+            "draft:max_draft=0",
+            "draft:max_draft=17",
             "ngram:x=1",
         ] {
             let e = bad.parse::<Speculative>().unwrap_err();
             assert!(e.to_string().contains(bad), "{e}");
         }
-        let s = Speculative::Ngram { max_draft: 5 };
-        assert_eq!(s.to_string().parse(), Ok(s));
+        for s in [
+            Speculative::Ngram { max_draft: 5 },
+            Speculative::Draft { max_draft: 3 },
+        ] {
+            assert_eq!(s.to_string().parse(), Ok(s));
+        }
     }
 
     #[test]

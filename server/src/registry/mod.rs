@@ -243,7 +243,12 @@ impl ModelRegistry {
             });
             ApiError::model_load_failed(&slot.spec.id)
         })?;
-        let handle = EngineHandle::spawn_with(loaded.model, loaded.backend, self.engine.clone());
+        let handle = EngineHandle::spawn_with_draft(
+            loaded.model,
+            loaded.backend,
+            loaded.draft,
+            self.engine.clone(),
+        );
         slot.loaded(charge);
         (self.events)(ServeEvent::ModelLoaded {
             id: slot.spec.id.clone(),
