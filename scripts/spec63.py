@@ -11,8 +11,14 @@ change them. Writes docs/records/spec63/<model-stem>.json; the table in
 docs/BENCHMARKS.md comes from these records (scripts/spec63_table.py via
 scripts/tables.py).
 
+With --draft-model DRAFT.gguf a third arm runs draft-model speculation
+(`--speculative draft --draft-model DRAFT.gguf`) beside plain and prompt
+lookup, interleaved off, ngram, draft, ...; its record is
+<model-stem>-draft.json (table spec63-draft).
+
 Usage: python3 scripts/spec63.py MODEL.gguf [--reps 3] [--binary target/release/tern]
        [--workloads code-edit,chat] [--build TEXT] [--label NAME]
+       [--draft-model DRAFT.gguf]
 """
 import argparse
 import datetime
@@ -80,11 +86,13 @@ WORKLOADS = {
 }
 
 
-def run(binary, model, workload, spec):
+def run(binary, model, workload, spec, draft_model=None):
     w = WORKLOADS[workload]
     cmd = [str(binary), "generate", "-m", str(model), "--chat", "-p", w["prompt"],
            "--temperature", "0", "--max-tokens", str(w["max_tokens"]),
            "--speculative", spec, "--json"]
+    if spec == "draft":
+        cmd += ["--draft-model", str(draft_model)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     d = json.loads(out.stdout.strip().splitlines()[-1])
     return {
@@ -111,23 +119,29 @@ def main():
                     help="which Tern the binary is (a commit, and what it adds), recorded as is")
     ap.add_argument("--label", default="",
                     help="appended to the record's file name, to keep a second build's runs apart")
+    ap.add_argument("--draft-model", default=None,
+                    help="adds a draft-model arm (--speculative draft) with this draft model")
     a = ap.parse_args()
     model = pathlib.Path(a.model)
+    modes = ("off", "ngram", "draft") if a.draft_model else ("off", "ngram")
+    label = a.label or ("draft" if a.draft_model else "")
     record = {
         "issue": 63,
         "model": model.name,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{os.cpu_count()} CPUs, shared with other engineers' builds and tests",
         "mode": "tern generate --chat --temperature 0 (greedy), one request",
-        "order": "interleaved: off, ngram, off, ngram, ...",
+        "order": "interleaved: " + ", ".join(modes) + ", ...",
         "build": a.build,
         "workloads": {},
     }
+    if a.draft_model:
+        record["draft_model"] = pathlib.Path(a.draft_model).name
     for name in a.workloads.split(","):
         runs = []
         for rep in range(a.reps):
-            for spec in ("off", "ngram"):
-                r = run(a.binary, model, name, spec)
+            for spec in modes:
+                r = run(a.binary, model, name, spec, a.draft_model)
                 r["rep"] = rep
                 runs.append(r)
                 print(f"{model.name} {name} rep {rep} {spec}: "
@@ -144,10 +158,12 @@ def main():
             "runs": runs,
         }
         off = statistics.median(r["decode_tokens_per_s"] for r in runs if r["speculative"] == "off")
-        on = statistics.median(r["decode_tokens_per_s"] for r in runs if r["speculative"] == "ngram")
-        print(f"{name}: median {off:.2f} -> {on:.2f} tok/s ({on / off:.2f}x), identical={identical}")
+        for spec in modes[1:]:
+            on = statistics.median(r["decode_tokens_per_s"] for r in runs if r["speculative"] == spec)
+            print(f"{name} {spec}: median {off:.2f} -> {on:.2f} tok/s ({on / off:.2f}x), "
+                  f"identical={identical}")
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / (model.stem + (f"-{a.label}" if a.label else "") + ".json")
+    path = OUT / (model.stem + (f"-{label}" if label else "") + ".json")
     if path.exists():
         # Workloads measured by an earlier invocation are kept.
         old = json.loads(path.read_text())

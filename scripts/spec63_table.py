@@ -13,6 +13,8 @@ def rows(records_dir):
     out = []
     for path in sorted(pathlib.Path(records_dir).glob("*.json")):
         rec = json.loads(path.read_text())
+        if "draft_model" in rec:
+            continue  # three-arm records: draft_rows
         for name, w in rec["workloads"].items():
             runs = w["runs"]
             off = [r for r in runs if r["speculative"] == "off"]
@@ -49,3 +51,54 @@ HEADER = ["model", "build", "workload", "runs (off + ngram)", "tokens (median)",
           "plain tok/s (median)", "ngram tok/s (median)", "speedup",
           "draft tokens accepted", "tokens per decode forward", "verifying forwards",
           "same tokens"]
+
+
+def _arm(runs, spec):
+    """The runs of one arm, their median speed and summed draft statistics."""
+    mine = [r for r in runs if r["speculative"] == spec]
+    tps = statistics.median(r["decode_tokens_per_s"] for r in mine)
+    drafted = sum((r["stats"] or {}).get("drafted", 0) for r in mine)
+    accepted = sum((r["stats"] or {}).get("accepted", 0) for r in mine)
+    forwards = sum(r["completion_tokens"] - 1 for r in mine) - accepted
+    tokens = sum(r["completion_tokens"] - 1 for r in mine)
+    return mine, tps, drafted, accepted, (tokens / forwards if forwards else 0.0)
+
+
+def draft_rows(records_dir):
+    """One row per (model, workload) of the three-arm records (plain, prompt
+    lookup, draft model): median speeds, the draft arm's speedup over plain
+    and over prompt lookup, its acceptance and target tokens per forward."""
+    out = []
+    for path in sorted(pathlib.Path(records_dir).glob("*.json")):
+        rec = json.loads(path.read_text())
+        if "draft_model" not in rec:
+            continue
+        for name, w in rec["workloads"].items():
+            runs = w["runs"]
+            off, off_tps, *_ = _arm(runs, "off")
+            ng, ng_tps, ng_d, ng_a, _ = _arm(runs, "ngram")
+            dr, dr_tps, dr_d, dr_a, per_fwd = _arm(runs, "draft")
+            out.append([
+                rec["model"].removesuffix(".gguf"),
+                rec["draft_model"].removesuffix(".gguf"),
+                rec.get("build", ""),
+                name,
+                f"{len(off)} + {len(ng)} + {len(dr)}",
+                f'{statistics.median(r["completion_tokens"] for r in runs):g}',
+                f"{off_tps:.2f}",
+                f"{ng_tps:.2f} ({ng_tps / off_tps:.2f}x)",
+                f"{dr_tps:.2f}",
+                f"{dr_tps / off_tps:.2f}x",
+                f"{dr_tps / ng_tps:.2f}x",
+                f"{dr_a} / {dr_d} ({100 * dr_a / dr_d:.0f}%)" if dr_d else "0 / 0",
+                f"{per_fwd:.2f}",
+                "yes" if w["identical_tokens"] else "NO",
+            ])
+    return out
+
+
+DRAFT_HEADER = ["target", "draft model", "build", "workload", "runs (off + ngram + draft)",
+                "tokens (median)", "plain tok/s (median)", "ngram tok/s (median)",
+                "draft tok/s (median)", "draft vs plain", "draft vs ngram",
+                "draft tokens accepted", "target tokens per decode forward (draft)",
+                "same tokens"]

@@ -36,3 +36,56 @@ def rows(name, path):
         for kind in kinds:
             row(kind, [r for r in recs if r["kind"] == kind], k)
     return out
+
+
+REFERENCE_HEADER = ["split", "kind", "tasks", "test cases passed", "tasks passing all"]
+
+
+def reference_rows(split, path):
+    """Per-kind pass counts of one `--strategy reference` run: every task's
+    reference program through the judge (one round per record)."""
+    recs = [json.loads(line) for line in open(path) if line.strip()]
+    out = []
+
+    def row(scope, rs):
+        passed = sum(r["rounds"][0]["passed"] for r in rs)
+        total = sum(r["rounds"][0]["total"] for r in rs)
+        hard = sum(r["rounds"][0]["passed"] == r["rounds"][0]["total"] for r in rs)
+        out.append([split, scope, str(len(rs)), f"{passed}/{total}",
+                    f"{hard}/{len(rs)}"])
+
+    row("all", recs)
+    for kind in sorted({r["kind"] for r in recs}):
+        row(kind, [r for r in recs if r["kind"] == kind])
+    return out
+
+
+BEST_OF_HEADER = ["run", "strategy", "scope", "tasks", "soft", "hard",
+                  "candidates passing any case", "candidates with an answer"]
+
+
+def best_of_rows(name, path):
+    """Soft and hard scores of the candidate each best-of-N choice takes
+    (agree@N by agreement of outputs, oracle@N by the reference comparison)
+    in one `--strategy agree@N,oracle@N` run, overall and per kind, with
+    how many of all the candidates passed any test case and how many
+    produced an answer range on any (solve/src/eval/spreadsheet_best.rs)."""
+    recs = [json.loads(line) for line in open(path) if line.strip()]
+    recs.sort(key=lambda r: r["task"])
+    n = max(len(r["candidates"]) for r in recs)
+    out = []
+    scopes = [("all", recs)] + [
+        (kind, [r for r in recs if r["kind"] == kind])
+        for kind in sorted({r["kind"] for r in recs})]
+    for strategy, key in ((f"agree@{n}", "agree"), (f"oracle@{n}", "oracle")):
+        for scope, rs in scopes:
+            chosen = [r["candidates"][r[key]] for r in rs]
+            soft = sum(c["passed"] / c["total"] for c in chosen) / len(rs)
+            hard = sum(c["passed"] == c["total"] for c in chosen)
+            every = [c for r in rs for c in r["candidates"]]
+            passing = sum(c["passed"] > 0 for c in every)
+            answered = sum(c["answered"] > 0 for c in every)
+            out.append([name, strategy, scope, str(len(rs)), f"{soft:.3f}",
+                        f"{hard}/{len(rs)}", f"{passing}/{len(every)}",
+                        f"{answered}/{len(every)}"])
+    return out

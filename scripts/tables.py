@@ -2012,6 +2012,14 @@ def spec63_bench():
     return table(spec63_table.HEADER, spec63_table.rows(RECORDS / "spec63"))
 
 
+def spec63_draft():
+    """Greedy decode plain, with prompt lookup and with a draft model (the
+    0.5B drafting for the 1.5B), code editing and chat (the spec63 records
+    with a `draft_model`; scripts/spec63.py --draft-model)."""
+    import spec63_table
+    return table(spec63_table.DRAFT_HEADER, spec63_table.draft_rows(RECORDS / "spec63"))
+
+
 def spreadsheet_heldout():
     """Qwen2.5-Coder-0.5B- and 1.5B-Instruct, greedy, on the held-out
     spreadsheet split. Prompt 1 (the first runs): single-round on 20 tasks,
@@ -2030,6 +2038,30 @@ def spreadsheet_heldout():
     return table(spreadsheet_table.HEADER, [
         row for name, f in runs
         for row in spreadsheet_table.rows(name, RECORDS / "spreadsheet" / f)])
+
+
+def spreadsheet_references():
+    """Every task's reference program through the judge, as a candidate's
+    runs (`tern eval --strategy reference`), on the training split and the
+    held-out split (docs/records/spreadsheet/references_*.jsonl)."""
+    import spreadsheet_table
+    runs = [("train (count=300, seed=1)", "references_train.jsonl"),
+            ("held-out (count=40, seed=1001)", "references_heldout.jsonl")]
+    return table(spreadsheet_table.REFERENCE_HEADER, [
+        row for name, f in runs
+        for row in spreadsheet_table.reference_rows(name, RECORDS / "spreadsheet" / f)])
+
+
+def spreadsheet_best_of():
+    """Best-of-8 on the first held-out spreadsheet tasks: the candidate
+    chosen by agreement of outputs and the oracle's, over the same 8
+    programs per task (docs/records/spreadsheet/heldout_*_bo8.jsonl,
+    `tern eval --strategy agree@8,oracle@8`)."""
+    import spreadsheet_table
+    runs = [("0.5B, T 0.7, first 8", "heldout_0.5b_bo8.jsonl")]
+    return table(spreadsheet_table.BEST_OF_HEADER, [
+        row for name, f in runs
+        for row in spreadsheet_table.best_of_rows(name, RECORDS / "spreadsheet" / f)])
 
 
 # ---------------------------------------------------------------- native llama.cpp (issue 59)
@@ -2182,9 +2214,12 @@ TABLES = {
         "bench-kv-dtype-depth": bench_kv_dtype_depth,
         "bench-constraint": bench_constraint,
         "spec63-bench": spec63_bench,
+        "spec63-draft": spec63_draft,
     },
     "SPREADSHEET.md": {
         "spreadsheet-heldout": spreadsheet_heldout,
+        "spreadsheet-references": spreadsheet_references,
+        "spreadsheet-best-of": spreadsheet_best_of,
     },
     "MODELS.md": {
         "models58-bench": models58_bench,

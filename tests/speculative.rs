@@ -150,22 +150,25 @@ fn a_draft_model_keeps_greedy_and_sampled_output() {
     assert!(s.accepted > 0 && s.drafted > 0, "{s:?}");
 }
 
-/// Two tiny Qwen3 models of one vocabulary and different weights: the draft
-/// is mostly wrong, so rejections (and the draft cache's rewinds) happen on
-/// every path, and the output is still the target's own.
+/// Two tiny Qwen3 models of one vocabulary, the target's weights quantized
+/// and the draft's not: the draft is often wrong, so rejections (and the
+/// draft cache's rewinds) happen beside accepted drafts, and the output is
+/// still the target's own.
 #[test]
 fn a_disagreeing_draft_model_changes_nothing_but_its_acceptance() {
     let dir = tempfile::tempdir().unwrap();
-    let tiny = |name: &str, seed: u64| {
+    let tiny = |name: &str, weight_dtype| {
         let path = dir.path().join(name);
         let spec = TinySpec {
-            seed,
+            weight_dtype,
             ..TinySpec::for_architecture("qwen3")
         };
         write_tiny_model(&path, &spec);
         Arc::new(LoadedModel::load(&path).unwrap())
     };
-    let (target, draft) = (tiny("target.gguf", 7), tiny("draft.gguf", 8));
+    // The same weights, the draft's unquantized: near-ties go either way.
+    let target = tiny("target.gguf", candle_core::quantized::GgmlDType::Q4_0);
+    let draft = tiny("draft.gguf", candle_core::quantized::GgmlDType::F32);
     let draft = DraftModel::new(&target, draft).unwrap();
     let backend = Box::new(TernBackend::new(Arc::clone(&target)));
     let engine =
@@ -192,10 +195,14 @@ fn a_disagreeing_draft_model_changes_nothing_but_its_acceptance() {
         assert_eq!(fast.first().tokens.len(), 48);
         all.push(stats(&fast));
     }
+    // Greedy: most drafts accepted, some rejected (so the draft cache was
+    // rewound, or its later drafts would miss); sampled: drafts verified too.
+    let greedy = &all[0];
     assert!(
-        all.iter().all(|s| s.drafted > 0) && all.iter().any(|s| s.accepted < s.drafted),
-        "drafts ran and some were rejected: {all:?}"
+        greedy.accepted >= 20 && greedy.accepted < greedy.drafted,
+        "{greedy:?}"
     );
+    assert!(all[1].drafted > 0, "{all:?}");
 }
 
 /// A draft whose vocabulary has the target's size but one token's text

@@ -371,6 +371,31 @@ pub struct BonArgs {
     /// --aggregate synthesize, run as its own engine (default: --model).
     #[arg(long)]
     pub synthesizer_model: Option<String>,
+    /// Best-of-N on a spreadsheet task instead of a question: SOURCE is a
+    /// spreadsheet spec (`spreadsheet:count=40,seed=1001`) or a
+    /// `.spreadsheet.jsonl` file; the prompt is the task's, every candidate
+    /// program is judged on its test-case workbooks, and --select chooses.
+    /// It stands in for -p/-f (it joins their group).
+    #[arg(long, value_name = "SOURCE", group = "PromptArgs", conflicts_with_all = ["tests", "generate_tests", "adaptive", "system"])]
+    pub spreadsheet: Option<String>,
+    /// With --spreadsheet: which task of SOURCE, counting from 0 (default 0).
+    #[arg(long, value_name = "K")]
+    pub sheet_task: Option<usize>,
+    /// With --spreadsheet: agree (the program whose outputs on the test-case
+    /// workbooks most candidates share; no hidden answers) or oracle (the
+    /// program passing the most test cases by the reference comparison);
+    /// default agree.
+    #[arg(long, value_enum)]
+    pub select: Option<SheetSelect>,
+}
+
+/// How `tern bon --spreadsheet` chooses among its candidates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SheetSelect {
+    /// By agreement of outputs on the test-case workbooks.
+    Agree,
+    /// By the reference comparison (the oracle).
+    Oracle,
 }
 
 /// A stopping confidence strictly between 0.5 and 1.
@@ -409,7 +434,11 @@ pub struct EvalArgs {
     /// reward@N:tests=K:dynamic (the same K x tasks tests in all, spread over
     /// the tasks by how much their candidates disagree),
     /// length@EFFORT (one greedy sample under adaptive length: EFFORT is low,
-    /// medium, high, auto, or a token cap).
+    /// medium, high, auto, or a token cap). Spreadsheet tasks take single,
+    /// rounds@R (retries after a failed test case), agree@N and/or oracle@N
+    /// (best-of-N chosen by the agreement of outputs on the test-case
+    /// workbooks, or by the reference comparison), or reference (each task's
+    /// own reference program, no model).
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]
     pub strategy: Vec<String>,
     /// Evaluate only the first N tasks (after --offset).

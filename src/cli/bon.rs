@@ -19,6 +19,12 @@ use super::resolve;
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &BonArgs) -> Result<()> {
+    if let Some(source) = &a.spreadsheet {
+        return super::bon_spreadsheet::run(a, source);
+    }
+    if a.sheet_task.is_some() || a.select.is_some() {
+        bail!("--sheet-task and --select choose among a spreadsheet task's programs: add --spreadsheet SOURCE");
+    }
     let question = a.prompt.text()?;
     let tests = match &a.tests {
         Some(path) => std::fs::read_to_string(path)

@@ -1,16 +1,20 @@
 //! `tern eval --task spreadsheet:...` (or a `.spreadsheet.jsonl` file): each
 //! task's program written greedily and judged on its test-case workbooks;
 //! `--strategy rounds@R` lets the model retry after a failure, up to R
-//! rounds. Prints soft and hard scores after each round and per operation
-//! kind; `--records` appends one JSON line per task. The evaluation is
-//! `tern_solve::eval::spreadsheet`; this file reads the flags and prints.
+//! rounds; `agree@N` and `oracle@N` (alone or together, over the same N
+//! candidates) are best-of-N (`eval_spreadsheet_best.rs`); `reference`
+//! judges each task's own reference program instead (no model: a failing
+//! reference is a generator bug). Prints soft and hard scores after each
+//! round and per operation kind; `--records` appends one JSON line per task.
+//! The evaluation is `tern_solve::eval::spreadsheet`; this file reads the
+//! flags and prints.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
-use tern_solve::eval::spreadsheet::{run_spreadsheet, SheetRecord, SheetSettings};
+use tern_solve::eval::spreadsheet::{run_references, run_spreadsheet, SheetRecord, SheetSettings};
 use tern_solve::tasks::spreadsheet::{self, PromptBudget};
 use tern_solve::verify::spreadsheet::workbook_limits;
 
@@ -18,30 +22,97 @@ use super::args::EvalArgs;
 
 /// Most rounds `rounds@R` takes.
 const MAX_ROUNDS: usize = 10;
+/// Most candidates `agree@N` / `oracle@N` take (`tern bon`'s limit).
+const MAX_CANDIDATES: usize = 16;
 
-/// Rounds from the one strategy a spreadsheet run takes: `single` or `rounds@R`.
-fn rounds_of(strategies: &[String]) -> Result<usize> {
-    let [s] = strategies else {
-        bail!(
-            "spreadsheet tasks take one strategy: --strategy single or --strategy rounds@R \
-             (R = 1 to {MAX_ROUNDS}), got {}",
-            strategies.join(",")
-        );
-    };
-    if s == "single" {
-        return Ok(1);
+/// What a spreadsheet run does with each task.
+#[derive(Debug, PartialEq)]
+enum Mode {
+    /// The model writes a program, up to R rounds (`single` is 1).
+    Rounds(usize),
+    /// No model: each task's own reference program is judged, as a
+    /// candidate's would be (a failure is a generator bug).
+    Reference,
+    /// N sampled programs, chosen among by agreement and/or the oracle.
+    BestOf {
+        /// Candidates per task.
+        n: usize,
+        /// `agree@N` was asked.
+        agree: bool,
+        /// `oracle@N` was asked.
+        oracle: bool,
+    },
+}
+
+const STRATEGIES: &str = "single, rounds@R (R from 1 to 10), agree@N and/or oracle@N \
+     (N from 2 to 16, the same N), or reference";
+
+/// The mode from the strategies a spreadsheet run takes: one of single,
+/// rounds@R and reference, or agree@N and oracle@N (one or both, same N).
+fn mode_of(strategies: &[String]) -> Result<Mode> {
+    if let [s] = strategies {
+        match s.as_str() {
+            "single" => return Ok(Mode::Rounds(1)),
+            "reference" => return Ok(Mode::Reference),
+            _ => {}
+        }
+        if let Some(r) = s.strip_prefix("rounds@") {
+            return match r.parse::<usize>() {
+                Ok(r) if (1..=MAX_ROUNDS).contains(&r) => Ok(Mode::Rounds(r)),
+                _ => bail!("spreadsheet strategy `{s}`: use {STRATEGIES}"),
+            };
+        }
     }
-    match s.strip_prefix("rounds@").map(str::parse::<usize>) {
-        Some(Ok(r)) if (1..=MAX_ROUNDS).contains(&r) => Ok(r),
-        _ => bail!(
-            "spreadsheet strategy `{s}`: use single or rounds@R with R from 1 to {MAX_ROUNDS}"
-        ),
+    let mut mode = None;
+    for s in strategies {
+        let (name, n) = s.split_once('@').unwrap_or((s, ""));
+        let n = match n.parse::<usize>() {
+            Ok(n) if (2..=MAX_CANDIDATES).contains(&n) => n,
+            _ if matches!(name, "agree" | "oracle") => {
+                bail!("spreadsheet strategy `{s}`: N must be from 2 to {MAX_CANDIDATES}")
+            }
+            _ => bail!(
+                "spreadsheet strategies `{}`: use {STRATEGIES}",
+                strategies.join(",")
+            ),
+        };
+        let (agree, oracle, same) = match mode {
+            Some(Mode::BestOf {
+                n: m,
+                agree,
+                oracle,
+            }) => (agree, oracle, m == n),
+            _ => (false, false, true),
+        };
+        if !same {
+            bail!(
+                "spreadsheet strategies `{}`: agree@N and oracle@N share one N",
+                strategies.join(",")
+            );
+        }
+        mode = Some(match name {
+            "agree" => Mode::BestOf {
+                n,
+                agree: true,
+                oracle,
+            },
+            "oracle" => Mode::BestOf {
+                n,
+                agree,
+                oracle: true,
+            },
+            _ => bail!(
+                "spreadsheet strategies `{}`: use {STRATEGIES}",
+                strategies.join(",")
+            ),
+        });
     }
+    mode.ok_or_else(|| anyhow::anyhow!("spreadsheet tasks need a strategy: {STRATEGIES}"))
 }
 
 /// Runs the spreadsheet evaluation with the parsed `tern eval` flags.
 pub fn run(a: &EvalArgs) -> Result<()> {
-    let rounds = rounds_of(&a.strategy)?;
+    let mode = mode_of(&a.strategy)?;
     super::eval::check_limit(a)?;
     let all = spreadsheet::load(&a.task)?;
     if a.offset > 0 && a.offset >= all.len() {
@@ -59,29 +130,9 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         .take(a.limit)
         .collect();
     tern_solve::verify::check().context("spreadsheet tasks run the candidates' programs")?;
-    let sink = super::eval::records_sink(a)?.map(Mutex::new);
-    let engine = super::eval::engine(a)?;
-    let settings = SheetSettings {
-        rounds,
-        max_tokens: a.max_tokens,
-        seed: a.seed,
-        kv_policy: a.kv.kv_policy.clone(),
-        parallel: a.parallel as usize,
-        budget: PromptBudget::default(),
-        limits: workbook_limits(),
-    };
-    let written: Mutex<Option<std::io::Error>> = Mutex::new(None);
+    let lines = RecordLines::open(a)?;
     let on_record = |r: &SheetRecord| {
-        if let Some(f) = &sink {
-            let line = serde_json::to_string(r).map_err(std::io::Error::other);
-            let mut f = f.lock().expect("records file");
-            if let Err(e) = line
-                .and_then(|l| writeln!(f, "{l}"))
-                .and_then(|()| f.flush())
-            {
-                written.lock().expect("error slot").get_or_insert(e);
-            }
-        }
+        lines.append(r);
         if !a.model.json {
             let scores: Vec<String> = r
                 .rounds
@@ -97,11 +148,75 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             );
         }
     };
-    let records = run_spreadsheet(&engine, &tasks, &settings, &on_record)?;
-    if let Some(e) = written.into_inner().expect("error slot") {
-        return Err(anyhow::Error::new(e).context("appending a record"));
-    }
+    let (rounds, records) = match mode {
+        Mode::BestOf { n, agree, oracle } => {
+            let records = super::eval_spreadsheet_best::run(a, &tasks, n, &|r| lines.append(r))?;
+            lines.finish()?;
+            let shown = super::eval_spreadsheet_best::Shown { agree, oracle };
+            return super::eval_spreadsheet_best::print_scores(a, n, shown, &records);
+        }
+        Mode::Reference => {
+            let records =
+                run_references(&tasks, a.parallel as usize, &workbook_limits(), &on_record)?;
+            (1, records)
+        }
+        Mode::Rounds(rounds) => {
+            let engine = super::eval::engine(a)?;
+            let settings = SheetSettings {
+                rounds,
+                max_tokens: a.max_tokens,
+                seed: a.seed,
+                kv_policy: a.kv.kv_policy.clone(),
+                parallel: a.parallel as usize,
+                budget: PromptBudget::default(),
+                limits: workbook_limits(),
+            };
+            (
+                rounds,
+                run_spreadsheet(&engine, &tasks, &settings, &on_record)?,
+            )
+        }
+    };
+    lines.finish()?;
     print_scores(a, rounds, &records)
+}
+
+/// `--records`: one JSON line appended per finished task, from any task's
+/// thread; the first write error is kept and reported at the end.
+pub(super) struct RecordLines {
+    sink: Option<Mutex<std::fs::File>>,
+    error: Mutex<Option<std::io::Error>>,
+}
+
+impl RecordLines {
+    /// The `--records` file opened to append, if one was given.
+    fn open(a: &EvalArgs) -> Result<RecordLines> {
+        Ok(RecordLines {
+            sink: super::eval::records_sink(a)?.map(Mutex::new),
+            error: Mutex::new(None),
+        })
+    }
+
+    /// Appends `record` as one line (and flushes, so a stopped run keeps it).
+    pub(super) fn append<T: serde::Serialize>(&self, record: &T) {
+        let Some(f) = &self.sink else { return };
+        let line = serde_json::to_string(record).map_err(std::io::Error::other);
+        let mut f = f.lock().expect("records file");
+        if let Err(e) = line
+            .and_then(|l| writeln!(f, "{l}"))
+            .and_then(|()| f.flush())
+        {
+            self.error.lock().expect("error slot").get_or_insert(e);
+        }
+    }
+
+    /// The first write error, if any.
+    fn finish(self) -> Result<()> {
+        match self.error.into_inner().expect("error slot") {
+            Some(e) => Err(anyhow::Error::new(e).context("appending a record")),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Mean soft score and share solved (hard) of `records` after `round`.
@@ -153,4 +268,46 @@ fn print_scores(a: &EvalArgs, rounds: usize, records: &[SheetRecord]) -> Result<
         println!("{:<16} {:>6} {:>7.3} {:>7.3}", kind, rs.len(), soft, hard);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(s: &str) -> Result<Mode> {
+        mode_of(&s.split(',').map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn strategies_name_one_mode_and_best_of_shares_one_n() {
+        assert_eq!(mode("single").unwrap(), Mode::Rounds(1));
+        assert_eq!(mode("rounds@3").unwrap(), Mode::Rounds(3));
+        assert_eq!(mode("reference").unwrap(), Mode::Reference);
+        let both = Mode::BestOf {
+            n: 8,
+            agree: true,
+            oracle: true,
+        };
+        assert_eq!(mode("agree@8,oracle@8").unwrap(), both);
+        assert_eq!(mode("oracle@8,agree@8").unwrap(), both);
+        assert_eq!(
+            mode("oracle@4").unwrap(),
+            Mode::BestOf {
+                n: 4,
+                agree: false,
+                oracle: true
+            }
+        );
+        for (bad, says) in [
+            ("agree@8,oracle@4", "share one N"),
+            ("agree@1", "from 2 to 16"),
+            ("oracle@x", "from 2 to 16"),
+            ("single,agree@8", "use single"),
+            ("majority@8", "use single"),
+            ("rounds@11", "use single"),
+        ] {
+            let e = mode(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 }

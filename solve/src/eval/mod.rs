@@ -16,6 +16,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod spreadsheet;
+pub mod spreadsheet_best;
 pub mod strategy;
 pub mod synthesis_data;
 

@@ -103,9 +103,52 @@ pub fn run_spreadsheet(
     settings: &SheetSettings,
     on_record: &(dyn Fn(&SheetRecord) + Sync),
 ) -> Result<Vec<SheetRecord>, EvalError> {
-    let out: Mutex<Vec<Option<SheetRecord>>> = Mutex::new(vec![None; tasks.len()]);
-    super::pool::for_each(tasks, settings.parallel, |k, (i, task)| {
-        let record = one_task(engine, *i, task, settings)?;
+    each_task(tasks, settings.parallel, on_record, |i, task| {
+        one_task(engine, i, task, settings)
+    })
+}
+
+/// Runs every task's reference program through the judge exactly as a
+/// candidate's program runs (no model): the check that a correct solution
+/// passes every test case, so a failing reference is a generator bug (its
+/// expected cells, computed in Rust, and its program disagree). One record
+/// per task with one round; `program` is left empty (the generator gives it
+/// back from the spec).
+pub fn run_references(
+    tasks: &[(usize, SpreadsheetTask)],
+    parallel: usize,
+    limits: &Limits,
+    on_record: &(dyn Fn(&SheetRecord) + Sync),
+) -> Result<Vec<SheetRecord>, EvalError> {
+    each_task(tasks, parallel, on_record, |i, task| {
+        let start = Instant::now();
+        let report = judge_workbooks(&task.reference, task, limits).map_err(EvalError::Judge)?;
+        Ok(SheetRecord {
+            task: i,
+            kind: task.kind.name().to_string(),
+            rounds: vec![RoundResult {
+                passed: report.passed(),
+                total: report.verdicts.len(),
+                failure: report.first_failure().map(|(k, v)| feedback(k, v)),
+                tokens: 0,
+            }],
+            program: String::new(),
+            secs: start.elapsed().as_secs_f64(),
+        })
+    })
+}
+
+/// `work` on every task, `parallel` at once, `on_record` as each ends; the
+/// records in task order.
+pub(super) fn each_task<R: Clone + Send>(
+    tasks: &[(usize, SpreadsheetTask)],
+    parallel: usize,
+    on_record: &(dyn Fn(&R) + Sync),
+    work: impl Fn(usize, &SpreadsheetTask) -> Result<R, EvalError> + Sync,
+) -> Result<Vec<R>, EvalError> {
+    let out: Mutex<Vec<Option<R>>> = Mutex::new(vec![None; tasks.len()]);
+    super::pool::for_each(tasks, parallel, |k, (i, task)| {
+        let record = work(*i, task)?;
         on_record(&record);
         out.lock().expect("records")[k] = Some(record);
         Ok::<(), EvalError>(())
@@ -186,7 +229,7 @@ fn one_task(
 
 /// What the model is told about a failed test case: the error's last
 /// lines, or the first cells that differ.
-fn feedback(case: usize, verdict: &Verdict) -> String {
+pub(super) fn feedback(case: usize, verdict: &Verdict) -> String {
     let text = match verdict {
         Verdict::Pass => String::new(),
         Verdict::Fail { reason } => reason.clone(),
@@ -215,6 +258,27 @@ fn retry_prompt(report: &WorkbookReport, failure: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::spreadsheet::workbook_limits;
+
+    #[test]
+    fn references_run_through_the_judge_and_a_broken_one_is_reported() {
+        let tasks = crate::tasks::spreadsheet::load("spreadsheet:count=2,seed=7").unwrap();
+        let mut tasks: Vec<(usize, SpreadsheetTask)> = tasks.into_iter().enumerate().collect();
+        // A generator bug: task 1's reference saves before writing anything.
+        tasks[1].1.reference =
+            "import openpyxl\nopenpyxl.load_workbook('input.xlsx').save('output.xlsx')\n".into();
+        let seen = Mutex::new(Vec::new());
+        let records = run_references(&tasks, 2, &workbook_limits(), &|r| {
+            seen.lock().unwrap().push(r.task)
+        })
+        .unwrap();
+        assert_eq!(records.iter().map(|r| r.task).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(seen.into_inner().unwrap().len(), 2);
+        assert_eq!(records[0].after(1), (1.0, true));
+        assert_eq!(records[1].after(1), (0.0, false));
+        let failure = records[1].rounds[0].failure.as_deref().unwrap();
+        assert!(failure.starts_with("test case 1: "), "{failure}");
+    }
 
     #[test]
     fn a_task_solved_early_keeps_its_score_in_later_rounds() {

@@ -28,13 +28,55 @@ pub const TOLERANCE: f64 = 1e-6;
 const NAMED: usize = 3;
 
 /// One sheet of the output: its values and formulas.
-struct SheetView {
+pub(super) struct SheetView {
     values: Range<Data>,
     formulas: Range<String>,
 }
 
+/// The output's sheets, each read once when first asked for.
+pub(super) struct OutputBook {
+    book: Xlsx<Cursor<Vec<u8>>>,
+    names: Vec<String>,
+    sheets: HashMap<String, Option<SheetView>>,
+}
+
+impl OutputBook {
+    /// Opens `output`, or says why it is not a workbook.
+    pub(super) fn open(output: &[u8]) -> Result<OutputBook, String> {
+        let book: Xlsx<_> = Xlsx::new(Cursor::new(output.to_vec()))
+            .map_err(|e| format!("output.xlsx is not a readable workbook: {e}"))?;
+        let names = book.sheet_names();
+        Ok(OutputBook {
+            book,
+            names,
+            sheets: HashMap::new(),
+        })
+    }
+
+    /// The sheet named `name`, if the output has it and it reads.
+    pub(super) fn sheet(&mut self, name: &str) -> Option<&SheetView> {
+        let OutputBook {
+            book,
+            names,
+            sheets,
+        } = self;
+        sheets
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                if !names.iter().any(|n| n == name) {
+                    return None;
+                }
+                let values = book.worksheet_range(name).ok()?;
+                let formulas = book.worksheet_formula(name).ok()?;
+                Some(SheetView { values, formulas })
+            })
+            .as_ref()
+    }
+}
+
 impl SheetView {
-    fn value(&self, row: u32, col: u32) -> &Data {
+    /// The cell's value (empty outside the used range).
+    pub(super) fn value(&self, row: u32, col: u32) -> &Data {
         self.values
             .get_value((row - 1, col - 1))
             .unwrap_or(&Data::Empty)
@@ -67,22 +109,11 @@ impl Cells for SheetView {
 /// `Ok` when `output` holds every expected cell; otherwise what differs
 /// (the first few cells, then how many in all).
 pub fn compare(output: &[u8], expected: &[Expected]) -> Result<(), String> {
-    let mut book: Xlsx<_> = Xlsx::new(Cursor::new(output))
-        .map_err(|e| format!("output.xlsx is not a readable workbook: {e}"))?;
-    let names = book.sheet_names();
-    let mut sheets: HashMap<String, Option<SheetView>> = HashMap::new();
+    let mut book = OutputBook::open(output)?;
     let mut wrong = Vec::new();
     for e in expected {
-        let view = sheets.entry(e.sheet.clone()).or_insert_with(|| {
-            if !names.contains(&e.sheet) {
-                return None;
-            }
-            let values = book.worksheet_range(&e.sheet).ok()?;
-            let formulas = book.worksheet_formula(&e.sheet).ok()?;
-            Some(SheetView { values, formulas })
-        });
         let at = format!("'{}'!{}", e.sheet, address(e.row, e.col));
-        let Some(view) = view else {
+        let Some(view) = book.sheet(&e.sheet) else {
             return Err(format!("output.xlsx has no readable sheet '{}'", e.sheet));
         };
         if let Err(why) = cell_matches(view, e) {

@@ -5,13 +5,19 @@
 //! cells ([`compare`]). Scores are SpreadsheetBench's: soft (share of test
 //! cases solved) and hard (all solved).
 //!
+//! Each run's answer range is also kept as the program wrote it
+//! ([`answers`]), for best-of-N by agreement ([`select`]).
+//!
 //! Every failure is one failed test case with its reason (an unreadable
 //! test-case workbook, no output file, an exception, the time or file-size
 //! limit); only the judge itself failing (no sandbox, cancelled) is an error.
 
+mod answers;
 mod compare;
 mod formula;
+pub mod select;
 
+pub use answers::{answer_range, AnswerRange};
 pub use compare::{compare, TOLERANCE};
 
 use std::num::NonZeroUsize;
@@ -31,6 +37,11 @@ use crate::tasks::spreadsheet::{Case, SpreadsheetTask};
 pub struct WorkbookReport {
     /// One verdict per test-case workbook.
     pub verdicts: Vec<Verdict>,
+    /// What the program wrote into the answer range on each test case
+    /// (`None` where it produced nothing there): what best-of-N by
+    /// agreement compares ([`select`]).
+    #[serde(skip)]
+    pub answers: Vec<Option<AnswerRange>>,
 }
 
 impl WorkbookReport {
@@ -85,7 +96,7 @@ pub fn judge_workbooks(
         .map_or(1, NonZeroUsize::get)
         .min(cases.len())
         .max(1);
-    let slots: Vec<Mutex<Option<Result<Verdict, JudgeError>>>> =
+    let slots: Vec<Mutex<Option<Result<Judged, JudgeError>>>> =
         cases.iter().map(|_| Mutex::new(None)).collect();
     let take = AtomicUsize::new(0);
     thread::scope(|scope| {
@@ -103,15 +114,19 @@ pub fn judge_workbooks(
         }
     });
     // A case left unrun means another one failed to run: that error is the answer.
-    let outcomes: Vec<Option<Result<Verdict, JudgeError>>> = slots
+    let outcomes: Vec<Option<Result<Judged, JudgeError>>> = slots
         .into_iter()
         .map(|s| s.into_inner().unwrap_or_else(|p| p.into_inner()))
         .collect();
     let mut verdicts = Vec::with_capacity(cases.len());
+    let mut answers = Vec::with_capacity(cases.len());
     let mut missing = false;
     for outcome in outcomes {
         match outcome {
-            Some(Ok(v)) => verdicts.push(v),
+            Some(Ok((v, a))) => {
+                verdicts.push(v);
+                answers.push(a);
+            }
             Some(Err(e)) => return Err(e),
             None => missing = true,
         }
@@ -119,26 +134,36 @@ pub fn judge_workbooks(
     if missing {
         return Err(JudgeError::Cancelled);
     }
-    Ok(WorkbookReport { verdicts })
+    Ok(WorkbookReport { verdicts, answers })
 }
 
-/// One test case: its workbook in, the program run, the output compared.
+/// One test case's verdict and the answer range the program produced.
+type Judged = (Verdict, Option<AnswerRange>);
+
+/// One test case: its workbook in, the program run, the output compared
+/// and its answer range read.
 fn judge_case(
     sandbox: &super::sandbox::Sandbox,
     program: &str,
     case: &Case,
     limits: &Limits,
-) -> Result<Verdict, JudgeError> {
+) -> Result<Judged, JudgeError> {
     let input = match case.input.bytes() {
         Ok(bytes) => bytes,
-        Err(reason) => return Ok(Verdict::Fail { reason }),
+        Err(reason) => return Ok((Verdict::Fail { reason }, None)),
     };
     Ok(match sandbox.run_with_file(program, &input, limits)? {
-        FileRun::Ended(verdict) => verdict,
-        FileRun::Output(bytes) => match compare(&bytes, &case.expected) {
-            Ok(()) => Verdict::Pass,
-            Err(reason) => Verdict::Fail { reason },
-        },
+        FileRun::Ended(verdict) => (verdict, None),
+        FileRun::Output(bytes) => {
+            let verdict = match compare(&bytes, &case.expected) {
+                Ok(()) => Verdict::Pass,
+                Err(reason) => Verdict::Fail { reason },
+            };
+            // A range left as the input had it is no answer either.
+            let before = answer_range(&input, &case.expected);
+            let after = answer_range(&bytes, &case.expected).filter(|a| Some(a) != before.as_ref());
+            (verdict, after)
+        }
     })
 }
 

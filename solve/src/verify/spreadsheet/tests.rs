@@ -68,12 +68,9 @@ fn a_hard_coded_answer_passes_its_own_workbook_and_fails_the_others() {
     }
 }
 
-#[test]
-fn formulas_are_judged_by_what_they_compute_and_values_do_not_count() {
-    let task = one_task(Kind::Formulas, 3);
-    // The reference with each product's operands swapped still computes the same.
-    let swapped: String = task
-        .reference
+/// The formulas task's reference with each product's operands swapped.
+fn swapped_products(task: &SpreadsheetTask) -> String {
+    task.reference
         .lines()
         .map(|l| {
             if let Some((_, rest)) = l.split_once("value = f'=") {
@@ -84,7 +81,14 @@ fn formulas_are_judged_by_what_they_compute_and_values_do_not_count() {
             }
         })
         .collect::<Vec<_>>()
-        .join("\n");
+        .join("\n")
+}
+
+#[test]
+fn formulas_are_judged_by_what_they_compute_and_values_do_not_count() {
+    let task = one_task(Kind::Formulas, 3);
+    // The reference with each product's operands swapped still computes the same.
+    let swapped = swapped_products(&task);
     assert_ne!(swapped, task.reference);
     assert!(judge(&swapped, &task).hard());
     // Right numbers written as values fail every case: formulas were asked.
@@ -108,6 +112,10 @@ fn bad_input_and_bad_programs_are_failed_test_cases_and_stay_inside() {
     std::fs::write(&on_disk, &bytes).unwrap();
     task.cases[1].input = Source::Path(on_disk.clone());
     task.cases[2].input = Source::Path(dir.path().join("missing.xlsx"));
+    // As a task file gives them: the file loads, the missing case fails alone.
+    let file = dir.path().join("tasks.spreadsheet.jsonl");
+    std::fs::write(&file, serde_json::to_string(&task).unwrap() + "\n").unwrap();
+    let task = spreadsheet::load(file.to_str().unwrap()).unwrap().remove(0);
     let report = judge(&task.reference, &task);
     assert!(report.verdicts[0].passed() && report.verdicts[1].passed());
     assert!(
@@ -182,4 +190,35 @@ fn an_error_shows_the_programs_own_lines_as_python_would() {
         "{stderr}"
     );
     assert!(!stderr.contains("_tern_workbook"), "{stderr}");
+}
+
+#[test]
+fn answer_ranges_are_what_the_program_wrote_and_agreement_picks_the_shared_one() {
+    // The swapped-operand formulas compute what the reference's do: the same
+    // answers. A hard-coded program matches only on the shown workbook; one
+    // that saves its input unchanged answers nothing.
+    let task = one_task(Kind::Formulas, 3);
+    let swapped = swapped_products(&task);
+    let saves = "import openpyxl\nopenpyxl.load_workbook('input.xlsx').save('output.xlsx')\n";
+    let reports: Vec<WorkbookReport> = [hard_coded(&task), task.reference.clone(), swapped]
+        .iter()
+        .chain([saves.to_string()].iter())
+        .map(|p| judge(p, &task))
+        .collect();
+    let [values, reference, spaced, unchanged] = &reports[..] else {
+        unreachable!()
+    };
+    assert!(reference.hard() && spaced.hard());
+    assert_eq!(reference.answers, spaced.answers);
+    assert!(reference.answers.iter().all(Option::is_some));
+    assert!(reference.answers[0].as_ref().unwrap()[0].starts_with("f:"));
+    // Written as values, the same numbers are not the same answer as formulas.
+    assert_ne!(values.answers[0], reference.answers[0]);
+    assert!(values.answers.iter().all(Option::is_some));
+    assert_eq!(unchanged.answers, vec![None; task.cases.len()]);
+    assert_eq!(select::by_agreement(&reports), Some(1));
+    assert_eq!(select::by_oracle(&reports), Some(1));
+    // Filling gaps, the range starts with its labels: unchanged is still no answer.
+    let gaps = one_task(Kind::FillGaps, 3);
+    assert_eq!(judge(saves, &gaps).answers, vec![None; gaps.cases.len()]);
 }
