@@ -17,6 +17,7 @@ mod kv;
 mod kv_dtype;
 mod kv_tee;
 mod learner;
+mod overflow;
 mod plot;
 mod quantize;
 mod qwen;

@@ -220,6 +220,25 @@ impl LoadedModel {
         check_prompt(prompt_tokens, self.config().context_length)
     }
 
+    /// Serves a context of `n` tokens instead of the `context_length` the
+    /// model was trained for (llama.cpp's `-c`): prompts, answers and KV
+    /// reservations are held to it. Refused above the trained length, where
+    /// RoPE has no trained positions, and below 16 tokens.
+    pub fn limit_context(&mut self, n: usize) -> Result<()> {
+        let trained = self.config().context_length;
+        if !(16..=trained).contains(&n) {
+            return Err(RuntimeError::InvalidParam {
+                param: "context_length".into(),
+                reason: format!(
+                    "a served context must be between 16 tokens and the model's trained \
+                     {trained}, got {n}"
+                ),
+            });
+        }
+        self.arch.limit_context(n);
+        Ok(())
+    }
+
     /// Tokens the context leaves after a prompt of `prompt_tokens`.
     pub fn room(&self, prompt_tokens: usize) -> usize {
         self.config().context_length.saturating_sub(prompt_tokens)

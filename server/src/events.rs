@@ -9,6 +9,7 @@ use tern_runtime::engine::{Event, KvUsage, RequestStream, SpecStats};
 use tern_solve::reasoning::{Effort, LengthTally};
 
 use crate::openai::usage::{ChoiceKv, ReasoningInfo, TernInfo, Usage};
+use crate::overflow::{Evicted, Overflowed};
 
 /// A request's events in order; `None` once there are no more. Dropping the
 /// source cancels the request (for the engine's stream).
@@ -41,6 +42,9 @@ pub struct Tally {
     reasoning: Option<(Option<Effort>, Vec<LengthTally>)>,
     /// Speculative decoding's figures, summed over the completions that sent them.
     speculation: Option<SpecStats>,
+    /// The policy a request goes on past the context under, whose evictions
+    /// the `tern` object reports.
+    overflow: Option<String>,
 }
 
 impl Tally {
@@ -53,7 +57,35 @@ impl Tally {
             done: vec![None; n.max(1)],
             reasoning: None,
             speculation: None,
+            overflow: None,
         }
+    }
+
+    /// Also reports what `policy` (a `context_overflow` rule) evicted.
+    pub fn with_overflow(mut self, policy: Option<String>) -> Self {
+        self.overflow = policy;
+        self
+    }
+
+    /// What the overflow policy evicted from the completion that read the
+    /// most (`None` without one).
+    fn overflowed(&self) -> Option<Overflowed> {
+        let policy = self.overflow.clone()?;
+        let (read, kv) = self
+            .done
+            .iter()
+            .flatten()
+            .map(|(n, kv)| (self.prompt_tokens + n.saturating_sub(1), kv))
+            .max_by_key(|(read, _)| *read)?;
+        let kept = kv.entries_final.min(read);
+        Some(Overflowed::Policy(Evicted {
+            policy,
+            prompt_tokens: self.prompt_tokens,
+            read_tokens: read,
+            shifts: kv.shifts,
+            kept_tokens: kept,
+            evicted_tokens: read - kept,
+        }))
     }
 
     /// Also tallies adaptive length, each completion on its own, reported in
@@ -144,7 +176,7 @@ impl Tally {
             kv_bytes: kv().map(|k| k.bytes_peak).max().unwrap_or(0),
             kv_bytes_full: kv().map(|k| k.bytes_full).max().unwrap_or(0),
             prompt_tokens: self.prompt_tokens,
-            context_overflow: None,
+            context_overflow: self.overflowed(),
             choices: if self.done.len() > 1 {
                 self.done
                     .iter()
@@ -185,6 +217,8 @@ pub(crate) mod tests {
             bytes_final: peak,
             bytes_full: full,
             evictions: None,
+            shifts: 0,
+            entries_final: 0,
         }
     }
 

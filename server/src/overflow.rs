@@ -13,11 +13,18 @@
 //!   request sets none). The response's `tern.context_overflow` says which
 //!   prompt tokens were dropped.
 //!
-//! A KV policy spec (`snapkv:...`) as the overflow rule, the eviction of a
-//! cache grown past the context while it decodes, is not built yet: such a
-//! value is a 400 naming the field, never a silent `error` or `shift`.
+//! - a KV policy spec (`snapkv:budget=512`, `streaming:budget=256,sink=4`):
+//!   the prompt is read whole, however long, and the answer may outgrow the
+//!   context too; whenever the next tokens would pass the last position the
+//!   policy evicts down to its budget and what it kept is re-numbered
+//!   (StreamingLLM's positions within the cache; see the runtime's
+//!   `SeqCache::make_room`). Until the context fills nothing is evicted.
+//!   The response's `tern.context_overflow` says how often, and how many
+//!   tokens were evicted and kept. Without `max_tokens` the answer may run
+//!   for one context's length.
 
 use serde::Serialize;
+use tern_runtime::kv::policy::KvPolicy;
 
 use crate::openai::error::ApiError;
 
@@ -25,7 +32,7 @@ use crate::openai::error::ApiError;
 pub const DEFAULT_KEEP: usize = 4;
 
 /// What to do with a prompt that leaves its answer no room.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum ContextOverflow {
     /// A 400 with the numbers.
     #[default]
@@ -35,6 +42,8 @@ pub enum ContextOverflow {
         /// Leading tokens always kept.
         keep: usize,
     },
+    /// Go on past the context, evicting by this policy when it fills.
+    Policy(KvPolicy),
 }
 
 impl ContextOverflow {
@@ -54,16 +63,49 @@ impl ContextOverflow {
                 .map(|keep| Self::Shift { keep })
                 .map_err(|_| format!("`shift:keep=` takes a token count, got `{keep}`"));
         }
-        if s.contains(':') || s.contains("kv") || s == "full" {
-            return Err(format!(
-                "a KV policy (`{s}`) as the overflow rule is not supported yet; \
-                 send `error` or `shift` (`shift:keep=N`)"
-            ));
+        match s.parse::<KvPolicy>() {
+            Ok(p) if p.budget().is_none() => Err(format!(
+                "`{s}` evicts nothing, so it cannot go on past the context: name a policy \
+                 with a budget (`snapkv:budget=512`, `streaming:budget=256`)"
+            )),
+            Ok(p) => Ok(Self::Policy(p)),
+            Err(e) if s.contains(':') => Err(format!("context_overflow policy `{s}`: {e}")),
+            Err(_) => Err(format!(
+                "context_overflow must be `error`, `shift`, `shift:keep=N` or a KV policy \
+                 with a budget (`snapkv:budget=512`); got `{s}`"
+            )),
         }
-        Err(format!(
-            "context_overflow must be `error`, `shift` or `shift:keep=N`; got `{s}`"
-        ))
     }
+}
+
+/// What the response's `tern.context_overflow` reports: the prompt tokens
+/// `shift` dropped, or what a policy evicted past the context.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Overflowed {
+    /// `shift`.
+    Shift(Shifted),
+    /// A KV policy.
+    Policy(Evicted),
+}
+
+/// What a KV policy did to a conversation longer than the context.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Evicted {
+    /// The policy's canonical spec.
+    pub policy: String,
+    /// Prompt tokens as the conversation rendered them (all read).
+    pub prompt_tokens: usize,
+    /// Tokens the completion's cache read: the prompt and its answer, but
+    /// the answer's last token (sampled, never read back).
+    pub read_tokens: usize,
+    /// Times the context filled and the cache was compressed and
+    /// re-numbered (0: everything fit, nothing was evicted).
+    pub shifts: usize,
+    /// Entries the fullest layer held at the end.
+    pub kept_tokens: usize,
+    /// `read_tokens - kept_tokens`.
+    pub evicted_tokens: usize,
 }
 
 /// What `shift` dropped from a prompt, as the response's
@@ -89,12 +131,12 @@ pub struct Shifted {
 /// when it fits, a shifted one with what was dropped, or the error `error`
 /// leaves to the ordinary context check (which states the numbers).
 pub fn fit(
-    rule: ContextOverflow,
+    rule: &ContextOverflow,
     prompt: Vec<u32>,
     max_tokens: Option<i64>,
     context_length: usize,
 ) -> Result<(Vec<u32>, Option<Shifted>), ApiError> {
-    let ContextOverflow::Shift { keep } = rule else {
+    let &ContextOverflow::Shift { keep } = rule else {
         return Ok((prompt, None));
     };
     let answer = match max_tokens {
@@ -146,11 +188,14 @@ mod tests {
             ContextOverflow::parse("shift:keep=32"),
             Ok(ContextOverflow::Shift { keep: 32 })
         );
-        let e = ContextOverflow::parse("snapkv:budget=64").unwrap_err();
-        assert!(
-            e.contains("not supported yet") && e.contains("snapkv"),
-            "{e}"
+        assert_eq!(
+            ContextOverflow::parse("snapkv:budget=64"),
+            Ok(ContextOverflow::Policy("snapkv:budget=64".parse().unwrap()))
         );
+        let e = ContextOverflow::parse("full").unwrap_err();
+        assert!(e.contains("evicts nothing"), "{e}");
+        let e = ContextOverflow::parse("snapkv:budget=-3").unwrap_err();
+        assert!(e.contains("snapkv:budget=-3"), "{e}");
         assert!(ContextOverflow::parse("truncate").is_err());
     }
 
@@ -158,7 +203,7 @@ mod tests {
     fn shift_keeps_the_head_and_the_newest_tokens_and_leaves_the_answer_room() {
         let prompt: Vec<u32> = (0..100).collect();
         let shift = ContextOverflow::Shift { keep: 4 };
-        let (kept, s) = fit(shift, prompt.clone(), Some(10), 64).unwrap();
+        let (kept, s) = fit(&shift, prompt.clone(), Some(10), 64).unwrap();
         let s = s.unwrap();
         assert_eq!(kept.len() + 10, 64);
         assert_eq!(&kept[..4], &[0, 1, 2, 3]);
@@ -169,17 +214,17 @@ mod tests {
         );
         assert_eq!(kept[4], 50);
         // No max_tokens: a quarter of the context is left for the answer.
-        let (kept, _) = fit(shift, prompt.clone(), None, 64).unwrap();
+        let (kept, _) = fit(&shift, prompt.clone(), None, 64).unwrap();
         assert_eq!(kept.len(), 48);
         // A prompt that fits is untouched; `error` never changes one.
         assert_eq!(
-            fit(shift, prompt[..40].to_vec(), Some(10), 64).unwrap().1,
+            fit(&shift, prompt[..40].to_vec(), Some(10), 64).unwrap().1,
             None
         );
-        let (same, none) = fit(ContextOverflow::Error, prompt.clone(), Some(10), 64).unwrap();
+        let (same, none) = fit(&ContextOverflow::Error, prompt.clone(), Some(10), 64).unwrap();
         assert_eq!((same, none), (prompt.clone(), None));
         // No room beside the head: a 400 naming the field.
-        let e = fit(shift, prompt, Some(62), 64).unwrap_err();
+        let e = fit(&shift, prompt, Some(62), 64).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("context_overflow"));
     }
 }

@@ -45,6 +45,10 @@ pub struct EndpointInput {
     pub max_tokens: (Option<i64>, &'static str),
     /// `None`, or `Some(k)`: report log-probabilities with `k` alternatives.
     pub logprobs: Option<usize>,
+    /// Whether the request goes on past the context under a KV policy
+    /// (`context_overflow`): then the prompt and `max_tokens` need not fit,
+    /// and the answer runs for one context's length when none is given.
+    pub past_context: bool,
 }
 
 /// A request ready to submit, plus how to answer it.
@@ -81,17 +85,24 @@ pub fn plan(
             .map_err(|e| ApiError::invalid_param("kv_dtype", e.to_string()))?,
     };
     let constraint = constraint(f)?;
-    check_prompt(
-        input.prompt.len(),
-        input.prompt_param,
-        limits.context_length,
-    )?;
-    let max_tokens = max_tokens(
-        input.max_tokens.0,
-        input.max_tokens.1,
-        input.prompt.len(),
-        limits.context_length,
-    )?;
+    let max_tokens = if input.past_context {
+        match input.max_tokens.0 {
+            None => limits.context_length,
+            given => max_tokens(given, input.max_tokens.1, 0, usize::MAX)?,
+        }
+    } else {
+        check_prompt(
+            input.prompt.len(),
+            input.prompt_param,
+            limits.context_length,
+        )?;
+        max_tokens(
+            input.max_tokens.0,
+            input.max_tokens.1,
+            input.prompt.len(),
+            limits.context_length,
+        )?
+    };
     let mut submit = SubmitRequest::new(input.prompt, sampling, max_tokens);
     submit.stop = stop;
     submit.n = n;
@@ -571,6 +582,7 @@ mod tests {
             prompt_param: "messages",
             max_tokens: (f.max_tokens, "max_tokens"),
             logprobs: None,
+            past_context: false,
         };
         plan(&f, input, LIMITS, (&KvPolicy::Full, KvDtype::F16))
     }

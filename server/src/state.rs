@@ -98,7 +98,7 @@ impl AppState {
             content_tokens: config.content_tokens,
             allow_code_execution: config.allow_code_execution,
             reasoning_format: config.reasoning_format,
-            context_overflow: config.context_overflow,
+            context_overflow: config.context_overflow.clone(),
             body_timeout: config.connections.body_timeout,
             embedding_pooling: config.embedding_pooling,
             responses: Arc::new(responses),
@@ -333,7 +333,7 @@ impl AppState {
 
     /// The `context_overflow` of requests that do not send one.
     pub fn context_overflow(&self) -> ContextOverflow {
-        self.0.context_overflow
+        self.0.context_overflow.clone()
     }
 
     /// Longest a request body may take to arrive.

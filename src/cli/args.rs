@@ -829,10 +829,19 @@ pub struct ServeArgs {
     /// gets when it does not send `context_overflow`: `error` (the default:
     /// a 400 with the numbers, as OpenAI and llama-server answer, so no
     /// client is answered about a conversation the model did not read
-    /// whole) or `shift` / `shift:keep=N` (keep the first N tokens, default
-    /// 4, and the newest; drop the oldest between them)
+    /// whole), `shift` / `shift:keep=N` (keep the first N tokens, default
+    /// 4, and the newest; drop the oldest between them), or a KV policy
+    /// with a budget such as `snapkv:budget=1024` or
+    /// `streaming:budget=1024,sink=4` (read the whole conversation; each time
+    /// the context fills, the policy evicts down to its budget and the kept
+    /// tokens are re-numbered, so prompt and answer may both run past it)
     #[arg(long, default_value = "error")]
     pub context_overflow: String,
+    /// Tokens of context a sequence may span (llama.cpp's `-c`): prompts,
+    /// answers and each request's KV reservation are held to it. Default:
+    /// the length the model was trained for; at most that
+    #[arg(long, short = 'c', value_name = "TOKENS")]
+    pub ctx: Option<usize>,
     /// Connections served at once; further ones wait to be accepted.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,

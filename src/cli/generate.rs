@@ -157,6 +157,8 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
         bytes_final: 0,
         bytes_full: 0,
         evictions: None,
+        shifts: 0,
+        entries_final: 0,
     });
     if json_mode {
         let tokenizer = &engine.model().tokenizer;

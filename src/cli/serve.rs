@@ -97,6 +97,7 @@ struct Opener {
     kv_dtype: tern_runtime::kv::KvDtype,
     kv_memory: usize,
     max_running: usize,
+    ctx: Option<usize>,
 }
 
 impl Opener {
@@ -106,6 +107,7 @@ impl Opener {
             kv_dtype: config.kv_dtype,
             kv_memory: config.engine.kv_memory,
             max_running: config.engine.max_running,
+            ctx: a.ctx,
         }
     }
 
@@ -113,7 +115,13 @@ impl Opener {
         &self,
         path: &Path,
     ) -> Result<(Arc<LoadedModel>, Box<dyn tern_runtime::backend::Backend>)> {
-        let model = Arc::new(LoadedModel::load(path)?);
+        let mut model = LoadedModel::load(path)?;
+        if let Some(n) = self.ctx {
+            model
+                .limit_context(n)
+                .with_context(|| format!("--ctx for {}", path.display()))?;
+        }
+        let model = Arc::new(model);
         let c = model.config();
         // llama.cpp's shared cache holds what the engine's KV budget admits,
         // counted as the engine counts (its storage type's bytes per token).

@@ -412,6 +412,15 @@ impl Llama {
         self.precision
     }
 
+    /// The rotation `layer`'s RoPE applies (the local one on a sliding
+    /// layer): what re-positions a key already in a cache.
+    pub fn rotary(&self, layer: usize) -> &Rotary {
+        match (&self.rotary_local, self.sliding_window(layer)) {
+            (Some(local), Some(_)) => local,
+            _ => &self.rotary,
+        }
+    }
+
     /// Installs (or with `None` removes) the adapters [`Llama::forward`] applies.
     /// A forward already running keeps the set it started with.
     pub fn set_adapters(&self, adapters: Option<Arc<LoraSet>>) {
@@ -509,6 +518,12 @@ impl Llama {
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// Serves a context of `n` positions instead of the trained one (`n`
+    /// no larger): sequences, and the RoPE rows they use, stop there.
+    pub fn limit_context(&mut self, n: usize) {
+        self.config.context_length = self.config.context_length.min(n.max(1));
     }
 
     /// Runs one ragged batch and returns, per sequence, the logits it asked for:
@@ -912,10 +927,7 @@ impl Llama {
         if cache.wants_queries(layer) {
             // In the model's frame, before any rotation for the cache.
             let scale = self.score_scale() as f64;
-            let rotary = match (&self.rotary_local, self.sliding_window(layer)) {
-                (Some(local), Some(_)) => local,
-                _ => &self.rotary,
-            };
+            let rotary = self.rotary(layer);
             let logit_q = (q.detach() * scale)?;
             cache.observe_queries(layer, &logit_q, q_pos, rotary)?;
         }

@@ -94,6 +94,22 @@ impl Model {
         self.config().sliding_window(layer)
     }
 
+    /// Serves a context of `n` positions (see [`Llama::limit_context`]).
+    pub fn limit_context(&mut self, n: usize) {
+        match self {
+            Model::Llama(m)
+            | Model::Qwen2(m)
+            | Model::Qwen3(m)
+            | Model::Phi3(m)
+            | Model::Gemma3(m) => m.limit_context(n),
+        }
+    }
+
+    /// The rotation `layer`'s RoPE applies to its keys (see [`Llama::rotary`]).
+    pub fn rotary(&self, layer: usize) -> &crate::Rotary {
+        self.decoder().rotary(layer)
+    }
+
     /// How the projection weights are held.
     pub fn precision(&self) -> Precision {
         match self {

@@ -352,6 +352,8 @@ impl Backend for LlamaCppBackend {
                 // llama.cpp's cells belong to its context, not to a sequence:
                 // what the sequence holds is what it takes.
                 allocated: s.held * self.bytes_per_token,
+                shifts: 0,
+                held: s.held,
             })
             .unwrap_or_default()
     }

@@ -53,6 +53,10 @@ pub struct SeqKv {
     pub full: usize,
     /// Bytes of the buffers holding them (capacity, not just valid entries).
     pub allocated: usize,
+    /// Times the cache was re-numbered to go on past the model's context.
+    pub shifts: usize,
+    /// Entries the fullest layer holds now (what a compressed cache kept).
+    pub held: usize,
 }
 
 /// A forward-pass implementation with per-sequence KV state.
@@ -71,6 +75,24 @@ pub trait Backend: Send {
     /// A new empty sequence compressed by `policy`, its keys and values
     /// stored as `dtype`, expected to reach `expected_len` tokens.
     fn new_seq(&mut self, policy: &KvPolicy, dtype: KvDtype, expected_len: usize) -> Result<SeqId>;
+    /// A new empty sequence like [`Backend::new_seq`] that goes on past the
+    /// model's context: when its next tokens would pass the last position,
+    /// `overflow` evicts down to its budget and what is kept is re-numbered
+    /// (see [`crate::kv::SeqCache::make_room`]). `overflow` evicts only
+    /// there when `policy` is full; otherwise the two are the same policy.
+    /// Backends that cannot re-number their cache refuse.
+    fn new_overflow_seq(
+        &mut self,
+        _policy: &KvPolicy,
+        _overflow: &KvPolicy,
+        _dtype: KvDtype,
+        _expected_len: usize,
+    ) -> Result<SeqId> {
+        Err(RuntimeError::Backend(format!(
+            "the {} backend cannot go on past the model's context under a KV policy",
+            self.name()
+        )))
+    }
     /// Runs one ragged step; per row, the logits it asked for, row-major
     /// (`vocab` values per returned token).
     fn forward(&mut self, rows: &[Row<'_>]) -> Result<Vec<Option<Vec<f32>>>>;

@@ -59,23 +59,35 @@ impl<M: Deref<Target = LoadedModel>> TernBackend<M> {
                 }
             }
         }
-        let result = {
+        let result = Self::room(&self.model, rows, &mut caches).and_then(|()| {
+            // A cache re-numbered past the context holds the sequence's
+            // tokens `shift` positions lower.
             let mut batch: Vec<SeqBatch> = rows
                 .iter()
                 .zip(caches.iter_mut())
                 .map(|(r, cache)| SeqBatch {
                     tokens: r.tokens,
-                    start_pos: r.start_pos,
+                    start_pos: r.start_pos.saturating_sub(cache.shift()),
                     cache,
                     logits: r.logits,
                 })
                 .collect();
             run(&self.model, &mut batch)
-        };
+        });
         for (r, c) in rows.iter().zip(caches) {
             self.seqs.insert(r.seq, c);
         }
         result
+    }
+
+    /// Gives each overflowing cache room for its row below the model's
+    /// context ([`SeqCache::make_room`]).
+    fn room(model: &LoadedModel, rows: &[Row<'_>], caches: &mut [SeqCache]) -> Result<()> {
+        let limit = model.config().context_length;
+        for (r, cache) in rows.iter().zip(caches.iter_mut()) {
+            cache.make_room(r.tokens.len(), limit, |layer| model.arch.rotary(layer))?;
+        }
+        Ok(())
     }
 
     /// Reads `prompt` once, as one chunk, into a fresh sequence per policy
@@ -158,6 +170,22 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for TernBackend<M> {
         let mut cache = SeqCache::with_storage(self.model.config(), policy.clone(), dtype)?;
         if policy.budget().is_none() {
             cache.set_capacity_hint(expected_len);
+        }
+        Ok(self.insert(cache))
+    }
+
+    fn new_overflow_seq(
+        &mut self,
+        policy: &KvPolicy,
+        overflow: &KvPolicy,
+        dtype: KvDtype,
+        expected_len: usize,
+    ) -> Result<SeqId> {
+        let dormant = policy.budget().is_none();
+        let cache = SeqCache::with_storage(self.model.config(), overflow.clone(), dtype)?;
+        let mut cache = cache.overflowing(dormant);
+        if dormant {
+            cache.set_capacity_hint(expected_len.min(self.model.config().context_length));
         }
         Ok(self.insert(cache))
     }
@@ -265,6 +293,8 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for TernBackend<M> {
                 peak: c.peak_bytes(),
                 full: c.full_bytes(),
                 allocated: c.allocated_bytes(),
+                shifts: c.shifts(),
+                held: c.held_entries(),
             })
             .unwrap_or_default()
     }

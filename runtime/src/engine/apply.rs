@@ -89,6 +89,7 @@ pub(super) fn step_probe(r: &mut Running, pi: usize, model: &LoadedModel, row: &
         stop_ids: &r.stop_ids,
         max_tokens,
         logprobs: false,
+        past_context: r.req.overflow.is_some(),
     };
     let p = &mut r.probes[pi];
     let stepped = p.completion.step(row, &lim);
@@ -250,6 +251,7 @@ pub(super) fn emit_token(
         stop_ids: &r.stop_ids,
         max_tokens: r.req.max_tokens,
         logprobs: r.req.logprobs,
+        past_context: r.req.overflow.is_some(),
     };
     let c = &mut r.completions[ci];
     let stepped = c.step(row, &lim);

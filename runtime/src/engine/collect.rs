@@ -220,6 +220,8 @@ mod tests {
             bytes_final: 10,
             bytes_full: 10,
             evictions: None,
+            shifts: 0,
+            entries_final: 0,
         }
     }
 

@@ -190,6 +190,15 @@ pub struct SubmitRequest {
     /// Speculative decoding for this request; `None` takes the engine's
     /// default ([`EngineConfig::speculative`]). Output is the same either way.
     pub speculative: Option<Speculative>,
+    /// A KV policy under which the request goes on past the model's context
+    /// (a conversation longer than the window, an answer that outgrows it):
+    /// when the next tokens would pass the last position, it evicts down to
+    /// its budget and what is kept is re-numbered to make room (see
+    /// [`crate::kv::SeqCache::make_room`]). Over a full `kv_policy` it
+    /// evicts only there; otherwise it must be `kv_policy` itself. `None`:
+    /// the prompt and `max_tokens` must fit the context, and a completion
+    /// ends where the context does.
+    pub overflow: Option<KvPolicy>,
 }
 
 impl SubmitRequest {
@@ -211,6 +220,7 @@ impl SubmitRequest {
             record_evictions: false,
             adapters: None,
             speculative: None,
+            overflow: None,
         }
     }
 
@@ -237,6 +247,14 @@ pub struct KvUsage {
     /// The completion's eviction record, when the request asked for one.
     #[serde(skip)]
     pub evictions: Option<Arc<EvictionLog>>,
+    /// Times the cache was re-numbered to go on past the model's context
+    /// (a request's `overflow` policy).
+    #[serde(skip)]
+    pub shifts: usize,
+    /// Entries the fullest layer held at the end: what the cache kept of
+    /// the tokens it read.
+    #[serde(skip)]
+    pub entries_final: usize,
 }
 
 /// What a request's channel carries, in order; per completion `index`, tokens
@@ -538,28 +556,54 @@ impl EngineHandle {
     /// under its policy (see [`SeqCache::reservation_bytes`]).
     pub fn reservation(&self, req: &SubmitRequest) -> usize {
         let cfg = self.shared.model.config();
-        let per_seq = SeqCache::reservation_bytes(
-            cfg,
-            &req.kv_policy,
-            req.kv_dtype,
-            req.prompt.len(),
-            req.extra_tokens(),
-            self.shared.config.prefill_chunk,
-        );
+        let chunk = self.shared.config.prefill_chunk;
+        let per_seq = match &req.overflow {
+            // Past the context the cache holds at most a context's entries:
+            // all of them while the overflow policy waits for the context to
+            // fill, and the policy's scoring of them.
+            Some(overflow) if req.kv_policy.budget().is_none() => {
+                let ctx = cfg.context_length;
+                SeqCache::reservation_bytes(cfg, &KvPolicy::Full, req.kv_dtype, ctx, 0, chunk)
+                    + SeqCache::scoring_bytes(cfg, overflow, &vec![ctx; cfg.n_layer], ctx, chunk)
+            }
+            Some(_) => {
+                let ctx = cfg.context_length;
+                let prompt = req.prompt.len().min(ctx);
+                SeqCache::reservation_bytes(
+                    cfg,
+                    &req.kv_policy,
+                    req.kv_dtype,
+                    prompt,
+                    ctx - prompt,
+                    chunk,
+                )
+            }
+            None => SeqCache::reservation_bytes(
+                cfg,
+                &req.kv_policy,
+                req.kv_dtype,
+                req.prompt.len(),
+                req.extra_tokens(),
+                chunk,
+            ),
+        };
         // A probe is a fork living beside its completion.
         let probes = if req.think.as_ref().is_some_and(|t| t.probe.is_some()) {
             2
         } else {
             1
         };
-        // A completion that drafts with the draft model holds a cache there too.
+        // A completion that drafts with the draft model holds a cache there
+        // too (never one that may overflow: it does not speculate).
         let draft = match (&self.shared.draft, req.speculative) {
-            (Some(dc), Some(Speculative::Draft { .. })) => DraftModel::reservation(
-                dc,
-                req.prompt.len(),
-                req.extra_tokens(),
-                self.shared.config.prefill_chunk,
-            ),
+            (Some(dc), Some(Speculative::Draft { .. })) if req.overflow.is_none() => {
+                DraftModel::reservation(
+                    dc,
+                    req.prompt.len(),
+                    req.extra_tokens(),
+                    self.shared.config.prefill_chunk,
+                )
+            }
             _ => 0,
         };
         (per_seq * probes + draft) * req.n.max(1)
@@ -657,6 +701,16 @@ impl EngineHandle {
         req.speculative
             .get_or_insert(self.shared.config.speculative);
         validate(&self.shared.model, &req)?;
+        if req.overflow.is_some() && self.shared.backend_name != "tern" {
+            return Err(SubmitError::Invalid(RuntimeError::InvalidParam {
+                param: "context_overflow".into(),
+                reason: format!(
+                    "the {} backend cannot go on past the context under a KV policy \
+                     (use the tern backend)",
+                    self.shared.backend_name
+                ),
+            }));
+        }
         if matches!(req.speculative, Some(Speculative::Draft { .. })) && self.shared.draft.is_none()
         {
             return Err(SubmitError::Invalid(RuntimeError::InvalidParam {
@@ -731,6 +785,74 @@ impl EngineHandle {
     }
 }
 
+/// The most positions an overflowing request's row may take: what the
+/// context leaves beside the most entries `policy` keeps in a layer (its
+/// budget, or a sliding layer's window). Zero when it leaves none.
+pub(super) fn overflow_room(model: &LoadedModel, policy: &KvPolicy) -> usize {
+    let c = model.config();
+    let kept = (0..c.n_layer)
+        .map(|l| match c.sliding_window(l) {
+            Some(w) => w.saturating_sub(1),
+            None => policy
+                .head_capacity(l, c.n_layer, c.n_kv_head)
+                .unwrap_or(c.context_length),
+        })
+        .max()
+        .unwrap_or(0);
+    c.context_length.saturating_sub(kept)
+}
+
+/// The checks of a request that goes on past the context under `overflow`
+/// (its prompt and answer need not fit; the policy must leave room).
+fn check_overflow(
+    model: &LoadedModel,
+    req: &SubmitRequest,
+    overflow: &KvPolicy,
+) -> Result<(), RuntimeError> {
+    let invalid = |reason: String| RuntimeError::InvalidParam {
+        param: "context_overflow".into(),
+        reason,
+    };
+    overflow.validate().map_err(|e| invalid(e.to_string()))?;
+    if overflow.budget().is_none() {
+        return Err(invalid(
+            "the full policy evicts nothing, so it cannot go on past the context: \
+             name a policy with a budget (streaming, snapkv, h2o, ...)"
+                .into(),
+        ));
+    }
+    if overflow.is_relative() {
+        return Err(invalid(
+            "a relative budget grows with the conversation, so it cannot bound one \
+             longer than the context: give the budget in tokens"
+                .into(),
+        ));
+    }
+    if req.kv_policy.budget().is_some() && req.kv_policy != *overflow {
+        return Err(invalid(format!(
+            "the request's kv_policy `{}` and its overflow policy `{overflow}` differ: \
+             send one of them, or the same policy in both",
+            req.kv_policy
+        )));
+    }
+    if req.record_evictions {
+        return Err(invalid(
+            "a recorded eviction history cannot be re-numbered past the context".into(),
+        ));
+    }
+    let ctx = model.config().context_length;
+    if overflow_room(model, overflow) == 0 {
+        return Err(invalid(format!(
+            "`{overflow}` keeps as many entries as the context holds ({ctx}): \
+             give it a smaller budget"
+        )));
+    }
+    if req.prompt.is_empty() {
+        return Err(RuntimeError::EmptyPrompt);
+    }
+    Ok(())
+}
+
 /// Everything about a request that can be checked before it is queued.
 fn validate(model: &LoadedModel, req: &SubmitRequest) -> Result<(), RuntimeError> {
     let invalid = |param: &str, reason: String| RuntimeError::InvalidParam {
@@ -772,14 +894,18 @@ fn validate(model: &LoadedModel, req: &SubmitRequest) -> Result<(), RuntimeError
     if req.max_tokens == 0 {
         return Err(invalid("max_tokens", "must be at least 1".into()));
     }
-    model.check_prompt(req.prompt.len())?;
-    let ctx = model.config().context_length;
-    if req.prompt.len() + req.extra_tokens() > ctx {
-        return Err(RuntimeError::ContextRequest {
-            prompt_tokens: req.prompt.len(),
-            max_tokens: req.extra_tokens(),
-            context_length: ctx,
-        });
+    if let Some(overflow) = &req.overflow {
+        check_overflow(model, req, overflow)?;
+    } else {
+        model.check_prompt(req.prompt.len())?;
+        let ctx = model.config().context_length;
+        if req.prompt.len() + req.extra_tokens() > ctx {
+            return Err(RuntimeError::ContextRequest {
+                prompt_tokens: req.prompt.len(),
+                max_tokens: req.extra_tokens(),
+                context_length: ctx,
+            });
+        }
     }
     if let Some(think) = &req.think {
         if think.budget == 0 {

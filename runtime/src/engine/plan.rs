@@ -63,7 +63,7 @@ pub(super) fn plan<'a>(running: &'a [Running], cfg: &EngineConfig) -> StepPlan<'
     let mut prefilling = false;
     for (ri, r) in running.iter().enumerate() {
         if let Some((seq, done)) = r.prefill {
-            let take = chunk.min(r.req.prompt.len() - done);
+            let take = chunk.min(r.row_cap).min(r.req.prompt.len() - done);
             if take == 0 || (take > budget && prefilling) {
                 continue;
             }

@@ -25,6 +25,9 @@ pub(super) struct Running {
     /// Live answer probes (think requests only).
     pub(super) probes: Vec<Probe>,
     pub(super) first_token_sent: bool,
+    /// Most prompt tokens one row may carry: under an overflow policy, what
+    /// the context leaves beside what the policy keeps (else unbounded).
+    pub(super) row_cap: usize,
 }
 
 impl Running {

@@ -176,12 +176,27 @@ impl Engine {
             let p = self.waiting.pop_front().expect("front exists");
             self.shared.admission.admitted(n, p.reserve);
             let expected = p.req.prompt.len() + p.req.max_tokens;
-            let reused =
-                self.prefixes
-                    .reuse(self.backend.as_mut(), &p.req, expected, cfg.prompt_chunk());
-            let (created, cached) = match reused {
-                Some((seq, len)) => (Ok(seq), len),
-                None => (
+            // A cache that may overflow starts empty: a cached prefix is a
+            // full cache, which cannot be re-numbered.
+            let reused = match p.req.overflow {
+                Some(_) => None,
+                None => {
+                    self.prefixes
+                        .reuse(self.backend.as_mut(), &p.req, expected, cfg.prompt_chunk())
+                }
+            };
+            let (created, cached) = match (reused, &p.req.overflow) {
+                (Some((seq, len)), _) => (Ok(seq), len),
+                (None, Some(overflow)) => (
+                    self.backend.new_overflow_seq(
+                        &p.req.kv_policy,
+                        overflow,
+                        p.req.kv_dtype,
+                        expected,
+                    ),
+                    0,
+                ),
+                (None, None) => (
                     self.backend
                         .new_seq(&p.req.kv_policy, p.req.kv_dtype, expected),
                     0,
@@ -214,7 +229,13 @@ impl Engine {
             } else {
                 self.shared.model.stop_tokens()
             };
+            let row_cap = p
+                .req
+                .overflow
+                .as_ref()
+                .map_or(usize::MAX, |o| super::overflow_room(&self.shared.model, o));
             self.running.push(Running {
+                row_cap,
                 req: p.req,
                 events: p.events,
                 reserve: p.reserve,

@@ -25,6 +25,9 @@ pub(super) struct Limits<'a> {
     pub stop_ids: &'a [u32],
     pub max_tokens: usize,
     pub logprobs: bool,
+    /// Whether the completion goes on past the model's context (an
+    /// overflow policy): then only `max_tokens` ends it.
+    pub past_context: bool,
 }
 
 /// What one sampling step produced for the caller.
@@ -185,6 +188,8 @@ impl Completion {
             bytes_final: kv.bytes,
             bytes_full: kv.full,
             evictions,
+            shifts: kv.shifts,
+            entries_final: kv.held,
         }
     }
 
@@ -268,7 +273,7 @@ impl Completion {
         if complete {
             out.finish = Some(FinishReason::Stop);
         } else if self.generated >= lim.max_tokens.min(self.limit.unwrap_or(usize::MAX))
-            || self.history.len() >= ctx
+            || (self.history.len() >= ctx && !lim.past_context)
         {
             out.finish = Some(FinishReason::Length);
         }

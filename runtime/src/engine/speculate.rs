@@ -295,6 +295,13 @@ pub(super) fn refusal(req: &SubmitRequest, backend: &dyn Backend, seq: SeqId) ->
             req.kv_policy.name()
         ));
     }
+    if let Some(overflow) = &req.overflow {
+        return Some(format!(
+            "context_overflow {} evicts once the context fills: a draft's rejected tokens \
+             cannot be taken back out of a compressed cache",
+            overflow.name()
+        ));
+    }
     if req.think.is_some() {
         return Some("thinking budgets probe at exact token counts".into());
     }

@@ -27,6 +27,19 @@
 //! (H2O) and the attention rows of the most recent queries (SnapKV, R-KV),
 //! recorded only when the policy asks for attention, and statistics of the
 //! recent queries (Expected Attention), kept only when the policy asks for them.
+//!
+//! A cache allowed to overflow ([`SeqCache::overflowing`]) outlives the
+//! model's context: when the next tokens would pass the last position the
+//! model has a rotation for, [`SeqCache::make_room`] compresses every layer
+//! to the policy's budget and re-numbers what is kept, StreamingLLM's rule
+//! of positions within the cache (llama.cpp's context shift does the same
+//! for a contiguous run): each KV head's entries are given consecutive
+//! positions ending just before the next token's, so the newest tokens keep
+//! their distances to the query and older kept ones move up behind them;
+//! each cached key is turned by its change of position (RoPE composes), so
+//! nothing is recomputed. Positions then run from the kept count again. A
+//! dormant policy (a context-overflow rule over an otherwise full cache)
+//! evicts only there, so a conversation that fits is read whole.
 
 use std::collections::VecDeque;
 
@@ -84,6 +97,17 @@ pub struct SeqCache {
     dtype: KvDtype,
     /// Set by [`SeqCache::freeze`]: nothing more is evicted.
     frozen: bool,
+    /// Whether [`SeqCache::make_room`] may re-number this cache to go on
+    /// past the model's context.
+    overflow: bool,
+    /// Whether the policy evicts only in [`SeqCache::make_room`] (the cache
+    /// is full until the context is).
+    dormant: bool,
+    /// Positions given back by [`SeqCache::make_room`] so far: a token the
+    /// sequence reads as its `p`-th is cached at position `p - shift`.
+    shift: usize,
+    /// Times [`SeqCache::make_room`] re-numbered the cache.
+    shifts: usize,
 }
 
 impl SeqCache {
@@ -139,7 +163,154 @@ impl SeqCache {
                 .collect(),
             dtype,
             frozen: false,
+            overflow: false,
+            dormant: false,
+            shift: 0,
+            shifts: 0,
         }
+    }
+
+    /// Lets the cache go on past the model's context through
+    /// [`Self::make_room`]. `dormant`: the policy evicts there only, and the
+    /// cache keeps everything until then.
+    pub fn overflowing(mut self, dormant: bool) -> Self {
+        self.overflow = true;
+        self.dormant = dormant;
+        self
+    }
+
+    /// Whether [`Self::make_room`] may re-number this cache.
+    pub fn overflows(&self) -> bool {
+        self.overflow
+    }
+
+    /// Positions given back so far: the sequence's `p`-th token sits at
+    /// cache position `p - shift`.
+    pub fn shift(&self) -> usize {
+        self.shift
+    }
+
+    /// Times the cache was re-numbered to make room.
+    pub fn shifts(&self) -> usize {
+        self.shifts
+    }
+
+    /// Most entries a layer holds now, padding left out: what a compressed
+    /// cache kept of everything it read.
+    pub fn held_entries(&self) -> usize {
+        (0..self.n_layer).map(|l| self.held(l)).max().unwrap_or(0)
+    }
+
+    /// Makes room for `tokens` more positions below `limit` (the positions
+    /// the model has rotations for) when the next ones would pass it; a
+    /// no-op otherwise, or for a cache not [`Self::overflowing`]. Every
+    /// policy-governed layer is compressed to its budget (sliding layers
+    /// hold their window already), then each KV head's kept entries are
+    /// re-numbered to consecutive positions ending at the most any head
+    /// kept, each key turned by `rotary(layer)` through its change of
+    /// position. Returns whether it re-numbered; an error when what the
+    /// policy keeps leaves no room for `tokens`.
+    pub fn make_room<'r>(
+        &mut self,
+        tokens: usize,
+        limit: usize,
+        rotary: impl Fn(usize) -> &'r Rotary,
+    ) -> tern_models::Result<bool> {
+        if !self.overflow || self.seen + tokens <= limit {
+            return Ok(false);
+        }
+        let no_room = |reason: String| tern_models::ModelError::BadTensor {
+            name: "positions".into(),
+            reason,
+        };
+        if self.log.is_some() {
+            return Err(no_room(
+                "a cache recording its evictions cannot be re-numbered past the context".into(),
+            ));
+        }
+        if self.policy.budget().is_some() {
+            for layer in 0..self.n_layer {
+                if self.windows[layer].is_none() && self.held(layer) > 0 {
+                    self.compress(layer)?;
+                }
+            }
+        }
+        let kept = self
+            .layers
+            .iter()
+            .flat_map(|l| l.positions.iter())
+            .map(|p| p.iter().filter(|&&x| x != HIDDEN_POSITION).count())
+            .max()
+            .unwrap_or(0);
+        if kept + tokens > limit {
+            return Err(no_room(format!(
+                "the policy keeps {kept} entries, which leave no room for {tokens} more \
+                 positions in a context of {limit}"
+            )));
+        }
+        for layer in 0..self.n_layer {
+            self.renumber(layer, kept, rotary(layer))?;
+        }
+        self.shift += self.seen - kept;
+        self.seen = kept;
+        self.shifts += 1;
+        Ok(true)
+    }
+
+    /// Gives `layer`'s kept entries, per KV head, the positions
+    /// `end - n .. end` in their order (`n` the head's real entries) and
+    /// turns each key by its change of position.
+    fn renumber(&mut self, layer: usize, end: usize, rotary: &Rotary) -> tern_models::Result<()> {
+        let (kvh, hd, dtype) = (self.n_kv_head, self.head_dim, self.dtype);
+        let l = &mut self.layers[layer];
+        if let Some(q) = l.queries.as_mut() {
+            q.reset();
+        }
+        let Some(kb) = &l.k else {
+            return Ok(());
+        };
+        let len = l.len;
+        let mut keys: Vec<f32> = dtype
+            .decode(&kb.narrow(1, 0, len)?.contiguous()?, hd)?
+            .flatten_all()?
+            .to_vec1()?;
+        let rotation = dtype.rotation(hd);
+        let mut turned = vec![0f64; hd];
+        for h in 0..kvh {
+            let positions = &mut l.positions[h];
+            let real = positions.iter().filter(|&&p| p != HIDDEN_POSITION).count();
+            let mut next = (end - real) as u32;
+            for (i, pos) in positions.iter_mut().enumerate() {
+                if *pos == HIDDEN_POSITION {
+                    continue;
+                }
+                let delta = f64::from(next) - f64::from(*pos);
+                *pos = next;
+                next += 1;
+                if delta == 0.0 {
+                    continue;
+                }
+                let row = &mut keys[(h * len + i) * hd..(h * len + i + 1) * hd];
+                // A quantized cache stores keys in a rotated frame: back to
+                // the model's, turned, and forward again.
+                if let Some(rot) = rotation {
+                    tern_models::kv_dtype::hadamard(row, rot.k);
+                }
+                for (t, &x) in turned.iter_mut().zip(row.iter()) {
+                    *t = f64::from(x);
+                }
+                rotary.rotate(&mut turned, delta);
+                for (x, &t) in row.iter_mut().zip(&turned) {
+                    *x = t as f32;
+                }
+                if let Some(rot) = rotation {
+                    tern_models::kv_dtype::hadamard(row, rot.k);
+                }
+            }
+        }
+        let keys = Tensor::from_vec(keys, (kvh, len, hd), &Device::Cpu)?;
+        kb.slice_set(&dtype.encode(&keys)?, 1, 0)?;
+        Ok(())
     }
 
     /// How keys and values are stored.
@@ -332,7 +503,7 @@ impl SeqCache {
 
     /// Bytes a full (uncompressed) cache would hold for the same tokens.
     pub fn full_bytes(&self) -> usize {
-        self.seen * self.n_layer * self.bytes_per_entry()
+        (self.seen + self.shift) * self.n_layer * self.bytes_per_entry()
     }
 
     /// A deep copy that evolves independently (best-of-N children share a
@@ -470,7 +641,7 @@ impl SeqCache {
     /// compress the prompt once it has been read). Call after the last prefill
     /// chunk.
     pub fn finish_prefill(&mut self) -> tern_models::Result<()> {
-        if self.frozen {
+        if self.frozen || self.dormant {
             return Ok(());
         }
         for layer in 0..self.n_layer {
@@ -507,7 +678,8 @@ impl SeqCache {
 
     fn grow(&mut self, layer: usize, needed: usize) -> candle_core::Result<()> {
         let (kvh, hd) = (self.n_kv_head, self.head_dim);
-        let budgeted = self.policy.budget().is_some() || self.windows[layer].is_some();
+        let budgeted =
+            (self.policy.budget().is_some() && !self.dormant) || self.windows[layer].is_some();
         let l = &mut self.layers[layer];
         if needed <= l.capacity {
             return Ok(());
@@ -830,7 +1002,7 @@ impl KvStore for SeqCache {
         if let Some(window) = self.windows[layer] {
             return self.slide(layer, window);
         }
-        if self.frozen {
+        if self.frozen || self.dormant {
             return Ok(());
         }
         let l = &self.layers[layer];

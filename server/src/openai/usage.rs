@@ -41,10 +41,11 @@ pub struct TernInfo {
     pub kv_bytes_full: usize,
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
-    /// What `context_overflow: shift` dropped from a prompt too long for
-    /// the context (absent when nothing was dropped).
+    /// What `context_overflow` did: the prompt tokens `shift` dropped
+    /// (absent when nothing was), or what a KV policy evicted past the
+    /// context (always present under one).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub context_overflow: Option<crate::overflow::Shifted>,
+    pub context_overflow: Option<crate::overflow::Overflowed>,
     /// With `n > 1`, each completion's own KV figures, by index (a trainer
     /// records them per rollout).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -23,7 +23,7 @@ use crate::openai::error::ApiError;
 use crate::openai::request::GenerationFields;
 use crate::openai::usage::{TernInfo, Usage};
 use crate::openai::{system_fingerprint, ResponseMeta};
-use crate::overflow::{self, ContextOverflow, Shifted};
+use crate::overflow::{self, ContextOverflow, Overflowed, Shifted};
 use crate::params::{self, EndpointInput};
 use crate::prompt;
 use crate::routes::{best_of, reasoning};
@@ -93,7 +93,11 @@ pub async fn chat_completions(
         }
         None => state.context_overflow(),
     };
-    let (ids, shifted) = overflow::fit(rule, ids, max_tokens.0, model.config().context_length)?;
+    let (ids, shifted) = overflow::fit(&rule, ids, max_tokens.0, model.config().context_length)?;
+    let past_context = match rule {
+        ContextOverflow::Policy(p) => Some(p),
+        _ => None,
+    };
     let syntax = model
         .template
         .as_ref()
@@ -103,9 +107,12 @@ pub async fn chat_completions(
         prompt_param: "messages",
         max_tokens,
         logprobs,
+        past_context: past_context.is_some(),
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
     plan.submit.adapters = served.adapters.clone();
+    let overflow_spec = past_context.as_ref().map(ToString::to_string);
+    plan.submit.overflow = past_context;
     if let Some(forced) = tool_plan
         .as_ref()
         .filter(|t| t.is_forced())
@@ -123,7 +130,8 @@ pub async fn chat_completions(
         plan.submit.n,
         plan.submit.prompt.len(),
         plan.submit.kv_policy.to_string(),
-    );
+    )
+    .with_overflow(overflow_spec);
     let reasoning_fields = reasoning::ReasoningFields {
         effort: own.reasoning_effort,
         budget: own.thinking_budget_tokens,
@@ -286,7 +294,9 @@ fn completion(
         })
         .collect();
     let mut tern = c.tally.tern();
-    tern.context_overflow = shifted;
+    if let Some(s) = shifted {
+        tern.context_overflow = Some(Overflowed::Shift(s));
+    }
     ChatCompletion {
         meta,
         choices,
@@ -326,8 +336,8 @@ impl ChatFormat {
         usage: Option<Usage>,
         mut tern: Option<TernInfo>,
     ) -> String {
-        if let Some(t) = tern.as_mut() {
-            t.context_overflow.clone_from(&self.shifted);
+        if let (Some(t), Some(s)) = (tern.as_mut(), &self.shifted) {
+            t.context_overflow = Some(Overflowed::Shift(s.clone()));
         }
         let chunk = ChatChunk {
             meta: self.meta.clone(),

@@ -58,6 +58,7 @@ pub async fn completions(
         prompt_param: "prompt",
         max_tokens: (shared.max_tokens, "max_tokens"),
         logprobs,
+        past_context: false,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
     plan.submit.adapters = served.adapters;

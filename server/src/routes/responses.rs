@@ -157,6 +157,7 @@ pub async fn create(
         prompt_param: "input",
         max_tokens: (own.max_output_tokens, "max_output_tokens"),
         logprobs: None,
+        past_context: false,
     };
     let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
     plan.submit.adapters = served.adapters;
