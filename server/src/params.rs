@@ -14,7 +14,7 @@ use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::{SamplingParams, MAX_TOP_LOGPROBS};
 use tern_runtime::RuntimeError;
 
-mod samplers;
+pub mod samplers;
 
 use crate::ids::random_u64;
 use crate::openai::error::ApiError;

@@ -80,3 +80,30 @@ def test_dry_breaks_a_greedy_loop(client, model_id):
     # DRY penalises extending the repeat, so the loop breaks early.
     assert longest_run(plain) >= 12, plain
     assert longest_run(dry) <= 4 and len(set(dry)) > 1, dry
+
+
+@pytest.mark.parametrize("name", ["dry", "mirostat2", "repeat"])
+def test_responses_and_messages_take_the_samplers_as_chat_does(client, model_id, http, name):
+    """The Responses and Anthropic Messages endpoints pass llama-server's
+    sampler fields on to chat: the same seeded answer, and the same 400."""
+    def responses(extra):
+        return client.responses.create(model=model_id, input="Write one sentence about the sea.",
+                                       max_output_tokens=12, temperature=1.0, extra_body={"seed": 5, **extra})
+
+    def messages(extra):
+        return http.post("/v1/messages", json={
+            "model": model_id, "max_tokens": 12, "temperature": 1.0, "seed": 5,
+            "messages": [{"role": "user", "content": "Write one sentence about the sea."}], **extra})
+
+    first = responses(SAMPLERS[name]).output_text
+    assert first and responses(SAMPLERS[name]).output_text == first
+    r = messages(SAMPLERS[name])
+    assert r.status_code == 200, r.text
+    assert r.json()["content"][0]["text"] == messages(SAMPLERS[name]).json()["content"][0]["text"]
+    bad = {"dry": {"dry_base": 0.5}, "mirostat2": {"mirostat": 3}, "repeat": {"repeat_last_n": -2}}[name]
+    field = next(iter(bad))
+    with pytest.raises(openai.BadRequestError) as e:
+        responses(bad)
+    assert e.value.body["param"] == field, e.value.body
+    r = messages(bad)
+    assert r.status_code == 400 and field in r.text, r.text

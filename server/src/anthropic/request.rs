@@ -41,7 +41,8 @@ struct MessagesFields {
 }
 
 /// Sampling fields passed to chat as they are: Anthropic's `top_p` and
-/// `top_k`, and Tern's extensions (chat checks their ranges).
+/// `top_k`, and Tern's extensions (chat checks their ranges), beside
+/// llama-server's samplers ([`crate::params::samplers::FIELDS`]).
 const PASSED_ON: [&str; 6] = ["top_p", "top_k", "seed", "min_p", "kv_policy", "kv_dtype"];
 
 /// A checked Messages request, as chat will run it.
@@ -105,7 +106,7 @@ pub fn convert(body: &Value) -> Result<Converted, ApiError> {
     if let Some(t) = f.temperature {
         chat["temperature"] = json!(t);
     }
-    for k in PASSED_ON {
+    for k in PASSED_ON.into_iter().chain(crate::params::samplers::FIELDS) {
         if let Some(v) = body.get(k).filter(|v| !v.is_null()) {
             chat[k] = v.clone();
         }

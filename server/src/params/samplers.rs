@@ -9,6 +9,25 @@ use tern_runtime::sampler::{SamplingParams, MAX_BREAKER_BYTES};
 use crate::openai::error::ApiError;
 use crate::openai::request::GenerationFields;
 
+/// The request fields [`apply`] reads: the endpoints that map their own
+/// shape onto chat's (Responses, Anthropic's Messages) pass them on as
+/// they are, so every endpoint takes the same samplers.
+pub const FIELDS: [&str; 13] = [
+    "typical_p",
+    "xtc_probability",
+    "xtc_threshold",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "repeat_penalty",
+    "repeat_last_n",
+];
+
 /// Most DRY sequence breakers a request may give.
 pub const MAX_BREAKERS: usize = 16;
 

@@ -143,7 +143,10 @@ pub async fn create(
         "top_k",
         "min_p",
         "kv_policy",
-    ] {
+    ]
+    .into_iter()
+    .chain(params::samplers::FIELDS)
+    {
         if let Some(v) = body.get(k) {
             gen[k] = v.clone();
         }
