@@ -23,7 +23,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 mod dry;
+mod dynatemp;
 mod mirostat;
+mod sigma;
 mod typical;
 mod xtc;
 
@@ -96,6 +98,15 @@ pub struct SamplingParams {
     pub mirostat_tau: f32,
     /// Mirostat's learning rate.
     pub mirostat_eta: f32,
+    /// Top-nσ (llama.cpp's `top_n_sigma`): keep the tokens within this many
+    /// standard deviations of the top logit; `<= 0` disables it.
+    pub top_n_sigma: f32,
+    /// Dynamic temperature's half-width (llama.cpp's `dynatemp_range`): the
+    /// temperature moves within `temperature ± range` with the candidates'
+    /// entropy; `0` disables it.
+    pub dynatemp_range: f32,
+    /// How dynamic temperature bends the normalized entropy (`h^exponent`).
+    pub dynatemp_exponent: f32,
 }
 
 impl Default for SamplingParams {
@@ -124,6 +135,9 @@ impl Default for SamplingParams {
             mirostat: 0,
             mirostat_tau: 5.0,
             mirostat_eta: 0.1,
+            top_n_sigma: -1.0,
+            dynatemp_range: 0.0,
+            dynatemp_exponent: 1.0,
         }
     }
 }
@@ -202,9 +216,18 @@ impl SamplingParams {
         if self.mirostat > 2 {
             return Err(SamplerError::Mirostat(self.mirostat));
         }
+        if !self.top_n_sigma.is_finite() {
+            return Err(SamplerError::Range {
+                name: "top_n_sigma",
+                value: self.top_n_sigma,
+                range: "a finite number (<= 0 is off)",
+            });
+        }
         for (name, v) in [
             ("mirostat_tau", self.mirostat_tau),
             ("mirostat_eta", self.mirostat_eta),
+            ("dynatemp_range", self.dynatemp_range),
+            ("dynatemp_exponent", self.dynatemp_exponent),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(SamplerError::Range {
@@ -235,7 +258,10 @@ impl SamplingParams {
     /// Whether typical or XTC is on: the candidates then go through the
     /// sorted chain rather than the cutoff path.
     fn sorted_chain(&self) -> bool {
-        self.typical_p < 1.0 || xtc::active(self.xtc_probability, self.xtc_threshold)
+        self.typical_p < 1.0
+            || xtc::active(self.xtc_probability, self.xtc_threshold)
+            || self.top_n_sigma > 0.0
+            || self.dynatemp_range > 0.0
     }
 }
 
@@ -391,8 +417,9 @@ impl Sampler {
     /// `history` is every token so far (prompt + generated), used by penalties.
     ///
     /// Order as in llama.cpp: logit bias, penalties, DRY, then argmax if
-    /// temperature is 0, else top-k, typical, top-p, min-p, XTC, temperature,
-    /// softmax and one rng draw (XTC rolls the rng once more first). Under
+    /// temperature is 0, else top-nσ, top-k, typical, top-p, min-p, XTC,
+    /// temperature (dynamic when `dynatemp_range` is set), softmax and one
+    /// rng draw (XTC rolls the rng once more first). Under
     /// Mirostat: logit bias, then argmax if temperature is 0, else
     /// temperature and Mirostat's truncation and draw. Typical and XTC apply
     /// at temperature 0 too (the most likely token they leave), as in
@@ -566,11 +593,19 @@ impl Sampler {
     /// temperature and one draw; at temperature 0 the best survivor.
     fn draw_chain(&mut self, temperature: f32) -> Option<u32> {
         self.cands.clear();
+        // Top-nσ measures the whole distribution, so it comes before top-k.
+        let sigma = self.params.top_n_sigma > 0.0;
         match self.params.top_k {
-            Some(k) if k > 0 && k <= HEAP_TOP_K_MAX => self.cands.extend(best_k(&self.logits, k)),
+            Some(k) if !sigma && k > 0 && k <= HEAP_TOP_K_MAX => {
+                self.cands.extend(best_k(&self.logits, k))
+            }
             top_k => {
                 self.cands
                     .extend(self.logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+                if sigma {
+                    self.cands.retain(|c| c.1 > f32::NEG_INFINITY);
+                    sigma::truncate(&mut self.cands, self.params.top_n_sigma);
+                }
                 apply_top_k(&mut self.cands, top_k.unwrap_or(0));
             }
         }
@@ -590,6 +625,20 @@ impl Sampler {
             &mut self.rng,
         );
         let top = self.cands.first()?.1;
+        if temperature <= 0.0 {
+            return Some(self.cands[0].0);
+        }
+        let temperature = if self.params.dynatemp_range > 0.0 {
+            let logits: Vec<f32> = self.cands.iter().map(|c| c.1).collect();
+            dynatemp::temperature(
+                &logits,
+                temperature,
+                self.params.dynatemp_range,
+                self.params.dynatemp_exponent,
+            )
+        } else {
+            temperature
+        };
         if temperature <= 0.0 {
             return Some(self.cands[0].0);
         }
@@ -1572,6 +1621,40 @@ mod tests {
         // Off, the top token is drawn often.
         let off = draws(params(|q| q.seed = 4), &l, 500);
         assert!(off.iter().filter(|&&t| t == 0).count() > 100);
+    }
+
+    #[test]
+    fn top_n_sigma_draws_only_from_the_tokens_that_stand_out() {
+        // See sigma.rs: n = 0.5 keeps ids 0 and 1; temperature 5 would
+        // otherwise reach the rest.
+        let l = [10.0, 9.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        let hot = |p: &mut SamplingParams| p.temperature = 5.0;
+        let d = draws(
+            params(|p| {
+                hot(p);
+                p.top_n_sigma = 0.5
+            }),
+            &l,
+            400,
+        );
+        assert!(d.iter().all(|&t| t <= 1) && d.contains(&0) && d.contains(&1));
+        assert!(draws(params(hot), &l, 400).iter().any(|&t| t > 1));
+    }
+
+    #[test]
+    fn dynamic_temperature_draws_at_the_entropys_temperature() {
+        // Odds 3:1 at temperature 1, range 0.5: dynamic temperature
+        // 0.5 + 0.811 = 1.311 (dynatemp.rs), so token 0 comes 3^(1/1.311)
+        // : 1, about 69.8% of draws, where plain sampling gives 75%.
+        let l = [3f32.ln(), 0.0];
+        let n = 6000;
+        let share = |p: SamplingParams| {
+            draws(p, &l, n).iter().filter(|&&t| t == 0).count() as f64 / n as f64
+        };
+        let dynamic = share(params(|p| p.dynatemp_range = 0.5));
+        let plain = share(params(|_| {}));
+        assert!((dynamic - 0.698).abs() < 0.02, "{dynamic}");
+        assert!((plain - 0.75).abs() < 0.02, "{plain}");
     }
 
     #[test]

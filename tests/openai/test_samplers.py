@@ -1,5 +1,5 @@
-"""llama-server's sampler fields (typical_p, XTC, DRY, Mirostat,
-repeat_penalty/repeat_last_n) and GBNF grammars on the real model through
+"""llama-server's sampler fields (typical_p, XTC, DRY, Mirostat, top-nσ,
+dynamic temperature, repeat_penalty/repeat_last_n) and GBNF grammars on the real model through
 the official SDK: each accepted on both endpoints and reproducible under a
 seed, a bad value a 400 naming its field, and DRY visibly breaking a
 greedy loop. GBNF grammars are tested beside Lark ones in test_structured.py."""
@@ -18,6 +18,8 @@ SAMPLERS = {
     "mirostat1": {"mirostat": 1, "mirostat_tau": 4.0},
     "mirostat2": {"mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2},
     "repeat": {"repeat_penalty": 1.2, "repeat_last_n": -1},
+    "top_n_sigma": {"top_n_sigma": 1.0},
+    "dynatemp": {"dynatemp_range": 0.5, "dynatemp_exponent": 1.5},
 }
 
 
@@ -48,6 +50,8 @@ def test_each_sampler_answers_and_a_seed_reproduces_it(client, model_id, name):
         ({"mirostat": 3}, "mirostat"),
         ({"mirostat_eta": -1}, "mirostat_eta"),
         ({"repeat_last_n": -2}, "repeat_last_n"),
+        ({"dynatemp_range": -1}, "dynatemp_range"),
+        ({"top_n_sigma": "wide"}, "top_n_sigma"),
         ({"grammar": "root ::= <|im_end|>"}, "grammar"),
     ],
 )
@@ -107,3 +111,18 @@ def test_responses_and_messages_take_the_samplers_as_chat_does(client, model_id,
     assert e.value.body["param"] == field, e.value.body
     r = messages(bad)
     assert r.status_code == 400 and field in r.text, r.text
+
+
+def test_a_tight_top_n_sigma_keeps_a_hot_sample_on_the_greedy_path(client, model_id):
+    """Within 0.01 standard deviations of the top logit only the top token
+    is left, so even at temperature 2 the answer is the greedy one, which
+    the same temperature without the cut leaves."""
+    def chat(temperature=2.0, **extra):
+        return client.chat.completions.create(
+            model=model_id, messages=HELLO, max_tokens=12, seed=3, extra_body=extra,
+            temperature=temperature,
+        ).choices[0].message.content
+
+    greedy = chat(temperature=0.0)
+    assert chat(top_n_sigma=0.01) == greedy
+    assert chat() != greedy

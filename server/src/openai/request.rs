@@ -79,6 +79,13 @@ pub struct GenerationFields {
     pub mirostat_tau: Option<f64>,
     /// Mirostat's learning rate eta, `>= 0` (default 0.1).
     pub mirostat_eta: Option<f64>,
+    /// Top-nσ: keep the tokens within this many standard deviations of the
+    /// top logit (llama-server's `top_n_sigma`; `<= 0`, the default, is off).
+    pub top_n_sigma: Option<f64>,
+    /// Dynamic temperature's half-width (llama-server's `dynatemp_range`).
+    pub dynatemp_range: Option<f64>,
+    /// Dynamic temperature's exponent (llama-server's `dynatemp_exponent`).
+    pub dynatemp_exponent: Option<f64>,
     /// End-user id; at most 256 characters (`echoed.rs`), otherwise ignored.
     pub user: Option<String>,
     /// Tern extension: the KV cache policy spec for this request.

@@ -1,5 +1,6 @@
 //! llama-server's sampler fields on the OpenAI endpoints: typical, XTC,
-//! DRY, Mirostat and the native `repeat_penalty` / `repeat_last_n`, each
+//! DRY, Mirostat, top-nσ, dynamic temperature and the native
+//! `repeat_penalty` / `repeat_last_n`, each
 //! range-checked into [`SamplingParams`] with a 400 naming its field, so a
 //! chat front end written for llama-server gets the sampler it asked for
 //! or a clear refusal, never a silently ignored setting.
@@ -12,7 +13,7 @@ use crate::openai::request::GenerationFields;
 /// The request fields [`apply`] reads: the endpoints that map their own
 /// shape onto chat's (Responses, Anthropic's Messages) pass them on as
 /// they are, so every endpoint takes the same samplers.
-pub const FIELDS: [&str; 13] = [
+pub const FIELDS: [&str; 16] = [
     "typical_p",
     "xtc_probability",
     "xtc_threshold",
@@ -26,6 +27,9 @@ pub const FIELDS: [&str; 13] = [
     "mirostat_eta",
     "repeat_penalty",
     "repeat_last_n",
+    "top_n_sigma",
+    "dynatemp_range",
+    "dynatemp_exponent",
 ];
 
 /// Most DRY sequence breakers a request may give.
@@ -75,6 +79,21 @@ pub fn apply(f: &GenerationFields, p: &mut SamplingParams) -> Result<(), ApiErro
     if let Some(v) = f.mirostat_eta {
         p.mirostat_eta = at_least("mirostat_eta", v, 0.0)?;
     }
+    if let Some(v) = f.top_n_sigma {
+        if !(v.is_finite() && v.abs() <= f64::from(f32::MAX)) {
+            return Err(ApiError::invalid_param(
+                "top_n_sigma",
+                format!("top_n_sigma must be a finite number (<= 0 is off), got {v}"),
+            ));
+        }
+        p.top_n_sigma = v as f32;
+    }
+    if let Some(v) = f.dynatemp_range {
+        p.dynatemp_range = at_least("dynatemp_range", v, 0.0)?;
+    }
+    if let Some(v) = f.dynatemp_exponent {
+        p.dynatemp_exponent = at_least("dynatemp_exponent", v, 0.0)?;
+    }
     if let Some(v) = f.repeat_last_n {
         match window("repeat_last_n", v)? {
             // As llama.cpp: a window of 0 turns every penalty off.
@@ -110,6 +129,8 @@ pub fn shapes_distribution(f: &GenerationFields) -> bool {
         || f.xtc_probability.is_some_and(|v| v > 0.0)
         || f.dry_multiplier.is_some_and(|v| v > 0.0)
         || f.mirostat.is_some_and(|v| v != 0)
+        || f.top_n_sigma.is_some_and(|v| v > 0.0)
+        || f.dynatemp_range.is_some_and(|v| v > 0.0)
 }
 
 fn unit(param: &str, v: f64) -> Result<f32, ApiError> {
