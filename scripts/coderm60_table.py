@@ -19,6 +19,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from coderm60_exec import extract_code  # noqa: E402
+from tables import wilson  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RECORDS = ROOT / "docs" / "records" / "coderm60"
@@ -94,15 +95,7 @@ def allocate(dis, k_avg, cap):
 
 # ---------------------------------------------------------------- statistics
 
-def wilson(k, n, z=1.96):
-    """95% Wilson interval of k in n, in percent."""
-    if n == 0:
-        return float("nan"), float("nan")
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return 100 * max(0.0, c - h), 100 * min(1.0, c + h)
+# wilson(k, n): tables.py's 95% Wilson interval, in percent.
 
 
 def mcnemar_p(b, c):

@@ -244,31 +244,14 @@ fn a_draft_model_of_another_vocabulary_or_none_is_refused() {
 /// Copies the GGUF `src` to `dst` with the texts of tokens `a` and `b`
 /// swapped: the same vocabulary size, another vocabulary.
 fn swap_token_texts(src: &std::path::Path, dst: &std::path::Path, a: usize, b: usize) {
-    use candle_core::quantized::gguf_file::{self, Value};
-    let mut f = std::fs::File::open(src).unwrap();
-    let mut content = gguf_file::Content::read(&mut f).unwrap();
-    match content.metadata.get_mut("tokenizer.ggml.tokens") {
+    use candle_core::quantized::gguf_file::Value;
+    let swap = |meta: &mut std::collections::HashMap<String, Value>| match meta
+        .get_mut("tokenizer.ggml.tokens")
+    {
         Some(Value::Array(tokens)) => tokens.swap(a, b),
         other => panic!("no token list: {other:?}"),
-    }
-    let names: Vec<String> = content.tensor_infos.keys().cloned().collect();
-    let tensors: Vec<(String, candle_core::quantized::QTensor)> = names
-        .into_iter()
-        .map(|n| {
-            let t = content
-                .tensor(&mut f, &n, &candle_core::Device::Cpu)
-                .unwrap();
-            (n, t)
-        })
-        .collect();
-    let meta: Vec<(&str, &Value)> = content
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.as_str(), v))
-        .collect();
-    let refs: Vec<(&str, &candle_core::quantized::QTensor)> =
-        tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    gguf_file::write(&mut std::fs::File::create(dst).unwrap(), &meta, &refs).unwrap();
+    };
+    crate::support::rewrite_gguf_with(src, dst, swap, |_| {});
 }
 
 /// Through the binary: `speculative: "draft"` on a server without a draft

@@ -146,9 +146,23 @@ pub fn rewrite_gguf(
     dst: &std::path::Path,
     edit: impl Fn(&mut Vec<(String, candle_core::quantized::QTensor)>),
 ) {
+    rewrite_gguf_with(src, dst, |_| {}, edit);
+}
+
+/// [`rewrite_gguf`] that also passes the metadata through `edit_meta`
+/// first (a vocabulary changed, a key dropped).
+pub fn rewrite_gguf_with(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    edit_meta: impl FnOnce(
+        &mut std::collections::HashMap<String, candle_core::quantized::gguf_file::Value>,
+    ),
+    edit: impl Fn(&mut Vec<(String, candle_core::quantized::QTensor)>),
+) {
     use candle_core::quantized::gguf_file;
     let mut f = std::fs::File::open(src).unwrap();
-    let content = gguf_file::Content::read(&mut f).unwrap();
+    let mut content = gguf_file::Content::read(&mut f).unwrap();
+    edit_meta(&mut content.metadata);
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
     let mut tensors: Vec<(String, candle_core::quantized::QTensor)> = names
