@@ -1,7 +1,9 @@
 //! Speculative decoding by prompt lookup on the real SmolLM2: the output is
 //! plain decoding's, token for token, greedy and sampled, with stops,
-//! logprobs and a grammar-free limit, while drafts were really accepted; a
-//! compressing KV policy turns it off with its reason. Draft-model
+//! logprobs and a grammar-free limit, while drafts were really accepted;
+//! under every compressing KV policy too (the cache settles as plain
+//! decoding leaves it), and over caches long enough for the vectorized
+//! decode. Draft-model
 //! speculation likewise, with SmolLM2 drafting for itself (every draft
 //! accepted) and two tiny models of one vocabulary (most rejected); a draft
 //! of another vocabulary, or `draft` without a draft model, is refused.
@@ -10,8 +12,8 @@ use std::sync::Arc;
 
 use tern_runtime::backend::TernBackend;
 use tern_runtime::engine::{
-    Collected, DraftModel, EngineConfig, EngineHandle, FinishReason, SpecStats, Speculative,
-    SubmitError, SubmitRequest,
+    Collected, DraftModel, EngineConfig, EngineHandle, FinishReason, KvUsage, SpecStats,
+    Speculative, SubmitError, SubmitRequest,
 };
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
@@ -96,19 +98,92 @@ fn prompt_lookup_keeps_greedy_and_sampled_output_and_accepts_drafts() {
     assert!(stats(&fast).accepted > 0, "{:?}", stats(&fast));
 }
 
+/// Greedy tokens and logprobs of `req` with and without prompt lookup: the
+/// same bits; returns what speculation did.
+fn same_as_plain(engine: &EngineHandle, req: SubmitRequest, what: &str) -> (SpecStats, KvUsage) {
+    let plain = run(engine, req.clone(), Speculative::Off);
+    let mut req = req;
+    req.speculative = Some(Speculative::Ngram { max_draft: 8 });
+    let fast = engine
+        .submit(req)
+        .unwrap()
+        .collect_blocking()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (p, f) = (plain.first(), fast.first());
+    assert_eq!(f.tokens, p.tokens, "{what}: tokens");
+    let lp = |c: &tern_runtime::engine::Completion| -> Vec<(u32, u32)> {
+        c.logprobs
+            .iter()
+            .map(|l| (l.token, l.logprob.to_bits()))
+            .collect()
+    };
+    assert_eq!(lp(f), lp(p), "{what}: logprobs, bit for bit");
+    assert_eq!(f.kv, p.kv, "{what}: what the cache kept and evicted");
+    let s = stats(&fast);
+    assert!(s.off.is_none(), "{what}: {s:?}");
+    (s, f.kv.clone().expect("kv figures"))
+}
+
+/// Under every compressing policy the draft is verified where plain
+/// decoding would not have evicted in between, and the cache settles as
+/// plain decoding leaves it: the output, its logprobs and the eviction
+/// figures are plain decoding's, through several compressions, while drafts
+/// are accepted. A policy that evicts every step (a full streaming window)
+/// verifies nothing beyond the one token, and says so.
 #[test]
-fn a_compressing_kv_policy_turns_speculation_off_with_its_reason() {
+fn compressing_kv_policies_speculate_and_keep_plain_decodings_output() {
     let engine = engine();
     let prompt = copy_prompt(&engine);
-    let mut req = SubmitRequest::new(prompt, SamplingParams::greedy(), 12);
+    assert!(prompt.len() > 64, "{} prompt tokens", prompt.len());
+    for spec in [
+        "snapkv:budget=80,window=8,every=16",
+        "h2o:budget=80,recent=8,every=16",
+        "rkv:budget=80,window=8,every=16",
+        "expected:budget=80,every=16",
+        "adakv:budget=80,window=8,every=16",
+        "pyramidkv:budget=80,window=8,every=16",
+        "keydiff:budget=80,window=8,every=16",
+    ] {
+        let mut req = SubmitRequest::new(prompt.clone(), SamplingParams::greedy(), 60);
+        req.logprobs = true;
+        req.kv_policy = spec.parse::<KvPolicy>().unwrap();
+        let (s, kv) = same_as_plain(&engine, req, spec);
+        assert!(s.accepted >= 10, "{spec}: drafts were accepted: {s:?}");
+        assert!(
+            kv.bytes_final < kv.bytes_full,
+            "{spec}: nothing evicted: {kv:?}"
+        );
+    }
+    let mut req = SubmitRequest::new(prompt, SamplingParams::greedy(), 20);
+    req.logprobs = true;
     req.kv_policy = "streaming:budget=64,sink=4".parse::<KvPolicy>().unwrap();
-    let plain = run(&engine, req.clone(), Speculative::Off);
-    let asked = run(&engine, req, Speculative::Ngram { max_draft: 8 });
-    assert_eq!(asked.first().tokens, plain.first().tokens);
-    let s = stats(&asked);
-    assert_eq!((s.drafted, s.accepted), (0, 0));
-    let why = s.off.expect("a reason");
-    assert!(why.contains("streaming") && why.contains("evicts"), "{why}");
+    let (s, _) = same_as_plain(&engine, req, "streaming");
+    assert_eq!(s.drafted, 0, "{s:?}");
+    assert!(s.held_by_policy >= 15, "{s:?}");
+}
+
+/// Over more than 512 cached entries, where one token's attention takes the
+/// vectorized decode, a draft's rows are attended one by one on that same
+/// path: logprobs equal plain decoding's to the bit, with a full cache and
+/// under a policy whose budget is that long.
+#[test]
+fn drafts_over_a_long_cache_keep_plain_decodings_bits() {
+    let engine = engine();
+    let mut prompt = Vec::new();
+    let tok = &engine.model().tokenizer;
+    for i in 0..11 {
+        let text = format!("Version {i}:\n\n{CODE}\n");
+        prompt.extend(tok.encode(&text, i == 0, false).unwrap());
+    }
+    prompt.extend(copy_prompt(&engine).into_iter().skip(1));
+    assert!(prompt.len() > 600, "{} prompt tokens", prompt.len());
+    for spec in ["full", "snapkv:budget=600,window=8,every=16"] {
+        let mut req = SubmitRequest::new(prompt.clone(), SamplingParams::greedy(), 40);
+        req.logprobs = true;
+        req.kv_policy = spec.parse::<KvPolicy>().unwrap();
+        let (s, _) = same_as_plain(&engine, req, spec);
+        assert!(s.accepted >= 10, "{spec}: drafts were accepted: {s:?}");
+    }
 }
 
 /// SmolLM2 drafting for itself: every greedy draft token is the target's

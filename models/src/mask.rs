@@ -10,19 +10,20 @@ use crate::kv::KvStore;
 /// position (and, under a replayed eviction record, the entry was still cached
 /// for that query), -inf elsewhere; per KV head, since heads may keep different
 /// entries. On a sliding-window layer (`window`), entries `window` or more
-/// positions behind the query are hidden too.
+/// positions behind the query are hidden too. Only the first `n_cached`
+/// entries are masked (the rest are not attended over).
 pub(crate) fn causal_mask(
     q_pos: &[u32],
     cache: &dyn KvStore,
     layer: usize,
     n_kv_head: usize,
+    n_cached: usize,
     window: Option<u32>,
 ) -> Result<Tensor> {
-    let n_cached = cache.positions(layer, 0).len();
     let mut m = Vec::with_capacity(n_kv_head * q_pos.len() * n_cached);
     let replay = cache.visibility();
     for h in 0..n_kv_head {
-        let k_pos = cache.positions(layer, h);
+        let k_pos = &cache.positions(layer, h)[..n_cached];
         for &qp in q_pos {
             m.extend(k_pos.iter().map(|&kp| {
                 let seen = match replay {

@@ -129,6 +129,7 @@ impl Tally {
         sum.drafted += stats.drafted;
         sum.accepted += stats.accepted;
         sum.verify_steps += stats.verify_steps;
+        sum.held_by_policy += stats.held_by_policy;
         if sum.off.is_none() {
             sum.off.clone_from(&stats.off);
         }

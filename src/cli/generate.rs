@@ -203,10 +203,18 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
         if let Some(s) = &out.completion.speculation {
             match &s.off {
                 Some(why) => eprintln!("[speculative decoding off: {why}]"),
-                None => eprintln!(
-                    "[speculative: {} of {} drafted tokens accepted in {} verifying forwards]",
-                    s.accepted, s.drafted, s.verify_steps
-                ),
+                None => {
+                    eprintln!(
+                        "[speculative: {} of {} drafted tokens accepted in {} verifying forwards]",
+                        s.accepted, s.drafted, s.verify_steps
+                    );
+                    if s.held_by_policy > 0 {
+                        eprintln!(
+                            "[speculative: no draft on {} steps: the KV policy evicts at the next token]",
+                            s.held_by_policy
+                        );
+                    }
+                }
             }
         }
     }

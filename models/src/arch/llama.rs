@@ -957,7 +957,15 @@ impl Llama {
         }
     }
 
-    /// [`Self::attention`] in the frame the cache stores.
+    /// [`Self::attention`] in the frame the cache stores: appends the new
+    /// keys and values, attends, then lets the cache evict.
+    ///
+    /// Under [`crate::quant::alone::scope`] (a speculative draft verified in
+    /// one forward) several rows are attended one by one, each over the
+    /// entries up to its own, on the path plain decoding takes for one token
+    /// over that many entries (llama.cpp's per-key kernel below
+    /// [`FAST_DECODE_MIN`], the vectorized decode from there): the draft's
+    /// rows get plain decoding's bits, weights a policy observes included.
     fn attend_cache(
         &self,
         layer: usize,
@@ -967,11 +975,52 @@ impl Llama {
         q_pos: &[u32],
         cache: &mut dyn KvStore,
     ) -> Result<Tensor> {
+        let n = q_pos.len();
+        let (kc, vc) = cache.append(layer, k, v, q_pos)?; // [KV, C, hd]
+        let serving = self.precision == Precision::Quantized;
+        let one_by_one = n > 1
+            && serving
+            && crate::quant::alone::active()
+            && cache.visibility().is_none()
+            && cache.sampled_kernels(n).is_none();
+        let out = if one_by_one {
+            let n_cached = kc.dim(1)?;
+            let mut rows = Vec::with_capacity(n);
+            for j in 0..n {
+                let len = n_cached - (n - 1 - j);
+                rows.push(self.attend_views(
+                    layer,
+                    &q.narrow(1, j, 1)?,
+                    kc.narrow(1, 0, len)?,
+                    vc.narrow(1, 0, len)?,
+                    &q_pos[j..j + 1],
+                    cache,
+                )?);
+            }
+            Tensor::cat(&rows, 0)?
+        } else {
+            self.attend_views(layer, q, kc, vc, q_pos, cache)?
+        };
+        cache.after_attention(layer)?;
+        Ok(out)
+    }
+
+    /// The attention of queries `q` at `q_pos` over the cache's first
+    /// `kc.dim(1)` entries (`kc`, `vc`: views `append` returned, or their
+    /// leading part), the weights handed to the cache when it scores.
+    fn attend_views(
+        &self,
+        layer: usize,
+        q: &Tensor,
+        kc: Tensor,
+        vc: Tensor,
+        q_pos: &[u32],
+        cache: &mut dyn KvStore,
+    ) -> Result<Tensor> {
         let c = &self.config;
         let (g, n) = (c.group_size(), q_pos.len());
         let scale = self.score_scale();
         let window = self.sliding_window(layer).map(|w| w as u32);
-        let (kc, vc) = cache.append(layer, k, v, q_pos)?; // [KV, C, hd]
         let n_cached = kc.dim(1)?;
         let dtype = cache.dtype();
         // Serving reads the cache in place; the learner keeps the tensor path
@@ -996,7 +1045,6 @@ impl Llama {
             };
             let out = q.contiguous()?.apply_op3(&kc, &vc, op)?;
             drop((kc, vc));
-            cache.after_attention(layer)?;
             return Ok(out);
         }
         // llama.cpp's numerics (see `flash`), except one new token over a long
@@ -1018,8 +1066,9 @@ impl Llama {
                 .then(|| cache.attention_rows(layer));
             let exact = {
                 let view: &dyn KvStore = &*cache;
-                let k_pos: Vec<&[u32]> =
-                    (0..c.n_kv_head).map(|h| view.positions(layer, h)).collect();
+                let k_pos: Vec<&[u32]> = (0..c.n_kv_head)
+                    .map(|h| &view.positions(layer, h)[..n_cached])
+                    .collect();
                 let replay = view.visibility().map(|v| (v, layer));
                 crate::flash::attend_tensors_windowed(
                     q, q_pos, &kc, &vc, dtype, &k_pos, replay, window, scale, want,
@@ -1032,7 +1081,6 @@ impl Llama {
                     let w = Tensor::from_vec(seen.weights, shape, q.device())?;
                     cache.observe_attention(layer, &w, seen.column_means.as_deref())?;
                 }
-                cache.after_attention(layer)?;
                 return Ok(Tensor::from_vec(
                     out,
                     (n, c.n_head * c.head_dim),
@@ -1056,7 +1104,6 @@ impl Llama {
                     let w = Tensor::from_vec(w, (c.n_kv_head, g, 1, n_cached), q.device())?;
                     cache.observe_attention(layer, &w, None)?;
                 }
-                cache.after_attention(layer)?;
                 return Ok(Tensor::from_vec(
                     out,
                     (1, c.n_head * c.head_dim),
@@ -1079,7 +1126,7 @@ impl Llama {
         // One new token sees every cached entry, unless a replayed eviction
         // record, a window or padding slots hide some of them.
         if n > 1 || cache.visibility().is_some() || window.is_some() || hidden {
-            let mask = causal_mask(q_pos, cache, layer, c.n_kv_head, window)?; // [KV, 1, n, C]
+            let mask = causal_mask(q_pos, cache, layer, c.n_kv_head, n_cached, window)?; // [KV, 1, n, C]
             scores = scores
                 .reshape((c.n_kv_head, g, n, n_cached))?
                 .broadcast_add(&mask)?
@@ -1099,7 +1146,6 @@ impl Llama {
             Precision::DenseF32 => weights,
         };
         let out = weights.matmul(&vc)?; // [KV, G*n, hd]
-        cache.after_attention(layer)?;
         Ok(out
             .reshape((c.n_head, n, c.head_dim))?
             .transpose(0, 1)?

@@ -153,6 +153,18 @@ pub trait Backend: Send {
     fn rewind(&mut self, _seq: SeqId, _len: usize) -> Result<bool> {
         Ok(false)
     }
+    /// Most rows `seq`'s next forward may carry for a draft verified in it
+    /// to stay lossless: a compressing cache must not evict between two of
+    /// them (`usize::MAX`: no bound).
+    fn verify_rows(&self, _seq: SeqId) -> usize {
+        usize::MAX
+    }
+    /// Marks `seq`'s next forward as a draft's verification: a compressing
+    /// cache evicts nothing and holds back its scoring until the
+    /// [`Backend::rewind`] that follows, which keeps the accepted rows as
+    /// plain decoding would have left them. Call it for every row that
+    /// carries a draft, and rewind after, also when the whole draft is kept.
+    fn begin_verify(&mut self, _seq: SeqId) {}
     /// Frees a sequence and its cache.
     fn free(&mut self, seq: SeqId);
     /// The sequence's KV figures.

@@ -267,7 +267,19 @@ impl<M: Deref<Target = LoadedModel> + Send> Backend for TernBackend<M> {
 
     fn rewind(&mut self, seq: SeqId, len: usize) -> Result<bool> {
         let cache = self.seqs.get_mut(&seq).ok_or_else(|| Self::unknown(seq))?;
-        Ok(cache.rewind(len))
+        Ok(cache.rewind(len)?)
+    }
+
+    fn verify_rows(&self, seq: SeqId) -> usize {
+        self.seqs
+            .get(&seq)
+            .map_or(usize::MAX, SeqCache::verify_rows)
+    }
+
+    fn begin_verify(&mut self, seq: SeqId) {
+        if let Some(cache) = self.seqs.get_mut(&seq) {
+            cache.begin_verify();
+        }
     }
 
     fn free(&mut self, seq: SeqId) {

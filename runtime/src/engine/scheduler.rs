@@ -273,7 +273,7 @@ impl Engine {
     /// One step: plan the batch, run the forward, apply its logits.
     fn try_step(&mut self) -> Result<()> {
         let context_length = self.shared.model.config().context_length;
-        speculate::draft_all(&mut self.running, context_length);
+        speculate::draft_all(&mut self.running, context_length, self.backend.as_ref());
         if let Some(d) = self.draft.as_mut() {
             let vocab = self.shared.model.config().vocab_size;
             d.draft_all(&mut self.running, self.shared.config.prompt_chunk(), vocab)?;
@@ -304,6 +304,16 @@ impl Engine {
             }
             _ => false,
         });
+        // A compressing cache holds its eviction and scoring back for a
+        // draft's rows until the verification rewinds it.
+        for s in &slots {
+            if let Slot::Decode { req, completion } = *s {
+                let c = &self.running[req].completions[completion];
+                if c.drafting() {
+                    self.backend.begin_verify(c.seq);
+                }
+            }
+        }
         let alone: Vec<bool> = slots
             .iter()
             .map(|s| drafting && matches!(s, Slot::Decode { .. }))

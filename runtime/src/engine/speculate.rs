@@ -18,14 +18,26 @@
 //! decode rows through [`Backend::forward_alone`]: llama.cpp's kernels (and
 //! Tern's, bit for bit) sum in another order from 2, 4 or 8 activation rows
 //! on (F16, Q4_K repacked, the other K-quants), and a near-tie between two
-//! tokens can turn on that last bit; in the one-row order it cannot.
+//! tokens can turn on that last bit; in the one-row order it cannot. The
+//! draft's rows attend one by one too, each over the entries up to its own
+//! on the kernel plain decoding takes for that many (the vectorized decode
+//! from 512 cached entries on).
 //!
 //! The cache then holds the rejected draft tokens too; the backend rewinds
-//! them ([`Backend::rewind`]). Only a full cache can be rewound: under a KV
-//! eviction policy the draft's tokens would already have been scored and
-//! may have evicted others, so speculation is turned off for such a request
-//! (and for thinking budgets, whose probes fork at exact token counts, and
-//! backends that cannot rewind), with the reason in its statistics.
+//! them ([`Backend::rewind`]). Under a compressing KV policy plain decoding
+//! scores every token's attention and may evict between two tokens, so a
+//! draft's row is verified only where plain decoding would not have evicted
+//! before it: the draft stops at the policy's next compression
+//! ([`Backend::verify_rows`]; a full streaming window or h2o's every-step
+//! eviction leaves no room, and the steps it held back are counted), and the
+//! cache holds the rows' scoring back ([`Backend::begin_verify`]) until the
+//! rewind, which applies it for the accepted rows only and compresses where
+//! plain decoding would have. The cache, the eviction figures and the output
+//! are then plain decoding's. Speculation stays off for a context that
+//! overflows (its cache is re-numbered), for thinking budgets, whose probes
+//! fork at exact token counts, for eviction records, and for backends or
+//! caches that cannot rewind (sliding-window layers), with the reason in
+//! its statistics.
 //!
 //! A second source of drafts is a small model of the same vocabulary (see
 //! `draft`): it proposes its greedy continuation, a point-mass draft too, so
@@ -179,9 +191,19 @@ pub struct SpecStats {
     pub accepted: usize,
     /// Forwards that carried a draft.
     pub verify_steps: usize,
+    /// Decode steps that carried no draft because the KV policy evicts at
+    /// the very next token (a full streaming window, h2o's every-step
+    /// eviction): a draft's rows must not straddle an eviction, so such a
+    /// policy verifies nothing beyond the one token.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub held_by_policy: usize,
     /// Why speculation was off for this completion although asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub off: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One completion's drafting state: the adaptive draft length, the tokens
@@ -289,16 +311,10 @@ pub fn lookup(tokens: &[u32], max_len: usize) -> &[u32] {
 
 /// Why `req` may not speculate on `seq`, if it may not.
 pub(super) fn refusal(req: &SubmitRequest, backend: &dyn Backend, seq: SeqId) -> Option<String> {
-    if req.kv_policy.budget().is_some() {
-        return Some(format!(
-            "kv_policy {} evicts: a draft's rejected tokens cannot be taken back out of a compressed cache",
-            req.kv_policy.name()
-        ));
-    }
     if let Some(overflow) = &req.overflow {
         return Some(format!(
-            "context_overflow {} evicts once the context fills: a draft's rejected tokens \
-             cannot be taken back out of a compressed cache",
+            "context_overflow {} re-numbers the cache once the context fills: a draft \
+             verified across it would see other positions than plain decoding",
             overflow.name()
         ));
     }
@@ -341,7 +357,7 @@ pub(super) fn arm(r: &mut Running, backend: &dyn Backend) {
 /// wants (the draft model fills those next), so that the plan's rows can
 /// borrow the drafts. A draft never runs past the completion's token limit
 /// or the context.
-pub(super) fn draft_all(running: &mut [Running], context_length: usize) {
+pub(super) fn draft_all(running: &mut [Running], context_length: usize, backend: &dyn Backend) {
     for r in running {
         let max_tokens = r.req.max_tokens;
         for c in &mut r.completions {
@@ -353,11 +369,22 @@ pub(super) fn draft_all(running: &mut [Running], context_length: usize) {
                 d.pause -= 1;
                 continue;
             }
+            // A draft rides behind exactly one uncached token: several would
+            // be a chunk, which plain decoding reads with batched kernels.
+            if c.history.len() != c.cached + 1 {
+                continue;
+            }
             let limit = max_tokens.min(c.limit.unwrap_or(usize::MAX));
-            // Verification emits up to draft + 1 tokens.
+            // Verification emits up to draft + 1 tokens; under a compressing
+            // KV policy the row stops where plain decoding would next evict.
             let room = limit
                 .saturating_sub(c.generated + 1)
                 .min(context_length.saturating_sub(c.history.len() + 1));
+            let policy_room = backend.verify_rows(c.seq).saturating_sub(1);
+            if policy_room == 0 && room > 0 {
+                d.stats.held_by_policy += 1;
+            }
+            let room = room.min(policy_room);
             if d.model.is_some() {
                 d.want = d.len.min(room);
                 continue;
@@ -416,15 +443,16 @@ pub(super) fn verify(
     if let Some(d) = c.spec.as_mut() {
         d.verified(accepted);
     }
-    match finish {
-        Some(reason) => emit_done(r, ci, reason, backend, shared),
-        // The last emitted token is fed next; the cache keeps what precedes it.
-        None if c.cached < held && !backend.rewind(c.seq, c.cached)? => {
-            return Err(RuntimeError::Backend(
-                "the backend could not rewind a rejected draft".into(),
-            ));
-        }
-        None => {}
+    // The last emitted token is fed next; the cache keeps what precedes it.
+    // Always rewound, a draft kept whole too: a compressing cache settles
+    // its policy's work for the kept rows there (`Backend::begin_verify`).
+    if !backend.rewind(c.seq, c.cached.min(held))? {
+        return Err(RuntimeError::Backend(
+            "the backend could not rewind a rejected draft".into(),
+        ));
+    }
+    if let Some(reason) = finish {
+        emit_done(r, ci, reason, backend, shared);
     }
     Ok(())
 }

@@ -76,6 +76,36 @@ struct LayerKv {
     queries: Option<QueryStats>,
 }
 
+/// What a cache holds back while a speculative draft is verified (see
+/// [`SeqCache::begin_verify`]): where each layer stood before the draft's
+/// forward, and the scoring its rows handed over, applied by
+/// [`SeqCache::rewind`] for the rows kept only.
+#[derive(Clone)]
+struct Verify {
+    /// [`SeqCache::seen`] before the draft.
+    seen: usize,
+    /// The peak before it: a rejected row's bytes were never plain decoding's.
+    peak: usize,
+    layers: Vec<HeldBack>,
+}
+
+/// One layer's share of a [`Verify`].
+#[derive(Clone)]
+struct HeldBack {
+    /// Entries and tokens since the last compression, before the draft.
+    len: usize,
+    since: usize,
+    /// Attention handed over, one call per row in order (the rows are
+    /// attended one by one): the weights and any column sums.
+    attention: Vec<(Tensor, Option<Vec<f32>>)>,
+    /// Queries handed over: `[n_head, rows, head_dim]` and their positions.
+    queries: Option<(Tensor, Vec<u32>)>,
+}
+
+/// Rows ahead [`SeqCache::verify_rows`] looks for the policy's next
+/// compression: more than any draft verifies at once.
+const VERIFY_LOOKAHEAD: usize = 64;
+
 /// The cache of one sequence, across all layers.
 pub struct SeqCache {
     layers: Vec<LayerKv>,
@@ -108,6 +138,8 @@ pub struct SeqCache {
     shift: usize,
     /// Times [`SeqCache::make_room`] re-numbered the cache.
     shifts: usize,
+    /// A speculative draft being verified on a compressing cache.
+    verifying: Option<Verify>,
 }
 
 impl SeqCache {
@@ -167,6 +199,7 @@ impl SeqCache {
             dormant: false,
             shift: 0,
             shifts: 0,
+            verifying: None,
         }
     }
 
@@ -526,6 +559,7 @@ impl SeqCache {
             policy: self.policy.clone(),
             log: self.log.clone(),
             windows: self.windows.clone(),
+            verifying: self.verifying.clone(),
             ..*self
         })
     }
@@ -577,26 +611,95 @@ impl SeqCache {
             peak_bytes: len * self.n_layer * self.bytes_per_entry(),
             capacity_hint: None,
             windows: self.windows.clone(),
+            verifying: None,
             ..*self
         }))
     }
 
-    /// Whether [`Self::rewind`] can cut this cache: only a full cache whose
-    /// entries are its positions in order (no policy budget, no sliding
-    /// layers, no eviction record).
+    /// Whether a speculative draft's rejected tokens can be taken back out
+    /// of this cache ([`Self::rewind`]): a full cache is cut; a compressing
+    /// one verifies its draft in [`Self::begin_verify`]'s mode. Not with
+    /// sliding-window layers (they drop entries every step), an eviction
+    /// record, or re-numbering past the context.
     pub fn rewindable(&self) -> bool {
-        self.policy.budget().is_none()
-            && self.windows.iter().all(Option::is_none)
-            && self.log.is_none()
+        self.windows.iter().all(Option::is_none) && self.log.is_none() && !self.overflow
+    }
+
+    /// Most rows the next forward may carry for a draft verified on this
+    /// cache: plain decoding of them would compress after the last at the
+    /// earliest, never between two, so every row sees what it would have
+    /// seen one token at a time. Unbounded for a cache that never evicts
+    /// again (full, frozen); 1 for a window that evicts every step.
+    pub fn verify_rows(&self) -> usize {
+        if self.policy.budget().is_none() || self.frozen || self.dormant {
+            return usize::MAX;
+        }
+        let mut most = usize::MAX;
+        for (layer, l) in self.layers.iter().enumerate() {
+            if self.windows[layer].is_some() {
+                continue;
+            }
+            let held = self.held(layer);
+            let first = (1..=VERIFY_LOOKAHEAD).find(|&r| {
+                policy::should_compress(
+                    &self.policy.at_length(self.seen + r),
+                    held + r,
+                    l.since_compress + r,
+                    false,
+                )
+            });
+            if let Some(r) = first {
+                most = most.min(r);
+            }
+        }
+        most
+    }
+
+    /// Starts verifying a speculative draft on a compressing cache: the next
+    /// forward's rows are the draft's (at most [`Self::verify_rows`] of
+    /// them, attended one by one), and [`Self::rewind`] then keeps some.
+    /// Until that rewind the policy evicts nothing and the scoring the rows
+    /// hand over is held back; the rewind applies it for the kept rows only,
+    /// row by row, and compresses where plain decoding would have, so the
+    /// cache ends exactly as if the kept tokens had been decoded one at a
+    /// time. A no-op on a full cache, which a rewind simply cuts.
+    pub fn begin_verify(&mut self) {
+        if self.policy.budget().is_none() || !self.rewindable() {
+            return;
+        }
+        self.verifying = Some(Verify {
+            seen: self.seen,
+            peak: self.peak_bytes,
+            layers: self
+                .layers
+                .iter()
+                .map(|l| HeldBack {
+                    len: l.len,
+                    since: l.since_compress,
+                    attention: Vec::new(),
+                    queries: None,
+                })
+                .collect(),
+        });
     }
 
     /// Drops every entry from position `len` on, so the next append lands
-    /// at `len` (speculative decoding's rejected draft tokens). Returns
-    /// false and changes nothing when the cache is not
-    /// [`Self::rewindable`] or holds fewer than `len` entries.
-    pub fn rewind(&mut self, len: usize) -> bool {
+    /// at `len` (speculative decoding's rejected draft tokens). On a cache
+    /// verifying a draft ([`Self::begin_verify`]) this also settles it: the
+    /// kept rows' scoring is applied and the policy compresses where plain
+    /// decoding would have. Returns false and changes nothing when the cache
+    /// is not [`Self::rewindable`], holds fewer than `len` entries, or
+    /// (compressing) `len` is not within the draft verified; an error when
+    /// the verified rows ran past a compression ([`Self::verify_rows`]).
+    pub fn rewind(&mut self, len: usize) -> tern_models::Result<bool> {
+        if let Some(v) = self.verifying.take() {
+            return self.settle(v, len);
+        }
+        if self.policy.budget().is_some() {
+            return Ok(len == self.seen && self.rewindable());
+        }
         if !self.rewindable() || len > self.len() {
-            return false;
+            return Ok(false);
         }
         for l in &mut self.layers {
             l.len = l.len.min(len);
@@ -615,7 +718,85 @@ impl SeqCache {
             l.last_append = l.last_append.min(len);
         }
         self.seen = len;
-        true
+        Ok(true)
+    }
+
+    /// Keeps the first `len - v.seen` rows of the draft verified since `v`
+    /// and applies what plain decoding of them would have, row by row.
+    fn settle(&mut self, v: Verify, len: usize) -> tern_models::Result<bool> {
+        if len < v.seen || len > self.seen {
+            self.verifying = Some(v);
+            return Ok(false);
+        }
+        let keep = len - v.seen;
+        let ran_past = || tern_models::ModelError::BadTensor {
+            name: "kv cache".into(),
+            reason: "a verified draft ran past the KV policy's next compression".into(),
+        };
+        self.seen = len;
+        let mut due = Vec::new();
+        for (layer, held) in v.layers.into_iter().enumerate() {
+            let l = &mut self.layers[layer];
+            let kept = held.len + keep;
+            if l.len < kept {
+                return Err(ran_past());
+            }
+            l.len = kept;
+            for p in &mut l.positions {
+                p.truncate(kept);
+            }
+            for c in &mut l.cumulative {
+                c.truncate(kept);
+            }
+            l.since_compress = held.since;
+            l.last_append = 1;
+            if keep == 0 {
+                continue;
+            }
+            if let (Some(stats), Some((q, positions))) = (l.queries.as_mut(), &held.queries) {
+                let q: Vec<f32> = q
+                    .narrow(1, 0, keep)?
+                    .contiguous()?
+                    .flatten_all()?
+                    .to_vec1()?;
+                stats.observe_held(&q, &positions[..keep]);
+            }
+            for t in 0..keep {
+                if let Some((w, sums)) = held.attention.get(t) {
+                    if w.dim(2)? > 1 {
+                        return Err(ran_past());
+                    }
+                    self.observe_now(layer, w, sums.as_deref())?;
+                }
+                self.layers[layer].since_compress += 1;
+                if self.frozen {
+                    continue;
+                }
+                // What plain decoding held after this row.
+                let at = self.held(layer) - (keep - 1 - t);
+                let now = self.policy.at_length(v.seen + t + 1);
+                if policy::should_compress(&now, at, self.layers[layer].since_compress, false) {
+                    if t + 1 < keep {
+                        return Err(ran_past());
+                    }
+                    due.push(layer);
+                }
+            }
+        }
+        // The last kept row as plain decoding ran it, layer by layer: each
+        // appends, its bytes count, then it compresses if due, before the
+        // next layer appends.
+        self.peak_bytes = v.peak;
+        for layer in 0..self.n_layer {
+            if keep > 0 {
+                let behind = (self.n_layer - 1 - layer) * self.bytes_per_entry();
+                self.peak_bytes = self.peak_bytes.max(self.bytes() - behind);
+            }
+            if due.contains(&layer) {
+                self.compress(layer)?;
+            }
+        }
+        Ok(true)
     }
 
     /// Compresses every layer over the budget now, whatever the policy's
@@ -938,6 +1119,72 @@ impl KvStore for SeqCache {
         weights: &Tensor,
         column_means: Option<&[f32]>,
     ) -> tern_models::Result<()> {
+        if let Some(v) = self.verifying.as_mut() {
+            v.layers[layer]
+                .attention
+                .push((weights.clone(), column_means.map(<[f32]>::to_vec)));
+            return Ok(());
+        }
+        self.observe_now(layer, weights, column_means)
+    }
+
+    fn wants_queries(&self, layer: usize) -> bool {
+        // Sliding layers are not scored: the policy does not evict there.
+        !self.frozen && self.layers[layer].queries.is_some() && self.windows[layer].is_none()
+    }
+
+    fn observe_queries(
+        &mut self,
+        layer: usize,
+        q: &Tensor,
+        positions: &[u32],
+        rope: &Rotary,
+    ) -> tern_models::Result<()> {
+        let Some(stats) = self.layers[layer].queries.as_mut() else {
+            return Ok(());
+        };
+        if let Some(v) = self.verifying.as_mut() {
+            stats.keep_rope(rope);
+            v.layers[layer].queries = Some((q.clone(), positions.to_vec()));
+            return Ok(());
+        }
+        let q: Vec<f32> = q.contiguous()?.flatten_all()?.to_vec1()?;
+        stats.observe(&q, positions, rope);
+        Ok(())
+    }
+
+    fn after_attention(&mut self, layer: usize) -> tern_models::Result<()> {
+        if let Some(window) = self.windows[layer] {
+            return self.slide(layer, window);
+        }
+        if self.frozen || self.dormant || self.verifying.is_some() {
+            return Ok(());
+        }
+        let l = &self.layers[layer];
+        // A prefill chunk ends like a short prompt: policies that compress at
+        // prefill end do so now (scored by the chunk's last queries), so a long
+        // prompt never holds more than budget + chunk entries.
+        let held = self.held(layer);
+        // A relative budget is the share of what the sequence has read so far.
+        let now = self.policy.at_length(self.seen);
+        let chunk_end =
+            l.last_append > 1 && policy::should_compress(&now, held, l.since_compress, true);
+        if chunk_end || policy::should_compress(&now, held, l.since_compress, false) {
+            self.compress(layer)?;
+        }
+        Ok(())
+    }
+}
+
+impl SeqCache {
+    /// Takes in one step's attention weights for `layer` (see
+    /// [`KvStore::observe_attention`]).
+    fn observe_now(
+        &mut self,
+        layer: usize,
+        weights: &Tensor,
+        column_means: Option<&[f32]>,
+    ) -> tern_models::Result<()> {
         // [KV, G, rows, C] -> the group's mean per row. H2O's running sums
         // take the step's column sums when the kernel made them, else every
         // row; the other scorers keep the last `window` rows, so only those
@@ -977,47 +1224,6 @@ impl KvStore for SeqCache {
                 }
             }
         })
-    }
-
-    fn wants_queries(&self, layer: usize) -> bool {
-        // Sliding layers are not scored: the policy does not evict there.
-        !self.frozen && self.layers[layer].queries.is_some() && self.windows[layer].is_none()
-    }
-
-    fn observe_queries(
-        &mut self,
-        layer: usize,
-        q: &Tensor,
-        positions: &[u32],
-        rope: &Rotary,
-    ) -> tern_models::Result<()> {
-        if let Some(stats) = self.layers[layer].queries.as_mut() {
-            let q: Vec<f32> = q.contiguous()?.flatten_all()?.to_vec1()?;
-            stats.observe(&q, positions, rope);
-        }
-        Ok(())
-    }
-
-    fn after_attention(&mut self, layer: usize) -> tern_models::Result<()> {
-        if let Some(window) = self.windows[layer] {
-            return self.slide(layer, window);
-        }
-        if self.frozen || self.dormant {
-            return Ok(());
-        }
-        let l = &self.layers[layer];
-        // A prefill chunk ends like a short prompt: policies that compress at
-        // prefill end do so now (scored by the chunk's last queries), so a long
-        // prompt never holds more than budget + chunk entries.
-        let held = self.held(layer);
-        // A relative budget is the share of what the sequence has read so far.
-        let now = self.policy.at_length(self.seen);
-        let chunk_end =
-            l.last_append > 1 && policy::should_compress(&now, held, l.since_compress, true);
-        if chunk_end || policy::should_compress(&now, held, l.since_compress, false) {
-            self.compress(layer)?;
-        }
-        Ok(())
     }
 }
 
@@ -1082,6 +1288,10 @@ mod group_mean_tests {
         assert_eq!(seen, kvh * (n - 2));
     }
 }
+
+#[cfg(test)]
+#[path = "cache_verify_tests.rs"]
+mod verify_tests;
 
 #[cfg(test)]
 mod scoring_tests {

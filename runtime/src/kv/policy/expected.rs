@@ -225,6 +225,25 @@ impl QueryStats {
         }
     }
 
+    /// Remembers `rope` as the layer's rotation if none was seen yet, without
+    /// summing anything: queries held back to be summed later
+    /// ([`QueryStats::observe_held`]) then have their rotation.
+    pub fn keep_rope(&mut self, rope: &Rotary) {
+        if self.rope.is_none() {
+            self.rope = Some(rope.clone());
+        }
+    }
+
+    /// [`QueryStats::observe`] with the layer's own rotation (queries of a
+    /// speculative draft, summed once they are accepted); ignored before any
+    /// rotation was seen.
+    pub fn observe_held(&mut self, q: &[f32], positions: &[u32]) {
+        if let Some(rope) = self.rope.take() {
+            self.observe(q, positions, &rope);
+            self.rope = Some(rope);
+        }
+    }
+
     /// Forgets the queries summed so far (after a compression: the next one is
     /// scored by the queries that come after it). Keeps the rotation and the
     /// future's start.
