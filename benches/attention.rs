@@ -49,6 +49,7 @@ fn bench(c: &mut Criterion) {
                     GROUP,
                     scale as f32,
                     false,
+                    None,
                 )
                 .unwrap()
             })

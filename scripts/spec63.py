@@ -16,9 +16,14 @@ With --draft-model DRAFT.gguf a third arm runs draft-model speculation
 lookup, interleaved off, ngram, draft, ...; its record is
 <model-stem>-draft.json (table spec63-draft).
 
+With --kv-policy SPEC every arm decodes under that KV policy
+(`--kv-policy SPEC`), plain decoding under it being the reference the
+speculative arm must match; its record is <model-stem>-kv-<policy>.json
+(table spec63-kv).
+
 Usage: python3 scripts/spec63.py MODEL.gguf [--reps 3] [--binary target/release/tern]
        [--workloads code-edit,chat] [--build TEXT] [--label NAME]
-       [--draft-model DRAFT.gguf]
+       [--draft-model DRAFT.gguf] [--kv-policy SPEC]
 """
 import argparse
 import datetime
@@ -86,13 +91,15 @@ WORKLOADS = {
 }
 
 
-def run(binary, model, workload, spec, draft_model=None):
+def run(binary, model, workload, spec, draft_model=None, kv_policy=None):
     w = WORKLOADS[workload]
     cmd = [str(binary), "generate", "-m", str(model), "--chat", "-p", w["prompt"],
            "--temperature", "0", "--max-tokens", str(w["max_tokens"]),
            "--speculative", spec, "--json"]
     if spec == "draft":
         cmd += ["--draft-model", str(draft_model)]
+    if kv_policy:
+        cmd += ["--kv-policy", kv_policy]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     d = json.loads(out.stdout.strip().splitlines()[-1])
     return {
@@ -104,6 +111,8 @@ def run(binary, model, workload, spec, draft_model=None):
         "decode_seconds": d["decode_seconds"],
         "prefill_seconds": d["prefill_seconds"],
         "stats": d.get("speculative"),
+        "kv": {k: d.get(k) for k in ("kv_policy", "kv_bytes", "kv_bytes_final",
+                                      "kv_entries_final")},
         "token_ids": d["token_ids"],
         "loadavg_1m": os.getloadavg()[0],
     }
@@ -121,10 +130,14 @@ def main():
                     help="appended to the record's file name, to keep a second build's runs apart")
     ap.add_argument("--draft-model", default=None,
                     help="adds a draft-model arm (--speculative draft) with this draft model")
+    ap.add_argument("--kv-policy", default=None,
+                    help="runs every arm under this KV policy spec (record <stem>-kv-<policy>.json)")
     a = ap.parse_args()
     model = pathlib.Path(a.model)
     modes = ("off", "ngram", "draft") if a.draft_model else ("off", "ngram")
     label = a.label or ("draft" if a.draft_model else "")
+    if a.kv_policy and not a.label:
+        label = "kv-" + a.kv_policy.split(":")[0]
     record = {
         "issue": 63,
         "model": model.name,
@@ -137,11 +150,13 @@ def main():
     }
     if a.draft_model:
         record["draft_model"] = pathlib.Path(a.draft_model).name
+    if a.kv_policy:
+        record["kv_policy"] = a.kv_policy
     for name in a.workloads.split(","):
         runs = []
         for rep in range(a.reps):
             for spec in modes:
-                r = run(a.binary, model, name, spec, a.draft_model)
+                r = run(a.binary, model, name, spec, a.draft_model, a.kv_policy)
                 r["rep"] = rep
                 runs.append(r)
                 print(f"{model.name} {name} rep {rep} {spec}: "

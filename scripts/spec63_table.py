@@ -13,8 +13,8 @@ def rows(records_dir):
     out = []
     for path in sorted(pathlib.Path(records_dir).glob("*.json")):
         rec = json.loads(path.read_text())
-        if "draft_model" in rec:
-            continue  # three-arm records: draft_rows
+        if "draft_model" in rec or "kv_policy" in rec:
+            continue  # three-arm records: draft_rows; under a policy: kv_rows
         for name, w in rec["workloads"].items():
             runs = w["runs"]
             off = [r for r in runs if r["speculative"] == "off"]
@@ -102,3 +102,46 @@ DRAFT_HEADER = ["target", "draft model", "build", "workload", "runs (off + ngram
                 "draft tok/s (median)", "draft vs plain", "draft vs ngram",
                 "draft tokens accepted", "target tokens per decode forward (draft)",
                 "same tokens"]
+
+
+KV_HEADER = ["model", "kv policy", "build", "workload", "runs (off + ngram)",
+             "tokens (median)", "plain tok/s (median)", "ngram tok/s (median)", "speedup",
+             "draft tokens accepted", "tokens per decode forward",
+             "entries kept at the end / tokens read", "same tokens"]
+
+
+def kv_rows(records_dir):
+    """One row per (model, policy, workload) of the records run under a KV
+    policy (scripts/spec63.py --kv-policy): both arms decode under it, plain
+    decoding under it the reference; the entries a layer kept at the end
+    against the tokens read show the policy was at work."""
+    out = []
+    for path in sorted(pathlib.Path(records_dir).glob("*.json")):
+        rec = json.loads(path.read_text())
+        if "kv_policy" not in rec:
+            continue
+        for name, w in rec["workloads"].items():
+            runs = w["runs"]
+            off, off_tps, *_ = _arm(runs, "off")
+            on, on_tps, drafted, accepted, per_fwd = _arm(runs, "ngram")
+            kept = sorted({
+                f'{(r.get("kv") or {}).get("kv_entries_final")} / '
+                f'{r["prompt_tokens"] + r["completion_tokens"] - 1}'
+                for r in runs
+            })
+            out.append([
+                rec["model"].removesuffix(".gguf"),
+                f"`{rec['kv_policy']}`",
+                rec.get("build", ""),
+                name,
+                f"{len(off)} + {len(on)}",
+                f'{statistics.median(r["completion_tokens"] for r in runs):g}',
+                f"{off_tps:.2f}",
+                f"{on_tps:.2f}",
+                f"{on_tps / off_tps:.2f}x",
+                f"{accepted} / {drafted} ({100 * accepted / drafted:.0f}%)" if drafted else "0 / 0",
+                f"{per_fwd:.2f}",
+                ", ".join(kept),
+                "yes" if w["identical_tokens"] else "NO",
+            ])
+    return out

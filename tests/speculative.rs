@@ -128,8 +128,9 @@ fn same_as_plain(engine: &EngineHandle, req: SubmitRequest, what: &str) -> (Spec
 /// decoding would not have evicted in between, and the cache settles as
 /// plain decoding leaves it: the output, its logprobs and the eviction
 /// figures are plain decoding's, through several compressions, while drafts
-/// are accepted. A policy that evicts every step (a full streaming window)
-/// verifies nothing beyond the one token, and says so.
+/// are accepted; a streaming window's draft rows skip what the window slid
+/// past before them. A policy that scores and evicts every step (h2o's
+/// default) verifies nothing beyond the one token, and says so.
 #[test]
 fn compressing_kv_policies_speculate_and_keep_plain_decodings_output() {
     let engine = engine();
@@ -143,6 +144,7 @@ fn compressing_kv_policies_speculate_and_keep_plain_decodings_output() {
         "adakv:budget=80,window=8,every=16",
         "pyramidkv:budget=80,window=8,every=16",
         "keydiff:budget=80,window=8,every=16",
+        "streaming:budget=80,sink=4",
     ] {
         let mut req = SubmitRequest::new(prompt.clone(), SamplingParams::greedy(), 60);
         req.logprobs = true;
@@ -156,8 +158,8 @@ fn compressing_kv_policies_speculate_and_keep_plain_decodings_output() {
     }
     let mut req = SubmitRequest::new(prompt, SamplingParams::greedy(), 20);
     req.logprobs = true;
-    req.kv_policy = "streaming:budget=64,sink=4".parse::<KvPolicy>().unwrap();
-    let (s, _) = same_as_plain(&engine, req, "streaming");
+    req.kv_policy = "h2o:budget=64,recent=8".parse::<KvPolicy>().unwrap();
+    let (s, _) = same_as_plain(&engine, req, "h2o every step");
     assert_eq!(s.drafted, 0, "{s:?}");
     assert!(s.held_by_policy >= 15, "{s:?}");
 }
@@ -165,7 +167,8 @@ fn compressing_kv_policies_speculate_and_keep_plain_decodings_output() {
 /// Over more than 512 cached entries, where one token's attention takes the
 /// vectorized decode, a draft's rows are attended one by one on that same
 /// path: logprobs equal plain decoding's to the bit, with a full cache and
-/// under a policy whose budget is that long.
+/// under policies whose budget is that long (a streaming window's rows
+/// skipping what it slid past, in place).
 #[test]
 fn drafts_over_a_long_cache_keep_plain_decodings_bits() {
     let engine = engine();
@@ -177,7 +180,11 @@ fn drafts_over_a_long_cache_keep_plain_decodings_bits() {
     }
     prompt.extend(copy_prompt(&engine).into_iter().skip(1));
     assert!(prompt.len() > 600, "{} prompt tokens", prompt.len());
-    for spec in ["full", "snapkv:budget=600,window=8,every=16"] {
+    for spec in [
+        "full",
+        "snapkv:budget=600,window=8,every=16",
+        "streaming:budget=600,sink=4",
+    ] {
         let mut req = SubmitRequest::new(prompt.clone(), SamplingParams::greedy(), 40);
         req.logprobs = true;
         req.kv_policy = spec.parse::<KvPolicy>().unwrap();

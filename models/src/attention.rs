@@ -40,6 +40,12 @@ pub struct CacheView<'a> {
     /// Cached positions.
     pub len: usize,
     head_dim: usize,
+    /// Rows `gap_at..gap_at + gap_len` of the storage are skipped: row `i`
+    /// of the view is storage row `i`, or `i + gap_len` from `gap_at` on (a
+    /// speculative draft's row, which must not see what plain decoding had
+    /// evicted before it).
+    gap_at: usize,
+    gap_len: usize,
 }
 
 impl<'a> CacheView<'a> {
@@ -93,6 +99,8 @@ impl<'a> CacheView<'a> {
             pos_stride: stride[1],
             len: dims[1],
             head_dim,
+            gap_at: usize::MAX,
+            gap_len: 0,
         };
         // The last element must lie inside the buffer.
         let last = view.offset
@@ -116,8 +124,26 @@ impl<'a> CacheView<'a> {
         }
     }
 
+    /// The view without storage rows `gap` (clamped to the view): the
+    /// rows after it move down, the length shrinks by what was skipped.
+    pub fn skipping(mut self, gap: std::ops::Range<usize>) -> Self {
+        let start = gap.start.min(self.len);
+        let len = gap.end.min(self.len).saturating_sub(start);
+        if len > 0 {
+            self.gap_at = start;
+            self.gap_len = len;
+            self.len -= len;
+        }
+        self
+    }
+
     #[inline]
     fn at(&self, head: usize, pos: usize) -> usize {
+        let pos = if pos >= self.gap_at {
+            pos + self.gap_len
+        } else {
+            pos
+        };
         self.offset + head * self.head_stride + pos * self.pos_stride
     }
 
@@ -308,6 +334,7 @@ pub type Decoded = (Vec<f32>, Option<Vec<f32>>);
 /// Runs [`decode`] on cache tensors `k`, `v` (`[KV, C, hd]` views of
 /// `dtype` storage) for query `q` (`[H, 1, hd]`). `None` when a tensor is not
 /// a CPU view this path reads in place (the caller then takes the tensor path).
+/// `gap`: stored entries read as if absent ([`CacheView::skipping`]).
 #[allow(clippy::too_many_arguments)]
 pub fn decode_tensors(
     q: &Tensor,
@@ -317,10 +344,11 @@ pub fn decode_tensors(
     group: usize,
     scale: f32,
     want_weights: bool,
+    gap: Option<std::ops::Range<usize>>,
 ) -> Result<Option<Decoded>> {
     let hd = q.dim(D::Minus1)?;
     let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
-    Ok(with_views(k, v, dtype, hd, |kv, vv| {
+    Ok(with_views(k, v, dtype, hd, gap, |kv, vv| {
         let fits = kv.len == vv.len
             && kv.head_dim == vv.head_dim
             && q.len().is_multiple_of(group * kv.head_dim);
@@ -330,19 +358,25 @@ pub fn decode_tensors(
 }
 
 /// Runs `f` on in-place views of the cache tensors `k`, `v` holding rows of
-/// `head_dim` values stored as `dtype`; `None` unless both are CPU tensors of
-/// that storage with contiguous rows.
+/// `head_dim` values stored as `dtype`, without rows `gap` when given
+/// ([`CacheView::skipping`]); `None` unless both are CPU tensors of that
+/// storage with contiguous rows.
 pub fn with_views<R>(
     k: &Tensor,
     v: &Tensor,
     dtype: KvDtype,
     head_dim: usize,
+    gap: Option<std::ops::Range<usize>>,
     f: impl FnOnce(&CacheView<'_>, &CacheView<'_>) -> R,
 ) -> Option<R> {
     let (ks, kl) = k.storage_and_layout();
     let (vs, vl) = v.storage_and_layout();
-    let kv = CacheView::of(&ks, kl, dtype, head_dim)?;
-    let vv = CacheView::of(&vs, vl, dtype, head_dim)?;
+    let mut kv = CacheView::of(&ks, kl, dtype, head_dim)?;
+    let mut vv = CacheView::of(&vs, vl, dtype, head_dim)?;
+    if let Some(gap) = gap {
+        kv = kv.skipping(gap.clone());
+        vv = vv.skipping(gap);
+    }
     Some(f(&kv, &vv))
 }
 
@@ -381,7 +415,7 @@ mod tests {
         let v = vb.narrow(1, 0, len).unwrap();
         let q = Tensor::randn(0f32, 1.0, (n_kv * group, 1, hd), &dev).unwrap();
         let scale = 1.0 / (hd as f64).sqrt();
-        let (got, w) = decode_tensors(&q, &k, &v, KvDtype::F32, group, scale as f32, true)
+        let (got, w) = decode_tensors(&q, &k, &v, KvDtype::F32, group, scale as f32, true, None)
             .unwrap()
             .expect("a CPU f32 view is read in place");
         let want = reference(&q, &k, &v, group, scale);
@@ -404,6 +438,36 @@ mod tests {
             let s: f32 = row.iter().sum();
             assert!((s - 1.0).abs() < 1e-5, "{s}");
         }
+    }
+
+    #[test]
+    fn a_view_skipping_rows_reads_as_the_cache_without_them() {
+        // A draft's row past a streaming window's evictions: the stored rows
+        // it must not see are skipped in place, bit for bit as if gone.
+        let dev = Device::Cpu;
+        let (n_kv, group, hd, len) = (2, 3, 64, 40);
+        let k = Tensor::randn(0f32, 1.0, (n_kv, len, hd), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (n_kv, len, hd), &dev).unwrap();
+        let q = Tensor::randn(0f32, 1.0, (n_kv * group, 1, hd), &dev).unwrap();
+        let without = |t: &Tensor| {
+            Tensor::cat(
+                &[t.narrow(1, 0, 4).unwrap(), t.narrow(1, 9, len - 9).unwrap()],
+                1,
+            )
+            .unwrap()
+        };
+        let run = |k: &Tensor, v: &Tensor, gap| {
+            decode_tensors(&q, k, v, KvDtype::F32, group, 0.125, true, gap)
+                .unwrap()
+                .unwrap()
+        };
+        let (skipped, w) = run(&k, &v, Some(4..9));
+        let (gone, w_gone) = run(&without(&k), &without(&v), None);
+        let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&skipped), bits(&gone));
+        assert_eq!(bits(&w.unwrap()), bits(&w_gone.unwrap()));
+        let (all, _) = run(&k, &v, None);
+        assert_ne!(bits(&all), bits(&gone), "the skipped rows mattered");
     }
 
     #[test]

@@ -243,6 +243,7 @@ pub fn attend_tensors(
         None,
         scale,
         want,
+        None,
     )?
     .map(|(out, seen)| (out, seen.map(|s| s.weights))))
 }
@@ -250,7 +251,8 @@ pub fn attend_tensors(
 /// [`attend_tensors`] over a cache stored as `dtype`, for any layer: on a
 /// sliding-window layer each row sees only the entries less than `window`
 /// positions behind it (`None`: every earlier one); hands over the weights
-/// `want` names.
+/// `want` names. `gap`: stored entries read as if absent
+/// ([`CacheView::skipping`]; `k_pos` then lists the others).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_tensors_windowed(
     q: &Tensor,
@@ -263,6 +265,7 @@ pub fn attend_tensors_windowed(
     window: Option<u32>,
     scale: f32,
     want: Option<WeightsWanted>,
+    gap: Option<std::ops::Range<usize>>,
 ) -> Result<Option<(Vec<f32>, Option<Observed>)>> {
     if k.dims3()?.0 != k_pos.len() || v.dims3()?.0 != k_pos.len() {
         return Ok(None);
@@ -271,7 +274,7 @@ pub fn attend_tensors_windowed(
     let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
     let n_kv = k_pos.len();
     let n = q_pos.len();
-    Ok(with_views(k, v, dtype, head_dim, |kv, vv| {
+    Ok(with_views(k, v, dtype, head_dim, gap, |kv, vv| {
         let hd = kv.head_dim();
         let fits = n > 0
             && n_kv > 0

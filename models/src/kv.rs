@@ -152,6 +152,15 @@ pub trait KvStore: Send {
         Ok(())
     }
 
+    /// Entries (indices into what [`KvStore::append`] returned) that a
+    /// speculative draft's row at `q_pos` must not see in `layer`: those
+    /// plain decoding, one token at a time, would have evicted before that
+    /// token (a streaming window that is full). The row then attends as if
+    /// they were gone. `None`: it sees every earlier entry.
+    fn draft_gap(&self, _layer: usize, _q_pos: u32) -> Option<std::ops::Range<usize>> {
+        None
+    }
+
     /// Extra masking on top of causality when several new tokens attend at
     /// once: a replayed eviction record, so a teacher-forced pass sees exactly
     /// what each query saw when the sequence was sampled under a KV policy.

@@ -189,6 +189,8 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
             "kv_dtype": kv.dtype,
             "kv_bytes": kv.bytes_peak,
             "kv_bytes_full": kv.bytes_full,
+            "kv_bytes_final": kv.bytes_final,
+            "kv_entries_final": kv.entries_final,
             "peak_rss_bytes": memory::peak_rss_bytes(),
             "logprobs": logprobs,
             "speculative": out.completion.speculation,

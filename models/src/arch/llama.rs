@@ -988,18 +988,20 @@ impl Llama {
             let mut rows = Vec::with_capacity(n);
             for j in 0..n {
                 let len = n_cached - (n - 1 - j);
+                let gap = cache.draft_gap(layer, q_pos[j]);
                 rows.push(self.attend_views(
                     layer,
                     &q.narrow(1, j, 1)?,
                     kc.narrow(1, 0, len)?,
                     vc.narrow(1, 0, len)?,
                     &q_pos[j..j + 1],
+                    gap,
                     cache,
                 )?);
             }
             Tensor::cat(&rows, 0)?
         } else {
-            self.attend_views(layer, q, kc, vc, q_pos, cache)?
+            self.attend_views(layer, q, kc, vc, q_pos, None, cache)?
         };
         cache.after_attention(layer)?;
         Ok(out)
@@ -1007,7 +1009,10 @@ impl Llama {
 
     /// The attention of queries `q` at `q_pos` over the cache's first
     /// `kc.dim(1)` entries (`kc`, `vc`: views `append` returned, or their
-    /// leading part), the weights handed to the cache when it scores.
+    /// leading part) less the run `gap` (a draft's row: entries plain
+    /// decoding evicted before it, [`KvStore::draft_gap`]), the weights
+    /// handed to the cache when it scores.
+    #[allow(clippy::too_many_arguments)]
     fn attend_views(
         &self,
         layer: usize,
@@ -1015,13 +1020,29 @@ impl Llama {
         kc: Tensor,
         vc: Tensor,
         q_pos: &[u32],
+        gap: Option<std::ops::Range<usize>>,
         cache: &mut dyn KvStore,
     ) -> Result<Tensor> {
         let c = &self.config;
         let (g, n) = (c.group_size(), q_pos.len());
         let scale = self.score_scale();
         let window = self.sliding_window(layer).map(|w| w as u32);
-        let n_cached = kc.dim(1)?;
+        let stored = kc.dim(1)?;
+        let gap = gap.filter(|r| r.start < r.end && r.end <= stored);
+        // Entries the queries see: without the gap, laid out as plain
+        // decoding holds them after its evictions.
+        let n_cached = stored - gap.as_ref().map_or(0, |r| r.len());
+        let k_pos_of = |view: &dyn KvStore, h: usize| -> Vec<u32> {
+            let all = &view.positions(layer, h)[..stored];
+            match &gap {
+                Some(r) => all[..r.start]
+                    .iter()
+                    .chain(&all[r.end..])
+                    .copied()
+                    .collect(),
+                None => all.to_vec(),
+            }
+        };
         let dtype = cache.dtype();
         // Serving reads the cache in place; the learner keeps the tensor path
         // (autograd).
@@ -1066,12 +1087,21 @@ impl Llama {
                 .then(|| cache.attention_rows(layer));
             let exact = {
                 let view: &dyn KvStore = &*cache;
-                let k_pos: Vec<&[u32]> = (0..c.n_kv_head)
-                    .map(|h| &view.positions(layer, h)[..n_cached])
-                    .collect();
+                let owned: Vec<Vec<u32>> = (0..c.n_kv_head).map(|h| k_pos_of(view, h)).collect();
+                let k_pos: Vec<&[u32]> = owned.iter().map(Vec::as_slice).collect();
                 let replay = view.visibility().map(|v| (v, layer));
                 crate::flash::attend_tensors_windowed(
-                    q, q_pos, &kc, &vc, dtype, &k_pos, replay, window, scale, want,
+                    q,
+                    q_pos,
+                    &kc,
+                    &vc,
+                    dtype,
+                    &k_pos,
+                    replay,
+                    window,
+                    scale,
+                    want,
+                    gap.clone(),
                 )?
             };
             if let Some((out, seen)) = exact {
@@ -1097,7 +1127,7 @@ impl Llama {
         if n == 1 && serving && !replayed && window.is_none() && !hidden {
             let want = cache.wants_attention(layer);
             if let Some((out, weights)) =
-                crate::attention::decode_tensors(q, &kc, &vc, dtype, g, scale, want)?
+                crate::attention::decode_tensors(q, &kc, &vc, dtype, g, scale, want, gap.clone())?
             {
                 drop((kc, vc));
                 if let Some(w) = weights {
@@ -1110,6 +1140,14 @@ impl Llama {
                     q.device(),
                 )?);
             }
+        }
+        if gap.is_some() {
+            return Err(crate::error::ModelError::BadTensor {
+                name: "kv cache".into(),
+                reason: "a draft's row skipping evicted entries needs the in-place attention \
+                         kernels (CPU cache tensors)"
+                    .into(),
+            });
         }
         // The tensor path works on f32 keys and values.
         let (kc, vc) = match dtype {

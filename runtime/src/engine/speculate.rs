@@ -28,8 +28,10 @@
 //! scores every token's attention and may evict between two tokens, so a
 //! draft's row is verified only where plain decoding would not have evicted
 //! before it: the draft stops at the policy's next compression
-//! ([`Backend::verify_rows`]; a full streaming window or h2o's every-step
-//! eviction leaves no room, and the steps it held back are counted), and the
+//! ([`Backend::verify_rows`]; h2o's every-step eviction leaves no room, and
+//! the steps it held back are counted; a streaming window, which slides by
+//! position alone, bounds nothing: each row skips what the window slid past
+//! before it, `KvStore::draft_gap`), and the
 //! cache holds the rows' scoring back ([`Backend::begin_verify`]) until the
 //! rewind, which applies it for the accepted rows only and compresses where
 //! plain decoding would have. The cache, the eviction figures and the output
@@ -191,9 +193,9 @@ pub struct SpecStats {
     pub accepted: usize,
     /// Forwards that carried a draft.
     pub verify_steps: usize,
-    /// Decode steps that carried no draft because the KV policy evicts at
-    /// the very next token (a full streaming window, h2o's every-step
-    /// eviction): a draft's rows must not straddle an eviction, so such a
+    /// Decode steps that carried no draft because the KV policy scores and
+    /// evicts at the very next token (h2o's every-step eviction): a draft's
+    /// rows must not straddle an eviction decided by attention, so such a
     /// policy verifies nothing beyond the one token.
     #[serde(skip_serializing_if = "is_zero")]
     pub held_by_policy: usize,

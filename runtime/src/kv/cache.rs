@@ -634,6 +634,12 @@ impl SeqCache {
         if self.policy.budget().is_none() || self.frozen || self.dormant {
             return usize::MAX;
         }
+        if let Some(budget) = self.window_budget() {
+            // A window slides by position alone: each row skips what it
+            // slid past ([`KvStore::draft_gap`]), from a cache within budget.
+            let within = (0..self.n_layer).all(|l| self.held(l) <= budget);
+            return if within { usize::MAX } else { 1 };
+        }
         let mut most = usize::MAX;
         for (layer, l) in self.layers.iter().enumerate() {
             if self.windows[layer].is_some() {
@@ -734,6 +740,9 @@ impl SeqCache {
             reason: "a verified draft ran past the KV policy's next compression".into(),
         };
         self.seen = len;
+        if let Some(budget) = self.window_budget() {
+            return self.settle_window(&v, keep, budget).map(|()| true);
+        }
         let mut due = Vec::new();
         for (layer, held) in v.layers.into_iter().enumerate() {
             let l = &mut self.layers[layer];
@@ -797,6 +806,49 @@ impl SeqCache {
             }
         }
         Ok(true)
+    }
+
+    /// The budget of a streaming window, the one policy whose evictions
+    /// depend on positions alone: a draft's rows see past its evictions
+    /// through [`KvStore::draft_gap`] instead of stopping at them.
+    fn window_budget(&self) -> Option<usize> {
+        match &self.policy {
+            KvPolicy::Streaming(p) => Some(p.budget),
+            _ => None,
+        }
+    }
+
+    /// [`Self::settle`] for a streaming window: the kept rows' entries stay
+    /// and the window slides past them at once, which leaves what sliding
+    /// after each row leaves (sinks and the newest entries, in order); the
+    /// peak is the one each row reached as plain decoding ran it, layer by
+    /// layer.
+    fn settle_window(&mut self, v: &Verify, keep: usize, budget: usize) -> tern_models::Result<()> {
+        let mut held: Vec<usize> = v.layers.iter().map(|h| h.len).collect();
+        let per_entry = self.bytes_per_entry();
+        self.peak_bytes = v.peak;
+        for _ in 0..keep {
+            for layer in 0..self.n_layer {
+                held[layer] += 1;
+                let now = held.iter().sum::<usize>() * per_entry;
+                self.peak_bytes = self.peak_bytes.max(now);
+                held[layer] = held[layer].min(budget);
+            }
+        }
+        for (layer, h) in v.layers.iter().enumerate() {
+            let l = &mut self.layers[layer];
+            let kept = h.len + keep;
+            l.len = kept;
+            for p in &mut l.positions {
+                p.truncate(kept);
+            }
+            l.since_compress = h.since + keep;
+            l.last_append = 1;
+            if self.held(layer) > budget {
+                self.compress(layer)?;
+            }
+        }
+        Ok(())
     }
 
     /// Compresses every layer over the budget now, whatever the policy's
@@ -1096,6 +1148,19 @@ impl KvStore for SeqCache {
     fn hides_entries(&self, layer: usize) -> bool {
         // Only a head-wise policy pads, and never on a sliding layer.
         self.policy.is_head_wise() && self.windows[layer].is_none()
+    }
+
+    fn draft_gap(&self, layer: usize, q_pos: u32) -> Option<std::ops::Range<usize>> {
+        let v = self.verifying.as_ref()?;
+        let KvPolicy::Streaming(p) = &self.policy else {
+            return None;
+        };
+        // Row `j` of the draft: plain decoding had slid past the oldest
+        // non-sink entries, one per token beyond the budget.
+        let j = (q_pos as usize).checked_sub(v.seen)?;
+        let evicted = (v.layers.get(layer)?.len + j).saturating_sub(p.budget);
+        let sink = p.sink.min(p.budget);
+        (evicted > 0).then_some(sink..sink + evicted)
     }
 
     fn wants_attention(&self, layer: usize) -> bool {

@@ -32,9 +32,13 @@ fn config() -> ModelConfig {
 
 /// A deterministic value in (0, 1) for the integers `x`.
 fn noise(x: &[u64]) -> f32 {
+    // splitmix64's finalizer over each value in turn.
     let mut h = 0x9e37_79b9_7f4a_7c15u64;
     for &v in x {
-        h = (h ^ v).wrapping_mul(0x100_0000_01b3).rotate_left(29);
+        h = (h ^ v).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
     }
     ((h >> 40) as f32 + 0.5) / (1u64 << 24) as f32
 }
@@ -98,10 +102,18 @@ fn weights(cache: &SeqCache, c: &ModelConfig, layer: usize, q_pos: u32, len: usi
 
 /// One forward over positions `from..from + n` as the model runs it:
 /// queries, append, attention row by row (each over the entries up to its
-/// own, as a verified draft and plain decoding both attend), then the
-/// policy's turn.
-fn forward(cache: &mut SeqCache, c: &ModelConfig, rope: &Rotary, from: usize, n: usize) {
+/// own less its draft gap, as a verified draft and plain decoding both
+/// attend), then the policy's turn. Returns, per row and layer, the
+/// positions the row saw (KV head 0).
+fn forward(
+    cache: &mut SeqCache,
+    c: &ModelConfig,
+    rope: &Rotary,
+    from: usize,
+    n: usize,
+) -> Vec<Vec<Vec<u32>>> {
     let positions: Vec<u32> = (from..from + n).map(|p| p as u32).collect();
+    let mut seen = vec![Vec::new(); n];
     for layer in 0..c.n_layer {
         if cache.wants_queries(layer) {
             cache
@@ -112,6 +124,16 @@ fn forward(cache: &mut SeqCache, c: &ModelConfig, rope: &Rotary, from: usize, n:
         let v = rows(c, layer, from, n, 1);
         let (keys, _) = cache.append(layer, &k, &v, &positions).unwrap();
         let cached = keys.dim(1).unwrap();
+        for (j, &q) in positions.iter().enumerate() {
+            let all = &cache.positions(layer, 0)[..cached - (n - 1 - j)];
+            let gap = cache.draft_gap(layer, q).unwrap_or(0..0);
+            assert!(
+                gap.is_empty() || !cache.wants_attention(layer),
+                "gaps are for windows"
+            );
+            let row = all.iter().enumerate().filter(|(i, _)| !gap.contains(i));
+            seen[j].push(row.map(|(_, &p)| p).collect());
+        }
         if cache.wants_attention(layer) {
             for (j, &q) in positions.iter().enumerate() {
                 let w = weights(cache, c, layer, q, cached - (n - 1 - j));
@@ -134,6 +156,7 @@ fn forward(cache: &mut SeqCache, c: &ModelConfig, rope: &Rotary, from: usize, n:
         }
         cache.after_attention(layer).unwrap();
     }
+    seen
 }
 
 /// Everything a later step or compression reads, floats as bits.
@@ -205,10 +228,14 @@ fn a_verified_draft_leaves_the_cache_as_plain_decoding_does() {
             let keep = 1 + ((noise(&[10, step]) * n as f32) as usize).min(n - 1);
             let before = fast.layers[0].len;
             fast.begin_verify();
-            forward(&mut fast, &c, &rope, p, n);
+            let verified = forward(&mut fast, &c, &rope, p, n);
             assert!(fast.rewind(p + keep).unwrap(), "{spec}: rewind");
-            for q in p..p + keep {
-                forward(&mut plain, &c, &rope, q, 1);
+            for (j, q) in (p..p + keep).enumerate() {
+                let one = forward(&mut plain, &c, &rope, q, 1);
+                assert_eq!(
+                    verified[j], one[0],
+                    "{spec}: what row {j} of {n} at {p} saw"
+                );
             }
             let (f, w) = (state(&fast), state(&plain));
             if let Some((a, b)) = f.lines().zip(w.lines()).find(|(a, b)| a != b) {
@@ -223,8 +250,8 @@ fn a_verified_draft_leaves_the_cache_as_plain_decoding_does() {
             step += 1;
         }
         let mut probe = SeqCache::with_policy(&c, spec.parse().unwrap());
-        if probe.policy.every() == 1 {
-            // Evicting every step: a draft never fits, each row is alone.
+        if spec == "h2o:budget=24,recent=4" {
+            // Scoring and evicting every step: a draft never fits.
             assert_eq!(kept_whole, 0, "{spec}");
             forward(&mut probe, &c, &rope, 0, prompt);
             probe.finish_prefill().unwrap();
@@ -245,12 +272,14 @@ fn verification_rows_stop_where_the_policy_next_compresses() {
     let rope = Rotary::new(&c, true, None);
     let full = SeqCache::with_policy(&c, KvPolicy::Full);
     assert_eq!(full.verify_rows(), usize::MAX);
-    // Under the budget a window has room for a draft; at it, one row a step.
+    // A window slides by position alone: a draft's rows skip what it slid
+    // past, so no bound; h2o's every-step eviction by score: one row.
     let mut window = SeqCache::with_policy(&c, "streaming:budget=24,sink=2".parse().unwrap());
-    forward(&mut window, &c, &rope, 0, 20);
-    assert_eq!(window.verify_rows(), 5);
-    forward(&mut window, &c, &rope, 20, 10);
-    assert_eq!(window.verify_rows(), 1);
+    forward(&mut window, &c, &rope, 0, 30);
+    assert_eq!(window.verify_rows(), usize::MAX);
+    let mut h2o = SeqCache::with_policy(&c, "h2o:budget=24,recent=4".parse().unwrap());
+    forward(&mut h2o, &c, &rope, 0, 30);
+    assert_eq!(h2o.verify_rows(), 1);
     // Every 8 tokens: the rows left until the next compression.
     let mut snap = SeqCache::with_policy(&c, "snapkv:budget=24,window=4,every=8".parse().unwrap());
     forward(&mut snap, &c, &rope, 0, 40);
