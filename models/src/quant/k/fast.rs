@@ -124,10 +124,41 @@ pub(super) unsafe fn run(
                         }
                     }
                 }
-                for r in grouped..rows {
+                // Rows past the groups (a lone decode row, or a verified
+                // draft's rows in the one-row order): up to four at a time,
+                // each with the one-row kernel's bits.
+                let mut r = grouped;
+                while r < rows {
+                    let take = (rows - r).min(4);
                     for c in (c0..c1).step_by(8) {
-                        q4k_gemv_8x1(base.add(c * stride), stride, act(r), nb, out.at(r, c));
+                        let wc = base.add(c * stride);
+                        let at = |i: usize| out.at(r + i, c);
+                        match take {
+                            4 => q4k_gemv_8xr::<4>(
+                                wc,
+                                stride,
+                                [act(r), act(r + 1), act(r + 2), act(r + 3)],
+                                nb,
+                                [at(0), at(1), at(2), at(3)],
+                            ),
+                            3 => q4k_gemv_8xr::<3>(
+                                wc,
+                                stride,
+                                [act(r), act(r + 1), act(r + 2)],
+                                nb,
+                                [at(0), at(1), at(2)],
+                            ),
+                            2 => q4k_gemv_8xr::<2>(
+                                wc,
+                                stride,
+                                [act(r), act(r + 1)],
+                                nb,
+                                [at(0), at(1)],
+                            ),
+                            _ => q4k_gemv_8x1(wc, stride, act(r), nb, at(0)),
+                        }
                     }
+                    r += take;
                 }
             }
         }
@@ -152,6 +183,7 @@ pub(super) unsafe fn run(
                 cols,
                 |r, c| out.at(r, c),
                 |c, r| q6k_vec_dot(base.add(c * stride), act(r), nb),
+                |c, a| q6k_vec_dot_4(base.add(c * stride), a.map(act), nb),
                 |c, a| q6k_tiled_1x4(base.add(c * stride), a.map(act), nb),
             )
         }
@@ -170,6 +202,7 @@ pub(super) unsafe fn run(
                 cols,
                 |r, c| out.at(r, c),
                 |c, r| iq4xs_vec_dot(base.add(c * stride), act(r), nb),
+                |c, a| iq4xs_vec_dot_4(base.add(c * stride), a.map(act), nb),
                 |c, a| iq4xs_tiled_1x4(base.add(c * stride), a.map(act), nb),
             )
         }
@@ -179,6 +212,7 @@ pub(super) unsafe fn run(
             cols,
             |r, c| out.at(r, c),
             |c, r| q5k_vec_dot(base.add(c * stride), act(r), nb),
+            |c, a| a.map(|r| q5k_vec_dot(base.add(c * stride), act(r), nb)),
             |c, a| q5k_tiled_1x4(base.add(c * stride), a.map(act), nb),
         ),
         _ => unreachable!("fast::run on an unsupported weight"),
@@ -200,13 +234,24 @@ unsafe fn by_rows(
     cols: std::ops::Range<usize>,
     at: impl Fn(usize, usize) -> *mut f32,
     dot: impl Fn(usize, usize) -> f32,
+    dot4: impl Fn(usize, [usize; 4]) -> [f32; 4],
     tiled: impl Fn(usize, [usize; 4]) -> [f32; 4],
 ) {
     let rows = acts.rows;
     if rows < TILED_MIN_ROWS || acts.alone {
+        // `dot4`: four rows' `dot`s, bit for bit, the block unpacked once.
         for c0 in cols.clone().step_by(COL_BLOCK) {
             let c1 = cols.end.min(c0 + COL_BLOCK);
-            for r in first..rows {
+            let mut r = first;
+            while r + 4 <= rows {
+                for c in c0..c1 {
+                    for (i, v) in dot4(c, [r, r + 1, r + 2, r + 3]).into_iter().enumerate() {
+                        *at(r + i, c) = v;
+                    }
+                }
+                r += 4;
+            }
+            for r in r..rows {
                 for c in c0..c1 {
                     *at(r, c) = dot(c, r);
                 }
@@ -868,6 +913,84 @@ unsafe fn q4k_gemv_8x1(w: *const u8, stride: usize, a: *const Q8KBlock, nb: usiz
     _mm256_storeu_ps(out, _mm256_sub_ps(acc, accm));
 }
 
+/// [`q4k_gemv_8x1`] for `R` activation rows `a` at once, into `out[i][0..8]`:
+/// each row's outputs are the one-row kernel's bit for bit (the integer sums
+/// are exact in any order, and each row's float accumulation runs as there),
+/// while a weight super-block's scales and unpacked quants are made once for
+/// all `R` rows, not once per row (a verified draft's rows, which take the
+/// one-row order: `crate::quant::alone`).
+#[inline(always)]
+unsafe fn q4k_gemv_8xr<const R: usize>(
+    w: *const u8,
+    stride: usize,
+    a: [*const Q8KBlock; R],
+    nb: usize,
+    out: [*mut f32; R],
+) {
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut accm = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        let blocks: [&Q8KBlock; R] = std::array::from_fn(|i| &*a[i].add(b));
+        let sx: [__m128i; R] = std::array::from_fn(|i| sub_sums32(blocks[i]));
+        let mut tot = [[_mm256_setzero_si256(); 8]; R];
+        let mut mins = [[_mm_setzero_si128(); 8]; R];
+        let mut d = [0u16; 8];
+        let mut dm = [0u16; 8];
+        for r in 0..8 {
+            let wb = w.add(r * stride + b * q4k::BLOCK_BYTES);
+            prefetch_block::<{ q4k::BLOCK_BYTES }>(wb.wrapping_add(8 * stride));
+            d[r] = wb.cast::<u16>().read_unaligned();
+            dm[r] = wb.add(2).cast::<u16>().read_unaligned();
+            let sm = q4k_scales_mins(wb.add(4));
+            let sc8 = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+            let sc: [__m256i; 8] = std::array::from_fn(|j| splat16(sc8, j));
+            let mn = _mm256_extracti128_si256::<1>(sm);
+            let wq = wb.add(16);
+            let mut lo = [_mm256_setzero_si256(); 4];
+            let mut hi = [_mm256_setzero_si256(); 4];
+            for k in 0..4 {
+                let bits = _mm256_loadu_si256(wq.add(32 * k).cast());
+                lo[k] = _mm256_and_si256(bits, m4);
+                hi[k] = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+            }
+            for i in 0..R {
+                let y = blocks[i].qs.as_ptr();
+                let pair = |k: usize| {
+                    let yl = _mm256_load_si256(y.add(64 * k).cast());
+                    let yh = _mm256_load_si256(y.add(64 * k + 32).cast());
+                    _mm256_add_epi32(
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(lo[k], yl), sc[2 * k]),
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(hi[k], yh), sc[2 * k + 1]),
+                    )
+                };
+                tot[i][r] = _mm256_add_epi32(
+                    _mm256_add_epi32(pair(0), pair(1)),
+                    _mm256_add_epi32(pair(2), pair(3)),
+                );
+                mins[i][r] = _mm_madd_epi16(mn, sx[i]);
+            }
+        }
+        let d16 = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast()));
+        let dm16 = _mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr().cast()));
+        for i in 0..R {
+            let t = _mm256_cvtepi32_ps(reduce8(&tot[i]));
+            let mi = &mins[i];
+            let m03 = _mm_hadd_epi32(_mm_hadd_epi32(mi[0], mi[1]), _mm_hadd_epi32(mi[2], mi[3]));
+            let m47 = _mm_hadd_epi32(_mm_hadd_epi32(mi[4], mi[5]), _mm_hadd_epi32(mi[6], mi[7]));
+            let m = _mm256_cvtepi32_ps(_mm256_set_m128i(m47, m03));
+            let dx = _mm256_set1_ps(blocks[i].d);
+            let dd = _mm256_mul_ps(d16, dx);
+            let ddm = _mm256_mul_ps(dm16, dx);
+            acc[i] = _mm256_fmadd_ps(t, dd, acc[i]);
+            accm[i] = _mm256_fmadd_ps(m, ddm, accm[i]);
+        }
+    }
+    for i in 0..R {
+        _mm256_storeu_ps(out[i], _mm256_sub_ps(acc[i], accm[i]));
+    }
+}
+
 /// `ggml_gemm_q4_K_8x8_q8_K`'s outputs for weight row `w` against the four
 /// activation rows `a` (`nb` blocks each): per super-block and pair of
 /// sub-blocks `k`, `acc = fma(pair_k, d * d_x, acc)` and `accm = fma(min_k,
@@ -1035,6 +1158,20 @@ unsafe fn q6k_vec_dot(w: *const u8, a: *const Q8KBlock, nb: usize) -> f32 {
     )
 }
 
+/// [`q6k_vec_dot`] of weight row `w` against four activation rows, each
+/// row's bits the one-row kernel's, the super-block unpacked once.
+#[inline(always)]
+unsafe fn q6k_vec_dot_4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f32; 4] {
+    lanes_vec_dot_4::<{ q6k::BLOCK_BYTES }, _>(
+        w,
+        a,
+        nb,
+        208,
+        |wb| q6k_unpack(wb),
+        |u, a| q6k_lanes(u, a),
+    )
+}
+
 /// ggml-cpu's tiled matmul for weight row `w` against four activation rows:
 /// per super-block `acc = fma(d * total, d_x, acc)`.
 #[inline(always)]
@@ -1074,6 +1211,38 @@ unsafe fn lanes_vec_dot<const BYTES: usize, U>(
     let mut l = [0f32; 8];
     _mm256_storeu_ps(l.as_mut_ptr(), acc);
     hsum8(&l)
+}
+
+/// [`lanes_vec_dot`] for four activation rows at once: each row's
+/// accumulation exactly the one-row order's, the weight super-block
+/// unpacked once for the four (a verified draft's rows).
+#[inline(always)]
+unsafe fn lanes_vec_dot_4<const BYTES: usize, U>(
+    w: *const u8,
+    a: [*const Q8KBlock; 4],
+    nb: usize,
+    d_at: usize,
+    unpack: impl Fn(*const u8) -> U,
+    lanes: impl Fn(&U, &Q8KBlock) -> __m256i,
+) -> [f32; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for b in 0..nb {
+        let wb = w.add(b * BYTES);
+        prefetch_block::<BYTES>(wb.wrapping_add(Q6_PREFETCH_ROWS * nb * BYTES));
+        let u = unpack(wb);
+        let dw = f16_ptr(wb.add(d_at));
+        for i in 0..4 {
+            let ab = &*a[i].add(b);
+            let l = lanes(&u, ab);
+            let d = _mm256_set1_ps(ab.d * dw);
+            acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l), acc[i]);
+        }
+    }
+    acc.map(|v| {
+        let mut l = [0f32; 8];
+        _mm256_storeu_ps(l.as_mut_ptr(), v);
+        hsum8(&l)
+    })
 }
 
 /// The tiled order of the same formats against four activation rows, the
@@ -1226,6 +1395,20 @@ unsafe fn iq4xs_unpack(wb: *const u8) -> xs::avx2::Unpacked {
 #[inline(always)]
 unsafe fn iq4xs_vec_dot(w: *const u8, a: *const Q8KBlock, nb: usize) -> f32 {
     lanes_vec_dot::<{ xs::BLOCK_BYTES }, _>(
+        w,
+        a,
+        nb,
+        0,
+        |wb| iq4xs_unpack(wb),
+        |u, a| xs::avx2::lanes_vec(u, a),
+    )
+}
+
+/// [`iq4xs_vec_dot`] against four activation rows, bit for bit, the
+/// super-block unpacked once.
+#[inline(always)]
+unsafe fn iq4xs_vec_dot_4(w: *const u8, a: [*const Q8KBlock; 4], nb: usize) -> [f32; 4] {
+    lanes_vec_dot_4::<{ xs::BLOCK_BYTES }, _>(
         w,
         a,
         nb,

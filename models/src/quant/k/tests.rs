@@ -346,7 +346,7 @@ fn kquant_alone_rows_get_their_one_row_bits() {
     for (format, order) in cases() {
         let w = weights(&mut rng, format, out, inp, order);
         let up = weights(&mut rng, format, out, inp, order);
-        for rows in [2, 4, 5, 8, 9, 16, 17] {
+        for rows in [2, 3, 4, 5, 6, 7, 8, 9, 16, 17] {
             let x = random(&mut rng, rows * inp, -2.0, 2.0);
             let one = |r: usize| &x[r * inp..(r + 1) * inp];
             let name = format!("{format:?} {order:?} x {rows} rows");
