@@ -28,6 +28,7 @@ mod ruler;
 mod security;
 mod speculative;
 mod spm;
+mod spreadsheet;
 mod templates;
 mod tokenizer;
 mod train;

@@ -964,6 +964,53 @@ fn grpo_on_a_code_task_rewards_the_tests_passed() {
     }
 }
 
+/// The spreadsheet family trains as a task source: each rollout's program is
+/// run on the task's test-case workbooks (its reward the share solved) and
+/// the held-out accuracy counts tasks solved on every workbook. SmolLM2
+/// cannot write openpyxl, so what is checked is the run and its records;
+/// the rewards themselves are `rollout.rs`'s unit test. SFT and
+/// model-written tests are refused for the family.
+#[test]
+fn grpo_trains_on_spreadsheet_tasks_and_refuses_what_they_lack() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = real_model();
+    let model = model.to_str().unwrap();
+    let source = "spreadsheet:count=2,seed=7";
+    let out = dir.path().join("run");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--model", model, "--task", source, "--out"];
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(extra);
+        train(&args)
+    };
+    let o = run(&["--algorithm", "sft"]);
+    assert_clean_error(&o, "code and spreadsheet tasks");
+    let o = run(&["--reward", "generated_tests:4"]);
+    assert_clean_error(&o, "--reward task");
+    let o = run(&[
+        "--steps",
+        "1",
+        "--group-size",
+        "2",
+        "--prompts-per-step",
+        "1",
+        "--max-new-tokens",
+        "32",
+        "--eval-task",
+        "spreadsheet:count=1,seed=9",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = &metrics(&out)[0];
+    let mean = m["reward_mean"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&mean), "{m}");
+    let eval: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("eval.json")).unwrap()).unwrap();
+    for key in ["before", "after"] {
+        let v = eval[key].as_f64().unwrap();
+        assert!(v == 0.0 || v == 1.0, "{eval}");
+    }
+}
+
 /// LoRA SFT on each architecture's tiny model, merged and exported at f16,
 /// then run by the in-process llama.cpp: the exported file is one llama.cpp
 /// loads, and its greedy text equals Tern's on the same file.
@@ -1313,6 +1360,7 @@ fn generated_tests_reward_the_rollout_that_passes_more_of_them() {
         tests: Vec::new(),
         prelude: String::new(),
         target: None,
+        sheet: None,
     };
     let rollout = |text: &str| Rollout {
         text: text.into(),

@@ -387,6 +387,12 @@ pub struct BonArgs {
     /// default agree.
     #[arg(long, value_enum)]
     pub select: Option<SheetSelect>,
+    /// With --spreadsheet: rounds per candidate (default 1). A candidate
+    /// whose program crashed, ran out of time or left no answer on a test
+    /// case is shown that (no hidden answer) and writes it again, up to R
+    /// rounds; the choice is made over the last programs.
+    #[arg(long, value_name = "R")]
+    pub rounds: Option<usize>,
 }
 
 /// How `tern bon --spreadsheet` chooses among its candidates.
@@ -437,8 +443,10 @@ pub struct EvalArgs {
     /// medium, high, auto, or a token cap). Spreadsheet tasks take single,
     /// rounds@R (retries after a failed test case), agree@N and/or oracle@N
     /// (best-of-N chosen by the agreement of outputs on the test-case
-    /// workbooks, or by the reference comparison), or reference (each task's
-    /// own reference program, no model).
+    /// workbooks, or by the reference comparison; with rounds@R beside them,
+    /// each candidate retries after a crash or a missing answer, shown no
+    /// hidden answer), or reference (each task's own reference program, no
+    /// model).
     #[arg(long, value_delimiter = ',', default_value = "single,majority@8")]
     pub strategy: Vec<String>,
     /// Evaluate only the first N tasks (after --offset).

@@ -22,8 +22,8 @@ pub fn run(a: &BonArgs) -> Result<()> {
     if let Some(source) = &a.spreadsheet {
         return super::bon_spreadsheet::run(a, source);
     }
-    if a.sheet_task.is_some() || a.select.is_some() {
-        bail!("--sheet-task and --select choose among a spreadsheet task's programs: add --spreadsheet SOURCE");
+    if a.sheet_task.is_some() || a.select.is_some() || a.rounds.is_some() {
+        bail!("--sheet-task, --select and --rounds are for a spreadsheet task's programs: add --spreadsheet SOURCE");
     }
     let question = a.prompt.text()?;
     let tests = match &a.tests {

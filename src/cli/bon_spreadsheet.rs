@@ -1,16 +1,16 @@
-//! `tern bon --spreadsheet SOURCE [--sheet-task K] [--select agree|oracle]`:
-//! best-of-N on one spreadsheet task. The N programs are sampled from the
-//! task's prompt, each judged on every test-case workbook, and one is chosen
-//! by the agreement of their outputs or by the oracle
-//! (`tern_solve::eval::spreadsheet_best`); the chosen program goes to
-//! stdout, each candidate's scores to stderr.
+//! `tern bon --spreadsheet SOURCE [--sheet-task K] [--select agree|oracle]
+//! [--rounds R]`: best-of-N on one spreadsheet task. The N programs are
+//! sampled from the task's prompt (seeded as `tern eval` seeds task K),
+//! each judged on every test-case workbook, retried after a crash or a
+//! missing answer up to R rounds, and one is chosen by the agreement of
+//! their outputs or by the oracle (`tern_solve::eval::spreadsheet_best`);
+//! the chosen program goes to stdout, each candidate's scores to stderr.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tern_runtime::engine::{EngineConfig, EngineHandle};
-use tern_solve::eval::spreadsheet_best::{record_of, sample_and_judge, BestOfSettings};
+use tern_solve::eval::spreadsheet_best::{best_of_task, BestOfSettings};
 use tern_solve::tasks::spreadsheet::{self, PromptBudget};
 use tern_solve::verify::spreadsheet::workbook_limits;
 
@@ -27,6 +27,10 @@ pub fn run(a: &BonArgs, source: &str) -> Result<()> {
     }
     if a.n < 2 || a.n > 16 {
         bail!("--candidates must be between 2 and 16, got {}", a.n);
+    }
+    let rounds = a.rounds.unwrap_or(1);
+    if !(1..=10).contains(&rounds) {
+        bail!("--rounds must be between 1 and 10, got {rounds}");
     }
     let mut tasks = spreadsheet::load(source)?;
     let index = a.sheet_task.unwrap_or(0);
@@ -52,15 +56,9 @@ pub fn run(a: &BonArgs, source: &str) -> Result<()> {
         parallel: 1,
         budget: PromptBudget::default(),
         limits: workbook_limits(),
+        rounds,
     };
-    let start = Instant::now();
-    let judged = sample_and_judge(&engine, &task, &settings, a.seed)?;
-    let record = record_of(
-        index,
-        task.kind.name(),
-        judged,
-        start.elapsed().as_secs_f64(),
-    );
+    let record = best_of_task(&engine, index, &task, &settings)?;
     let chosen = match select {
         SheetSelect::Agree => record.agree,
         SheetSelect::Oracle => record.oracle,
@@ -73,8 +71,13 @@ pub fn run(a: &BonArgs, source: &str) -> Result<()> {
     }
     for (i, c) in record.candidates.iter().enumerate() {
         let mark = if i == chosen { "*" } else { " " };
+        let before: String = c
+            .earlier
+            .iter()
+            .map(|r| format!("{}/{} -> ", r.passed, r.total))
+            .collect();
         eprintln!(
-            "{mark} candidate {:>2}: {}/{} test cases, answers on {}, {} agreements ({} tokens)",
+            "{mark} candidate {:>2}: {before}{}/{} test cases, answers on {}, {} agreements ({} tokens)",
             i + 1,
             c.passed,
             c.total,

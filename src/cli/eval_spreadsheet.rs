@@ -41,73 +41,77 @@ enum Mode {
         agree: bool,
         /// `oracle@N` was asked.
         oracle: bool,
+        /// Rounds per candidate (`rounds@R` beside them; 1 without).
+        rounds: usize,
     },
 }
 
 const STRATEGIES: &str = "single, rounds@R (R from 1 to 10), agree@N and/or oracle@N \
-     (N from 2 to 16, the same N), or reference";
+     (N from 2 to 16, the same N; with rounds@R beside them, each candidate retries), or \
+     reference";
 
-/// The mode from the strategies a spreadsheet run takes: one of single,
-/// rounds@R and reference, or agree@N and oracle@N (one or both, same N).
+/// The mode from the strategies a spreadsheet run takes: single or
+/// reference alone, or rounds@R, agree@N and oracle@N (agree and oracle one
+/// or both, same N; rounds@R alone is greedy with retries, beside them
+/// the candidates' rounds).
 fn mode_of(strategies: &[String]) -> Result<Mode> {
+    let bad = || {
+        anyhow::anyhow!(
+            "spreadsheet strategies `{}`: use {STRATEGIES}",
+            strategies.join(",")
+        )
+    };
     if let [s] = strategies {
         match s.as_str() {
             "single" => return Ok(Mode::Rounds(1)),
             "reference" => return Ok(Mode::Reference),
             _ => {}
         }
-        if let Some(r) = s.strip_prefix("rounds@") {
-            return match r.parse::<usize>() {
-                Ok(r) if (1..=MAX_ROUNDS).contains(&r) => Ok(Mode::Rounds(r)),
-                _ => bail!("spreadsheet strategy `{s}`: use {STRATEGIES}"),
-            };
-        }
     }
-    let mut mode = None;
+    let mut rounds = None;
+    let mut best: Option<(usize, bool, bool)> = None;
     for s in strategies {
-        let (name, n) = s.split_once('@').unwrap_or((s, ""));
-        let n = match n.parse::<usize>() {
-            Ok(n) if (2..=MAX_CANDIDATES).contains(&n) => n,
-            _ if matches!(name, "agree" | "oracle") => {
-                bail!("spreadsheet strategy `{s}`: N must be from 2 to {MAX_CANDIDATES}")
+        let (name, arg) = s.split_once('@').ok_or_else(bad)?;
+        match name {
+            "rounds" => {
+                let r = match arg.parse::<usize>() {
+                    Ok(r) if (1..=MAX_ROUNDS).contains(&r) => r,
+                    _ => bail!("spreadsheet strategy `{s}`: use {STRATEGIES}"),
+                };
+                if rounds.replace(r).is_some() {
+                    bail!(
+                        "spreadsheet strategies `{}`: name rounds@R once",
+                        strategies.join(",")
+                    );
+                }
             }
-            _ => bail!(
-                "spreadsheet strategies `{}`: use {STRATEGIES}",
-                strategies.join(",")
-            ),
-        };
-        let (agree, oracle, same) = match mode {
-            Some(Mode::BestOf {
-                n: m,
-                agree,
-                oracle,
-            }) => (agree, oracle, m == n),
-            _ => (false, false, true),
-        };
-        if !same {
-            bail!(
-                "spreadsheet strategies `{}`: agree@N and oracle@N share one N",
-                strategies.join(",")
-            );
+            "agree" | "oracle" => {
+                let n = match arg.parse::<usize>() {
+                    Ok(n) if (2..=MAX_CANDIDATES).contains(&n) => n,
+                    _ => bail!("spreadsheet strategy `{s}`: N must be from 2 to {MAX_CANDIDATES}"),
+                };
+                let (m, agree, oracle) = best.unwrap_or((n, false, false));
+                if m != n {
+                    bail!(
+                        "spreadsheet strategies `{}`: agree@N and oracle@N share one N",
+                        strategies.join(",")
+                    );
+                }
+                best = Some((n, agree || name == "agree", oracle || name == "oracle"));
+            }
+            _ => return Err(bad()),
         }
-        mode = Some(match name {
-            "agree" => Mode::BestOf {
-                n,
-                agree: true,
-                oracle,
-            },
-            "oracle" => Mode::BestOf {
-                n,
-                agree,
-                oracle: true,
-            },
-            _ => bail!(
-                "spreadsheet strategies `{}`: use {STRATEGIES}",
-                strategies.join(",")
-            ),
-        });
     }
-    mode.ok_or_else(|| anyhow::anyhow!("spreadsheet tasks need a strategy: {STRATEGIES}"))
+    match (best, rounds) {
+        (Some((n, agree, oracle)), rounds) => Ok(Mode::BestOf {
+            n,
+            agree,
+            oracle,
+            rounds: rounds.unwrap_or(1),
+        }),
+        (None, Some(r)) => Ok(Mode::Rounds(r)),
+        (None, None) => Err(bad()),
+    }
 }
 
 /// Runs the spreadsheet evaluation with the parsed `tern eval` flags.
@@ -149,11 +153,17 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         }
     };
     let (rounds, records) = match mode {
-        Mode::BestOf { n, agree, oracle } => {
-            let records = super::eval_spreadsheet_best::run(a, &tasks, n, &|r| lines.append(r))?;
+        Mode::BestOf {
+            n,
+            agree,
+            oracle,
+            rounds,
+        } => {
+            let records =
+                super::eval_spreadsheet_best::run(a, &tasks, n, rounds, &|r| lines.append(r))?;
             lines.finish()?;
             let shown = super::eval_spreadsheet_best::Shown { agree, oracle };
-            return super::eval_spreadsheet_best::print_scores(a, n, shown, &records);
+            return super::eval_spreadsheet_best::print_scores(a, n, rounds, shown, &records);
         }
         Mode::Reference => {
             let records =
@@ -283,19 +293,22 @@ mod tests {
         assert_eq!(mode("single").unwrap(), Mode::Rounds(1));
         assert_eq!(mode("rounds@3").unwrap(), Mode::Rounds(3));
         assert_eq!(mode("reference").unwrap(), Mode::Reference);
-        let both = Mode::BestOf {
+        let both = |rounds| Mode::BestOf {
             n: 8,
             agree: true,
             oracle: true,
+            rounds,
         };
-        assert_eq!(mode("agree@8,oracle@8").unwrap(), both);
-        assert_eq!(mode("oracle@8,agree@8").unwrap(), both);
+        assert_eq!(mode("agree@8,oracle@8").unwrap(), both(1));
+        assert_eq!(mode("oracle@8,agree@8").unwrap(), both(1));
+        assert_eq!(mode("agree@8,rounds@3,oracle@8").unwrap(), both(3));
         assert_eq!(
             mode("oracle@4").unwrap(),
             Mode::BestOf {
                 n: 4,
                 agree: false,
-                oracle: true
+                oracle: true,
+                rounds: 1,
             }
         );
         for (bad, says) in [
@@ -305,6 +318,8 @@ mod tests {
             ("single,agree@8", "use single"),
             ("majority@8", "use single"),
             ("rounds@11", "use single"),
+            ("rounds@2,agree@8,rounds@3", "once"),
+            ("reference,rounds@2", "use single"),
         ] {
             let e = mode(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");

@@ -2,12 +2,14 @@
 //! programs sampled per task (`--temperature`, `--seed`), judged on every
 //! test-case workbook, and the scores of the candidate chosen by agreement
 //! and of the oracle's, over the same candidates, overall and per
-//! operation kind. The evaluation is `tern_solve::eval::spreadsheet_best`.
+//! operation kind; with `rounds@R` beside them, each candidate retries
+//! after a crash or a missing answer and the scores are printed after each
+//! round. The evaluation is `tern_solve::eval::spreadsheet_best`.
 
 use std::collections::BTreeMap;
 
 use anyhow::Result;
-use tern_solve::eval::spreadsheet_best::{run_best_of, BestOfRecord, BestOfSettings};
+use tern_solve::eval::spreadsheet_best::{run_best_of, BestOfRecord, BestOfSettings, RoundChoice};
 use tern_solve::tasks::spreadsheet::{PromptBudget, SpreadsheetTask};
 use tern_solve::verify::spreadsheet::workbook_limits;
 
@@ -22,12 +24,13 @@ pub(super) struct Shown {
     pub oracle: bool,
 }
 
-/// Samples and judges `n` programs per task; `on_record` gets each task's
-/// record as it finishes.
+/// Samples and judges `n` programs per task, each up to `rounds` rounds;
+/// `on_record` gets each task's record as it finishes.
 pub(super) fn run(
     a: &EvalArgs,
     tasks: &[(usize, SpreadsheetTask)],
     n: usize,
+    rounds: usize,
     on_record: &(dyn Fn(&BestOfRecord) + Sync),
 ) -> Result<Vec<BestOfRecord>> {
     let engine = super::eval::engine(a)?;
@@ -41,6 +44,7 @@ pub(super) fn run(
         parallel: a.parallel as usize,
         budget: PromptBudget::default(),
         limits: workbook_limits(),
+        rounds,
     };
     let quiet = a.model.json;
     let report = |r: &BestOfRecord| {
@@ -49,7 +53,14 @@ pub(super) fn run(
             let each: Vec<String> = r
                 .candidates
                 .iter()
-                .map(|c| format!("{}/{}", c.passed, c.total))
+                .map(|c| {
+                    let before: String = c
+                        .earlier
+                        .iter()
+                        .map(|x| format!("{}/{}>", x.passed, x.total))
+                        .collect();
+                    format!("{before}{}/{}", c.passed, c.total)
+                })
                 .collect();
             eprintln!(
                 "task {} [{}]: candidates {}; agree #{} {}/{}, oracle #{} {}/{} ({:.1}s)",
@@ -69,43 +80,58 @@ pub(super) fn run(
     Ok(run_best_of(&engine, tasks, &settings, &report)?)
 }
 
-/// Which candidate of a record a strategy takes.
-type Pick = fn(&BestOfRecord) -> usize;
+/// Which candidate a strategy takes from a round's choices.
+type Pick = fn(&RoundChoice) -> usize;
 
-/// Mean soft score and share solved (hard) of each record's `pick`.
-fn scores(records: &[&BestOfRecord], pick: Pick) -> (f64, f64) {
+/// Mean soft score and share solved (hard) of each record's `pick` after
+/// `round` rounds.
+fn scores(records: &[&BestOfRecord], round: usize, pick: Pick) -> (f64, f64) {
     let n = records.len().max(1) as f64;
-    let soft = records.iter().map(|r| r.score(pick(r)).0).sum::<f64>() / n;
-    let hard = records.iter().filter(|r| r.score(pick(r)).1).count() as f64 / n;
+    let score = |r: &BestOfRecord| r.score_after(round, pick(&r.choice_after(round)));
+    let soft = records.iter().map(|r| score(r).0).sum::<f64>() / n;
+    let hard = records.iter().filter(|r| score(r).1).count() as f64 / n;
     (soft, hard)
 }
 
-/// The table: each shown strategy's scores overall and per kind.
+/// The table: each shown strategy's scores overall after each round, and
+/// per kind after the last.
 pub(super) fn print_scores(
     a: &EvalArgs,
     n: usize,
+    rounds: usize,
     shown: Shown,
     records: &[BestOfRecord],
 ) -> Result<()> {
     let mut strategies: Vec<(String, Pick)> = Vec::new();
     if shown.agree {
-        strategies.push((format!("agree@{n}"), |r| r.agree));
+        strategies.push((format!("agree@{n}"), |c| c.agree));
     }
     if shown.oracle {
-        strategies.push((format!("oracle@{n}"), |r| r.oracle));
+        strategies.push((format!("oracle@{n}"), |c| c.oracle));
     }
+    let rounds = rounds.max(1);
     let mut groups: BTreeMap<&str, Vec<&BestOfRecord>> = BTreeMap::new();
     groups.insert("all", records.iter().collect());
     for r in records {
         groups.entry(r.kind.as_str()).or_default().push(r);
     }
+    // "all" after every round, then each kind after the last.
+    let cells: Vec<(&str, usize, &Vec<&BestOfRecord>)> = (1..=rounds)
+        .map(|k| ("all", k, &groups["all"]))
+        .chain(
+            groups
+                .iter()
+                .filter(|(scope, _)| **scope != "all")
+                .map(|(scope, rs)| (*scope, rounds, rs)),
+        )
+        .collect();
     if a.model.json {
         let rows: Vec<_> = strategies
             .iter()
             .flat_map(|(name, pick)| {
-                groups.iter().map(move |(scope, rs)| {
-                    let (soft, hard) = scores(rs, *pick);
-                    serde_json::json!({ "strategy": name, "scope": scope,
+                cells.iter().map(move |(scope, round, rs)| {
+                    let (soft, hard) = scores(rs, *round, *pick);
+                    serde_json::json!({ "strategy": name, "scope": scope, "round": round,
                         "tasks": rs.len(), "soft": soft, "hard": hard })
                 })
             })
@@ -118,16 +144,17 @@ pub(super) fn print_scores(
     }
     println!("{} spreadsheet tasks ({})", records.len(), a.task);
     println!(
-        "{:<12} {:<16} {:>6} {:>7} {:>7}",
-        "strategy", "scope", "tasks", "soft", "hard"
+        "{:<12} {:<16} {:>6} {:>6} {:>7} {:>7}",
+        "strategy", "scope", "round", "tasks", "soft", "hard"
     );
     for (name, pick) in &strategies {
-        for (scope, rs) in &groups {
-            let (soft, hard) = scores(rs, *pick);
+        for (scope, round, rs) in &cells {
+            let (soft, hard) = scores(rs, *round, *pick);
             println!(
-                "{:<12} {:<16} {:>6} {:>7.3} {:>7.3}",
+                "{:<12} {:<16} {:>6} {:>6} {:>7.3} {:>7.3}",
                 name,
                 scope,
+                round,
                 rs.len(),
                 soft,
                 hard

@@ -29,7 +29,9 @@ pub struct TrainArgs {
     #[arg(long, short = 'm')]
     pub model: Option<String>,
     /// Training tasks: `arithmetic[:count=N,seed=S,difficulty=D,ops=add+sub+mul+word]`,
-    /// `story[:count=N,seed=S,steps=2+3,cot=0]` (multi-step word problems) or a JSONL file.
+    /// `story[:count=N,seed=S,steps=2+3,cot=0]` (multi-step word problems),
+    /// `spreadsheet[:count=N,seed=S]` (workbook tasks, rewarded by the share of
+    /// test-case workbooks a rollout's program solves; GRPO only) or a JSONL file.
     #[arg(long)]
     pub task: Option<String>,
     /// Held-out tasks scored greedily before and after training.

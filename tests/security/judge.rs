@@ -80,6 +80,7 @@ fn every_attack_earns_no_reward_in_training() {
         tests: vec!["pass".into()],
         prelude: String::new(),
         target: None,
+        sheet: None,
     };
     score(&mut rollouts, &task).expect("code rewards are computed");
     let rewarded: Vec<&str> = attacks

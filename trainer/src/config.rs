@@ -138,7 +138,8 @@ from_str_by_name! {
 pub struct TrainConfig {
     /// Model: a registry name or a GGUF path.
     pub model: String,
-    /// Training tasks: `arithmetic:...`, `story:...` or a JSONL file.
+    /// Training tasks: `arithmetic:...`, `story:...`, `spreadsheet:...` or a
+    /// JSONL file.
     pub task: String,
     /// Held-out tasks scored greedily before and after training (none: skip).
     pub eval_task: Option<String>,

@@ -199,6 +199,7 @@ mod tests {
             tests: Vec::new(),
             prelude: "def add(a, b):\n    \"\"\"The sum of a and b.\"\"\"\n".into(),
             target: None,
+            sheet: None,
         };
         let tests: Vec<String> = [
             "assert add(1, 2) == 3",

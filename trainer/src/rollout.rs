@@ -117,8 +117,19 @@ pub fn grade(text: &str, task: &Task) -> Result<eval::Grade> {
 /// of tests scaled to the group's difficulty (every rollout runs a few
 /// screening tests; more only where their pass patterns disagree, which is
 /// where more tests tell rollouts apart), so rewards within a group compare
-/// the same tests.
+/// the same tests. Spreadsheet tasks: the share of test-case workbooks each
+/// rollout's program solves (SpreadsheetBench's soft score).
 pub fn score(rollouts: &mut [Rollout], task: &Task) -> Result<()> {
+    if let Some(sheet) = &task.sheet {
+        let limits = verify::spreadsheet::workbook_limits();
+        for r in rollouts {
+            let program = verify::extract_code(&r.text);
+            let report = verify::spreadsheet::judge_workbooks(&program, sheet, &limits)
+                .map_err(|e| TrainError::Rollout(format!("judging spreadsheet rollouts: {e}")))?;
+            r.reward = report.soft();
+        }
+        return Ok(());
+    }
     if !task.is_code() {
         for r in rollouts {
             r.reward = reward(&r.text, task);
@@ -355,6 +366,7 @@ mod tests {
             ],
             prelude: String::new(),
             target: None,
+            sheet: None,
         };
         let mut group = vec![
             rollout("```python\ndef add(a, b):\n    return a + b\n```"),
@@ -379,5 +391,25 @@ mod tests {
         assert_eq!((group[0].reward, group[1].reward), (1.0, 0.0));
         assert!(solved("The answer is 4.", &answer).unwrap());
         assert!(!solved("5", &answer).unwrap());
+    }
+
+    #[test]
+    fn spreadsheet_rollouts_earn_the_share_of_workbooks_they_solve() {
+        let tasks = tern_solve::tasks::load("spreadsheet:count=1,seed=7").unwrap();
+        let task = &tasks[0];
+        let sheet = task.sheet.as_ref().unwrap();
+        assert!(task.question.contains(&sheet.instruction));
+        let fenced = |p: &str| format!("Here it is:\n```python\n{p}\n```");
+        let unchanged = "import openpyxl\nopenpyxl.load_workbook('input.xlsx').save('output.xlsx')";
+        let mut group = vec![
+            rollout(&fenced(&sheet.reference)),
+            rollout(&fenced(unchanged)),
+            rollout("I cannot write code."),
+        ];
+        score(&mut group, task).unwrap();
+        let rewards: Vec<f64> = group.iter().map(|r| r.reward).collect();
+        assert_eq!(rewards, vec![1.0, 0.0, 0.0]);
+        assert!(solved(&group[0].text, task).unwrap());
+        assert!(!solved(&group[1].text, task).unwrap());
     }
 }

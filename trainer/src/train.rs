@@ -202,7 +202,7 @@ pub fn train(
     if cfg.reward == crate::reward::Reward::Task {
         if let Some(i) = train_tasks
             .iter()
-            .position(|t| t.answer.is_empty() && t.tests.is_empty())
+            .position(|t| t.answer.is_empty() && t.tests.is_empty() && t.sheet.is_none())
         {
             return Err(TrainError::Config(format!(
                 "task {} has neither an answer nor tests: give --reward generated_tests:K \
@@ -211,10 +211,22 @@ pub fn train(
             )));
         }
     }
-    // SFT writes "The answer is X" for a task: code tasks have no such line.
-    if cfg.algorithm == Algorithm::Sft && train_tasks.iter().any(|t| t.is_code()) {
+    // Spreadsheet tasks are judged on their workbooks, not by unit tests.
+    if cfg.reward != crate::reward::Reward::Task && train_tasks.iter().any(|t| t.sheet.is_some()) {
         return Err(TrainError::Config(
-            "sft needs answer tasks: code tasks (graded by tests) train with grpo".into(),
+            "spreadsheet tasks are rewarded by their test-case workbooks: train them with \
+             --reward task"
+                .into(),
+        ));
+    }
+    // SFT writes "The answer is X" for a task: code tasks have no such line.
+    if cfg.algorithm == Algorithm::Sft
+        && train_tasks.iter().any(|t| t.is_code() || t.sheet.is_some())
+    {
+        return Err(TrainError::Config(
+            "sft needs answer tasks: code and spreadsheet tasks (graded by running their \
+             programs) train with grpo"
+                .into(),
         ));
     }
     prepare_out(&cfg.out)?;

@@ -82,8 +82,23 @@ pub struct Grade {
 
 /// Grades a response: a code task runs the program in `text` against every
 /// test (solved when all pass, as HumanEval's pass@1 counts); an answer task
-/// compares the extracted `answer` with the task's.
+/// compares the extracted `answer` with the task's; a spreadsheet task runs
+/// the program on every test-case workbook (solved when all pass,
+/// SpreadsheetBench's hard score).
 pub fn judge(task: &Task, text: &str, answer: Option<&str>) -> Result<Grade, EvalError> {
+    if let Some(sheet) = &task.sheet {
+        let r = verify::spreadsheet::judge_workbooks(
+            &verify::extract_code(text),
+            sheet,
+            &verify::spreadsheet::workbook_limits(),
+        )
+        .map_err(EvalError::Judge)?;
+        return Ok(Grade {
+            ok: r.hard(),
+            answer: Some(format!("{}/{} test cases", r.passed(), r.verdicts.len())),
+            want: format!("{} test cases", r.verdicts.len()),
+        });
+    }
     if task.is_code() {
         let program = task.program(&verify::extract_code(text));
         let r = verify::judge_python(&program, &task.tests, &verify::Limits::default())

@@ -6,7 +6,14 @@
 //! is a real strategy, and by the oracle (the candidate the reference
 //! comparison scores best), the ceiling any selection among these N could
 //! reach. The rules are in `verify::spreadsheet::select`.
+//!
+//! With rounds (`rounds@R` beside `agree@N`), each candidate is its own
+//! conversation: a candidate whose program crashed, ran out of time or left
+//! no answer on a test case is shown that (never a hidden answer, so the
+//! choice by agreement stays blind) and writes its program again, up to R
+//! rounds; both choices are made again after every round.
 
+use std::thread;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -15,13 +22,13 @@ use tern_runtime::engine::EngineHandle;
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
 
-use super::spreadsheet::{each_task, feedback};
+use super::spreadsheet::{each_task, feedback, RoundResult};
 use super::EvalError;
 use crate::reasoning::{best_of_n, Aggregate, BonRequest};
 use crate::tasks::spreadsheet::{prompt, PromptBudget, SpreadsheetTask};
 use crate::verify::spreadsheet::select::{by_agreement, by_oracle, supports};
 use crate::verify::spreadsheet::{judge_workbooks, WorkbookReport};
-use crate::verify::{extract_code, Limits};
+use crate::verify::{extract_code, Limits, Verdict};
 
 /// How best-of-N samples and judges.
 #[derive(Clone, Debug)]
@@ -44,6 +51,8 @@ pub struct BestOfSettings {
     pub budget: PromptBudget,
     /// Limits of each test-case run.
     pub limits: Limits,
+    /// Rounds per candidate (1 = single-round; see the module docs).
+    pub rounds: usize,
 }
 
 /// One sampled program, judged.
@@ -64,6 +73,30 @@ pub struct CandidateRecord {
     pub tokens: usize,
     /// The program.
     pub program: String,
+    /// Its rounds before the last one, in order (empty when it wrote one
+    /// program); the fields above are its last round's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<RoundResult>,
+}
+
+impl CandidateRecord {
+    /// Its (passed, total) after `round` rounds (1-based): a candidate that
+    /// stopped earlier keeps its last program.
+    pub fn after(&self, round: usize) -> (usize, usize) {
+        match self.earlier.get(round.max(1) - 1) {
+            Some(r) => (r.passed, r.total),
+            None => (self.passed, self.total),
+        }
+    }
+}
+
+/// The two choices after one round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundChoice {
+    /// The candidate chosen by agreement.
+    pub agree: usize,
+    /// The candidate the oracle chooses.
+    pub oracle: usize,
 }
 
 /// A task's best-of-N record: every candidate and both choices.
@@ -81,32 +114,73 @@ pub struct BestOfRecord {
     pub oracle: usize,
     /// Wall seconds for the task (sampling and judging).
     pub secs: f64,
+    /// With rounds: both choices after each round, round 1 first (the last
+    /// is `agree`/`oracle`); empty for a single-round run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_round: Vec<RoundChoice>,
 }
 
 impl BestOfRecord {
     /// The (soft, hard) score of candidate `chosen`.
     pub fn score(&self, chosen: usize) -> (f64, bool) {
-        match self.candidates.get(chosen) {
-            Some(c) if c.total > 0 => (c.passed as f64 / c.total as f64, c.passed == c.total),
+        self.score_after(usize::MAX, chosen)
+    }
+
+    /// The (soft, hard) score of candidate `chosen` after `round` rounds.
+    pub fn score_after(&self, round: usize, chosen: usize) -> (f64, bool) {
+        match self.candidates.get(chosen).map(|c| c.after(round)) {
+            Some((passed, total)) if total > 0 => (passed as f64 / total as f64, passed == total),
             _ => (0.0, false),
+        }
+    }
+
+    /// Both choices after `round` rounds (1-based; past the last round, the
+    /// last choices).
+    pub fn choice_after(&self, round: usize) -> RoundChoice {
+        let last = RoundChoice {
+            agree: self.agree,
+            oracle: self.oracle,
+        };
+        match round.checked_sub(1) {
+            Some(k) if k < self.by_round.len() => self.by_round[k],
+            _ => last,
         }
     }
 }
 
-/// N programs for `task`, each judged on every test case: the programs,
-/// their token counts and their reports, in seed order.
-pub fn sample_and_judge(
+/// One candidate: its conversation so far, its last reply, and its judged
+/// programs, one per round.
+struct Trajectory {
+    messages: Vec<ChatMessage>,
+    reply: String,
+    rounds: Vec<Judged>,
+}
+
+/// A program as the judge saw it.
+struct Judged {
+    program: String,
+    tokens: usize,
+    report: WorkbookReport,
+}
+
+impl Trajectory {
+    fn last(&self) -> &Judged {
+        self.rounds.last().expect("a trajectory has a round")
+    }
+}
+
+/// `n` replies to `messages` sampled at the settings' temperature, reply
+/// `c` seeded `seed + c`: (text, tokens) in seed order.
+fn sample(
     engine: &EngineHandle,
-    task: &SpreadsheetTask,
+    messages: Vec<ChatMessage>,
+    n: usize,
     settings: &BestOfSettings,
     seed: u64,
-) -> Result<Vec<(String, usize, WorkbookReport)>, EvalError> {
+) -> Result<Vec<(String, usize)>, EvalError> {
     let req = BonRequest {
-        messages: vec![ChatMessage::new(
-            "user",
-            prompt(task, settings.budget).as_str(),
-        )],
-        n: settings.n,
+        messages,
+        n,
         sampling: SamplingParams {
             temperature: settings.temperature,
             top_p: settings.top_p,
@@ -116,7 +190,7 @@ pub fn sample_and_judge(
         max_tokens: settings.max_tokens,
         aggregate: Aggregate::Majority,
         adaptive: false,
-        wave: settings.n,
+        wave: n,
         confidence: 0.95,
         kv_policy: settings.kv_policy.clone(),
         tests: Vec::new(),
@@ -125,47 +199,231 @@ pub fn sample_and_judge(
         cancel: Default::default(),
     };
     let res = best_of_n(engine, &req)?;
-    res.candidates
-        .iter()
-        .map(|c| {
-            let program = extract_code(&c.text);
-            let report =
-                judge_workbooks(&program, task, &settings.limits).map_err(EvalError::Judge)?;
-            Ok((program, c.tokens, report))
-        })
-        .collect()
+    Ok(res
+        .candidates
+        .into_iter()
+        .map(|c| (c.text, c.tokens))
+        .collect())
 }
 
-/// The record of judged candidates: each one's scores and agreement, and
-/// the two choices.
-pub fn record_of(
+fn judge(
+    reply: &str,
+    tokens: usize,
+    task: &SpreadsheetTask,
+    limits: &Limits,
+) -> Result<Judged, EvalError> {
+    let program = extract_code(reply);
+    let report = judge_workbooks(&program, task, limits).map_err(EvalError::Judge)?;
+    Ok(Judged {
+        program,
+        tokens,
+        report,
+    })
+}
+
+/// What a candidate may be told after a round without any hidden answer:
+/// the first test case on which its program crashed, ran out of time, or
+/// left no answer (no output.xlsx, or the answer range empty or as the
+/// input had it). `None` when it answered every test case, which is all a
+/// run without the reference answers can see.
+pub fn blind_feedback(report: &WorkbookReport) -> Option<String> {
+    let mut found = None;
+    for (k, v) in report.verdicts.iter().enumerate() {
+        let answered = matches!(report.answers.get(k), Some(Some(_)));
+        match v {
+            Verdict::Pass => {}
+            Verdict::Crash { .. } | Verdict::Timeout => return Some(feedback(k, v)),
+            Verdict::Fail { .. } if !answered => {
+                found.get_or_insert(k);
+            }
+            Verdict::Fail { .. } => {}
+        }
+    }
+    found.map(|k| {
+        format!(
+            "test case {}: the program ran, but output.xlsx was missing or the answer \
+             range was left empty or as the input had it",
+            k + 1
+        )
+    })
+}
+
+/// The next user turn after a round with `feedback`: says nothing a run
+/// without the reference answers could not see.
+fn blind_retry_prompt(report: &WorkbookReport, feedback: &str) -> String {
+    let bad = report
+        .verdicts
+        .iter()
+        .enumerate()
+        .filter(|&(k, v)| {
+            matches!(v, Verdict::Crash { .. } | Verdict::Timeout)
+                || (!v.passed() && !matches!(report.answers.get(k), Some(Some(_))))
+        })
+        .count();
+    format!(
+        "Your program did not produce an answer on {bad} of {} test-case workbooks. On \
+         {feedback}\nFix the program and answer with the whole corrected program in one \
+         ```python block.",
+        report.verdicts.len()
+    )
+}
+
+/// Both choices over the candidates' last programs.
+fn choose(trajectories: &[Trajectory]) -> RoundChoice {
+    let reports: Vec<WorkbookReport> = trajectories
+        .iter()
+        .map(|t| t.last().report.clone())
+        .collect();
+    RoundChoice {
+        agree: by_agreement(&reports).unwrap_or(0),
+        oracle: by_oracle(&reports).unwrap_or(0),
+    }
+}
+
+/// Best-of-N on task number `i` (its seeds: `settings.seed + 1000 i`, then
+/// candidate `c` of round `r` (0-based) `+ r n + c`): N programs, each
+/// judged on every test case, retried as the module docs say up to
+/// `settings.rounds` rounds, and the record of both choices.
+pub fn best_of_task(
+    engine: &EngineHandle,
+    i: usize,
+    task: &SpreadsheetTask,
+    settings: &BestOfSettings,
+) -> Result<BestOfRecord, EvalError> {
+    let start = Instant::now();
+    let seed = settings.seed.wrapping_add(i as u64 * 1000);
+    let opening = vec![ChatMessage::new(
+        "user",
+        prompt(task, settings.budget).as_str(),
+    )];
+    let mut trajectories = sample(engine, opening.clone(), settings.n, settings, seed)?
+        .into_iter()
+        .map(|(reply, tokens)| {
+            let first = judge(&reply, tokens, task, &settings.limits)?;
+            Ok(Trajectory {
+                messages: opening.clone(),
+                reply,
+                rounds: vec![first],
+            })
+        })
+        .collect::<Result<Vec<_>, EvalError>>()?;
+    let mut by_round = vec![choose(&trajectories)];
+    for round in 1..settings.rounds.max(1) {
+        let retries: Vec<(usize, Vec<ChatMessage>)> = trajectories
+            .iter()
+            .enumerate()
+            .filter_map(|(c, t)| {
+                let last = &t.last().report;
+                let feedback = blind_feedback(last)?;
+                let mut messages = t.messages.clone();
+                messages.push(ChatMessage::new("assistant", t.reply.as_str()));
+                messages.push(ChatMessage::new(
+                    "user",
+                    blind_retry_prompt(last, &feedback).as_str(),
+                ));
+                Some((c, messages))
+            })
+            .collect();
+        if retries.is_empty() {
+            break;
+        }
+        // Side by side, so the engine batches the retries.
+        let stride = (round * settings.n) as u64;
+        let outcomes: Vec<Result<(String, Judged), EvalError>> = thread::scope(|scope| {
+            let handles: Vec<_> = retries
+                .iter()
+                .map(|(c, messages)| {
+                    let seed = seed.wrapping_add(stride + *c as u64);
+                    scope.spawn(move || {
+                        let (reply, tokens) = sample(engine, messages.clone(), 1, settings, seed)?
+                            .pop()
+                            .unwrap_or_default();
+                        let judged = judge(&reply, tokens, task, &settings.limits)?;
+                        Ok((reply, judged))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a retry's thread"))
+                .collect()
+        });
+        for ((c, messages), outcome) in retries.into_iter().zip(outcomes) {
+            let (reply, judged) = outcome?;
+            let t = &mut trajectories[c];
+            t.messages = messages;
+            t.reply = reply;
+            t.rounds.push(judged);
+        }
+        by_round.push(choose(&trajectories));
+    }
+    Ok(record_of(
+        i,
+        task.kind.name(),
+        trajectories,
+        by_round,
+        start.elapsed().as_secs_f64(),
+    ))
+}
+
+/// A round as the record keeps it.
+fn round_result(j: &Judged) -> RoundResult {
+    RoundResult {
+        passed: j.report.passed(),
+        total: j.report.verdicts.len(),
+        failure: j.report.first_failure().map(|(k, v)| feedback(k, v)),
+        tokens: j.tokens,
+    }
+}
+
+/// The record of judged candidates: each one's scores and agreement (over
+/// the last programs), and the choices.
+fn record_of(
     task: usize,
     kind: &str,
-    judged: Vec<(String, usize, WorkbookReport)>,
+    trajectories: Vec<Trajectory>,
+    by_round: Vec<RoundChoice>,
     secs: f64,
 ) -> BestOfRecord {
-    let reports: Vec<WorkbookReport> = judged.iter().map(|(_, _, r)| r.clone()).collect();
+    let reports: Vec<WorkbookReport> = trajectories
+        .iter()
+        .map(|t| t.last().report.clone())
+        .collect();
     let support = supports(&reports);
-    let candidates = judged
+    let last = *by_round.last().expect("round 1 is chosen");
+    let candidates = trajectories
         .into_iter()
         .zip(support)
-        .map(|((program, tokens, report), s)| CandidateRecord {
-            passed: report.passed(),
-            total: report.verdicts.len(),
-            agreements: s.agreements,
-            answered: s.answered,
-            failure: report.first_failure().map(|(k, v)| feedback(k, v)),
-            tokens,
-            program,
+        .map(|(mut t, s)| {
+            let final_round = t.rounds.pop().expect("a trajectory has a round");
+            let earlier = t.rounds.iter().map(round_result).collect();
+            CandidateRecord {
+                passed: final_round.report.passed(),
+                total: final_round.report.verdicts.len(),
+                agreements: s.agreements,
+                answered: s.answered,
+                failure: final_round
+                    .report
+                    .first_failure()
+                    .map(|(k, v)| feedback(k, v)),
+                tokens: final_round.tokens,
+                program: final_round.program,
+                earlier,
+            }
         })
         .collect();
     BestOfRecord {
         task,
         kind: kind.to_string(),
         candidates,
-        agree: by_agreement(&reports).unwrap_or(0),
-        oracle: by_oracle(&reports).unwrap_or(0),
+        agree: last.agree,
+        oracle: last.oracle,
         secs,
+        by_round: if by_round.len() > 1 {
+            by_round
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -178,14 +436,146 @@ pub fn run_best_of(
     on_record: &(dyn Fn(&BestOfRecord) + Sync),
 ) -> Result<Vec<BestOfRecord>, EvalError> {
     each_task(tasks, settings.parallel, on_record, |i, task| {
-        let start = Instant::now();
-        let seed = settings.seed.wrapping_add(i as u64 * 1000);
-        let judged = sample_and_judge(engine, task, settings, seed)?;
-        Ok(record_of(
-            i,
-            task.kind.name(),
-            judged,
-            start.elapsed().as_secs_f64(),
-        ))
+        best_of_task(engine, i, task, settings)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(verdicts: Vec<Verdict>, answers: Vec<Option<&str>>) -> WorkbookReport {
+        WorkbookReport {
+            verdicts,
+            answers: answers
+                .into_iter()
+                .map(|a| a.map(|t| vec![t.to_string()]))
+                .collect(),
+        }
+    }
+
+    fn wrong(reason: &str) -> Verdict {
+        Verdict::Fail {
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_retry_is_told_what_ran_wrong_and_never_a_hidden_answer() {
+        // Passed, answered wrongly, crashed: only the crash is visible.
+        let r = report(
+            vec![
+                Verdict::Pass,
+                wrong("B7: expected 42, got 41"),
+                Verdict::Crash {
+                    stderr: "KeyError: 'Qty'".into(),
+                },
+            ],
+            vec![Some("n:1"), Some("n:41"), None],
+        );
+        let said = blind_feedback(&r).unwrap();
+        assert!(
+            said.starts_with("test case 3:") && said.contains("KeyError"),
+            "{said}"
+        );
+        let prompt = blind_retry_prompt(&r, &said);
+        assert!(prompt.contains("1 of 3"), "{prompt}");
+        assert!(
+            !prompt.contains("42") && !prompt.contains("solved"),
+            "{prompt}"
+        );
+        // No answer (no output, or the range left empty): told so, without the reason.
+        let r = report(
+            vec![
+                wrong("B7: expected 42, got nothing"),
+                wrong("B7: expected 43"),
+            ],
+            vec![None, Some("n:7")],
+        );
+        let said = blind_feedback(&r).unwrap();
+        assert!(
+            said.starts_with("test case 1:") && !said.contains("42"),
+            "{said}"
+        );
+        // A timeout anywhere comes before a missing answer.
+        let r = report(vec![wrong("x"), Verdict::Timeout], vec![None, None]);
+        assert_eq!(
+            blind_feedback(&r).unwrap(),
+            "test case 2: the program did not finish in time"
+        );
+        // Every case answered, right or wrong: nothing a blind run can say.
+        let r = report(
+            vec![Verdict::Pass, wrong("B7: expected 42, got 41")],
+            vec![Some("n:1"), Some("n:41")],
+        );
+        assert_eq!(blind_feedback(&r), None);
+    }
+
+    fn candidate(passed: usize, earlier: &[usize]) -> CandidateRecord {
+        CandidateRecord {
+            passed,
+            total: 4,
+            agreements: 0,
+            answered: 4,
+            failure: None,
+            tokens: 1,
+            program: String::new(),
+            earlier: earlier
+                .iter()
+                .map(|&p| RoundResult {
+                    passed: p,
+                    total: 4,
+                    failure: None,
+                    tokens: 1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn scores_after_a_round_use_that_rounds_programs_and_choices() {
+        let record = BestOfRecord {
+            task: 0,
+            kind: "lookup".into(),
+            // Candidate 0 went 0 -> 2 -> 4; candidate 1 stopped after 3 of 4.
+            candidates: vec![candidate(4, &[0, 2]), candidate(3, &[])],
+            agree: 0,
+            oracle: 0,
+            secs: 0.0,
+            by_round: vec![
+                RoundChoice {
+                    agree: 0,
+                    oracle: 1,
+                },
+                RoundChoice {
+                    agree: 1,
+                    oracle: 1,
+                },
+                RoundChoice {
+                    agree: 0,
+                    oracle: 0,
+                },
+            ],
+        };
+        let agree_after = |k| record.score_after(k, record.choice_after(k).agree);
+        assert_eq!(agree_after(1), (0.0, false));
+        assert_eq!(agree_after(2), (0.75, false));
+        assert_eq!(agree_after(3), (1.0, true));
+        assert_eq!(agree_after(9), (1.0, true));
+        assert_eq!(record.score_after(2, 0), (0.5, false));
+        assert_eq!(record.score(1), (0.75, false));
+        // A single-round record (no by_round) answers every round with its choice.
+        let single = BestOfRecord {
+            by_round: Vec::new(),
+            agree: 1,
+            ..record.clone()
+        };
+        assert_eq!(single.choice_after(1).agree, 1);
+        assert_eq!(single.choice_after(3).agree, 1);
+        // Records written before rounds existed still load.
+        let old = r#"{"task":3,"kind":"dates","candidates":[{"passed":1,"total":4,
+            "agreements":0,"answered":2,"tokens":9,"program":"x"}],"agree":0,"oracle":0,"secs":1.0}"#;
+        let old: BestOfRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(old.score_after(2, 0), (0.25, false));
+    }
 }

@@ -103,6 +103,7 @@ fn code_task(
         tests,
         prelude: v["prelude"].as_str().unwrap_or_default().to_string(),
         target: None,
+        sheet: None,
     })
 }
 

@@ -29,6 +29,7 @@ pub fn task(v: &serde_json::Value) -> Result<Task, String> {
         tests: split_check(test, entry),
         prelude: prompt.to_string(),
         target: None,
+        sheet: None,
     })
 }
 

@@ -48,6 +48,12 @@ pub struct Task {
     /// `eval::synthesis_data`). Files give it as `target`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// Spreadsheet tasks: the workbooks a program is judged on (solved when
+    /// it passes every test case; a rollout's reward is the share it
+    /// passes). Built from the family's generator or file, never from a
+    /// JSONL line of this type.
+    #[serde(skip)]
+    pub sheet: Option<std::sync::Arc<spreadsheet::SpreadsheetTask>>,
 }
 
 impl Task {
@@ -60,6 +66,22 @@ impl Task {
             tests: Vec::new(),
             prelude: String::new(),
             target: None,
+            sheet: None,
+        }
+    }
+
+    /// A spreadsheet task as the trainer and `tern eval`'s grading take it:
+    /// its prompt (the workbook shown as [`spreadsheet::prompt`] shows it)
+    /// as the question, judged on its workbooks.
+    pub fn spreadsheet(task: spreadsheet::SpreadsheetTask) -> Self {
+        Task {
+            question: spreadsheet::prompt(&task, spreadsheet::PromptBudget::default()),
+            answer: String::new(),
+            difficulty: None,
+            tests: Vec::new(),
+            prelude: String::new(),
+            target: None,
+            sheet: Some(std::sync::Arc::new(task)),
         }
     }
 
@@ -101,7 +123,8 @@ pub enum TaskError {
 
 /// Tasks from `source`: a built-in generator spec (`arithmetic[:k=v,...]`, see
 /// [`ArithmeticSpec`]; `story[:k=v,...]`, multi-step word problems, see
-/// [`StorySpec`]) or the path of a JSONL file.
+/// [`StorySpec`]; `spreadsheet[:k=v,...]`, workbook tasks, see
+/// [`spreadsheet::load`]) or the path of a JSONL file.
 pub fn load(source: &str) -> Result<Vec<Task>, TaskError> {
     let spec_error = |reason| TaskError::Spec {
         spec: source.to_string(),
@@ -112,11 +135,10 @@ pub fn load(source: &str) -> Result<Vec<Task>, TaskError> {
             .and_then(|s| s.generate())
             .map_err(spec_error)?
     } else if spreadsheet::is_spreadsheet(source) {
-        return Err(spec_error(
-            "spreadsheet tasks are judged on workbooks, not by answers or unit tests: \
-             `tern eval` runs them (tasks::spreadsheet::load)"
-                .into(),
-        ));
+        spreadsheet::load(source)?
+            .into_iter()
+            .map(Task::spreadsheet)
+            .collect()
     } else if let Some(rest) = builtin_rest(source, "story") {
         StorySpec::parse(rest)
             .and_then(|s| s.generate())
