@@ -73,11 +73,12 @@ cargo test --release --locked --workspace
 
 # 5. The OpenAI-compatible server, driven by the official `openai` SDK.
 say "OpenAI API suite (pytest tests/openai)"
-# (openai-agents: a real agent framework as a client, tests/openai/test_agents.py)
-if ! python3 -c 'import openai, pytest, agents' >/dev/null 2>&1; then
+# (openai-agents: a real agent framework as a client, tests/openai/test_agents.py;
+# openpyxl: the client's own workbooks in tests/openai/test_spreadsheet.py)
+if ! python3 -c 'import openai, pytest, agents, openpyxl' >/dev/null 2>&1; then
   # (a distribution's externally managed Python refuses the plain install)
-  python3 -m pip install --quiet openai pytest openai-agents \
-    || python3 -m pip install --quiet --break-system-packages openai pytest openai-agents
+  python3 -m pip install --quiet openai pytest openai-agents openpyxl \
+    || python3 -m pip install --quiet --break-system-packages openai pytest openai-agents openpyxl
 fi
 PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/openai
 

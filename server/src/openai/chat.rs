@@ -56,6 +56,11 @@ pub struct ChatFields {
     /// Tern extension: which loaded model writes the synthesis for
     /// `aggregate: synthesize` (the served model or `--synthesizer-model`).
     pub synthesizer_model: Option<String>,
+    /// Tern extension: the spreadsheet setting (`workbooks`,
+    /// `answer_position`, `instruction_type`, `rounds`; read by
+    /// `routes::spreadsheet`): the model writes openpyxl programs run on the
+    /// client's workbooks.
+    pub spreadsheet: Option<serde_json::Value>,
 }
 
 /// One message as sent; `content` is checked in `prompt.rs` (string, list of

@@ -26,7 +26,7 @@ use crate::openai::{system_fingerprint, ResponseMeta};
 use crate::overflow::{self, ContextOverflow, Overflowed, Shifted};
 use crate::params::{self, EndpointInput};
 use crate::prompt;
-use crate::routes::{best_of, reasoning};
+use crate::routes::{best_of, reasoning, spreadsheet};
 use crate::state::{limits, AppState};
 use crate::stream::{sse_response, ChunkFormat, StreamState};
 use crate::think::{self, ThinkSplit};
@@ -169,6 +169,40 @@ pub async fn chat_completions(
         model: served.name.clone(),
         system_fingerprint: system_fingerprint(),
     };
+    if let Some(raw) = own.spreadsheet.as_ref() {
+        if tool_plan.is_some() || tool_turns {
+            return Err(ApiError::invalid_param(
+                "spreadsheet",
+                "spreadsheet cannot be combined with tools (the answer is a program)",
+            ));
+        }
+        if let Some((_, param)) = &plan.constraint {
+            return Err(ApiError::invalid_param(
+                *param,
+                "structured outputs cannot be combined with spreadsheet (the answer is a program)",
+            ));
+        }
+        if own.aggregate.is_some() || own.tests.is_some() || own.generate_tests.is_some() {
+            return Err(ApiError::invalid_param(
+                "spreadsheet",
+                "spreadsheet chooses among best_of programs by their outputs' agreement: \
+                 leave out aggregate, tests and generate_tests",
+            ));
+        }
+        let req = spreadsheet::request(
+            raw,
+            own.best_of,
+            &messages,
+            &plan,
+            state.allow_code_execution(),
+        )?;
+        let opening = req.opening().to_vec();
+        let counted = Arc::clone(&model);
+        let prompt_tokens =
+            prompt::off_thread(move || Ok(prompt::chat_prompt(&counted, &opening, content)?.len()))
+                .await?;
+        return spreadsheet::respond(engine, req, meta, prompt_tokens).await;
+    }
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {
         if tool_plan.is_some() || tool_turns {
             return Err(ApiError::invalid_param(

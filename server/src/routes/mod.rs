@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod models;
 pub mod reasoning;
 pub mod responses;
+pub mod spreadsheet;
 pub mod tokenize;
 pub mod ui;
 

@@ -25,9 +25,9 @@ use tern_runtime::sampler::SamplingParams;
 use super::spreadsheet::{each_task, feedback, RoundResult};
 use super::EvalError;
 use crate::reasoning::{best_of_n, Aggregate, BonRequest};
-use crate::tasks::spreadsheet::{prompt, PromptBudget, SpreadsheetTask};
+use crate::tasks::spreadsheet::{prompt, Case, PromptBudget, SpreadsheetTask};
 use crate::verify::spreadsheet::select::{by_agreement, by_oracle, supports};
-use crate::verify::spreadsheet::{judge_workbooks, WorkbookReport};
+use crate::verify::spreadsheet::{judge_cases, WorkbookReport};
 use crate::verify::{extract_code, Limits, Verdict};
 
 /// How best-of-N samples and judges.
@@ -150,23 +150,38 @@ impl BestOfRecord {
 
 /// One candidate: its conversation so far, its last reply, and its judged
 /// programs, one per round.
-struct Trajectory {
+pub struct Trajectory {
     messages: Vec<ChatMessage>,
-    reply: String,
-    rounds: Vec<Judged>,
+    /// Its last reply, whole.
+    pub reply: String,
+    /// Its programs as judged, one per round.
+    pub rounds: Vec<Judged>,
 }
 
 /// A program as the judge saw it.
-struct Judged {
-    program: String,
-    tokens: usize,
-    report: WorkbookReport,
+pub struct Judged {
+    /// The program (the reply's last ```python block).
+    pub program: String,
+    /// Tokens its reply took.
+    pub tokens: usize,
+    /// Its verdicts and answer ranges, one per test case.
+    pub report: WorkbookReport,
 }
 
 impl Trajectory {
-    fn last(&self) -> &Judged {
+    /// Its last round.
+    pub fn last(&self) -> &Judged {
         self.rounds.last().expect("a trajectory has a round")
     }
+}
+
+/// Every candidate of a best-of-N run with rounds, and both choices after
+/// each round (the last is the run's).
+pub struct BestOfRun {
+    /// The candidates, in seed order.
+    pub candidates: Vec<Trajectory>,
+    /// The choices after each round, round 1 first.
+    pub by_round: Vec<RoundChoice>,
 }
 
 /// `n` replies to `messages` sampled at the settings' temperature, reply
@@ -196,7 +211,7 @@ fn sample(
         tests: Vec::new(),
         prelude: String::new(),
         length: None,
-        cancel: Default::default(),
+        cancel: settings.limits.cancel.clone(),
     };
     let res = best_of_n(engine, &req)?;
     Ok(res
@@ -206,14 +221,9 @@ fn sample(
         .collect())
 }
 
-fn judge(
-    reply: &str,
-    tokens: usize,
-    task: &SpreadsheetTask,
-    limits: &Limits,
-) -> Result<Judged, EvalError> {
+fn judge(reply: &str, tokens: usize, cases: &[Case], limits: &Limits) -> Result<Judged, EvalError> {
     let program = extract_code(reply);
-    let report = judge_workbooks(&program, task, limits).map_err(EvalError::Judge)?;
+    let report = judge_cases(&program, cases, limits).map_err(EvalError::Judge)?;
     Ok(Judged {
         program,
         tokens,
@@ -229,14 +239,12 @@ fn judge(
 pub fn blind_feedback(report: &WorkbookReport) -> Option<String> {
     let mut found = None;
     for (k, v) in report.verdicts.iter().enumerate() {
-        let answered = matches!(report.answers.get(k), Some(Some(_)));
         match v {
-            Verdict::Pass => {}
             Verdict::Crash { .. } | Verdict::Timeout => return Some(feedback(k, v)),
-            Verdict::Fail { .. } if !answered => {
+            _ if !answered(report, k) => {
                 found.get_or_insert(k);
             }
-            Verdict::Fail { .. } => {}
+            _ => {}
         }
     }
     found.map(|k| {
@@ -248,6 +256,13 @@ pub fn blind_feedback(report: &WorkbookReport) -> Option<String> {
     })
 }
 
+/// Whether the program wrote an answer range on case `k` (what a run
+/// without reference answers sees; a verdict against a client's workbook,
+/// which has no expected values, would mean nothing).
+fn answered(report: &WorkbookReport, k: usize) -> bool {
+    matches!(report.answers.get(k), Some(Some(_)))
+}
+
 /// The next user turn after a round with `feedback`: says nothing a run
 /// without the reference answers could not see.
 fn blind_retry_prompt(report: &WorkbookReport, feedback: &str) -> String {
@@ -256,8 +271,7 @@ fn blind_retry_prompt(report: &WorkbookReport, feedback: &str) -> String {
         .iter()
         .enumerate()
         .filter(|&(k, v)| {
-            matches!(v, Verdict::Crash { .. } | Verdict::Timeout)
-                || (!v.passed() && !matches!(report.answers.get(k), Some(Some(_))))
+            matches!(v, Verdict::Crash { .. } | Verdict::Timeout) || !answered(report, k)
         })
         .count();
     format!(
@@ -296,10 +310,30 @@ pub fn best_of_task(
         "user",
         prompt(task, settings.budget).as_str(),
     )];
+    let run = best_of_cases(engine, opening, &task.cases, settings, seed)?;
+    Ok(record_of(
+        i,
+        task.kind.name(),
+        run,
+        start.elapsed().as_secs_f64(),
+    ))
+}
+
+/// Best-of-N from the conversation `opening` over `cases` (candidate `c`
+/// of round `r`, 0-based, seeded `seed + r n + c`): the candidates sampled,
+/// each judged on every case and retried as the module docs say, up to
+/// `settings.rounds` rounds. What [`best_of_task`] and the endpoint share.
+pub fn best_of_cases(
+    engine: &EngineHandle,
+    opening: Vec<ChatMessage>,
+    cases: &[Case],
+    settings: &BestOfSettings,
+    seed: u64,
+) -> Result<BestOfRun, EvalError> {
     let mut trajectories = sample(engine, opening.clone(), settings.n, settings, seed)?
         .into_iter()
         .map(|(reply, tokens)| {
-            let first = judge(&reply, tokens, task, &settings.limits)?;
+            let first = judge(&reply, tokens, cases, &settings.limits)?;
             Ok(Trajectory {
                 messages: opening.clone(),
                 reply,
@@ -338,7 +372,7 @@ pub fn best_of_task(
                         let (reply, tokens) = sample(engine, messages.clone(), 1, settings, seed)?
                             .pop()
                             .unwrap_or_default();
-                        let judged = judge(&reply, tokens, task, &settings.limits)?;
+                        let judged = judge(&reply, tokens, cases, &settings.limits)?;
                         Ok((reply, judged))
                     })
                 })
@@ -357,13 +391,10 @@ pub fn best_of_task(
         }
         by_round.push(choose(&trajectories));
     }
-    Ok(record_of(
-        i,
-        task.kind.name(),
-        trajectories,
+    Ok(BestOfRun {
+        candidates: trajectories,
         by_round,
-        start.elapsed().as_secs_f64(),
-    ))
+    })
 }
 
 /// A round as the record keeps it.
@@ -378,13 +409,11 @@ fn round_result(j: &Judged) -> RoundResult {
 
 /// The record of judged candidates: each one's scores and agreement (over
 /// the last programs), and the choices.
-fn record_of(
-    task: usize,
-    kind: &str,
-    trajectories: Vec<Trajectory>,
-    by_round: Vec<RoundChoice>,
-    secs: f64,
-) -> BestOfRecord {
+fn record_of(task: usize, kind: &str, run: BestOfRun, secs: f64) -> BestOfRecord {
+    let BestOfRun {
+        candidates: trajectories,
+        by_round,
+    } = run;
     let reports: Vec<WorkbookReport> = trajectories
         .iter()
         .map(|t| t.last().report.clone())

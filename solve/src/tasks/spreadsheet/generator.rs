@@ -174,7 +174,7 @@ mod tests {
                 .iter()
                 .map(|c| match &c.input {
                     Source::Cells(b) => b,
-                    Source::Path(_) => unreachable!("generated cases are cells"),
+                    Source::Path(_) | Source::Bytes(_) => unreachable!("generated cases are cells"),
                 })
                 .collect();
             let cells = |b: &Workbook| -> Vec<Vec<(u32, u32)>> {

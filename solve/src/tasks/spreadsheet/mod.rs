@@ -23,7 +23,7 @@ mod workbook;
 mod xlsx;
 
 pub use generator::SpreadsheetSpec;
-pub use prompt::{prompt, PromptBudget};
+pub use prompt::{prompt, prompt_for, PromptBudget, PromptParts};
 pub use workbook::{address, iso_date, parse_address, Sheet, Value, Workbook};
 pub use xlsx::to_xlsx;
 
@@ -129,6 +129,10 @@ pub enum Source {
     Cells(Workbook),
     /// An `.xlsx` file, read when judged (a missing one fails its case).
     Path(PathBuf),
+    /// `.xlsx` bytes a client sent (the endpoint's workbooks); never
+    /// written to a task file.
+    #[serde(skip)]
+    Bytes(Vec<u8>),
 }
 
 impl Source {
@@ -136,6 +140,7 @@ impl Source {
     pub fn bytes(&self) -> Result<Vec<u8>, String> {
         match self {
             Source::Cells(book) => to_xlsx(book).map_err(|e| format!("writing the workbook: {e}")),
+            Source::Bytes(b) => Ok(b.clone()),
             Source::Path(p) => std::fs::read(p).map_err(|e| {
                 format!(
                     "the test case's workbook {} cannot be read: {e}",
@@ -175,7 +180,7 @@ impl SpreadsheetTask {
     pub fn shown(&self) -> Option<&Workbook> {
         match &self.cases.first()?.input {
             Source::Cells(book) => Some(book),
-            Source::Path(_) => None,
+            Source::Path(_) | Source::Bytes(_) => None,
         }
     }
 }

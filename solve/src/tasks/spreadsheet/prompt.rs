@@ -34,11 +34,38 @@ impl Default for PromptBudget {
 /// a sentence saying pandas is absent made the 0.5B import pandas in 14 of
 /// 16 programs).
 pub fn prompt(task: &SpreadsheetTask, budget: PromptBudget) -> String {
-    let shown = task
-        .shown()
+    prompt_for(
+        &PromptParts {
+            instruction: &task.instruction,
+            answer_position: &task.answer_position,
+            sheet_level: task.kind.sheet_level(),
+            shown: task.shown(),
+        },
+        budget,
+    )
+}
+
+/// What a prompt states, wherever the task came from: the generator's
+/// tasks ([`prompt`]) and a client's own workbook at the endpoint.
+#[derive(Clone, Copy, Debug)]
+pub struct PromptParts<'a> {
+    /// What the user asks.
+    pub instruction: &'a str,
+    /// The answer range, as SpreadsheetBench states it.
+    pub answer_position: &'a str,
+    /// Whether the answer is a whole table (else the cells named).
+    pub sheet_level: bool,
+    /// The workbook shown, if it can be.
+    pub shown: Option<&'a Workbook>,
+}
+
+/// The prompt for `parts`, showing the workbook within `budget`.
+pub fn prompt_for(parts: &PromptParts<'_>, budget: PromptBudget) -> String {
+    let shown = parts
+        .shown
         .map(|b| workbook_text(b, budget))
         .unwrap_or_else(|| "(the workbook is given as a file)\n".into());
-    let (kind, position) = if task.kind.sheet_level() {
+    let (kind, position) = if parts.sheet_level {
         (
             "Sheet-Level Manipulation (the answer is a whole table)",
             "the largest range the table may cover; its cells past the table stay \
@@ -62,7 +89,7 @@ pub fn prompt(task: &SpreadsheetTask, budget: PromptBudget) -> String {
          same layout and different values, so compute the answer from the cells instead of \
          copying numbers. Answer with the whole program in \
          one ```python block.",
-        task.instruction, task.answer_position
+        parts.instruction, parts.answer_position
     )
 }
 

@@ -15,10 +15,12 @@
 mod answers;
 mod compare;
 mod formula;
+mod read;
 pub mod select;
 
 pub use answers::{answer_range, AnswerRange};
 pub use compare::{compare, TOLERANCE};
+pub use read::{answer_cells, read_workbook, MAX_ANSWER_CELLS};
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -87,11 +89,19 @@ pub fn judge_workbooks(
     task: &SpreadsheetTask,
     limits: &Limits,
 ) -> Result<WorkbookReport, JudgeError> {
+    judge_cases(program, &task.cases, limits)
+}
+
+/// Runs `program` on every one of `cases`, side by side (one per core).
+pub fn judge_cases(
+    program: &str,
+    cases: &[Case],
+    limits: &Limits,
+) -> Result<WorkbookReport, JudgeError> {
     if limits.cancel.is_cancelled() {
         return Err(JudgeError::Cancelled);
     }
     let sandbox = sandbox()?;
-    let cases = &task.cases;
     let workers = thread::available_parallelism()
         .map_or(1, NonZeroUsize::get)
         .min(cases.len())
@@ -135,6 +145,37 @@ pub fn judge_workbooks(
         return Err(JudgeError::Cancelled);
     }
     Ok(WorkbookReport { verdicts, answers })
+}
+
+/// `program` run once more on each case's input, in the sandbox as the
+/// judge runs it, for the workbooks it writes: each case's `output.xlsx`,
+/// or why there is none (an unreadable input, a crash, a timeout, no
+/// output). The endpoint returns the chosen program's workbooks this way,
+/// rather than keeping every candidate's outputs in memory.
+pub fn run_outputs(
+    program: &str,
+    cases: &[Case],
+    limits: &Limits,
+) -> Result<Vec<Result<Vec<u8>, String>>, JudgeError> {
+    let sandbox = sandbox()?;
+    cases
+        .iter()
+        .map(|case| {
+            let input = match case.input.bytes() {
+                Ok(bytes) => bytes,
+                Err(reason) => return Ok(Err(reason)),
+            };
+            Ok(match sandbox.run_with_file(program, &input, limits)? {
+                FileRun::Output(bytes) => Ok(bytes),
+                FileRun::Ended(Verdict::Timeout) => {
+                    Err("the program did not finish in time".into())
+                }
+                FileRun::Ended(Verdict::Crash { stderr }) => Err(stderr),
+                FileRun::Ended(Verdict::Fail { reason }) => Err(reason),
+                FileRun::Ended(Verdict::Pass) => Err("the program wrote no output.xlsx".into()),
+            })
+        })
+        .collect()
 }
 
 /// One test case's verdict and the answer range the program produced.

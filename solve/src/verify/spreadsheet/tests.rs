@@ -222,3 +222,37 @@ fn answer_ranges_are_what_the_program_wrote_and_agreement_picks_the_shared_one()
     let gaps = one_task(Kind::FillGaps, 3);
     assert_eq!(judge(saves, &gaps).answers, vec![None; gaps.cases.len()]);
 }
+
+#[test]
+fn a_clients_workbooks_run_as_bytes_and_the_outputs_come_back() {
+    // The endpoint's path: workbooks as bytes, positions without values.
+    let task = one_task(Kind::Lookup, 5);
+    let cases: Vec<Case> = task
+        .cases
+        .iter()
+        .map(|c| {
+            let bytes = c.input.bytes().unwrap();
+            let book = read_workbook(&bytes).unwrap();
+            Case {
+                input: Source::Bytes(bytes),
+                expected: answer_cells(&task.answer_position, &book).unwrap(),
+            }
+        })
+        .collect();
+    // The reference's answers are read back where no value is expected...
+    let report = judge_cases(&task.reference, &cases, &workbook_limits()).unwrap();
+    assert!(report.answers.iter().all(Option::is_some), "{report:?}");
+    // ...and its output workbooks hold the generator's answers.
+    let outputs = run_outputs(&task.reference, &cases, &workbook_limits()).unwrap();
+    assert_eq!(outputs.len(), task.cases.len());
+    for (out, case) in outputs.iter().zip(&task.cases) {
+        compare(out.as_ref().unwrap(), &case.expected).unwrap();
+    }
+    let crashed = run_outputs("raise KeyError('Qty')", &cases[..1], &workbook_limits()).unwrap();
+    assert!(
+        crashed[0].as_ref().unwrap_err().contains("KeyError"),
+        "{crashed:?}"
+    );
+    let idle = run_outputs("x = 1", &cases[..1], &workbook_limits()).unwrap();
+    assert!(idle[0].is_err(), "{idle:?}");
+}
