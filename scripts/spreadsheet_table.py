@@ -89,3 +89,51 @@ def best_of_rows(name, path):
                         f"{hard}/{len(rs)}", f"{passing}/{len(every)}",
                         f"{answered}/{len(every)}"])
     return out
+
+
+BEST_OF_ROUNDS_HEADER = ["run", "strategy", "scope", "tasks", "after round",
+                         "soft", "hard", "candidates that wrote again"]
+
+
+def candidate_after(c, k):
+    """(passed, total) of a candidate after `k` rounds: its earlier rounds,
+    then its last program (solve/src/eval/spreadsheet_best.rs)."""
+    earlier = c.get("earlier", [])
+    r = earlier[k - 1] if k <= len(earlier) else c
+    return r["passed"], r["total"]
+
+
+def choice_after(record, k, key):
+    """The candidate `key` (agree or oracle) chose after `k` rounds."""
+    by_round = record.get("by_round", [])
+    return by_round[k - 1][key] if k <= len(by_round) else record[key]
+
+
+def best_of_round_rows(name, path):
+    """Best-of-N with rounds (`--strategy agree@N,oracle@N,rounds@R`): each
+    choice's soft and hard scores after every round over all tasks, and per
+    kind after the last, with how many candidates wrote a program again
+    after a crash, a timeout or a missing answer."""
+    recs = [json.loads(line) for line in open(path) if line.strip()]
+    recs.sort(key=lambda r: r["task"])
+    n = max(len(r["candidates"]) for r in recs)
+    most = max([len(r.get("by_round", [])) for r in recs] + [1])
+    out = []
+
+    def row(strategy, key, scope, rs, k):
+        scores = [candidate_after(r["candidates"][choice_after(r, k, key)], k) for r in rs]
+        soft = sum(p / t for p, t in scores) / len(rs)
+        hard = sum(p == t for p, t in scores)
+        every = [c for r in rs for c in r["candidates"]]
+        # Candidates that wrote a k-th program (round 1: none wrote again).
+        again = sum(len(c.get("earlier", [])) + 1 >= k for c in every) if k > 1 else 0
+        out.append([name, strategy, scope, str(len(rs)), str(k), f"{soft:.3f}",
+                    f"{hard}/{len(rs)}", f"{again}/{len(every)}"])
+
+    kinds = sorted({r["kind"] for r in recs})
+    for strategy, key in ((f"agree@{n}", "agree"), (f"oracle@{n}", "oracle")):
+        for k in range(1, most + 1):
+            row(strategy, key, "all", recs, k)
+        for kind in kinds:
+            row(strategy, key, kind, [r for r in recs if r["kind"] == kind], most)
+    return out
