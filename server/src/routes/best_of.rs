@@ -201,7 +201,47 @@ pub async fn respond(
         .filter_map(|c| c.length.as_ref())
         .map(|l| l.tokens_saved)
         .sum();
-    let body = json!({
+    // Every generated token is billed: candidates and synthesis.
+    let body = one_choice(
+        meta,
+        &res.text,
+        prompt_tokens,
+        res.tokens,
+        json!({
+                "kv_policy": policy,
+                "best_of": res.candidates.len(),
+                "aggregate": res.aggregate,
+                "answer": res.answer,
+                "chosen": res.chosen,
+                "candidates": candidates,
+                "tokens_spent": res.tokens,
+                "tokens_saved": tokens_saved,
+                "candidates_saved": res.candidates_saved,
+                "tests_run": res.tests_run,
+                // Tests the model wrote (`aggregate: reward` without `tests`):
+                // `tests`, `replies`, the pass `matrix` (a row per candidate, a
+                // letter per test: P, F, T timeout, E error), `tokens`,
+                // `generate_seconds`, `judge_seconds`; as `tern bon --json`.
+                "generated_tests": res.generated_tests,
+                // The synthesis stated no answer and was made to write one.
+                "forced_answer": res.forced_answer,
+                "synthesizer_model": (res.aggregate == Aggregate::Synthesize).then_some(synthesizer_model),
+        }),
+    );
+    Ok(Json(body).into_response())
+}
+
+/// A `chat.completion` body with one assistant choice, `content`, its usage
+/// and Tern's `tern` object: what best-of-N and the spreadsheet setting
+/// answer with.
+pub(crate) fn one_choice(
+    meta: ResponseMeta,
+    content: &str,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    tern: serde_json::Value,
+) -> serde_json::Value {
+    json!({
         "id": meta.id,
         "object": meta.object,
         "created": meta.created,
@@ -209,36 +249,15 @@ pub async fn respond(
         "system_fingerprint": meta.system_fingerprint,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": res.text},
+            "message": {"role": "assistant", "content": content},
             "logprobs": null,
             "finish_reason": "stop",
         }],
-        // Every generated token is billed: candidates and synthesis.
         "usage": {
             "prompt_tokens": prompt_tokens,
-            "completion_tokens": res.tokens,
-            "total_tokens": prompt_tokens + res.tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
         },
-        "tern": {
-            "kv_policy": policy,
-            "best_of": res.candidates.len(),
-            "aggregate": res.aggregate,
-            "answer": res.answer,
-            "chosen": res.chosen,
-            "candidates": candidates,
-            "tokens_spent": res.tokens,
-            "tokens_saved": tokens_saved,
-            "candidates_saved": res.candidates_saved,
-            "tests_run": res.tests_run,
-            // Tests the model wrote (`aggregate: reward` without `tests`):
-            // `tests`, `replies`, the pass `matrix` (a row per candidate, a
-            // letter per test: P, F, T timeout, E error), `tokens`,
-            // `generate_seconds`, `judge_seconds`; as `tern bon --json`.
-            "generated_tests": res.generated_tests,
-            // The synthesis stated no answer and was made to write one.
-            "forced_answer": res.forced_answer,
-            "synthesizer_model": (res.aggregate == Aggregate::Synthesize).then_some(synthesizer_model),
-        },
-    });
-    Ok(Json(body).into_response())
+        "tern": tern,
+    })
 }

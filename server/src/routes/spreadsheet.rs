@@ -280,41 +280,30 @@ pub async fn respond(
             Err(error) => json!({"error": error}),
         })
         .collect();
-    let body = json!({
-        "id": meta.id,
-        "object": meta.object,
-        "created": meta.created,
-        "model": meta.model,
-        "system_fingerprint": meta.system_fingerprint,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": run.candidates[chosen].reply},
-            "logprobs": null,
-            "finish_reason": "stop",
-        }],
-        // Every generated token is billed: every candidate's every round.
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": tokens,
-            "total_tokens": prompt_tokens + tokens,
-        },
-        "tern": {
-            "kv_policy": policy,
-            "best_of": n,
-            "aggregate": "agree",
-            "chosen": chosen,
-            "rounds": rounds_asked,
-            "rounds_run": run.by_round.len(),
-            // The candidate chosen by agreement after each round.
-            "chosen_by_round": run.by_round.iter().map(|c| c.agree).collect::<Vec<_>>(),
-            "candidates": candidates,
-            "spreadsheet": {
-                "answer_position": answer_position,
-                // The chosen program's output.xlsx for each workbook sent
-                // (base64), or why it wrote none.
-                "outputs": outputs,
-            },
-        },
-    });
+    // Every generated token is billed: every candidate's every round.
+    let content = &run.candidates[chosen].reply;
+    let body = super::best_of::one_choice(
+        meta,
+        content,
+        prompt_tokens,
+        tokens,
+        json!({
+                "kv_policy": policy,
+                "best_of": n,
+                "aggregate": "agree",
+                "chosen": chosen,
+                "rounds": rounds_asked,
+                "rounds_run": run.by_round.len(),
+                // The candidate chosen by agreement after each round.
+                "chosen_by_round": run.by_round.iter().map(|c| c.agree).collect::<Vec<_>>(),
+                "candidates": candidates,
+                "spreadsheet": {
+                    "answer_position": answer_position,
+                    // The chosen program's output.xlsx for each workbook sent
+                    // (base64), or why it wrote none.
+                    "outputs": outputs,
+                },
+        }),
+    );
     Ok(Json(body).into_response())
 }
