@@ -22,7 +22,7 @@ fn tune_allocator() {
 
 fn main() {
     tune_allocator();
-    let args = match cli::args::Cli::try_parse() {
+    let args = match cli::Cli::try_parse() {
         Ok(args) => args,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {

@@ -8,9 +8,29 @@ use tern_runtime::memory;
 
 use tern_runtime::perplexity::perplexity_on;
 
-use super::args::PerplexityArgs;
+use super::args::{KvArgs, ModelArgs};
 use super::backend::{self, Sizing};
 use super::resolve;
+use clap::Args;
+use std::path::PathBuf;
+
+/// `tern perplexity`.
+#[derive(Debug, Args)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// Text file to score.
+    #[arg(long, short = 'f')]
+    pub file: PathBuf,
+    /// Window size in tokens; each window's second half is scored.
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+    /// What runs the forward pass: Tern's own kernels or llama.cpp.
+    #[arg(long, value_enum, default_value = "tern")]
+    pub backend: crate::cli::backend::BackendKind,
+}
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &PerplexityArgs) -> Result<()> {

@@ -197,38 +197,7 @@ pub fn train(
     let resumed = resume.map(checkpoint::load).transpose()?;
     let (train_tasks, worked_note) = sft_targets(cfg, tasks::load(&cfg.task)?);
     let eval_tasks = cfg.eval_task.as_deref().map(tasks::load).transpose()?;
-    // A code problem without tests or answer (only a prelude) can be judged
-    // only by tests a model writes.
-    if cfg.reward == crate::reward::Reward::Task {
-        if let Some(i) = train_tasks
-            .iter()
-            .position(|t| t.answer.is_empty() && t.tests.is_empty() && t.sheet.is_none())
-        {
-            return Err(TrainError::Config(format!(
-                "task {} has neither an answer nor tests: give --reward generated_tests:K \
-                 (tests a model writes) to train on code problems without tests",
-                i + 1
-            )));
-        }
-    }
-    // Spreadsheet tasks are judged on their workbooks, not by unit tests.
-    if cfg.reward != crate::reward::Reward::Task && train_tasks.iter().any(|t| t.sheet.is_some()) {
-        return Err(TrainError::Config(
-            "spreadsheet tasks are rewarded by their test-case workbooks: train them with \
-             --reward task"
-                .into(),
-        ));
-    }
-    // SFT writes "The answer is X" for a task: code tasks have no such line.
-    if cfg.algorithm == Algorithm::Sft
-        && train_tasks.iter().any(|t| t.is_code() || t.sheet.is_some())
-    {
-        return Err(TrainError::Config(
-            "sft needs answer tasks: code and spreadsheet tasks (graded by running their \
-             programs) train with grpo"
-                .into(),
-        ));
-    }
+    check_tasks(cfg, &train_tasks)?;
     prepare_out(&cfg.out)?;
     let kv_policy: KvPolicy = cfg
         .rollout_kv_policy
@@ -266,28 +235,7 @@ pub fn train(
             ..EngineConfig::default()
         },
     );
-    let mut learner = if cfg.full || cfg.learner_weights == LearnerWeights::F32 {
-        Learner::load_as(
-            model_path,
-            &cfg.targets(),
-            cfg.lora_rank,
-            cfg.lora_alpha,
-            cfg.seed,
-            Precision::DenseF32,
-        )?
-    } else {
-        // One copy of the quantized weights serves the rollouts and the learner.
-        Learner::with_model(
-            engine.model().clone(),
-            &cfg.targets(),
-            cfg.lora_rank,
-            cfg.lora_alpha,
-            cfg.seed,
-        )?
-    };
-    learner.set_prompt_chunk(engine.config().prompt_chunk());
-    learner.set_recompute(plan.recompute);
-    learner.set_temperature(cfg.temperature as f64);
+    let learner = load_learner(cfg, model_path, &engine, plan.recompute)?;
     memory::check(cap, "loading the weights")?;
     rec.note(format!(
         "loaded: resident {} (peak {})",
@@ -313,26 +261,7 @@ pub fn train(
         rec.note(format!("resumed after step {start}"));
     }
     rec.resume_at(start)?;
-    let fleet = if cfg.rollout_endpoints.is_empty() {
-        None
-    } else {
-        let fleet = crate::fleet::Fleet::connect(
-            &cfg.rollout_endpoints,
-            &crate::fleet::FleetConfig {
-                timeout: std::time::Duration::from_secs(cfg.rollout_timeout_secs),
-                kv_policy: kv_policy.to_string(),
-                adapters: cfg.out.join("adapters"),
-                stale: cfg.stale_rollouts,
-                api_key: rollout_key,
-            },
-        )?;
-        rec.note(format!(
-            "rolling out on {} (adapters published from {})",
-            fleet.urls().join(", "),
-            cfg.out.join("adapters").display()
-        ));
-        Some(fleet)
-    };
+    let fleet = connect_fleet(cfg, &kv_policy, rollout_key, &mut rec)?;
     if let (Some(et), 0, false) = (&eval_tasks, start, cfg.dry_run) {
         rec.evaluate(When::Before, 0, &engine, &learner, cfg, et)?;
     }
@@ -344,19 +273,7 @@ pub fn train(
         &plan,
         learner.param_count(),
     );
-    // Tests for `generated_tests:K`: written by the policy as it trains, or
-    // by `test_model` on its own engine (outside the memory plan).
-    let test_engine = match &cfg.test_model {
-        Some(path) => {
-            rec.note(format!("loading the test writer {path}"));
-            let model = LoadedModel::load(Path::new(path))?;
-            Some(EngineHandle::spawn(
-                Arc::new(model),
-                EngineConfig::default(),
-            ))
-        }
-        None => None,
-    };
+    let test_engine = test_engine(cfg, &mut rec)?;
     let test_writer = match cfg.reward {
         crate::reward::Reward::GeneratedTests(k) => Some(crate::reward::TestWriter {
             engine: test_engine.as_ref().unwrap_or(&engine),
@@ -434,6 +351,123 @@ pub fn train(
         checkpoint: last_dir,
         eval: rec.eval,
         peak_rss_bytes: memory::check(cap, "the final evaluation")?,
+    })
+}
+
+/// Refuses, before anything loads, a task set the run's reward or
+/// algorithm cannot train on.
+fn check_tasks(cfg: &TrainConfig, train_tasks: &[Task]) -> Result<()> {
+    // A code problem without tests or answer (only a prelude) can be judged
+    // only by tests a model writes.
+    if cfg.reward == crate::reward::Reward::Task {
+        if let Some(i) = train_tasks
+            .iter()
+            .position(|t| t.answer.is_empty() && t.tests.is_empty() && t.sheet.is_none())
+        {
+            return Err(TrainError::Config(format!(
+                "task {} has neither an answer nor tests: give --reward generated_tests:K \
+                 (tests a model writes) to train on code problems without tests",
+                i + 1
+            )));
+        }
+    }
+    // Spreadsheet tasks are judged on their workbooks, not by unit tests.
+    if cfg.reward != crate::reward::Reward::Task && train_tasks.iter().any(|t| t.sheet.is_some()) {
+        return Err(TrainError::Config(
+            "spreadsheet tasks are rewarded by their test-case workbooks: train them with \
+             --reward task"
+                .into(),
+        ));
+    }
+    // SFT writes "The answer is X" for a task: code tasks have no such line.
+    if cfg.algorithm == Algorithm::Sft
+        && train_tasks.iter().any(|t| t.is_code() || t.sheet.is_some())
+    {
+        return Err(TrainError::Config(
+            "sft needs answer tasks: code and spreadsheet tasks (graded by running their \
+             programs) train with grpo"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The learner: its own f32 copy of the weights (full fine-tuning, or
+/// `learner_weights = f32`), else the rollout engine's quantized model
+/// under LoRA adapters.
+fn load_learner(
+    cfg: &TrainConfig,
+    model_path: &Path,
+    engine: &EngineHandle,
+    recompute: bool,
+) -> Result<Learner> {
+    let mut learner = if cfg.full || cfg.learner_weights == LearnerWeights::F32 {
+        Learner::load_as(
+            model_path,
+            &cfg.targets(),
+            cfg.lora_rank,
+            cfg.lora_alpha,
+            cfg.seed,
+            Precision::DenseF32,
+        )?
+    } else {
+        // One copy of the quantized weights serves the rollouts and the learner.
+        Learner::with_model(
+            engine.model().clone(),
+            &cfg.targets(),
+            cfg.lora_rank,
+            cfg.lora_alpha,
+            cfg.seed,
+        )?
+    };
+    learner.set_prompt_chunk(engine.config().prompt_chunk());
+    learner.set_recompute(recompute);
+    learner.set_temperature(cfg.temperature as f64);
+    Ok(learner)
+}
+
+/// The rollout workers of `rollout_endpoints`, connected and told where
+/// adapters are published; none without endpoints.
+fn connect_fleet(
+    cfg: &TrainConfig,
+    kv_policy: &KvPolicy,
+    api_key: Option<String>,
+    rec: &mut Recorder<'_>,
+) -> Result<Option<crate::fleet::Fleet>> {
+    if cfg.rollout_endpoints.is_empty() {
+        return Ok(None);
+    }
+    let fleet = crate::fleet::Fleet::connect(
+        &cfg.rollout_endpoints,
+        &crate::fleet::FleetConfig {
+            timeout: std::time::Duration::from_secs(cfg.rollout_timeout_secs),
+            kv_policy: kv_policy.to_string(),
+            adapters: cfg.out.join("adapters"),
+            stale: cfg.stale_rollouts,
+            api_key,
+        },
+    )?;
+    rec.note(format!(
+        "rolling out on {} (adapters published from {})",
+        fleet.urls().join(", "),
+        cfg.out.join("adapters").display()
+    ));
+    Ok(Some(fleet))
+}
+
+/// Tests for `generated_tests:K` are written by the policy as it trains, or
+/// by `test_model` on its own engine (outside the memory plan).
+fn test_engine(cfg: &TrainConfig, rec: &mut Recorder<'_>) -> Result<Option<EngineHandle>> {
+    Ok(match &cfg.test_model {
+        Some(path) => {
+            rec.note(format!("loading the test writer {path}"));
+            let model = LoadedModel::load(Path::new(path))?;
+            Some(EngineHandle::spawn(
+                Arc::new(model),
+                EngineConfig::default(),
+            ))
+        }
+        None => None,
     })
 }
 

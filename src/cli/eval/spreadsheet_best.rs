@@ -33,7 +33,7 @@ pub(super) fn run(
     rounds: usize,
     on_record: &(dyn Fn(&BestOfRecord) + Sync),
 ) -> Result<Vec<BestOfRecord>> {
-    let engine = super::eval::engine(a)?;
+    let engine = super::setup::engine(a)?;
     let settings = BestOfSettings {
         n,
         temperature: a.temperature,

@@ -15,7 +15,7 @@ use tern_solve::tasks::spreadsheet::{self, PromptBudget};
 use tern_solve::verify::spreadsheet::workbook_limits;
 
 use super::args::{BonArgs, SheetSelect};
-use super::resolve;
+use crate::cli::resolve;
 
 /// Runs best-of-N on task `--sheet-task` of `source`.
 pub fn run(a: &BonArgs, source: &str) -> Result<()> {

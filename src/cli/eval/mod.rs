@@ -6,14 +6,18 @@
 //! `tern_solve::eval`; this file reads the flags, words errors with them
 //! and prints.
 
-use std::sync::Arc;
-
 use anyhow::{bail, Context, Result};
-use tern_runtime::engine::{EngineConfig, EngineHandle};
+use tern_runtime::engine::EngineHandle;
 use tern_solve::eval::{self, EvalError, Event, Records, Settings, Strategy, Totals};
 
-use super::args::EvalArgs;
-use super::resolve;
+mod args;
+mod setup;
+mod spreadsheet;
+mod spreadsheet_best;
+
+use crate::cli::resolve;
+pub use args::EvalArgs;
+use setup::{check_limit, engine, records_sink};
 
 /// An evaluation error as the command line says it: with the flag it is
 /// about where there is one.
@@ -32,42 +36,10 @@ fn worded(e: EvalError) -> anyhow::Error {
     }
 }
 
-/// The `--records` file opened to append to (none without the flag); both
-/// task families write their records through it.
-pub(super) fn records_sink(a: &EvalArgs) -> Result<Option<std::fs::File>> {
-    a.records
-        .as_ref()
-        .map(|p| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .with_context(|| format!("opening {} to append records", p.display()))
-        })
-        .transpose()
-}
-
-/// The engine serving `--model`, as both task families load it.
-pub(super) fn engine(a: &EvalArgs) -> Result<EngineHandle> {
-    let model = resolve::load(&a.model.model)?;
-    Ok(EngineHandle::spawn(
-        Arc::new(model),
-        EngineConfig::default(),
-    ))
-}
-
-/// `--limit 0` is refused by both task families alike.
-pub(super) fn check_limit(a: &EvalArgs) -> Result<()> {
-    if a.limit == 0 {
-        bail!("--limit 0 evaluates no task: give at least 1");
-    }
-    Ok(())
-}
-
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &EvalArgs) -> Result<()> {
     if tern_solve::tasks::spreadsheet::is_spreadsheet(&a.task) {
-        return super::eval_spreadsheet::run(a);
+        return spreadsheet::run(a);
     }
     let strategies: Vec<Strategy> = a
         .strategy

@@ -117,7 +117,7 @@ fn mode_of(strategies: &[String]) -> Result<Mode> {
 /// Runs the spreadsheet evaluation with the parsed `tern eval` flags.
 pub fn run(a: &EvalArgs) -> Result<()> {
     let mode = mode_of(&a.strategy)?;
-    super::eval::check_limit(a)?;
+    super::setup::check_limit(a)?;
     let all = spreadsheet::load(&a.task)?;
     if a.offset > 0 && a.offset >= all.len() {
         bail!(
@@ -159,11 +159,10 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             oracle,
             rounds,
         } => {
-            let records =
-                super::eval_spreadsheet_best::run(a, &tasks, n, rounds, &|r| lines.append(r))?;
+            let records = super::spreadsheet_best::run(a, &tasks, n, rounds, &|r| lines.append(r))?;
             lines.finish()?;
-            let shown = super::eval_spreadsheet_best::Shown { agree, oracle };
-            return super::eval_spreadsheet_best::print_scores(a, n, rounds, shown, &records);
+            let shown = super::spreadsheet_best::Shown { agree, oracle };
+            return super::spreadsheet_best::print_scores(a, n, rounds, shown, &records);
         }
         Mode::Reference => {
             let records =
@@ -171,7 +170,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             (1, records)
         }
         Mode::Rounds(rounds) => {
-            let engine = super::eval::engine(a)?;
+            let engine = super::setup::engine(a)?;
             let settings = SheetSettings {
                 rounds,
                 max_tokens: a.max_tokens,
@@ -202,7 +201,7 @@ impl RecordLines {
     /// The `--records` file opened to append, if one was given.
     fn open(a: &EvalArgs) -> Result<RecordLines> {
         Ok(RecordLines {
-            sink: super::eval::records_sink(a)?.map(Mutex::new),
+            sink: super::setup::records_sink(a)?.map(Mutex::new),
             error: Mutex::new(None),
         })
     }

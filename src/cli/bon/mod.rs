@@ -14,13 +14,16 @@ use tern_solve::reasoning::{
     LengthPolicy, TestSpec, MAX_GENERATED_TESTS,
 };
 
-use super::args::BonArgs;
-use super::resolve;
+mod args;
+mod spreadsheet;
+
+use crate::cli::resolve;
+pub use args::BonArgs;
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &BonArgs) -> Result<()> {
     if let Some(source) = &a.spreadsheet {
-        return super::bon_spreadsheet::run(a, source);
+        return spreadsheet::run(a, source);
     }
     if a.sheet_task.is_some() || a.select.is_some() || a.rounds.is_some() {
         bail!("--sheet-task, --select and --rounds are for a spreadsheet task's programs: add --spreadsheet SOURCE");
