@@ -3,6 +3,7 @@
 
 mod support;
 
+mod architecture;
 mod backend;
 mod cli;
 mod engine;

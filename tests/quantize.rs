@@ -344,7 +344,7 @@ fn quantize_cli_reports_and_refuses_clearly() {
 /// The real SmolLM2 (Q4_1) requantized to q4_k_m by Tern and by llama.cpp:
 /// the same type and bytes for every tensor. With `TERN_QUANTIZE_KEEP=DIR`
 /// both files are kept there (`tern.gguf`, `llama.gguf`) for perplexity runs
-/// (docs/eval/smollm2-q4_k_m-perplexity.jsonl).
+/// (records/smollm2-q4_k_m-perplexity.jsonl).
 #[test]
 fn real_smollm2_q4_k_m_equals_llama_quantize() {
     let dir = tempfile::tempdir().unwrap();

@@ -15,7 +15,7 @@ use std::process::{Command, Output};
 /// once on a 2-core machine, two threads each oversubscribe it and a worker
 /// descheduled mid-graph stalls the others: beside two busy processes a
 /// 160-token llama.cpp generation took 190 s at two threads and 4.2 s at one
-/// (docs/records/llama-threads-2026-12-04). Tern's own pool yields and parks
+/// (records/llama-threads-2026-12-04). Tern's own pool yields and parks
 /// instead, and its results do not depend on the thread count.
 pub const LLAMA_THREADS: i32 = 1;
 
