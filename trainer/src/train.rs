@@ -244,23 +244,8 @@ pub fn train(
     ));
 
     let names: Vec<String> = learner.params().into_iter().map(|(n, _)| n).collect();
-    let mut opt = {
-        let p = learner.params();
-        let vars: Vec<&candle_core::Var> = p.iter().map(|(_, v)| *v).collect();
-        AdamW::new(&vars, cfg.weight_decay)?
-    };
-    let mut start = 0;
-    let mut data_state = DataState {
-        replay: ReplayBuffer::new(cfg.replay_capacity),
-        ..Default::default()
-    };
-    if let Some(ck) = &resumed {
-        restore(&learner, &mut opt, &names, ck)?;
-        start = ck.state.step;
-        data_state = ck.state.data.clone();
-        rec.note(format!("resumed after step {start}"));
-    }
-    rec.resume_at(start)?;
+    let (mut opt, start, mut data_state) =
+        optimizer_state(cfg, &learner, &names, resumed.as_ref(), &mut rec)?;
     let fleet = connect_fleet(cfg, &kv_policy, rollout_key, &mut rec)?;
     if let (Some(et), 0, false) = (&eval_tasks, start, cfg.dry_run) {
         rec.evaluate(When::Before, 0, &engine, &learner, cfg, et)?;
@@ -296,24 +281,9 @@ pub fn train(
         mcfg: &mcfg,
         tests: test_writer.as_ref(),
     };
-    let replays = cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0;
     let mut last_dir = cfg.out.clone();
     for step in start..cfg.steps {
-        let picks = data::pick(
-            cfg.selection,
-            &data_state.rates,
-            cfg.seed,
-            step,
-            train_tasks.len(),
-            cfg.prompts_per_step,
-        );
-        // Replay: groups from earlier steps join this step's batch.
-        let replayed = if replays {
-            let k = (cfg.replay_share * cfg.prompts_per_step as f64).round() as usize;
-            data_state.replay.sample(cfg.seed, step, k)
-        } else {
-            Vec::new()
-        };
+        let (picks, replayed) = step_inputs(cfg, &data_state, step, train_tasks.len());
         let out = step::run(&ctx, &learner, &mut opt, step, &picks, replayed)?;
         for &(task, mean) in &out.pass_rates {
             data_state.rates.update(task, mean, cfg.pass_rate_alpha);
@@ -352,6 +322,61 @@ pub fn train(
         eval: rec.eval,
         peak_rss_bytes: memory::check(cap, "the final evaluation")?,
     })
+}
+
+/// The optimizer, the first step to run and the data state: fresh, or as the
+/// checkpoint being resumed left them.
+fn optimizer_state(
+    cfg: &TrainConfig,
+    learner: &Learner,
+    names: &[String],
+    resumed: Option<&Checkpoint>,
+    rec: &mut Recorder<'_>,
+) -> Result<(AdamW, usize, DataState)> {
+    let mut opt = {
+        let p = learner.params();
+        let vars: Vec<&candle_core::Var> = p.iter().map(|(_, v)| *v).collect();
+        AdamW::new(&vars, cfg.weight_decay)?
+    };
+    let mut start = 0;
+    let mut data_state = DataState {
+        replay: ReplayBuffer::new(cfg.replay_capacity),
+        ..Default::default()
+    };
+    if let Some(ck) = resumed {
+        restore(learner, &mut opt, names, ck)?;
+        start = ck.state.step;
+        data_state = ck.state.data.clone();
+        rec.note(format!("resumed after step {start}"));
+    }
+    rec.resume_at(start)?;
+    Ok((opt, start, data_state))
+}
+
+/// Step `step`'s tasks (difficulty-aware selection) and the groups replayed
+/// from earlier steps into its batch.
+fn step_inputs(
+    cfg: &TrainConfig,
+    data_state: &DataState,
+    step: usize,
+    n_tasks: usize,
+) -> (Vec<usize>, Vec<Vec<crate::data::Replayed>>) {
+    let picks = data::pick(
+        cfg.selection,
+        &data_state.rates,
+        cfg.seed,
+        step,
+        n_tasks,
+        cfg.prompts_per_step,
+    );
+    let replays = cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0;
+    let replayed = if replays {
+        let k = (cfg.replay_share * cfg.prompts_per_step as f64).round() as usize;
+        data_state.replay.sample(cfg.seed, step, k)
+    } else {
+        Vec::new()
+    };
+    (picks, replayed)
 }
 
 /// Refuses, before anything loads, a task set the run's reward or
