@@ -47,7 +47,7 @@ macro_rules! __train_flags {
 
         impl TrainFlags {
             /// Writes every flag given over `c`.
-            pub fn apply_to(&self, c: &mut $crate::TrainConfig) {
+            pub fn apply_to(&self, c: &mut $crate::config::settings::TrainConfig) {
                 $($crate::__train_flags!(@apply $how self c $flag ($($path).+) ($($set)*));)*
             }
         }
@@ -193,10 +193,10 @@ macro_rules! __train_flags {
         )
     };
     (@default ($($path:ident).+ == $set:expr)) => {
-        ($crate::TrainConfig::default().$($path).+ == $set)
+        ($crate::config::settings::TrainConfig::default().$($path).+ == $set)
     };
     (@default $($path:ident).+) => {
-        $crate::TrainConfig::default().$($path).+
+        $crate::config::settings::TrainConfig::default().$($path).+
     };
     // The table, as `__with_train_settings` hands it over.
     ($($table:tt)*) => {
@@ -278,6 +278,6 @@ mod tests {
         assert_eq!(shown(&std::path::PathBuf::new()), "unset");
         assert_eq!(shown(&Vec::<String>::new()), "unset");
         assert_eq!(shown(&true), "true");
-        assert_eq!(shown(&crate::config::Algorithm::Grpo), "grpo");
+        assert_eq!(shown(&crate::config::choices::Algorithm::Grpo), "grpo");
     }
 }

@@ -27,7 +27,7 @@ macro_rules! __with_train_settings {
             /// Held-out tasks scored greedily before and after training.
             eval_task: Option<String> = None;
             /// `grpo` (rollouts + verified rewards) or `sft` (reference answers).
-            algorithm: $crate::config::Algorithm = $crate::config::Algorithm::Grpo;
+            algorithm: $crate::config::choices::Algorithm = $crate::config::choices::Algorithm::Grpo;
             /// Train every block weight instead of LoRA adapters.
             full: bool = false;
             // No update, no checkpoint, no evaluation: sizes a run cheaply.
@@ -57,7 +57,7 @@ macro_rules! __with_train_settings {
             /// Peak learning rate.
             lr: f64 = 2e-4;
             /// constant, linear or cosine.
-            schedule: $crate::config::Schedule = $crate::config::Schedule::Constant;
+            schedule: $crate::config::choices::Schedule = $crate::config::choices::Schedule::Constant;
             /// Linear warm-up steps.
             warmup_steps: usize = 0;
             /// AdamW weight decay.
@@ -82,11 +82,11 @@ macro_rules! __with_train_settings {
             /// The KL penalty's per-token estimator: `k3` (unbounded) or
             /// `low_var_kl` (k3 clamped to 10, no gradient past it: slime's and verl's,
             /// the Sparse-RL paper's scripts).
-            kl_estimator: $crate::config::KlEstimator = $crate::config::KlEstimator::K3;
+            kl_estimator: $crate::config::choices::KlEstimator = $crate::config::choices::KlEstimator::K3;
             /// What the loss averages over: `token` (all the batch's counted tokens:
             /// a long response weighs more) or `response` (each response's tokens,
             /// then the responses: slime's default, the Sparse-RL paper's runs).
-            loss_average: $crate::config::LossAverage = $crate::config::LossAverage::Token;
+            loss_average: $crate::config::choices::LossAverage = $crate::config::choices::LossAverage::Token;
             /// Optimizer updates on each step's batch with pi_old fixed; from the
             /// second on the ratio moves and the clip acts.
             ppo_epochs: usize = 1;
@@ -120,11 +120,11 @@ macro_rules! __with_train_settings {
             system_prompt: Option<String> = None;
             /// Learner attention: dense, or sparse-replay (each token scored under the
             /// visibility the rollout's KV policy gave it when it was sampled).
-            learner_kv: $crate::config::LearnerKv = $crate::config::LearnerKv::Dense;
+            learner_kv: $crate::config::choices::LearnerKv = $crate::config::choices::LearnerKv::Dense;
             /// The LoRA learner's frozen base: gguf (the sampler's own quantized
             /// kernels, one copy of the weights) or f32 (dequantized).
-            learner_weights: $crate::config::LearnerWeights =
-                $crate::config::LearnerWeights::Gguf;
+            learner_weights: $crate::config::choices::LearnerWeights =
+                $crate::config::choices::LearnerWeights::Gguf;
             /// Recompute each block in the backward pass (true) or keep its
             /// activations (false); unset, recompute when the memory cap needs it.
             recompute: Option<bool> = None;
@@ -164,7 +164,7 @@ macro_rules! __with_train_settings {
                 numerics_clip_min: Option<f64> => numerics.clip_min;
             };
             /// Group advantages over all rollouts, or over those the correction kept.
-            advantages: $crate::config::Advantages = $crate::config::Advantages::All;
+            advantages: $crate::config::choices::Advantages = $crate::config::choices::Advantages::All;
             /// Prompt selection: uniform, or difficulty (pass rates near 1/2).
             selection: $crate::data::Selection = $crate::data::Selection::Uniform;
             /// Weight of a new observation in a task's pass-rate EMA.
