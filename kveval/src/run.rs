@@ -9,7 +9,7 @@ use crate::memory::eval_memory;
 use crate::passkey_table::eval_passkey;
 use crate::ppl::eval_ppl;
 use crate::printer::Printer;
-use crate::ruler::eval_ruler;
+use crate::ruler::sweep::eval_ruler;
 use crate::texts::{eval_texts, wanted as texts_wanted};
 
 /// Runs every evaluation of `cfg.tasks` on `model`, tables going to `out` as

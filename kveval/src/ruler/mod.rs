@@ -17,7 +17,7 @@ mod cwe;
 mod haystack;
 mod niah;
 mod score;
-mod sweep;
+pub mod sweep;
 mod table;
 mod vt;
 mod words;
@@ -32,7 +32,6 @@ use crate::error::Result;
 use tern_runtime::tokenizer::Tokenizer;
 
 pub use score::score;
-pub use sweep::eval_ruler;
 
 /// One RULER task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
