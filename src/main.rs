@@ -60,6 +60,11 @@ fn main() {
             }
             msg.push_str(&cause);
         }
+        // The runtime names no flags; the binary knows which of its own
+        // sets what the error needs.
+        if let Some(hint) = cli::hint::setup_hint(&e) {
+            msg.push_str(&format!(" ({hint})"));
+        }
         eprintln!("error: {msg}");
         std::process::exit(1);
     }

@@ -9,10 +9,9 @@ mod chat;
 mod eval;
 mod export;
 mod generate;
+pub mod hint;
 mod info;
 mod kv_eval;
-mod kv_ruler;
-mod kv_texts;
 mod perplexity;
 mod plot;
 mod pull;
@@ -58,7 +57,7 @@ pub enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// Measure what KV policies cost in quality and save in memory (perplexity,
     /// passkey retrieval, KV bytes), printing Markdown tables.
-    KvEval(args::KvEvalArgs),
+    KvEval(kv_eval::KvEvalArgs),
     /// Measure prefill and decode speed (pp/tg, as llama-bench), memory and KV bytes.
     Bench(bench::BenchArgs),
     /// Best-of-N on one question: sample N answers (one shared prefill) and

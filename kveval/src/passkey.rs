@@ -3,7 +3,7 @@
 //! key's tokens cannot answer; this measures what a policy keeps.
 
 use crate::error::Result;
-use crate::tokenizer::Tokenizer;
+use tern_runtime::tokenizer::Tokenizer;
 
 const INTRO: &str = "There is an important piece of information hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you about it.\n";
 const FILLER: &str =

@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::haystack::{fit, noise_with, Fitted};
 use crate::error::Result;
-use crate::tokenizer::Tokenizer;
+use tern_runtime::tokenizer::Tokenizer;
 
 /// Variables in the chain: one assignment of the number, then four hops.
 const CHAIN: usize = 5;

@@ -5,14 +5,19 @@
 //! non-overlapping windows of `ctx` tokens (a trailing partial window is
 //! dropped), and each window is run from an empty cache; only its second half is
 //! scored, so every scored token sees at least `ctx/2` tokens of context.
+//!
+//! Under a compressing policy the scored half is decoded a token at a time
+//! (the perplexity-under-policy path the KV tables measure); under `full` it
+//! is `tern perplexity`'s exactness check against llama.cpp.
 
 use std::time::Instant;
 
-use crate::backend::{Backend, LogitsWanted, Row, SeqId, TernBackend};
-use crate::error::{Result, RuntimeError};
-use crate::kv::policy::KvPolicy;
-use crate::model::LoadedModel;
-use tern_models::KvDtype;
+use tern_runtime::backend::{Backend, LogitsWanted, Row, SeqId, TernBackend};
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::kv::KvDtype;
+use tern_runtime::{LoadedModel, RuntimeError};
+
+use crate::error::{KvEvalError, Result};
 
 /// The outcome of a perplexity run.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -85,21 +90,16 @@ pub fn perplexity_on(
     let max_ctx = model.config().context_length;
     let vocab = model.config().vocab_size;
     if ctx < 4 || ctx > max_ctx {
-        return Err(RuntimeError::InvalidParam {
-            param: "ctx".into(),
-            reason: format!(
-                "must be between 4 and the model's context length {max_ctx}, got {ctx}"
-            ),
+        return Err(KvEvalError::Window {
+            window: ctx,
+            max: max_ctx,
         });
     }
     let n_chunks = tokens.len() / ctx;
     if n_chunks == 0 {
-        return Err(RuntimeError::InvalidParam {
-            param: "file".into(),
-            reason: format!(
-                "the text has {} tokens; at least ctx = {ctx} are needed for one window",
-                tokens.len()
-            ),
+        return Err(KvEvalError::TooFewTokens {
+            tokens: tokens.len(),
+            window: ctx,
         });
     }
     let first = ctx / 2;
@@ -123,7 +123,7 @@ pub fn perplexity_on(
         // Row r predicts window[first + r + 1]; a last row, if any, has no target.
         for (r, row) in logits.chunks(vocab).enumerate().take(ctx - first - 1) {
             let target = window[first + r + 1];
-            nll -= f64::from(crate::sampler::log_softmax_at(row, target));
+            nll -= f64::from(tern_runtime::sampler::log_softmax_at(row, target));
             count += 1;
         }
         kv_bytes = kv_bytes.max(kv.peak);
@@ -152,7 +152,7 @@ fn score_window(
     window: &[u32],
     first: usize,
     policy: &KvPolicy,
-) -> Result<Vec<f32>> {
+) -> tern_runtime::Result<Vec<f32>> {
     let missing = || RuntimeError::Backend("the backend returned no logits".into());
     // Unscored first half: no logits needed.
     backend.forward(&[Row {

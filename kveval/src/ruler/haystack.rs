@@ -6,8 +6,8 @@
 //! is set in tokens of the model's own tokenizer by searching for the largest
 //! filler that still fits, as RULER does.
 
-use crate::error::{Result, RuntimeError};
-use crate::tokenizer::Tokenizer;
+use crate::error::{KvEvalError, Result};
+use tern_runtime::tokenizer::Tokenizer;
 
 /// The noise sentences, cycled in this order.
 const NOISE: [&str; 5] = [
@@ -86,12 +86,9 @@ fn fit_count(
     let encode = |n: usize| tok.encode(&render(n), true, false);
     let base = encode(0)?;
     if base.len() > target {
-        return Err(RuntimeError::InvalidParam {
-            param: "length".into(),
-            reason: format!(
-                "a prompt of {target} tokens cannot hold this task's instructions and question ({} tokens)",
-                base.len()
-            ),
+        return Err(KvEvalError::TooShortForTask {
+            target,
+            needed: base.len(),
         });
     }
     // First guess from the cost of a few units, then widen until past the target.

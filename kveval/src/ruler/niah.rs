@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use super::haystack::{fit, noise_with, Fitted};
 use super::words::WORDS;
 use crate::error::Result;
-use crate::tokenizer::Tokenizer;
+use tern_runtime::tokenizer::Tokenizer;
 
 /// Needles in `niah_multikey` (one queried, the rest distractors) and values
 /// of the key in `niah_multivalue`, as RULER's defaults.

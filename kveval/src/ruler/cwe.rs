@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use super::haystack::{fit, Fitted};
 use super::words::WORDS;
 use crate::error::Result;
-use crate::tokenizer::Tokenizer;
+use tern_runtime::tokenizer::Tokenizer;
 
 /// Words to name.
 const COMMON: usize = 10;

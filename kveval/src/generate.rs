@@ -1,20 +1,22 @@
 //! Single-sequence generation on a [`Backend`], without the engine's
 //! scheduler: chunked prefill, then one token per forward until a stop token, a
-//! stop string or the token limit. `tern kv-eval` uses it (one sequence at a
+//! stop string or the token limit. The evaluations use it (one sequence at a
 //! time, its KV bytes read from the backend), and the engine's tests use it as
-//! the straight-line reference the batched engine must equal; every other
-//! caller goes through the engine (`crate::engine`), whose types it shares.
+//! the straight-line reference the batched engine must equal. It is not an
+//! engine API: every serving caller goes through the engine
+//! (`tern_runtime::engine`), whose types it shares.
 
 use std::time::Instant;
 
-use crate::backend::{Backend, LogitsWanted, Row, SeqId, TernBackend};
-use crate::engine::{FinishReason, StopMatcher, TokenLogprob};
-use crate::error::{Result, RuntimeError};
-use crate::kv::policy::KvPolicy;
-use crate::model::LoadedModel;
-use crate::sampler::{Sampler, SamplingParams};
-use crate::tokenizer::StreamDecoder;
-use tern_models::KvDtype;
+use tern_runtime::backend::{Backend, LogitsWanted, Row, SeqId};
+use tern_runtime::engine::{FinishReason, StopMatcher, TokenLogprob};
+use tern_runtime::kv::policy::KvPolicy;
+use tern_runtime::kv::KvDtype;
+use tern_runtime::sampler::{Sampler, SamplingParams};
+use tern_runtime::tokenizer::StreamDecoder;
+use tern_runtime::{LoadedModel, RuntimeError};
+
+use crate::error::{KvEvalError, Result};
 
 /// What to generate and how.
 #[derive(Debug, Clone)]
@@ -67,7 +69,7 @@ pub struct GenerateOutput {
 
 /// Runs `prompt` into sequence `seq` from position `start` in chunks of
 /// `chunk`; returns the last token's logits.
-fn prefill(
+pub(crate) fn prefill(
     backend: &mut dyn Backend,
     seq: SeqId,
     prompt: &[u32],
@@ -91,7 +93,7 @@ fn prefill(
         last = backend.forward(&[row])?.pop().flatten();
     }
     backend.finish_prefill(seq)?;
-    last.ok_or(RuntimeError::EmptyPrompt)
+    last.ok_or(KvEvalError::Runtime(RuntimeError::EmptyPrompt))
 }
 
 /// Generates from `req.prompt` on `backend` (running `model`), calling
@@ -103,7 +105,7 @@ pub fn generate(
     req: &GenerateRequest,
     on_text: impl FnMut(&str),
 ) -> Result<GenerateOutput> {
-    req.sampling.validate()?;
+    req.sampling.validate().map_err(RuntimeError::from)?;
     model.check_prompt(req.prompt.len())?;
     let seq = backend.new_seq(
         &req.kv_policy,
@@ -135,105 +137,9 @@ fn run(
     )
 }
 
-/// Answers `req.prompt` under each of `policies` (stored as `req.kv_dtype`;
-/// `req.kv_policy` is not read), reading the prompt once for all of them
-/// ([`TernBackend::prefill_each`]: one chunk, whatever `req.prefill_chunk`
-/// says). Each output equals what [`generate`] gives under that policy with
-/// the prompt in one chunk; each reports the shared prefill's seconds.
-pub fn generate_each<M>(
-    backend: &mut TernBackend<M>,
-    model: &LoadedModel,
-    req: &GenerateRequest,
-    policies: &[KvPolicy],
-) -> Result<Vec<GenerateOutput>>
-where
-    M: std::ops::Deref<Target = LoadedModel> + Send,
-{
-    generate_each_split(backend, model, req, policies, req.prompt.len())
-}
-
-/// Like [`generate_each`], but the policies compress only the first
-/// `context` prompt tokens, before the rest of the prompt (the question) is
-/// read: each cache is then frozen ([`crate::kv::SeqCache::freeze`]) and the
-/// question and answer are kept whole. This is the query-agnostic setting of
-/// kvpress's leaderboard, where a scorer cannot look at the question; the
-/// budget a policy is given counts context entries only.
-pub fn generate_each_query_agnostic<M>(
-    backend: &mut TernBackend<M>,
-    model: &LoadedModel,
-    req: &GenerateRequest,
-    policies: &[KvPolicy],
-    context: usize,
-) -> Result<Vec<GenerateOutput>>
-where
-    M: std::ops::Deref<Target = LoadedModel> + Send,
-{
-    if context == 0 || context >= req.prompt.len() {
-        return Err(RuntimeError::InvalidParam {
-            param: "context".into(),
-            reason: format!(
-                "the context must be a proper, non-empty prefix of the {}-token prompt (got {context})",
-                req.prompt.len()
-            ),
-        });
-    }
-    generate_each_split(backend, model, req, policies, context)
-}
-
-/// [`generate_each`] when `context == req.prompt.len()`, else its
-/// query-agnostic form.
-fn generate_each_split<M>(
-    backend: &mut TernBackend<M>,
-    model: &LoadedModel,
-    req: &GenerateRequest,
-    policies: &[KvPolicy],
-    context: usize,
-) -> Result<Vec<GenerateOutput>>
-where
-    M: std::ops::Deref<Target = LoadedModel> + Send,
-{
-    req.sampling.validate()?;
-    model.check_prompt(req.prompt.len())?;
-    let t0 = Instant::now();
-    let (seqs, shared) = backend.prefill_each(&req.prompt[..context], policies, req.kv_dtype)?;
-    let shared_secs = t0.elapsed().as_secs_f64();
-    let question = &req.prompt[context..];
-    let mut outs = Vec::with_capacity(seqs.len());
-    let mut result = Ok(());
-    for &seq in &seqs {
-        if result.is_ok() {
-            let t1 = Instant::now();
-            let logits = if question.is_empty() {
-                Ok(shared.clone())
-            } else {
-                backend
-                    .freeze(seq)
-                    .and_then(|()| prefill(backend, seq, question, context, question.len()))
-            };
-            let own_secs = t1.elapsed().as_secs_f64();
-            match logits.and_then(|logits| {
-                decode(
-                    backend,
-                    seq,
-                    model,
-                    req,
-                    logits,
-                    shared_secs + own_secs,
-                    |_| {},
-                )
-            }) {
-                Ok(out) => outs.push(out),
-                Err(e) => result = Err(e),
-            }
-        }
-        backend.free(seq);
-    }
-    result.map(|()| outs)
-}
-
 /// Samples from the prompt's last `logits` on: one token per forward until a
 /// stop or the limit.
-fn decode(
+pub(crate) fn decode(
     backend: &mut dyn Backend,
     seq: SeqId,
     model: &LoadedModel,

@@ -9,11 +9,16 @@
 //! a length in the model's own tokens; `score.rs` is RULER's string-match
 //! recall. Prompts are plain text (no chat template) ending with the opening
 //! words of the answer, so base and instruct models alike continue with it.
+//!
+//! `sweep.rs` runs the suite under each policy at each fraction of the
+//! prompt's entries removed; `table.rs` writes its tables.
 
 mod cwe;
 mod haystack;
 mod niah;
 mod score;
+pub mod sweep;
+mod table;
 mod vt;
 mod words;
 
@@ -24,7 +29,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::Result;
-use crate::tokenizer::Tokenizer;
+use tern_runtime::tokenizer::Tokenizer;
 
 pub use score::score;
 
@@ -43,7 +48,7 @@ pub enum RulerTask {
     Cwe,
 }
 
-/// A task name `tern kv-eval --ruler-tasks` does not know.
+/// A task name the suite does not know.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("unknown ruler task `{0}` (known: niah_single, niah_multikey, niah_multivalue, vt, cwe)")]
 pub struct UnknownRulerTask(pub String);
