@@ -23,7 +23,6 @@ mod quantize;
 mod qwen;
 mod reasoning;
 mod reference;
-mod repack;
 mod ruler;
 mod security;
 mod speculative;
