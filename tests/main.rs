@@ -24,7 +24,6 @@ mod quantize;
 mod qwen;
 mod reasoning;
 mod reference;
-mod repack;
 mod ruler;
 mod security;
 mod speculative;
