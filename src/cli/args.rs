@@ -138,4 +138,3 @@ impl PromptArgs {
         Ok(text)
     }
 }
-
