@@ -94,7 +94,7 @@ pub async fn create(
     let ids = template(
         &model,
         &conversation,
-        own.instructions.as_ref(),
+        own.instructions.as_deref(),
         tool_plan.as_ref(),
         state.content_tokens(),
     )
@@ -188,7 +188,7 @@ fn conversation(state: &AppState, own: &ResponseFields) -> Result<Vec<Value>, Ap
 async fn template(
     model: &Arc<LoadedModel>,
     conversation: &[Value],
-    instructions: Option<&String>,
+    instructions: Option<&str>,
     tool_plan: Option<&ToolPlan>,
     content: ContentTokens,
 ) -> Result<Vec<u32>, ApiError> {
