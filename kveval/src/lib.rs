@@ -24,7 +24,7 @@ pub mod perplexity;
 pub mod policy;
 pub mod ppl;
 pub mod printer;
-mod records;
+mod record_file;
 pub mod ruler;
 pub mod run;
 pub mod texts;

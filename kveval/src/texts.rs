@@ -14,7 +14,7 @@ use crate::error::{KvEvalError, Result};
 use crate::perplexity::perplexity_stored;
 use crate::policy::policy;
 use crate::printer::Printer;
-use crate::records::Records;
+use crate::record_file::Records;
 
 /// Whether `cfg` asks for the multi-text table rather than the single-file
 /// one (texts, kept percentages or a records file).

@@ -17,7 +17,7 @@ use crate::generate::{GenerateOutput, GenerateRequest};
 use crate::generate_each::{generate_each, generate_each_query_agnostic};
 use crate::policy::policy;
 use crate::printer::Printer;
-use crate::records::Records;
+use crate::record_file::Records;
 
 /// Per-layer budget that removes `removed` percent of `prompt_tokens` entries.
 fn budget(prompt_tokens: usize, removed: u32) -> usize {
