@@ -18,8 +18,8 @@ the prompt tokens `tern serve` counted for that chat request.
 Usage (both servers are started and stopped by the script):
   python3 scripts/agents_decisions.py --model qwen2.5-coder-1.5b-instruct \\
       --llama-server target/llama-native/bin/llama-server \\
-      --records docs/eval/agents58/qwen2.5-coder-1.5b-instruct.tern.jsonl \\
-      --out docs/eval/agents58/qwen2.5-coder-1.5b-instruct.decisions.json
+      --records records/agents58/qwen2.5-coder-1.5b-instruct.tern.jsonl \\
+      --out records/agents58/qwen2.5-coder-1.5b-instruct.decisions.json
 (the exchanges log is the records' name with `.exchanges.jsonl`). Add
 `--protocol v2` for a v2 run (its instructions and tools) and `--tern PATH`
 for the binary that served it; `--last-only` keeps each wrong question's

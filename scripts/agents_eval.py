@@ -25,13 +25,13 @@ or wrong, and, for a wrong answer, where it failed:
 
 Usage (the server is started and stopped by the script):
   python3 scripts/agents_eval.py --server tern --model qwen2.5-coder-1.5b-instruct \\
-      --out docs/eval/agents58/qwen2.5-coder-1.5b-instruct.tern.jsonl
+      --out records/agents58/qwen2.5-coder-1.5b-instruct.tern.jsonl
   python3 scripts/agents_eval.py --server llama --llama-server /work/llama.cpp/build/bin/llama-server \\
-      --model qwen2.5-coder-1.5b-instruct --out docs/eval/agents58/qwen2.5-coder-1.5b-instruct.llama-server.jsonl
+      --model qwen2.5-coder-1.5b-instruct --out records/agents58/qwen2.5-coder-1.5b-instruct.llama-server.jsonl
 Add `--limit N` for the first N questions. `--protocol v2` runs the second
-question set, its tools and instructions (docs/eval/agents58v2/PROTOCOL.md,
+question set, its tools and instructions (records/agents58v2/PROTOCOL.md,
 fixed before its runs); the default, v1, is the first set as it was run. `scripts/agents_table.py` turns the
-records into the table in docs/eval/agents58/TABLE.md. `--log PATH` also keeps
+records into the table in records/agents58/TABLE.md. `--log PATH` also keeps
 each chat request's exchange (JSONL, one line per request: the question, the
 turn, the message that was new in the request, the reply's message and finish
 reason, and the token counts), where a wrong answer's cause is read.
@@ -70,7 +70,7 @@ PRICES = {
 }
 RATES = {("USD", "EUR"): 0.8731, ("USD", "GBP"): 0.7412, ("USD", "JPY"): 151.37,
          ("USD", "CHF"): 0.8864}  # CHF: v2 only
-# v2's tables (docs/eval/agents58v2/PROTOCOL.md).
+# v2's tables (records/agents58v2/PROTOCOL.md).
 STOCK = {"widget": 86, "gadget": 40, "sprocket": 214, "gizmo": 7, "doohickey": 530, "flange": 63}
 SHIPPING = {"canada": 14.85, "mexico": 9.40, "germany": 21.30, "japan": 27.65}
 
@@ -107,7 +107,7 @@ INSTRUCTIONS = (
 
 
 # v2: written as a customer asks (no steps named), fixed before any run; see
-# docs/eval/agents58v2/PROTOCOL.md for the mix and the shortest solutions.
+# records/agents58v2/PROTOCOL.md for the mix and the shortest solutions.
 QUESTIONS_V2: list[tuple[str, float]] = [
     ("How many sprockets are in stock right now?", STOCK["sprocket"]),
     ("How much is shipping to Canada?", SHIPPING["canada"]),
@@ -401,7 +401,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="JSONL records (one line per question)")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--protocol", choices=sorted(PROTOCOLS), default="v1",
-                    help="question set, tools and instructions (v2: docs/eval/agents58v2/PROTOCOL.md)")
+                    help="question set, tools and instructions (v2: records/agents58v2/PROTOCOL.md)")
     ap.add_argument("--max-turns", type=int, default=None, help="the SDK's turn limit (default: the protocol's)")
     ap.add_argument("--log", help="also write each chat exchange here (JSONL)")
     ap.add_argument("--built-from", help="the commit the server binary was built from, kept in the run record")

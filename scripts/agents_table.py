@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The agents tables from the records of scripts/agents_eval.py.
 
-Reads one protocol's directory (docs/eval/agents58 for v1, docs/eval/agents58v2
+Reads one protocol's directory (records/agents58 for v1, records/agents58v2
 for v2; one `MODEL.SERVER.jsonl` per run, the `*.exchanges.jsonl` logs of
 `agents_eval.py --log` aside) and the structured-output records beside them,
 and writes that directory's TABLE.md: per model and server, questions right,
@@ -10,7 +10,7 @@ result; then each question's outcome side by side. `summary_rows` gives the
 per-run lines that scripts/tables.py puts in docs/MODELS.md, so the doc's
 numbers come from the same records.
 
-Usage: python3 scripts/agents_table.py [--dir docs/eval/agents58]
+Usage: python3 scripts/agents_table.py [--dir records/agents58]
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def render(d: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dir", default=str(ROOT / "docs/eval/agents58"))
+    ap.add_argument("--dir", default=str(ROOT / "records/agents58"))
     d = Path(ap.parse_args().dir)
     text = render(d)
     (d / "TABLE.md").write_text(text)

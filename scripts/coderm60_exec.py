@@ -1,6 +1,6 @@
-"""Offline execution for issue 60's HumanEval study (docs/eval/coderm60/PROTOCOL.md).
+"""Offline execution for issue 60's HumanEval study (records/coderm60/PROTOCOL.md).
 
-The eval records (docs/records/coderm60/run.jsonl) hold each task's 8
+The eval records (records/coderm60/run.jsonl) hold each task's 8
 candidates, its kept generated tests and the pass matrix, but two of the
 study's measures need more than pass/fail:
 
@@ -29,7 +29,7 @@ directory, 2 s per test (a test past it is `T` and the process restarts
 after it) and 256 MiB of address space, the limits of Tern's sandbox. This
 is not Tern's sandbox (no seccomp filter); it runs the code the sandbox
 already ran. Resumable: rerunning skips the tasks on file. Complete lines of
-both files are copied to docs/records/coderm60/ when tables are regenerated.
+both files are copied to records/coderm60/ when tables are regenerated.
 
 Usage: nice -n 19 python3 scripts/coderm60_exec.py [--records DIR] [--limit N]
 """

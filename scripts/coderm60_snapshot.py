@@ -1,5 +1,5 @@
 """Copies issue 60's live HumanEval records (runs/coderm60/, ignored by git)
-into docs/records/coderm60/, the files the tables read and the repo keeps.
+into records/coderm60/, the files the tables read and the repo keeps.
 
 Only complete lines are copied (the run appends while this reads). Each
 `reward@8:tests=32` record keeps everything the tables and a resumed run
@@ -16,7 +16,7 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LIVE = ROOT / "runs" / "coderm60"
-KEPT = ROOT / "docs" / "records" / "coderm60"
+KEPT = ROOT / "records" / "coderm60"
 
 
 def complete_lines(path):

@@ -1,7 +1,7 @@
-"""Issue 60's HumanEval study, 0.5B arm (docs/eval/coderm60/PROTOCOL.md): every
+"""Issue 60's HumanEval study, 0.5B arm (records/coderm60/PROTOCOL.md): every
 arm and K computed offline from one pass of records.
 
-Reads docs/records/coderm60/run.jsonl (`tern eval` records: `single` and
+Reads records/coderm60/run.jsonl (`tern eval` records: `single` and
 `reward@8:tests=32`, each of the latter with the 8 candidates, the kept
 tests, the pass matrix and the hidden rows) and exec.jsonl
 (scripts/coderm60_exec.py: the canonical solution's letters on the kept
@@ -22,7 +22,7 @@ from coderm60_exec import extract_code  # noqa: E402
 from tables import wilson  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RECORDS = ROOT / "docs" / "records" / "coderm60"
+RECORDS = ROOT / "records" / "coderm60"
 STRATEGY = "reward@8:tests=32"
 KS = [1, 2, 4, 8, 16, 32]
 DYNAMIC_KS = [2, 4, 8, 16]

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 T=${TERN:-./target/release/tern}
 CFG=docs/train/grpo-fleet.toml
 OUT=runs/fleet
-REC=${REC:-docs/records/fleet-$(date -u +%F)}
+REC=${REC:-records/fleet-$(date -u +%F)}
 P1=${P1:-18081}
 P2=${P2:-18082}
 rm -rf "$OUT"

@@ -17,8 +17,8 @@ docs/KV.md's region `table:kv-capacity` is this over the committed records,
 written by `python3 scripts/tables.py` (which imports this file).
 
     python3 scripts/kv_capacity_table.py \\
-        --capacity docs/eval/kv-capacity-2026-12-03/capacity-8k-1gib.jsonl \\
-        --ruler docs/eval/ruler-2026-12-03/grid/*.jsonl
+        --capacity records/kv-capacity-2026-12-03/capacity-8k-1gib.jsonl \\
+        --ruler records/ruler-2026-12-03/grid/*.jsonl
 """
 
 import argparse

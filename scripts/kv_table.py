@@ -10,7 +10,7 @@ committed records, written by `python3 scripts/tables.py` (which imports
 this file); this script prints them for any records and draws the plot, a
 plain SVG (no dependencies beyond python3).
 
-    python3 scripts/kv_table.py docs/eval/ruler-2026-12-03/grid/smollm2-4k-f16.jsonl \
+    python3 scripts/kv_table.py records/ruler-2026-12-03/grid/smollm2-4k-f16.jsonl \
         --plot docs/img/ruler-smollm2-4k-f16.svg
 """
 

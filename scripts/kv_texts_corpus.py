@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Rebuilds docs/eval/texts/ (the six texts of the KV robustness table) from
-their sources, so every trim in docs/eval/texts/SOURCES.md is reproducible.
+"""Rebuilds records/texts/ (the six texts of the KV robustness table) from
+their sources, so every trim in records/texts/SOURCES.md is reproducible.
 
 Usage: python3 scripts/kv_texts_corpus.py SHAKESPEARE_DIR UDHR_DIR [OUT_DIR]
 
@@ -96,7 +96,7 @@ def multilingual(udhr: Path) -> str:
 
 def main() -> None:
     shk, udhr = Path(sys.argv[1]), Path(sys.argv[2])
-    out = Path(sys.argv[3] if len(sys.argv) > 3 else "docs/eval/texts")
+    out = Path(sys.argv[3] if len(sys.argv) > 3 else "records/texts")
     out.mkdir(parents=True, exist_ok=True)
     texts = {
         "prose.txt": prose(shk),

@@ -9,7 +9,7 @@ llama-server` from `scripts/native_llama.sh`, Release, GGML_NATIVE=ON, with
 `/v1/models`, run `scripts/load.py --json --burst B --concurrency C`
 (streaming chats of 64 tokens with `ignore_eos`: (a) a burst of B at once,
 (b) 1, C, 1, C concurrent, aggregate tokens/s), stop the server and write
-`docs/records/load59/<label>-<server>.json`: load.py's JSON plus the server's
+`records/load59/<label>-<server>.json`: load.py's JSON plus the server's
 command line, the date and the load average before and after.
 
   scripts/native_llama.sh        # once
@@ -79,7 +79,7 @@ def main() -> int:
     p.add_argument("--burst", type=int, default=16)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--label", help="record name (default: the model's file stem)")
-    p.add_argument("--out", default=str(ROOT / "docs/records/load59"))
+    p.add_argument("--out", default=str(ROOT / "records/load59"))
     args = p.parse_args()
     path = model_path(args.model)
     label = args.label or path.stem

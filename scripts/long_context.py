@@ -10,7 +10,7 @@ times and the KV bytes it held. One JSON line per run is appended to
 docs/MODELS.md shows.
 
   scripts/long_context.py --model qwen2.5-coder-1.5b-instruct --kv-dtype f16 \\
-      --out docs/records/models58/long-context.jsonl
+      --out records/models58/long-context.jsonl
 """
 import argparse
 import json
@@ -118,7 +118,7 @@ def main():
     p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
     p.add_argument("--kv-dtype", default="f16")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", default=str(ROOT / "docs/records/models58/long-context.jsonl"))
+    p.add_argument("--out", default=str(ROOT / "records/models58/long-context.jsonl"))
     p.add_argument("--table", metavar="FILE", help="print the table of FILE and exit")
     args = p.parse_args()
     if args.table:

@@ -6,7 +6,7 @@ For each model, runs `tern bench --backends tern,llama-native,llama-cpp
 interleaved backend by backend; llama-native is llama.cpp's own
 llama-bench from `scripts/native_llama.sh`, Release, GGML_NATIVE=ON; the
 in-process llama.cpp is the exactness reference and is kept beside it,
-labelled) and writes docs/records/native59/<label>.json: the bench's JSON
+labelled) and writes records/native59/<label>.json: the bench's JSON
 plus the command, the date, the load average before and after, the CPU's
 instruction sets and the native build's BUILD.txt. `scripts/tables.py`
 makes docs/BENCHMARKS.md's native table from these records.
@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OUT = ROOT / "docs/records/native59"
+OUT = ROOT / "records/native59"
 TERN = ROOT / "target/release/tern"
 BUILD = ROOT / "target/llama-native/BUILD.txt"
 FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")

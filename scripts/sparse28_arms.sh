@@ -4,9 +4,9 @@
 # of one step equal at --threads 1 and 2), and two one-thread runs side by
 # side finish about 1.7 times the steps per hour of one two-thread run on a
 # 2-core machine (dense seed 1: 96 s per step alone at two threads, 111 s at
-# one thread beside another arm; docs/records/sparse28-throughput-2026-12-04). Each worker takes the next arm nobody holds (a lock directory), resumes
+# one thread beside another arm; records/sparse28-throughput-2026-12-04). Each worker takes the next arm nobody holds (a lock directory), resumes
 # it from its latest checkpoint or starts it, and copies its records to
-# docs/records/sparse28-<arm>/, then scores the arm's export. Start with: scripts/sparse28_arms.sh start
+# records/sparse28-<arm>/, then scores the arm's export. Start with: scripts/sparse28_arms.sh start
 # (TERN=path picks the binary; every arm must run on the build it started with;
 # `scripts/sparse28_arms.sh worker` adds one worker and leaves others' locks).
 cd "$(dirname "$0")/.."
@@ -64,7 +64,7 @@ worker() {
   mkdir -p runs/sparse28
   for a in "${ARMS[@]}"; do
     name=${a%%|*}; args=${a#*|}
-    out=runs/sparse28/$name; rec=docs/records/sparse28-$name
+    out=runs/sparse28/$name; rec=records/sparse28-$name
     # Finished here, or finished on another machine and committed.
     if [ -f $out/eval.json ] && grep -q '"after": [0-9]' $out/eval.json; then continue; fi
     if [ -f $rec/eval.json ] && grep -q '"after": [0-9]' $rec/eval.json; then continue; fi

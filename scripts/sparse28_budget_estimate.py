@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-RECORDS = Path(__file__).resolve().parent.parent / "docs" / "records"
+RECORDS = Path(__file__).resolve().parent.parent / "records"
 ROLLOUTS = 32  # 4 prompts x 8 rollouts (docs/sparse/story.toml)
 KV_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 2  # SmolLM2-135M: layers x (K,V) x kv heads x dim x f16
 EVERY = 8

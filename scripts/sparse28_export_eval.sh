@@ -25,12 +25,12 @@ score() { # model policy name dir
     --kv-policy "$2" --records "$4/export-eval-$3.jsonl" --json > "$4/export-eval-$3.json"
 }
 if [ "$arm" = base ]; then
-  rec=docs/records/sparse28-base-eval; mkdir -p $rec
+  rec=records/sparse28-base-eval; mkdir -p $rec
   echo "scripts/sparse28_export_eval.sh base" > $rec/args.txt
   score smollm2-135m-instruct full full $rec
   exit
 fi
-out=runs/sparse28/$arm; rec=docs/records/sparse28-$arm
+out=runs/sparse28/$arm; rec=records/sparse28-$arm
 policy=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('policy') or '')" $rec/eval.json)
 [ -s $out/export.gguf ] || $T export --checkpoint $out --out $out/export.gguf --threads 1 > $rec/export-log.txt 2>&1
 score $out/export.gguf full full $rec

@@ -2,7 +2,7 @@
 # Reruns, with records, the two 2026-11-30 measurements of docs/SPARSE_RL.md
 # that the issue-28 ablation does not replace (their run directories were not
 # kept). Each run resumes from its latest checkpoint and leaves its metrics,
-# held-out scores, config, command and `time -v` log in docs/records/<run>/:
+# held-out scores, config, command and `time -v` log in records/<run>/:
 #   scripts/sparse_rerun.sh memory  the f32 learner's dry runs under a 3.5 GiB cap,
 #                                   256 rollouts of up to 256 tokens, full vs rkv:32
 #   scripts/sparse_rerun.sh data    difficulty-targeted selection + replay against
@@ -15,7 +15,7 @@ CFG=docs/sparse/base.toml
 
 one() { # name args...
   local name=$1; shift
-  local out=runs/sparse-rerun/$name rec=docs/records/$name
+  local out=runs/sparse-rerun/$name rec=records/$name
   # Done: a dry run's metrics are in, or a training run's held-out score after.
   if [ -f "$rec/metrics.jsonl" ] && { grep -q '"after": [0-9]' "$rec/eval.json" 2>/dev/null ||
     grep -q -- --dry-run "$rec/args.txt"; }; then

@@ -7,7 +7,7 @@ prompt) and a plain chat workload (no repetition).
 Runs are interleaved (off, ngram, off, ngram, ...) so that load from other
 processes on a shared machine falls on both modes alike; the table reports
 medians. Every pair's greedy tokens are compared: speculation must not
-change them. Writes docs/records/spec63/<model-stem>.json; the table in
+change them. Writes records/spec63/<model-stem>.json; the table in
 docs/BENCHMARKS.md comes from these records (scripts/spec63_table.py via
 scripts/tables.py).
 
@@ -34,7 +34,7 @@ import statistics
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OUT = ROOT / "docs" / "records" / "spec63"
+OUT = ROOT / "records" / "spec63"
 
 FUNCTION = '''def summarize_orders(records, min_total=0.0):
     """Groups orders by customer and returns per-customer statistics."""

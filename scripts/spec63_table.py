@@ -1,5 +1,5 @@
 """The table of docs/BENCHMARKS.md's speculative decoding section (issue 63),
-from the records scripts/spec63.py writes in docs/records/spec63/: per model
+from the records scripts/spec63.py writes in records/spec63/: per model
 and workload, the median greedy decode speed without and with prompt lookup,
 the speedup, the share of draft tokens accepted, tokens emitted per forward,
 and whether every run gave the same tokens."""

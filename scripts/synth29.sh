@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 29's loop, one stage per call, each resumable and each leaving its
-# records in docs/records/synth29/ or docs/eval/ (small JSONL; the model
+# records in records/synth29/ or records/ (small JSONL; the model
 # files stay in runs/synth29/):
 #   scripts/synth29.sh data        training data: N=8 candidates per story task of
 #                                  the training seed (1), K syntheses, correct ones kept
@@ -32,14 +32,14 @@
 # Sizes come from the environment so that a tiny run checks the plumbing:
 #   DATA_TASKS (800), K (4), SFT_STEPS (100), STORY_TASKS (300), GSM8K_TASKS (1319),
 #   ADAPTIVE_TASKS (400), THREADS (2), TERN (./target/release/tern), OUT (runs/synth29),
-#   REC (docs/records/synth29), EVAL (docs/eval/synth29), PORT (18129, serve).
+#   REC (records/synth29), EVAL (records/synth29), PORT (18129, serve).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${TERN:-./target/release/tern}
 TH=${THREADS:-2}
 OUT=${OUT:-runs/synth29}
-REC=${REC:-docs/records/synth29}
-EVAL=${EVAL:-docs/eval/synth29}
+REC=${REC:-records/synth29}
+EVAL=${EVAL:-records/synth29}
 mkdir -p "$OUT" "$REC" "$EVAL"
 TRAIN_TASKS="story:count=2000,seed=1,steps=1,cot=0"
 # Held out from the whole training pool (train_seed/train_count): the
@@ -84,7 +84,7 @@ SYNTH_DATA=("$T" synth-data --task "$TRAIN_TASKS" --limit "${DATA_TASKS:-800}" -
   --keep disagree --threads "$TH" --json --out "$OUT/data.jsonl")
 
 data() {
-  # 800 tasks: on the first 100 (a pilot, 2026-12-04, docs/records/synth29)
+  # 800 tasks: on the first 100 (a pilot, 2026-12-04, records/synth29)
   # the 135M model's candidates were right 9.1% of the time, every task was
   # kept (its 8 candidates disagreed), and 16 of 100 got a right synthesis
   # among K=4 (a synthesis is right 4.5% of the time), so 800 tasks give

@@ -1,12 +1,12 @@
 """Regenerates the result tables of docs/TRAINING.md, docs/SPARSE_RL.md,
-docs/REASONING.md, docs/KV.md and docs/MODELS.md from their records (docs/records/<run>/, docs/eval/*.jsonl).
+docs/REASONING.md, docs/KV.md and docs/MODELS.md from their records (records/<run>/, records/*.jsonl).
 
 Each generated table sits between `<!-- table:NAME:start -->` and
 `<!-- table:NAME:end -->` in its doc; only the text between a pair is ever
 rewritten, so hand-written prose around a table (or a neighbouring section)
 cannot be lost the way scripts/gsm8k_progress.py once lost the HumanEval
 section. A number in a table comes from a record or, where a run predates
-docs/records, from a constant named UNRECORDED_* that the doc flags as
+records, from a constant named UNRECORDED_* that the doc flags as
 "Record missing".
 
 Usage:
@@ -18,9 +18,9 @@ Usage:
   python3 scripts/tables.py --pair A B
       two sets of per-task outcomes compared task by task: the difference, its
       95% interval, the discordant tasks and McNemar's p, as the prose quotes
-      them. A or B is an issue-28 export, RUN:MODE (docs/records/sparse28-RUN,
+      them. A or B is an issue-28 export, RUN:MODE (records/sparse28-RUN,
       MODE full|policy|r56|r28), or an eval records file and one of its
-      strategies, FILE.jsonl:STRATEGY (docs/eval/gsm8k-bon8.jsonl:majority@8)
+      strategies, FILE.jsonl:STRATEGY (records/gsm8k-bon8.jsonl:majority@8)
 """
 import json
 import math
@@ -34,8 +34,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-RECORDS = DOCS / "records"
-EVAL = DOCS / "eval"
+RECORDS = ROOT / "records"
+EVAL = ROOT / "records"
 
 MARKER = re.compile(r"^<!-- table:([a-z0-9-]+):(start|end) -->$", re.M)
 GIB = 1024 ** 3
@@ -161,7 +161,7 @@ def arg(args, flag):
 
 
 def run(name):
-    """(metrics, log text, args text) of docs/records/<name>/; absent files are empty."""
+    """(metrics, log text, args text) of records/<name>/; absent files are empty."""
     d = RECORDS / name
     read = lambda f: (d / f).read_text() if (d / f).exists() else ""
     return jsonl(d / "metrics.jsonl") if (d / "metrics.jsonl").exists() else [], read("log.txt"), read("args.txt")
@@ -185,7 +185,7 @@ def mib(b):
 # ---------------------------------------------------------------- docs/TRAINING.md
 
 def grpo_arith_column(name, beside):
-    """One 50-step grpo-arith run's figures from docs/records/<name>/. The
+    """One 50-step grpo-arith run's figures from records/<name>/. The
     peak is the trainer's own lifetime figure (each step's `peak_rss_bytes`):
     the trainer resets the kernel's high-water mark at each phase, so
     `/usr/bin/time -v` reports only the last phase's."""
@@ -232,7 +232,7 @@ def training_grpo_arith():
 def training_learner_seeds():
     """Held-out accuracy of the f32 and the quantized learner over seeds 1-3
     (grpo-arith, 50 steps, one build, one thread each): per seed, the mean,
-    and the late reward, from docs/records/grpo-arith-seeds/<learner>-s<seed>/."""
+    and the late reward, from records/grpo-arith-seeds/<learner>-s<seed>/."""
     rows, per_learner = [], []
     for w, label in (("f32", "f32 learner, `--memory-cap 2GiB`"),
                      ("gguf", "quantized learner, `--memory-cap 600MiB`")):
@@ -267,7 +267,7 @@ def training_learner_seeds():
 
 def training_export_eval():
     """The f32 run's export (q8_0) scored as served, beside the base model
-    and the trainer's own evaluation (docs/records/grpo-arith-seeds/f32-s1)."""
+    and the trainer's own evaluation (records/grpo-arith-seeds/f32-s1)."""
     d = RECORDS / "grpo-arith-seeds" / "f32-s1"
     rows = []
     for name, label in (("base", "SmolLM2-135M-Instruct Q4_1 (base)"), ("q8_0", "trained, exported q8_0")):
@@ -324,7 +324,7 @@ def ab_rounds(name):
 
 def training_learner_ab_rounds():
     """The three learners over three interleaved rounds at one thread, and
-    one round at two threads (docs/records/learner-ab-2026-12-04/)."""
+    one round at two threads (records/learner-ab-2026-12-04/)."""
     step, tps, med = ab_rounds("learner-ab-2026-12-04")
     rows = []
     for key, label in AB_LEARNERS:
@@ -343,7 +343,7 @@ def training_learner_ab_rounds():
 
 def training_learner_ab_vm2():
     """The same three learners, three interleaved rounds at one thread, on
-    the second VM (docs/records/learner-ab-2026-12-04-vm2/)."""
+    the second VM (records/learner-ab-2026-12-04-vm2/)."""
     step, tps, med = ab_rounds("learner-ab-2026-12-04-vm2")
     rows = []
     for key, label in AB_LEARNERS:
@@ -359,7 +359,7 @@ def training_learner_ab_vm2():
 def training_learner_ab_2t():
     """The f32 and the quantized learner (activations kept) at two threads,
     three interleaved rounds, on the second VM
-    (docs/records/learner-ab-2t-2026-12-05/)."""
+    (records/learner-ab-2t-2026-12-05/)."""
     d = RECORDS / "learner-ab-2t-2026-12-05"
     tps = lambda f: (lambda s: s["learner_tokens"] / s["learner_seconds"])(jsonl(d / f"{f}.metrics.jsonl")[0])
     rounds = {key: [tps(f"r{r}-{key}") for r in (1, 2, 3)] for key, _ in AB_LEARNERS[:2]}
@@ -374,7 +374,7 @@ def training_learner_ab_2t():
 def training_learner_before_after():
     """Issue 25's before and after: the learner of the build before the issue
     (9ea5834, f32, its only one) against today's two, three interleaved
-    rounds at two threads (docs/records/learner-before-after-2026-12-05/).
+    rounds at two threads (records/learner-before-after-2026-12-05/).
     The old build logs no `learner_seconds`, so every row times the step
     outside its rollouts: `seconds - rollout_tokens / tokens_per_s`."""
     d = RECORDS / "learner-before-after-2026-12-05"
@@ -399,7 +399,7 @@ def training_learner_before_after():
 
 def training_planner_calibration():
     """The planner's learner estimate against the learner phase's own
-    measured peak (docs/records/planner-calibration/)."""
+    measured peak (records/planner-calibration/)."""
     d = RECORDS / "planner-calibration"
     runs = [("old-ab-recompute", "grpo-arith, micro 8, recompute", "before"),
             ("old-ab-stored", "grpo-arith, micro 8, kept", "before"),
@@ -443,7 +443,7 @@ TRAIN58 = RECORDS / "train58"
 
 def train58_load(name):
     """The 1-minute load average recorded when stage `name` last started
-    (docs/records/train58/load.txt, written by scripts/train58.sh)."""
+    (records/train58/load.txt, written by scripts/train58.sh)."""
     loads = {}
     for line in (TRAIN58 / "load.txt").read_text().splitlines():
         parts = line.split()
@@ -454,7 +454,7 @@ def train58_load(name):
 def training_qwen_runs():
     """Issue 58's LoRA SFT and GRPO runs on Qwen2.5-Coder-0.5B-Instruct,
     step by step: the planner's estimate of each phase beside its measured
-    peak, and the learner's speed (docs/records/train58/{sft,grpo})."""
+    peak, and the learner's speed (records/train58/{sft,grpo})."""
     rows = []
     for name in ["sft", "grpo"]:
         load = train58_load(name)
@@ -482,7 +482,7 @@ def training_qwen_runs():
 def training_qwen_peft():
     """One LoRA SFT step of 4 x 256 tokens (r 16, all seven projections, 2
     threads): transformers + peft on the GGUF dequantized to f32 beside
-    Tern's trainer under two caps (docs/records/train58/)."""
+    Tern's trainer under two caps (records/train58/)."""
     peft = jsonl(TRAIN58 / "peft.jsonl")
     head, steps = peft[0], [p for p in peft if "step" in p]
     summary = next(p for p in peft if "summary" in p)
@@ -544,10 +544,10 @@ def sparse_cap_600mib():
 
 def sparse_cap_f32():
     """The f32 learner's dry runs under a 3.5 GiB cap, full against rkv:32
-    (docs/records/cap3.5g-f32-*/, scripts/sparse_rerun.sh memory)."""
+    (records/cap3.5g-f32-*/, scripts/sparse_rerun.sh memory)."""
     runs = {p: run(f"cap3.5g-f32-{p}") for p in ["full", "rkv"]}
     if not all(m for (m, _, _) in runs.values()):
-        return "Not run yet: `scripts/sparse_rerun.sh memory` writes docs/records/cap3.5g-f32-{full,rkv}/.\n"
+        return "Not run yet: `scripts/sparse_rerun.sh memory` writes records/cap3.5g-f32-{full,rkv}/.\n"
     rows, base = [], None
     for policy, (m, log, args) in runs.items():
         d = m[0]
@@ -564,7 +564,7 @@ def sparse_cap_f32():
 
 def sparse_data_selection():
     """Difficulty-targeted selection + replay against uniform on a 24- and a
-    100-task pool (docs/records/data-pool*/, scripts/sparse_rerun.sh data):
+    100-task pool (records/data-pool*/, scripts/sparse_rerun.sh data):
     the first step whose trailing 5-step mean reward reaches each threshold."""
     rows = []
     for n in (24, 100):
@@ -671,8 +671,8 @@ def reasoning_humaneval():
 # ---------------------------------------------------------------- issue 60 (docs/REASONING.md)
 
 def _coderm60(rows_of, header_of):
-    """One table of issue 60's HumanEval study from docs/records/coderm60/
-    (scripts/coderm60_table.py; docs/eval/coderm60/PROTOCOL.md)."""
+    """One table of issue 60's HumanEval study from records/coderm60/
+    (scripts/coderm60_table.py; records/coderm60/PROTOCOL.md)."""
     import coderm60_table as c
     return table(getattr(c, header_of), getattr(c, rows_of)(c.load()))
 
@@ -733,7 +733,7 @@ def synth29_data(rec=None):
     rec = rec or SYNTH29_REC
     src = rec / "data-sources.txt"
     if not src.exists():
-        return not_run("data", "docs/records/synth29/data-sources.txt and data-kept.jsonl")
+        return not_run("data", "records/synth29/data-sources.txt and data-kept.jsonl")
     tasks = {int(l) for l in src.read_text().split()}
     kept = jsonl(rec / "data-kept.jsonl")
     n = len(tasks)
@@ -783,14 +783,14 @@ def synth29_compare(records, total, stage, head=None, labels=None):
     untrained one. A strategy with no record yet is left out; one with some
     narrows the table to the tasks every strategy has finished."""
     if not records.exists() or not records.read_text().strip():
-        return not_run(stage, f"docs/eval/synth29/{records.name}")
+        return not_run(stage, f"records/synth29/{records.name}")
     labels = {**SYNTH29_LABELS, **(labels or {})}
     present = {s for (s, _) in eval_records(records)}
     strategies = [s for s in SYNTH29_STRATEGIES if s in present]
     rows = eval_rows(records, strategies)
     n = rows["single"]["tasks"]
     if n == 0:
-        return not_run(stage, f"docs/eval/synth29/{records.name}")
+        return not_run(stage, f"records/synth29/{records.name}")
     ok = {s: [r["ok"] for r in rows[s]["records"]] for s in strategies}
 
     def versus(a, b):
@@ -834,7 +834,7 @@ def synth29_story_split(ev=None):
     ev = ev or SYNTH29_EVAL
     path, first_path = ev / "story.jsonl", ev / "story-first-partial.jsonl"
     if not path.exists() or not first_path.exists():
-        return not_run("eval-story", "docs/eval/synth29/story.jsonl")
+        return not_run("eval-story", "records/synth29/story.jsonl")
     recs = eval_records(path)
     chosen_on = {r["task"] for r in jsonl(first_path) if r["strategy"] == "synthesize@8:with=trained"}
     strategies = [s for s in SYNTH29_STRATEGIES if any(k[0] == s for k in recs)]
@@ -871,7 +871,7 @@ def synth29_adaptive(ev=None):
     single, the fixed-length greedy answer) by generator difficulty."""
     path = (ev or SYNTH29_EVAL) / "adaptive-by-difficulty.json"
     if not path.exists() or not path.read_text().strip():
-        return not_run("adaptive", "docs/eval/synth29/adaptive-by-difficulty.json")
+        return not_run("adaptive", "records/synth29/adaptive-by-difficulty.json")
     # `--report --json` prints the whole run's report, then the buckets.
     levels = jsonl(path)[-1]["by_difficulty"]
     buckets = [(str(l["difficulty"]), {r["strategy"]: r for r in l["rows"]}) for l in levels]
@@ -918,8 +918,8 @@ def synth29_adaptive(ev=None):
 def synth29_first(rec=None, ev=None):
     """The first trained synthesizer (SFT on 178 worked and 622 bare-answer
     targets), lost with its machine mid-evaluation: its SFT and the held-out
-    stories it had finished (docs/records/synth29/first/,
-    docs/eval/synth29/story-first-partial.jsonl)."""
+    stories it had finished (records/synth29/first/,
+    records/synth29/story-first-partial.jsonl)."""
     first = (rec or SYNTH29_REC) / "first"
     if not (first / "sft-metrics.jsonl").exists():
         return "No first synthesizer on record.\n"
@@ -943,7 +943,7 @@ def synth29_adaptive_sweep(ev=None):
     against majority@8 over the same samples, by generator difficulty."""
     path = (ev or SYNTH29_EVAL) / "adaptive-sweep-by-difficulty.json"
     if not path.exists() or not path.read_text().strip():
-        return not_run("adaptive-sweep", "docs/eval/synth29/adaptive-sweep-by-difficulty.json")
+        return not_run("adaptive-sweep", "records/synth29/adaptive-sweep-by-difficulty.json")
     levels = jsonl(path)[-1]["by_difficulty"]
     widths = [r["strategy"] for r in levels[0]["rows"] if r["strategy"] != "majority@8"]
     buckets = [(str(l["difficulty"]), {r["strategy"]: r for r in l["rows"]}) for l in levels]
@@ -979,7 +979,7 @@ def synth29_wall(rec=None):
     """Each stage's wall time from wall.jsonl (interrupted parts included)."""
     path = (rec or SYNTH29_REC) / "wall.jsonl"
     if not path.exists():
-        return not_run("all", "docs/records/synth29/wall.jsonl")
+        return not_run("all", "records/synth29/wall.jsonl")
     stages = {}
     for w in jsonl(path):
         s = stages.setdefault(w["stage"], {"seconds": 0, "calls": 0, "interrupted": 0, "threads": []})
@@ -1086,7 +1086,7 @@ def kv_eval_cells(path):
 
 def kv_adakv_keydiff():
     """Ada-KV and KeyDiff against SnapKV's defaults, one window of
-    gpl-3.txt at ctx 2048 (docs/eval/kv-2026-12-03/reference-settings.txt)."""
+    gpl-3.txt at ctx 2048 (records/kv-2026-12-03/reference-settings.txt)."""
     cells = kv_eval_cells(KV_EVAL / "reference-settings.txt")
     rows = [("`snapkv` (defaults)", "snapkv:"),
             ("`adakv` (inner snapkv defaults, floor 0.2)", "adakv:"),
@@ -1098,7 +1098,7 @@ def kv_adakv_keydiff():
 def kv_reference_settings():
     """SnapKV's and H2O's defaults against their papers' settings, one window
     of gpl-3.txt at ctx 2048; in bold the better of each pair per budget
-    (docs/eval/kv-2026-12-03/reference-settings.txt)."""
+    (records/kv-2026-12-03/reference-settings.txt)."""
     cells = kv_eval_cells(KV_EVAL / "reference-settings.txt")
     pairs = [
         [("SnapKV, Tern's defaults (window 8, kernel 7, max)", {128: "snapkv:", 512: "snapkv:"}),
@@ -1120,7 +1120,7 @@ def kv_reference_settings():
 def kv_dtype_perplexity():
     """Perplexity of SmolLM2 on gpl-3.txt at ctx 512 by KV storage type,
     Tern and the in-process llama.cpp
-    (docs/eval/kv-dtype-2026-12-03/perplexity-gpl3-ctx512.jsonl)."""
+    (records/kv-dtype-2026-12-03/perplexity-gpl3-ctx512.jsonl)."""
     recs = jsonl(EVAL / "kv-dtype-2026-12-03" / "perplexity-gpl3-ctx512.jsonl")
     by = {(r["backend"], r["kv_dtype"]): r for r in recs}
     base = by[("tern", "f16")]["perplexity"]
@@ -1135,7 +1135,7 @@ def kv_dtype_perplexity():
 
 def kv_gemma3_perplexity():
     """Gemma 3 270M on gpl-3.txt at ctx 512, each policy at budget 256
-    (docs/eval/gemma3-270m-kv.jsonl)."""
+    (records/gemma3-270m-kv.jsonl)."""
     recs = jsonl(EVAL / "gemma3-270m-kv.jsonl")
     full = next(r for r in recs if r["kv_policy"] == "full")["perplexity"]
     return table(["policy", "perplexity", "ratio to full", "KV held (MB)"],
@@ -1145,7 +1145,7 @@ def kv_gemma3_perplexity():
 
 def kv_texts():
     """Perplexity over six texts at 25% and 50% kept
-    (docs/eval/kv-texts-2026-12-03/records.jsonl, scripts/kv_texts_table.py)."""
+    (records/kv-texts-2026-12-03/records.jsonl, scripts/kv_texts_table.py)."""
     import kv_texts_table
     return kv_texts_table.render(jsonl(EVAL / "kv-texts-2026-12-03" / "records.jsonl"))
 
@@ -1178,7 +1178,7 @@ FLEET_RUNS = [("co-located", "co-located"), ("two-workers", "two workers"), ("on
 
 
 def scaling_fleet():
-    """scripts/fleet_check.sh's four runs (docs/records/fleet-2026-12-04/
+    """scripts/fleet_check.sh's four runs (records/fleet-2026-12-04/
     summary.json, written by scripts/fleet_summary.py): steps equal to the
     co-located run's, rollout speed, and the groups each worker sampled per
     step (runs of equal steps collapsed)."""
@@ -1609,7 +1609,7 @@ def against_dense_s2(name, with_rho, metrics="metrics.jsonl"):
     and memory aside): is it the same arithmetic?"""
     d = RECORDS / name
     if not (d / metrics).exists():
-        return f"Not run yet: docs/records/{name}/{metrics}.\n"
+        return f"Not run yet: records/{name}/{metrics}.\n"
     dense = {m["step"]: m for m in run("sparse28-dense-s2")[0]}
     rows = []
     for m in jsonl(d / metrics):
@@ -1642,7 +1642,7 @@ def sparse28_build_check():
     for f in sorted((RECORDS / name).glob("metrics-*.jsonl")):
         commit = f.stem.split("-", 1)[1]
         parts.append(f"Build {commit}:\n\n" + against_dense_s2(name, False, f.name))
-    return "\n".join(parts) if parts else f"Not run yet: docs/records/{name}/metrics-<commit>.jsonl.\n"
+    return "\n".join(parts) if parts else f"Not run yet: records/{name}/metrics-<commit>.jsonl.\n"
 
 
 def sparse28_masking_steps():
@@ -1691,7 +1691,7 @@ def sparse28_kept():
     for d in arms:
         ev = json.loads((d / "eval.json").read_text()) if (d / "eval.json").exists() else {}
         if "after" not in ev or not (d / "metrics.jsonl").exists():
-            missing.append(f"`docs/records/{d.name}/`")
+            missing.append(f"`records/{d.name}/`")
         else:
             runs.append((jsonl(d / "metrics.jsonl"), ev))
     if missing:
@@ -1787,7 +1787,7 @@ MODELS58 = RECORDS / "models58"
 
 
 def models58_bench():
-    """`tern bench --json` on each real model (docs/records/models58/bench-*.json):
+    """`tern bench --json` on each real model (records/models58/bench-*.json):
     Tern's own kernels beside the in-process llama.cpp (AVX2, the exactness
     reference, not the speed anchor)."""
     rows = []
@@ -1811,7 +1811,7 @@ def models58_bench():
 
 def models58_long_context():
     """`tern serve` answering one ~16k-token conversation
-    (docs/records/models58/long-context.jsonl, scripts/long_context.py)."""
+    (records/models58/long-context.jsonl, scripts/long_context.py)."""
     rows = []
     path = MODELS58 / "long-context.jsonl"
     for r in (jsonl(path) if path.exists() else []):
@@ -1827,8 +1827,8 @@ def models58_long_context():
 
 def models58_agents():
     """openai-agents on the Qwen2.5-Coder models, Tern beside native
-    llama-server: every run of protocol v1 (docs/eval/agents58/) and of v2
-    (docs/eval/agents58v2/, fixed in its PROTOCOL.md before its runs), one
+    llama-server: every run of protocol v1 (records/agents58/) and of v2
+    (records/agents58v2/, fixed in its PROTOCOL.md before its runs), one
     row per run, from the records scripts/agents_table.py reads."""
     import agents_table
     rows = []
@@ -1868,7 +1868,7 @@ def us(v):
 
 def bench_q4_0_tiles():
     """The Q4_0 kernel in llama.cpp's repacked order (tiled from 4 rows)
-    against the plain order (docs/eval/quant-kernels-q4_0-tiles-2026-12-03.txt)."""
+    against the plain order (records/quant-kernels-q4_0-tiles-2026-12-03.txt)."""
     med = criterion_medians((EVAL / "quant-kernels-q4_0-tiles-2026-12-03.txt").read_text())
     rows = []
     for (bench, kind), v in med.items():
@@ -1881,7 +1881,7 @@ def bench_q4_0_tiles():
 
 def bench_quant_formats():
     """Tern's kernel per weight format against candle's QMatMul (Q4_0: its
-    repacked order against its plain one), docs/eval/quant-kernels-2026-12-03.txt."""
+    repacked order against its plain one), records/quant-kernels-2026-12-03.txt."""
     med = criterion_medians((EVAL / "quant-kernels-2026-12-03.txt").read_text())
     rows = []
     for (bench, kind), v in med.items():
@@ -1897,7 +1897,7 @@ def bench_quant_formats():
 
 def bench_quant_iq4():
     """IQ4_NL and IQ4_XS beside the 4-bit formats of the same shapes, one run
-    (docs/eval/quant-kernels-iq4-2026-12-03.txt)."""
+    (records/quant-kernels-iq4-2026-12-03.txt)."""
     med = criterion_medians((EVAL / "quant-kernels-iq4-2026-12-03.txt").read_text())
     rows = []
     for (bench, kind), v in med.items():
@@ -1923,7 +1923,7 @@ FORMAT_RUNS = [("smollm2-q4_0", "SmolLM2-135M, q4_0 (requantized)"),
 
 def bench_weight_formats():
     """`tern bench --backends llama-cpp,candle --depths 0` per weight format
-    (docs/eval/bench-2026-12-03-tiles/*.json), Tern over the in-process
+    (records/bench-2026-12-03-tiles/*.json), Tern over the in-process
     llama.cpp in one interleaved run per model; RSS in MB (10^6 bytes)."""
     rows = []
     for stem, label in FORMAT_RUNS:
@@ -1945,8 +1945,8 @@ def ms(v):
 
 def bench_judge():
     """One judged test against a bare interpreter start
-    (docs/bench/judge-2026-12-02.txt, criterion's medians)."""
-    med = criterion_medians((DOCS / "bench" / "judge-2026-12-02.txt").read_text())
+    (records/bench/judge-2026-12-02.txt, criterion's medians)."""
+    med = criterion_medians((ROOT / "records" / "bench" / "judge-2026-12-02.txt").read_text())
     return table(["case", "median per test"],
                  [["sandboxed test (`judge_one_test/sandboxed`)", ms(med[("judge_one_test", "sandboxed")])],
                   ["bare `python3 -I -S -c pass` (`judge_one_test/bare_python`)",
@@ -1958,8 +1958,8 @@ JUDGE_BUILDS = [("old", "one sandbox per test (3f42d56)"), ("new", "two sandboxe
 
 def bench_judge_interleaved():
     """Old and new judge benches interleaved round by round
-    (docs/bench/judge-2026-12-06-interleaved.txt)."""
-    text = (DOCS / "bench" / "judge-2026-12-06-interleaved.txt").read_text()
+    (records/bench/judge-2026-12-06-interleaved.txt)."""
+    text = (ROOT / "records" / "bench" / "judge-2026-12-06-interleaved.txt").read_text()
     rounds = {}
     for part in re.split(r"(?m)^== ", text)[1:]:
         m = re.match(r"round (\d+) (\w+)", part)
@@ -1975,7 +1975,7 @@ def bench_judge_interleaved():
 
 def bench_kv_dtype_depth():
     """Decode at depth 4096 by KV storage type, one interleaved `tern bench`
-    run (docs/eval/kv-dtype-2026-12-03/bench-depth4096.json)."""
+    run (records/kv-dtype-2026-12-03/bench-depth4096.json)."""
     j = json.loads((EVAL / "kv-dtype-2026-12-03" / "bench-depth4096.json").read_text())
     by = {r["kv_dtype"]: r for r in j["rows"]}
     base = by["f32"]["tg_tokens_per_s"]
@@ -1995,7 +1995,7 @@ def per_token(v):
 
 def bench_constraint():
     """The structured-output constraint's cost per token
-    (docs/eval/constraint-2026-12-03/bench.json, medians)."""
+    (records/constraint-2026-12-03/bench.json, medians)."""
     j = json.loads((EVAL / "constraint-2026-12-03" / "bench.json").read_text())["median_us_per_token"]
     return table(["per token", "full mask", "check the drawn token"],
                  [["JSON prefix checker (before)", per_token(j["json_prefix_full_mask"]),
@@ -2006,7 +2006,7 @@ def bench_constraint():
 
 def spec63_bench():
     """Greedy decode with and without prompt-lookup speculative decoding on
-    the Qwen2.5-Coder models, code editing and chat (docs/records/spec63/,
+    the Qwen2.5-Coder models, code editing and chat (records/spec63/,
     scripts/spec63.py; scripts/spec63_table.py)."""
     import spec63_table
     return table(spec63_table.HEADER, spec63_table.rows(RECORDS / "spec63"))
@@ -2036,7 +2036,7 @@ def spreadsheet_heldout():
     rounds on the first 16, whose
     round 1 is the single-round score; prompt 3 (prompt 2 without the
     pandas sentence) on the first 4, then on all 40 held-out tasks
-    (docs/records/spreadsheet/, scripts/spreadsheet_table.py)."""
+    (records/spreadsheet/, scripts/spreadsheet_table.py)."""
     import spreadsheet_table
     runs = [("0.5B greedy, prompt 1", "heldout_0.5b_greedy.jsonl"),
             ("0.5B greedy, prompt 1, rounds@3", "heldout_0.5b_rounds3.jsonl"),
@@ -2052,7 +2052,7 @@ def spreadsheet_heldout():
 def spreadsheet_references():
     """Every task's reference program through the judge, as a candidate's
     runs (`tern eval --strategy reference`), on the training split and the
-    held-out split (docs/records/spreadsheet/references_*.jsonl)."""
+    held-out split (records/spreadsheet/references_*.jsonl)."""
     import spreadsheet_table
     runs = [("train (count=300, seed=1)", "references_train.jsonl"),
             ("held-out (count=40, seed=1001)", "references_heldout.jsonl")]
@@ -2064,7 +2064,7 @@ def spreadsheet_references():
 def spreadsheet_best_of():
     """Best-of-8 on the first held-out spreadsheet tasks: the candidate
     chosen by agreement of outputs and the oracle's, over the same 8
-    programs per task (docs/records/spreadsheet/heldout_*_bo8.jsonl,
+    programs per task (records/spreadsheet/heldout_*_bo8.jsonl,
     `tern eval --strategy agree@8,oracle@8`)."""
     import spreadsheet_table
     runs = [("0.5B, T 0.7, first 8", "heldout_0.5b_bo8.jsonl"),
@@ -2080,7 +2080,7 @@ NATIVE59 = RECORDS / "native59"
 
 
 def native59_bench():
-    """`scripts/native_compare.py` records (docs/records/native59/*.json): Tern
+    """`scripts/native_compare.py` records (records/native59/*.json): Tern
     beside llama.cpp's own llama-bench built with GGML_NATIVE=ON (the speed
     anchor) and the in-process llama.cpp (AVX2, the exactness reference), one
     interleaved run per record; ratios are Tern over native."""
@@ -2121,7 +2121,7 @@ LOAD59 = RECORDS / "load59"
 
 
 def load59_servers():
-    """`scripts/load_native.py` records (docs/records/load59/*.json): load.py's
+    """`scripts/load_native.py` records (records/load59/*.json): load.py's
     burst and 1/N scaling against `tern serve` and native llama-server, one
     server after the other on the same model."""
     rows = []
@@ -2216,16 +2216,18 @@ TABLES = {
     "BENCHMARKS.md": {
         "native59-bench": native59_bench,
         "load59-servers": load59_servers,
-        "bench-q4-0-tiles": bench_q4_0_tiles,
-        "bench-quant-formats": bench_quant_formats,
-        "bench-quant-iq4": bench_quant_iq4,
-        "bench-judge": bench_judge,
         "bench-judge-interleaved": bench_judge_interleaved,
         "bench-kv-dtype-depth": bench_kv_dtype_depth,
         "bench-constraint": bench_constraint,
         "spec63-bench": spec63_bench,
         "spec63-draft": spec63_draft,
         "spec63-kv": spec63_kv,
+    },
+    "BENCHMARKS_HISTORY.md": {
+        "bench-q4-0-tiles": bench_q4_0_tiles,
+        "bench-quant-formats": bench_quant_formats,
+        "bench-quant-iq4": bench_quant_iq4,
+        "bench-judge": bench_judge,
     },
     "SPREADSHEET.md": {
         "spreadsheet-heldout": spreadsheet_heldout,
@@ -2366,7 +2368,7 @@ def pair_exports(a, b):
         else:
             tasks = export_tasks(RECORDS / f"sparse28-{run}", mode or "full")
             if tasks is None:
-                print(f"no export records: docs/records/sparse28-{run}/export-eval-{mode or 'full'}.jsonl",
+                print(f"no export records: records/sparse28-{run}/export-eval-{mode or 'full'}.jsonl",
                       file=sys.stderr)
                 return 1
         got.append(tasks)

@@ -2,7 +2,7 @@
 # Issue 58, "Training": LoRA SFT and GRPO on Qwen2.5-Coder-0.5B-Instruct
 # (Q4_K_M) under --memory-cap, the export through llama.cpp, and the 4 x 256
 # LoRA step beside transformers + peft. Writes small records to
-# docs/records/train58/ (checkpoints and GGUFs stay under $RUNS).
+# records/train58/ (checkpoints and GGUFs stay under $RUNS).
 #
 #   scripts/train58.sh sft|grpo|export|data|step|peft|all
 #
@@ -16,7 +16,7 @@ TERN=${TERN:-target/release/tern}
 PY=${PY:-python3}
 MODEL=qwen2.5-coder-0.5b-instruct
 GGUF=models/cache/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-REC=docs/records/train58
+REC=records/train58
 RUNS=${RUNS:-runs/train58}
 mkdir -p "$REC" "$RUNS"
 

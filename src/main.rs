@@ -22,7 +22,7 @@ fn tune_allocator() {
 
 fn main() {
     tune_allocator();
-    let args = match cli::args::Cli::try_parse() {
+    let args = match cli::Cli::try_parse() {
         Ok(args) => args,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
@@ -59,6 +59,11 @@ fn main() {
                 msg.push_str(": ");
             }
             msg.push_str(&cause);
+        }
+        // The runtime names no flags; the binary knows which of its own
+        // sets what the error needs.
+        if let Some(hint) = cli::hint::setup_hint(&e) {
+            msg.push_str(&format!(" ({hint})"));
         }
         eprintln!("error: {msg}");
         std::process::exit(1);

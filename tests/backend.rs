@@ -359,7 +359,7 @@ fn tiny_agreement(spec: &crate::support::tiny::TinySpec) -> (usize, usize, f32, 
 /// that `rewrite(src, dst)` writes: a feature switched off.
 fn tiny_agreement_with(
     spec: &crate::support::tiny::TinySpec,
-    features: Option<tern_models::arch::llama::Features>,
+    features: Option<tern_models::decoder::Features>,
     rewrite: Option<fn(&std::path::Path, &std::path::Path)>,
 ) -> (usize, usize, f32, usize) {
     let dir = tempfile::tempdir().unwrap();
@@ -376,9 +376,10 @@ fn tiny_agreement_with(
     let mut model = tern_runtime::LoadedModel::load(&tern_path).unwrap();
     if let Some(f) = features {
         let file = tern_models::GgufFile::open(&tern_path).unwrap();
-        let llama =
-            tern_models::Llama::load_with(&file, tern_models::Precision::Quantized, f).unwrap();
-        model.arch = tern_models::Model::Llama(llama);
+        let arch = tern_models::Arch::of(&file).unwrap();
+        let decoder =
+            tern_models::Decoder::load_with(&file, tern_models::Precision::Quantized, f).unwrap();
+        model.arch = tern_models::Model::new(arch, decoder);
     }
     model_agreement(model, &path, spec.context_length)
 }
@@ -535,8 +536,8 @@ fn phi3_head_dim_long_rope_and_separate_qkv_match_llama_cpp_bit_for_bit() {
 #[test]
 fn phi3_check_fails_with_a_feature_switched_off() {
     use crate::support::tiny::{TinyLongRope, TinySpec};
-    use tern_models::arch::llama::{Features, RopeFactors, RopeStyle};
     use tern_models::arch::phi3::FEATURES;
+    use tern_models::decoder::{Features, RopeFactors, RopeStyle};
     let spec = TinySpec {
         architecture: "phi3",
         n_embd: 96,

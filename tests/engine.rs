@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tern_kveval::generate::{generate, GenerateRequest};
 use tern_runtime::backend::TernBackend;
 use tern_runtime::engine::FinishReason;
 use tern_runtime::engine::{
     ConvergenceRule, EngineConfig, EngineHandle, Event, ProbeSpec, SubmitError, SubmitRequest,
     ThinkSpec,
 };
-use tern_runtime::generate::{generate, GenerateRequest};
 use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::SamplingParams;
 

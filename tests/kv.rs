@@ -1,9 +1,9 @@
 //! KV policies end to end: the cache holds its budget during generation, the
 //! per-head masks stay correct after eviction, and bad specs are clear errors.
 
+use tern_kveval::generate::{generate, GenerateRequest};
 use tern_models::{KvStore, LogitsWanted, SeqBatch};
 use tern_runtime::backend::TernBackend;
-use tern_runtime::generate::{generate, GenerateRequest};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::SeqCache;
 use tern_runtime::sampler::SamplingParams;
@@ -18,7 +18,7 @@ fn run(
     policy: &str,
     prompt_len: usize,
     n: usize,
-) -> tern_runtime::generate::GenerateOutput {
+) -> tern_kveval::generate::GenerateOutput {
     let req = GenerateRequest {
         prompt: (0..prompt_len).map(|i| (i * 13 % 250 + 3) as u32).collect(),
         sampling: SamplingParams::greedy(),

@@ -168,7 +168,7 @@ fn f16_storage_leaves_smollm2_perplexity_unchanged_to_the_last_digit() {
     let tokens = model.tokenizer.encode(&text, true, false).unwrap();
     let tokens = &tokens[..1024];
     let run = |dtype| {
-        tern_runtime::perplexity::perplexity_stored(
+        tern_kveval::perplexity::perplexity_stored(
             &model,
             tokens,
             1024,

@@ -5,10 +5,9 @@
 
 use std::sync::Arc;
 
+use tern_kveval::generate::{generate, GenerateOutput, GenerateRequest};
+use tern_kveval::generate_each::{generate_each, generate_each_query_agnostic};
 use tern_runtime::backend::TernBackend;
-use tern_runtime::generate::{
-    generate, generate_each, generate_each_query_agnostic, GenerateOutput, GenerateRequest,
-};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::KvDtype;
 use tern_runtime::sampler::SamplingParams;

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod architecture;
 mod backend;
 mod cli;
 mod engine;
@@ -23,7 +24,6 @@ mod quantize;
 mod qwen;
 mod reasoning;
 mod reference;
-mod repack;
 mod ruler;
 mod security;
 mod speculative;

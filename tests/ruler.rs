@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
+use tern_kveval::ruler::{self, RulerTask};
 use tern_models::GgufFile;
-use tern_runtime::kv::ruler::{self, RulerTask};
 use tern_runtime::tokenizer::Tokenizer;
 
 use crate::support::{assert_clean_error, real_model, tern};

@@ -17,7 +17,7 @@ use tern_runtime::engine::{
 };
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
-use tern_runtime::{LoadedModel, RuntimeError};
+use tern_runtime::{LoadedModel, RuntimeError, Setting};
 
 use crate::support::real_model;
 use crate::support::tiny::{write_tiny_model, TinySpec};
@@ -315,10 +315,22 @@ fn a_draft_model_of_another_vocabulary_or_none_is_refused() {
     let mut req = SubmitRequest::new(vec![5, 6, 7], SamplingParams::greedy(), 4);
     req.speculative = Some(Speculative::Draft { max_draft: 4 });
     match engine.submit(req) {
-        Err(SubmitError::Invalid(RuntimeError::InvalidParam { param, reason })) => {
-            assert_eq!(param, "speculative");
-            assert!(reason.contains("--draft-model"), "{reason}");
-        }
+        // The runtime names the setting it lacks, not a flag: the server and
+        // the CLI add theirs (`--draft-model PATH`).
+        Err(SubmitError::Invalid(RuntimeError::Setup {
+            setting: Setting::DraftModel,
+            error,
+        })) => match *error {
+            RuntimeError::InvalidParam { param, reason } => {
+                assert_eq!(param, "speculative");
+                assert!(reason.contains("needs a draft model"), "{reason}");
+                assert!(
+                    !reason.contains("--"),
+                    "a flag in the runtime's error: {reason}"
+                );
+            }
+            e => panic!("expected an invalid `speculative`, got {e:?}"),
+        },
         other => panic!("expected a refusal, got {:?}", other.err()),
     }
 }

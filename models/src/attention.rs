@@ -385,7 +385,7 @@ mod tests {
     use super::*;
     use candle_core::{Device, D};
 
-    /// The tensor path's decode attention, as `Llama::attention` computes it.
+    /// The tensor path's decode attention, as `Decoder::attention` computes it.
     fn reference(q: &Tensor, k: &Tensor, v: &Tensor, group: usize, scale: f64) -> Vec<f32> {
         let (n_kv, _, hd) = k.dims3().unwrap();
         let q = q.reshape((n_kv, group, hd)).unwrap();

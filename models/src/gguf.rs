@@ -336,6 +336,19 @@ impl GgufFile {
         Ok(tensor)
     }
 
+    /// [`GgufFile::tensor`], refused unless its shape is `dims`: what a loader
+    /// that knows the model's shape reads a weight with.
+    pub fn tensor_shaped(&self, name: &str, dims: &[usize]) -> Result<QTensor> {
+        let t = self.tensor(name)?;
+        if t.shape().dims() != dims {
+            return Err(ModelError::BadTensor {
+                name: name.into(),
+                reason: format!("expected shape {dims:?}, found {:?}", t.shape().dims()),
+            });
+        }
+        Ok(t)
+    }
+
     /// Drops the mapped pages of tensor `name` from this process's resident set
     /// once it has been copied out, so the weights are never resident twice.
     #[cfg(unix)]

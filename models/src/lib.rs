@@ -1,8 +1,9 @@
 //! `tern-models`: model architectures and their weights.
 //!
 //! Owns GGUF loading (memmap2 + candle quantized tensors), the model
-//! configuration read from GGUF metadata, each architecture's forward pass over a
-//! ragged batch behind one seam ([`arch`]), the KV seam trait the runtime implements, the export of trained weights
+//! configuration read from GGUF metadata, the shared decoder's forward pass over
+//! a ragged batch ([`decoder`]), each architecture's features behind one seam
+//! ([`arch`]), the KV seam trait the runtime implements, the export of trained weights
 //! back to GGUF. It knows nothing of tokenizers, sampling or serving, and never
 //! fetches anything (that is `tern-hub`).
 
@@ -11,6 +12,7 @@ pub mod arch;
 pub mod attention;
 mod batch;
 mod config;
+pub mod decoder;
 mod error;
 mod exact;
 pub mod export;
@@ -29,9 +31,10 @@ mod visibility;
 mod weight;
 
 pub use adapter_file::{load_adapter, save_adapter};
-pub use arch::{Llama, Model, Trunk};
+pub use arch::{Arch, Model};
 pub use batch::{LogitsWanted, SeqBatch};
 pub use config::ModelConfig;
+pub use decoder::{Decoder, Trunk};
 pub use error::{ModelError, Result};
 pub use export::{export_gguf, quantize_gguf, ExportQuant, ExportReport, QuantType};
 pub use flash::FlashKernel;

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::chat::conversation::normalize_messages;
 use crate::chat::{ChatMessage, ChatTemplate, RenderOptions};
-use crate::error::{Result, RuntimeError};
+use crate::error::{Result, RuntimeError, Setting};
 use crate::tokenizer::Tokenizer;
 
 /// How control-token text inside message content is encoded.
@@ -104,20 +104,26 @@ pub fn encode_conversation(
         .collect();
     written.extend(opts.tools.as_ref().map(Value::to_string));
     if written.iter().any(|w| has_control_text(tokenizer, w)) {
-        return Err(RuntimeError::Template(
-            "a tool call or tool definition contains control-token text; remove it or start \
-             the server with --allow-special-tokens-in-content"
-                .into(),
+        return Err(RuntimeError::setup(
+            Setting::SpecialTokensInContent,
+            RuntimeError::Template(
+                "a tool call or tool definition contains control-token text; remove it, or \
+                 read content's control-token text as control tokens"
+                    .into(),
+            ),
         ));
     }
     let pieces = match cut(template, &messages, &contents, opts, &rendered)? {
         Some(pieces) => pieces,
         None if contents.iter().any(|c| has_control_text(tokenizer, c)) => {
-            return Err(RuntimeError::Template(
-                "a message contains control-token text and this chat template transforms \
-                 message content, so it cannot be kept as plain text; remove it or start the \
-                 server with --allow-special-tokens-in-content"
-                    .into(),
+            return Err(RuntimeError::setup(
+                Setting::SpecialTokensInContent,
+                RuntimeError::Template(
+                    "a message contains control-token text and this chat template transforms \
+                     message content, so it cannot be kept as plain text; remove it, or read \
+                     content's control-token text as control tokens"
+                        .into(),
+                ),
             ))
         }
         None => vec![Piece::Template(&rendered)],

@@ -53,6 +53,50 @@ pub enum RuntimeError {
     /// A tensor operation failed.
     #[error("tensor error: {0}")]
     Candle(#[from] candle_core::Error),
+    /// `error`, which a request alone cannot fix: it needs the runtime set up
+    /// otherwise (`setting`). The runtime knows no flags; whoever set it up
+    /// (the server, the CLI) names its own way to change the setting.
+    #[error("{error}")]
+    Setup {
+        /// What would have to be set up otherwise.
+        setting: Setting,
+        /// What went wrong, in the runtime's terms.
+        error: Box<RuntimeError>,
+    },
+}
+
+/// What the runtime is set up with once, when a model loads, that a request
+/// may need otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    /// A draft model for draft-model speculation.
+    DraftModel,
+    /// The type a backend's cache stores keys and values as.
+    KvDtype,
+    /// Whether control-token text in message content is read as control
+    /// tokens.
+    SpecialTokensInContent,
+    /// A chat template: the model has none, so it takes raw prompts only.
+    ChatTemplate,
+}
+
+impl RuntimeError {
+    /// `error`, marked as needing `setting` set up otherwise.
+    pub fn setup(setting: Setting, error: RuntimeError) -> Self {
+        RuntimeError::Setup {
+            setting,
+            error: Box::new(error),
+        }
+    }
+
+    /// The setting this error needs changed, if it is one a request alone
+    /// cannot fix.
+    pub fn setting(&self) -> Option<Setting> {
+        match self {
+            RuntimeError::Setup { setting, .. } => Some(*setting),
+            _ => None,
+        }
+    }
 }
 
 impl From<crate::sampler::SamplerError> for RuntimeError {

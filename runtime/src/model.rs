@@ -8,7 +8,7 @@ use tern_models::{GgufFile, Model, ModelConfig, Precision};
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::chat_prompt::{encode_chat, ContentTokens};
 use crate::constraint::{Constraint, Grammar, Grammars};
-use crate::error::{Result, RuntimeError};
+use crate::error::{Result, RuntimeError, Setting};
 use crate::sampler::DryBreakers;
 use crate::tokenizer::Tokenizer;
 
@@ -148,10 +148,13 @@ impl LoadedModel {
     /// The chat template, or a clear error for models without one.
     pub fn chat_template(&self) -> Result<&ChatTemplate> {
         self.template.as_ref().ok_or_else(|| {
-            RuntimeError::Template(
-                "this model has no chat template (a base model): send a raw prompt to \
-                     /v1/completions, or use `tern generate` without --chat"
-                    .into(),
+            RuntimeError::setup(
+                Setting::ChatTemplate,
+                RuntimeError::Template(
+                    "this model has no chat template (a base model), so it takes a raw prompt, \
+                     not messages"
+                        .into(),
+                ),
             )
         })
     }

@@ -18,6 +18,16 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub fn render(m: &MetricsSnapshot) -> String {
     let mut out = String::new();
     let w = &mut out;
+    requests(w, m);
+    tokens(w, m);
+    kv_memory(w, m);
+    latency(w, m);
+    gateway(w, m);
+    out
+}
+
+/// Readiness, and requests and sequences by state.
+fn requests(w: &mut String, m: &MetricsSnapshot) {
     scalar(
         w,
         "tern_model_ready",
@@ -67,6 +77,10 @@ pub fn render(m: &MetricsSnapshot) -> String {
         "Requests that failed inside the engine.",
         m.failed,
     );
+}
+
+/// Tokens prefilled, reused, generated and drafted, and the steps that ran.
+fn tokens(w: &mut String, m: &MetricsSnapshot) {
     scalar(
         w,
         "tern_prompt_tokens_total",
@@ -109,6 +123,11 @@ pub fn render(m: &MetricsSnapshot) -> String {
         "Forward steps the engine ran.",
         m.steps,
     );
+}
+
+/// KV cache memory: the budget, what is reserved, and by policy and storage
+/// type what running sequences hold and save.
+fn kv_memory(w: &mut String, m: &MetricsSnapshot) {
     scalar(
         w,
         "tern_kv_memory_bytes",
@@ -153,6 +172,10 @@ pub fn render(m: &MetricsSnapshot) -> String {
             kv.bytes_saved
         );
     }
+}
+
+/// Latency histograms: time to first token and between tokens.
+fn latency(w: &mut String, m: &MetricsSnapshot) {
     histogram(
         w,
         "tern_time_to_first_token_seconds",
@@ -165,8 +188,6 @@ pub fn render(m: &MetricsSnapshot) -> String {
         "Seconds between consecutive tokens of one completion.",
         &m.itl,
     );
-    gateway(w, m);
-    out
 }
 
 /// The same load figures under the names Kubernetes inference gateways

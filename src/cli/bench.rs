@@ -22,9 +22,53 @@ use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::KvDtype;
 use tern_runtime::{memory, LoadedModel};
 
-use super::args::BenchArgs;
+use super::args::{parse_dtype, KvArgs, ModelArgs};
 use super::backend::{self, BackendKind, Sizing};
 use super::resolve;
+use clap::Args;
+
+/// `tern bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// Context depths to measure at (tokens already in the cache), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub depths: Vec<usize>,
+    /// Prompt tokens for the prefill measurement (pp); 0 skips it.
+    #[arg(long, default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Tokens to decode for the generation measurement (tg).
+    #[arg(long, default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions per configuration; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Backends to measure side by side, comma-separated: tern, llama-cpp
+    /// (in process: the exactness reference, not a speed anchor), llama-native
+    /// (llama.cpp's own llama-bench from scripts/native_llama.sh: the speed
+    /// anchor). Runs interleave backend by backend, each in its own process.
+    #[arg(long, value_delimiter = ',', default_value = "tern")]
+    pub backends: Vec<crate::cli::bench::BenchBackend>,
+    /// Also measure Tern's own backend under this KV policy, in the same run
+    /// and interleaved with the others (repeatable), e.g. `--also-policy
+    /// snapkv:budget=256` beside a full-cache llama.cpp at depth 4096.
+    #[arg(long, value_name = "SPEC")]
+    pub also_policy: Vec<tern_runtime::kv::policy::KvPolicy>,
+    /// Also measure Tern's own backend with its cache stored as this type
+    /// (f32, f16, q8_0, q4_0), under --kv-policy, in the same interleaved run
+    /// (repeatable), e.g. `--also-kv-dtype f32` beside the f16 default.
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
+    pub also_kv_dtype: Vec<tern_runtime::kv::KvDtype>,
+    /// Skip the memory-bandwidth measurement (and the floor it gives).
+    #[arg(long)]
+    pub no_bandwidth: bool,
+    /// Internal: measure one repetition of the first backend in this process.
+    #[arg(long, hide = true)]
+    pub child_rep: Option<u64>,
+}
 
 /// A backend `tern bench` measures: the two that run in process, or a native
 /// llama.cpp (its own CMake build, `GGML_NATIVE=ON`, from

@@ -7,9 +7,28 @@ use tern_runtime::chat::ChatMessage;
 use tern_runtime::engine::SubmitRequest;
 use tern_runtime::engine::DEFAULT_PREFILL_CHUNK;
 
-use super::args::ChatArgs;
+use super::args::{KvArgs, ModelArgs, SamplingArgs};
 use super::generate::{cli_engine, content_tokens, run_request, sampling_params};
 use super::resolve;
+use clap::Args;
+
+/// `tern chat`.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// System prompt (default: the template's own).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Let control-token text such as `<|im_start|>` in your messages become
+    /// control tokens inside the chat template (default: it stays text).
+    #[arg(long)]
+    pub allow_special_tokens_in_content: bool,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &ChatArgs) -> Result<()> {

@@ -14,9 +14,56 @@ use tern_runtime::engine::{
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::{memory, LoadedModel};
 
-use super::args::{GenerateArgs, SamplingArgs};
+use super::args::{parse_speculative, KvArgs, ModelArgs, PromptArgs, SamplingArgs};
 use super::backend::{self, Sizing};
 use super::resolve;
+use clap::Args;
+
+/// `tern generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// Wrap the prompt in the model's chat template as a user turn.
+    #[arg(long)]
+    pub chat: bool,
+    /// System prompt for --chat (default: the template's own).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Let control-token text such as `<|im_start|>` in the prompt become
+    /// control tokens inside the chat template (default: it stays text).
+    #[arg(long)]
+    pub allow_special_tokens_in_content: bool,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Keep generating past end-of-sequence up to --max-tokens (for benchmarks).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Return this many most likely alternatives per token in --json (0-20).
+    #[arg(long, default_value_t = 0)]
+    pub top_logprobs: usize,
+    /// Prompt tokens per prefill forward pass.
+    #[arg(long, default_value_t = tern_runtime::engine::DEFAULT_PREFILL_CHUNK)]
+    pub prefill_chunk: usize,
+    /// What runs the forward pass: Tern's own kernels or llama.cpp.
+    #[arg(long, value_enum, default_value = "tern")]
+    pub backend: crate::cli::backend::BackendKind,
+    /// Speculative decoding: `off` (the default without --draft-model),
+    /// `ngram` (prompt lookup; the output is the same, faster where it
+    /// repeats the prompt), `draft` (the --draft-model proposes; the default
+    /// with one), or `ngram:max_draft=N` / `draft:max_draft=N`.
+    #[arg(long, value_parser = parse_speculative)]
+    pub speculative: Option<tern_runtime::engine::Speculative>,
+    /// A smaller model of the same vocabulary (path or registry name) that
+    /// drafts tokens for --model to verify (`--speculative draft`); the
+    /// output is --model's own. Refused if its vocabulary differs.
+    #[arg(long)]
+    pub draft_model: Option<String>,
+}
 
 /// Sampling parameters from the shared CLI options.
 pub fn sampling_params(s: &SamplingArgs, top_logprobs: usize) -> SamplingParams {

@@ -4,13 +4,33 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::sync::Arc;
+use tern_kveval::perplexity::perplexity_on;
+use tern_kveval::KvEvalError;
 use tern_runtime::memory;
 
-use tern_runtime::perplexity::perplexity_on;
-
-use super::args::PerplexityArgs;
+use super::args::{KvArgs, ModelArgs};
 use super::backend::{self, Sizing};
 use super::resolve;
+use clap::Args;
+use std::path::PathBuf;
+
+/// `tern perplexity`.
+#[derive(Debug, Args)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// Text file to score.
+    #[arg(long, short = 'f')]
+    pub file: PathBuf,
+    /// Window size in tokens; each window's second half is scored.
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+    /// What runs the forward pass: Tern's own kernels or llama.cpp.
+    #[arg(long, value_enum, default_value = "tern")]
+    pub backend: crate::cli::backend::BackendKind,
+}
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &PerplexityArgs) -> Result<()> {
@@ -44,7 +64,19 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
             bar.set_message(format!("{ppl:.4}"));
             bar.inc(1);
         },
-    )?;
+    )
+    .map_err(|e| {
+        // The evaluation names values; the flags that set them are ours.
+        let flag = match e {
+            KvEvalError::Window { .. } => Some("--ctx"),
+            KvEvalError::TooFewTokens { .. } => Some("--file"),
+            _ => None,
+        };
+        match flag {
+            Some(flag) => anyhow::Error::new(e).context(flag),
+            None => anyhow::Error::new(e),
+        }
+    })?;
     bar.finish_and_clear();
     if a.model.json {
         let mut v = serde_json::to_value(&report)?;

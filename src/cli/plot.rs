@@ -19,7 +19,40 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use plotters::prelude::*;
 
-use super::args::PlotArgs;
+use clap::Args;
+
+/// `tern plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// Metrics files: one JSON object per line with a numeric `step` (the
+    /// trainer's metrics.jsonl). Several files are drawn as one line each in
+    /// every panel, to compare runs.
+    #[arg(required = true, num_args = 1..)]
+    pub file: Vec<PathBuf>,
+    /// Legend labels, one per file, comma-separated (default: each file's
+    /// directory name).
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Draw the trailing mean of this many steps instead of raw values
+    /// (reward curves of small batches are noisy).
+    #[arg(long, default_value_t = 1)]
+    pub smooth: usize,
+    /// PNG file to write.
+    #[arg(long, short = 'o')]
+    pub out: PathBuf,
+    /// Keys to plot, one panel each, comma-separated; `*_bytes` and `kv_bytes_*` keys are
+    /// shown in MiB; a dotted key reaches into an object (`rho.mean_rho`) or, by a number,
+    /// an array (`epochs.0.kl_ref`: the first PPO epoch's KL to the reference model).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "reward_mean,loss,peak_rss_bytes"
+    )]
+    pub keys: Vec<String>,
+    /// TrueType/OpenType font for the labels.
+    #[arg(long, default_value = crate::cli::plot::DEFAULT_FONT)]
+    pub font: PathBuf,
+}
 
 /// Width of the image, in pixels.
 const WIDTH: u32 = 1000;

@@ -3,7 +3,18 @@
 use anyhow::Result;
 use tern_hub as registry;
 
-use super::args::PullArgs;
+use clap::Args;
+
+/// `tern pull`.
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// Registry name of the model to fetch.
+    #[arg(default_value = tern_hub::DEFAULT_MODEL)]
+    pub name: String,
+    /// List the registry instead of pulling.
+    #[arg(long)]
+    pub list: bool,
+}
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &PullArgs) -> Result<()> {

@@ -22,9 +22,244 @@ use tern_server::registry::{ModelSpec, RegistryConfig};
 use tern_server::size::format_size;
 use tern_server::{ConnectionLimits, Cors, LoadError, Loaded, ServeEvent, ServerConfig};
 
-use super::args::ServeArgs;
+use super::args::{parse_speculative, KvArgs};
 use super::backend::{self, BackendKind, Sizing};
 use super::resolve;
+use clap::Args;
+
+/// `tern serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Registry name or path to a GGUF file (pulled on first use). Its id in
+    /// the API is the registry name or the file stem. Repeat it (or add
+    /// --models-dir) to serve several models: each is loaded by the first
+    /// request naming it and unloaded after --model-idle-unload. Default:
+    /// the registry's default model.
+    #[arg(long, short = 'm')]
+    pub model: Vec<String>,
+    /// Serve every `.gguf` file in DIR (not its subdirectories) beside any
+    /// --model, each named by its file stem, loaded on first use.
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// With several models: unload a model nobody has used for this long
+    /// (`300`, `1.5`, `500ms`, `10m`; 0 keeps models loaded). A request for
+    /// an unloaded model loads it again and waits for the load.
+    #[arg(long, default_value = "300", value_parser = tern_server::duration::parse_duration)]
+    pub model_idle_unload: std::time::Duration,
+    /// With several models: memory the loaded models' weights (their files'
+    /// sizes) and KV budgets (--kv-memory each) may take together; a model
+    /// that does not fit unloads idle ones, or its request gets a 503.
+    /// Default: three quarters of the memory available at start.
+    #[arg(long, value_parser = tern_server::size::parse_size)]
+    pub models_memory: Option<usize>,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind (0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Default KV policy of requests that do not send `kv_policy`.
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// KV cache memory all running requests share: 2GiB, 512MiB, 1G or bytes
+    /// (default: half the memory available at start). With several models,
+    /// each loaded model's (default: --models-memory over twice the number
+    /// of models).
+    #[arg(long, value_parser = tern_server::size::parse_size)]
+    pub kv_memory: Option<usize>,
+    /// Require `Authorization: Bearer KEY` on /v1/* requests.
+    #[arg(long, conflicts_with = "api_key_file")]
+    pub api_key: Option<String>,
+    /// Read the API key from this file (first line; keeps it out of `ps`).
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
+    /// Serve without an API key on a non-loopback --host. Without this flag
+    /// such a server refuses to start: anyone who can reach the port could
+    /// use the model, swap or unload its adapters and, with
+    /// --allow-code-execution, run programs.
+    #[arg(long)]
+    pub insecure_no_key: bool,
+    /// Requests that may wait for admission before new ones get 429.
+    #[arg(long, default_value_t = 256)]
+    pub max_queue: usize,
+    /// Allow browser calls from these origins: comma-separated, or `*`.
+    #[arg(long)]
+    pub cors: Option<String>,
+    /// Largest request body (413 above it): 4MiB, 64KiB or bytes.
+    #[arg(long, default_value = "4MiB", value_parser = tern_server::size::parse_size)]
+    pub max_body: usize,
+    /// Run client-written Python: best-of-N requests with `aggregate:
+    /// "reward"` send `tests` that the server executes against each
+    /// candidate. Off by default (such requests get 403). With it, any client
+    /// that can reach the API (and holds the key, if one is set) can run
+    /// programs of its choosing on this machine, each inside the bubblewrap
+    /// sandbox (no network, no files but the Python runtime, 2 s, 256 MiB;
+    /// docs/SECURITY.md). Needs `bwrap`: the server refuses to start without it.
+    #[arg(long)]
+    pub allow_code_execution: bool,
+    /// Most code sandboxes alive at once across all requests (each judged
+    /// test is two: the candidate's program and the test, in sandboxes of
+    /// their own). More tests wait their turn; none is refused. Default: two
+    /// per core.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=4096))]
+    pub max_sandboxes: Option<u64>,
+    /// Sequences decoded together at most.
+    #[arg(long, default_value_t = 64)]
+    pub max_running: usize,
+    /// Prompt tokens one sequence prefills per engine step.
+    #[arg(long, default_value_t = 256)]
+    pub prefill_chunk: usize,
+    /// Recent prompts whose KV the server keeps (full-cache requests), so a
+    /// prompt sharing its beginning with one (the system prompt, earlier turns
+    /// of a chat) prefills only the rest; 0 turns it off. The kept KV counts
+    /// against --kv-memory and gives way to requests.
+    #[arg(long, default_value_t = 8)]
+    pub prefix_cache: usize,
+    /// Speculative decoding for requests that do not send `speculative`:
+    /// `off` (the default without --draft-model), `ngram` (prompt lookup:
+    /// drafts copied from where the text's latest words occurred before,
+    /// verified in one forward; output unchanged), `draft` (the
+    /// --draft-model proposes; the default with one), or
+    /// `ngram:max_draft=N` / `draft:max_draft=N`.
+    #[arg(long, value_parser = parse_speculative)]
+    pub speculative: Option<tern_runtime::engine::Speculative>,
+    /// A smaller model of the same vocabulary (path or registry name),
+    /// loaded beside --model, that drafts tokens for requests speculating
+    /// with `draft`; its KV per request counts against --kv-memory. One
+    /// --model only. Refused at startup if its vocabulary differs.
+    #[arg(long)]
+    pub draft_model: Option<String>,
+    /// What runs the forward pass: Tern's own kernels or llama.cpp (full and
+    /// streaming KV policies only).
+    #[arg(long, value_enum, default_value = "tern")]
+    pub backend: crate::cli::backend::BackendKind,
+    /// A second model (path or registry name) loaded beside --model as its
+    /// own engine; `aggregate: synthesize` uses it to write the synthesis.
+    /// A model that fails to load stops the server at startup.
+    #[arg(long)]
+    pub synthesizer_model: Option<String>,
+    /// Host names (HOST or HOST:PORT, comma-separated) accepted in the Host
+    /// header beside the bound address's own; `*` accepts any Host and must
+    /// be given explicitly. By default (this stops DNS-rebinding pages):
+    /// bound to loopback, localhost, 127.0.0.1 and [::1] at the bound port;
+    /// bound to one address, that address at the bound port; bound to every
+    /// interface (0.0.0.0, ::), any IP address and localhost at the bound
+    /// port. Clients that reach the server by a name need it listed here.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// Serve /metrics without the API key (it needs the key by default when
+    /// one is set).
+    #[arg(long)]
+    pub metrics_public: bool,
+    /// Let control-token text such as `<|im_start|>` written inside chat
+    /// messages become control tokens. Off by default, so a user cannot
+    /// forge a system turn; only the chat template's own tokens are special.
+    #[arg(long)]
+    pub allow_special_tokens_in_content: bool,
+    /// Where a reasoning model's `<think>` block goes when a request does
+    /// not send `reasoning_format` (llama-server's flag and values): `none`
+    /// leaves it in `content`; `deepseek` and `auto` (the default, as in
+    /// llama-server, so its clients see the same answer) return it as
+    /// `reasoning_content`. Only models whose chat template marks reasoning
+    /// (Qwen3, DeepSeek-R1) are split
+    #[arg(long, default_value = "auto", value_parser = ["none", "deepseek", "auto"])]
+    pub reasoning_format: String,
+    /// What a request whose prompt leaves its answer no room in the context
+    /// gets when it does not send `context_overflow`: `error` (the default:
+    /// a 400 with the numbers, as OpenAI and llama-server answer, so no
+    /// client is answered about a conversation the model did not read
+    /// whole), `shift` / `shift:keep=N` (keep the first N tokens, default
+    /// 4, and the newest; drop the oldest between them), or a KV policy
+    /// with a budget such as `snapkv:budget=1024` or
+    /// `streaming:budget=1024,sink=4` (read the whole conversation; each time
+    /// the context fills, the policy evicts down to its budget and the kept
+    /// tokens are re-numbered, so prompt and answer may both run past it)
+    #[arg(long, default_value = "error")]
+    pub context_overflow: String,
+    /// Tokens of context a sequence may span (llama.cpp's `-c`): prompts,
+    /// answers and each request's KV reservation are held to it. Default:
+    /// the length the model was trained for; at most that
+    #[arg(long, short = 'c', value_name = "TOKENS")]
+    pub ctx: Option<usize>,
+    /// Connections served at once; further ones wait to be accepted.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    /// Time a request's headers may take to arrive, counted from when the
+    /// connection is ready for a request, so also the longest a keep-alive
+    /// connection may sit idle: 10s, 500ms, 2m.
+    #[arg(long, default_value = "10s", value_parser = tern_server::duration::parse_duration)]
+    pub header_timeout: std::time::Duration,
+    /// Time a request's whole body may take to arrive (408 after).
+    #[arg(long, default_value = "30s", value_parser = tern_server::duration::parse_duration)]
+    pub body_timeout: std::time::Duration,
+    /// After Ctrl-C or SIGTERM, how long in-flight requests may take to
+    /// finish before the server exits anyway.
+    #[arg(long, default_value = "30s", value_parser = tern_server::duration::parse_duration)]
+    pub shutdown_grace: std::time::Duration,
+    /// How POST /v1/embeddings turns an input's tokens into one vector. The
+    /// model reads the input once; each token then has a final hidden state
+    /// (after the output norm), and pooling picks how those become one
+    /// vector, which is then scaled to unit length. `mean` suits most
+    /// models and inputs; `last` suits models trained to sum up a text in
+    /// its final position (their cards say so, often with an end token the
+    /// client appends).
+    #[arg(long, value_enum, default_value = "mean")]
+    pub embedding_pooling: EmbeddingPooling,
+    /// How many POST /v1/responses results the server keeps in memory, so
+    /// a client can continue a conversation with `previous_response_id` or
+    /// read one back with GET /v1/responses/{id}. The oldest are forgotten
+    /// first; a request naming a forgotten one gets a 404 (never a silently
+    /// shorter conversation). Requests with `store: false` are not kept; 0
+    /// keeps none.
+    #[arg(long, default_value_t = tern_server::DEFAULT_RESPONSES_STORE)]
+    pub responses_store: usize,
+    /// Most memory the stored POST /v1/responses results may take
+    /// together (each is kept as its JSON text): 256MiB, 1GiB or bytes.
+    /// The oldest are forgotten first once it is full; a response larger
+    /// than all of it is not stored, and a request whose input alone would
+    /// be is refused (400) unless it sends `store: false`. With
+    /// --state-store it bounds each response, and Redis's own maxmemory the
+    /// total.
+    #[arg(long, default_value = "256MiB", value_parser = tern_server::size::parse_size)]
+    pub responses_store_bytes: usize,
+    /// Keep stored responses in a Redis server (`redis://host:port[/db]`)
+    /// instead of this process's memory: replicas behind a load balancer
+    /// that name the same store continue each other's conversations
+    /// (docs/SCALING.md). Checked at startup; later failures are 503s.
+    /// Every Redis call has a 2 s connect, read and write timeout, so a
+    /// Redis that stops answering costs a request a 503, never a hang.
+    #[arg(long, value_name = "URL")]
+    pub state_store: Option<String>,
+    /// Allow LoRA adapters under DIR to be loaded while the server runs
+    /// (POST /v1/load_lora_adapter {"lora_name", "lora_path"}, vLLM's
+    /// endpoint; /v1/unload_lora_adapter drops one); a request then names an
+    /// adapter as its `model`. Off by default: a client names a path, so the
+    /// server reads only files under DIR. `tern train --rollout-endpoints`
+    /// publishes each update this way.
+    #[arg(long, value_name = "DIR")]
+    pub lora_dir: Option<std::path::PathBuf>,
+    /// Most LoRA adapters held at once.
+    #[arg(long, default_value_t = tern_server::DEFAULT_MAX_LORAS, value_name = "N")]
+    pub max_loras: usize,
+}
+
+/// `--embedding-pooling`: how token states become one embedding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EmbeddingPooling {
+    /// The average over every token of the input.
+    Mean,
+    /// The last token's state alone.
+    Last,
+}
+
+impl From<EmbeddingPooling> for tern_runtime::engine::Pooling {
+    fn from(p: EmbeddingPooling) -> Self {
+        match p {
+            EmbeddingPooling::Mean => Self::Mean,
+            EmbeddingPooling::Last => Self::Last,
+        }
+    }
+}
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &ServeArgs) -> Result<()> {

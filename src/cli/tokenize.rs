@@ -7,8 +7,19 @@ use serde_json::json;
 use tern_models::GgufFile;
 use tern_runtime::tokenizer::Tokenizer;
 
-use super::args::TokenizeArgs;
+use super::args::ModelArgs;
 use super::resolve;
+use clap::Args;
+
+/// `tern tokenize`.
+#[derive(Debug, Args)]
+pub struct TokenizeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Treat control-token text such as `<|im_start|>` as plain text.
+    #[arg(long)]
+    pub no_parse_special: bool,
+}
 
 /// Runs the subcommand with its parsed arguments.
 pub fn run(a: &TokenizeArgs) -> Result<()> {

@@ -2,7 +2,7 @@
 template, written with the standard library alone, so the API suite can serve
 a model whose template marks reasoning (`<think>` ... `</think>`) without a
 real reasoning model's download. The same shape as the Rust tests' tiny
-models (tests/support/tiny.rs): two layers, width 64, Q8_0 projections, f32
+models (models/tests/support/tiny.rs): two layers, width 64, Q8_0 projections, f32
 norms, a tied output; the vocabulary and template come from
 `models/cache/vocab/qwen/` (scripts/fetch_vocab.py).
 

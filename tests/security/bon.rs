@@ -7,7 +7,7 @@ use std::path::Path;
 use super::fixture::{attacks, tiny_model, Attack, Expect, Host, SECRET};
 use crate::support::{last_json, tern};
 
-/// The tiny model's end-of-sequence id (tests/support/tiny.rs).
+/// The tiny model's end-of-sequence id (models/tests/support/tiny.rs).
 const EOS: u32 = 2;
 
 fn run_bon(model: &Path, tests: &Path) -> std::process::Output {

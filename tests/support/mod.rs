@@ -1,10 +1,27 @@
 //! Shared test support: the tiny generated model, the real model's path, the
 //! reference files in ../shared, and a runner for the `tern` binary.
 
+// ggml called in process, llama.cpp's quantizer and tiny models quantized
+// by them: the models crate's kernel-test support (models/tests/support),
+// shared rather than copied; its kernel tests use the parts left unused here.
 #[cfg(feature = "llama-cpp")]
+#[allow(dead_code)]
+#[path = "../../models/tests/support/ggml.rs"]
+pub mod ggml;
+#[path = "../../models/tests/support/inputs.rs"]
+mod inputs;
+#[cfg(feature = "llama-cpp")]
+#[allow(dead_code)]
+#[path = "../../models/tests/support/quantize.rs"]
 pub mod quantize;
 pub mod server;
 pub mod tiny;
+#[cfg(feature = "llama-cpp")]
+#[allow(dead_code)]
+#[path = "../../models/tests/support/tiny_quant.rs"]
+pub mod tiny_quant;
+
+pub use inputs::values;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -15,7 +32,7 @@ use std::process::{Command, Output};
 /// once on a 2-core machine, two threads each oversubscribe it and a worker
 /// descheduled mid-graph stalls the others: beside two busy processes a
 /// 160-token llama.cpp generation took 190 s at two threads and 4.2 s at one
-/// (docs/records/llama-threads-2026-12-04). Tern's own pool yields and parks
+/// (records/llama-threads-2026-12-04). Tern's own pool yields and parks
 /// instead, and its results do not depend on the thread count.
 pub const LLAMA_THREADS: i32 = 1;
 
@@ -182,18 +199,4 @@ pub fn rewrite_gguf_with(
         tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut out = std::fs::File::create(dst).unwrap();
     gguf_file::write(&mut out, &meta, &refs).unwrap();
-}
-
-/// Deterministic values in `[lo, hi)` (xorshift), for kernel tests that
-/// compare Tern with ggml on the same inputs.
-pub fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
 }

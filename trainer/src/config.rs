@@ -1,326 +1,23 @@
 //! A training run's configuration: a TOML file whose every key is also a
 //! `tern train` flag (flags win), checked in full before any work starts.
+//! Every setting is defined once, in [`settings`]; [`choices`] holds the
+//! values its enums take, this module the reading and the checks.
 
-use std::path::{Path, PathBuf};
+pub mod choices;
+pub mod flags;
+pub mod settings;
 
-use serde::{Deserialize, Serialize};
+use std::path::Path;
+
 use tern_models::LoraTarget;
 
-use crate::correction::{Correction, NumericsCorrection, NumericsThresholds, Thresholds};
-use crate::data::Selection;
+use crate::correction::{Correction, NumericsCorrection};
 use crate::error::{Result, TrainError};
 
-/// What the learner optimises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Algorithm {
-    /// Supervised: maximise the log-likelihood of the task's reference answer.
-    Sft,
-    /// Group-relative policy optimisation on sampled rollouts and verified rewards.
-    Grpo,
-}
-
-/// Learning-rate schedule over the run's steps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Schedule {
-    /// The same rate every step (after warm-up).
-    Constant,
-    /// Linear decay to zero at the last step.
-    Linear,
-    /// Cosine decay to zero at the last step.
-    Cosine,
-}
-
-/// What attention the learner scores rollouts with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LearnerKv {
-    /// Full attention over prompt and response (Sparse-RL's learner).
-    Dense,
-    /// Each token sees only the entries the rollout's KV policy still held
-    /// when it was sampled (the eviction record replayed as a mask): the
-    /// model is trained as it will be served.
-    SparseReplay,
-}
-
-/// Which rollouts of a group its advantages are computed over.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Advantages {
-    /// The group's mean and standard deviation over all `G` rollouts, before
-    /// any correction drops one (what every run before the switch did).
-    #[default]
-    All,
-    /// Over the rollouts that survive the correction (a vetoed or
-    /// sequence-masked rollout no longer moves its group's baseline).
-    Kept,
-}
-
-/// How the KL penalty to the reference model is estimated per token.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum KlEstimator {
-    /// Schulman's k3, `exp(ref - logp) - (ref - logp) - 1`, unbounded above
-    /// (every run up to the Sparse-RL ablation used it).
-    #[default]
-    #[serde(rename = "k3")]
-    K3,
-    /// k3 clamped to at most 10 per token, with no gradient where the clamp
-    /// binds: slime's and verl's `low_var_kl`, which the Sparse-RL paper's
-    /// scripts use. A token the policy now finds far less likely than the
-    /// reference does then stops pulling on the update.
-    #[serde(rename = "low_var_kl")]
-    LowVarKl,
-}
-
-/// What the loss averages over.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LossAverage {
-    /// One mean over all the batch's counted tokens (every recorded run):
-    /// a long response weighs in proportion to its length.
-    #[default]
-    Token,
-    /// A mean over each response's counted tokens, then over responses
-    /// (slime's default, the Sparse-RL paper's runs): every response weighs
-    /// the same whatever its length or how many of its tokens a correction
-    /// masked.
-    Response,
-}
-
-/// How the LoRA learner holds the frozen base.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LearnerWeights {
-    /// The GGUF blocks on the sampler's own kernels (one copy shared with the
-    /// rollout engine; dense rollouts' log-probabilities equal pi_old where
-    /// the weights' kernels give a row the same result in any batch).
-    Gguf,
-    /// Dequantized to f32 (the learner before the quantized one: ~5x the
-    /// weights' memory, and its own rounding).
-    F32,
-}
-
-/// A config enum from its TOML spelling (serde's names), for the CLI's
-/// flags: one list of names for both.
-fn parse_named<T: serde::de::DeserializeOwned>(
-    s: &str,
-    what: &str,
-    choices: &str,
-) -> Result<T, String> {
-    T::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(s))
-        .map_err(|_| format!("unknown {what} `{s}` ({choices})"))
-}
-
-macro_rules! from_str_by_name {
-    ($($t:ty => $what:literal, $choices:literal;)*) => {$(
-        impl std::str::FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> std::result::Result<Self, String> {
-                parse_named(s, $what, $choices)
-            }
-        }
-    )*};
-}
-
-from_str_by_name! {
-    LearnerKv => "learner_kv", "dense or sparse-replay";
-    LossAverage => "loss average", "token or response";
-    KlEstimator => "KL estimator", "k3 or low_var_kl";
-    Advantages => "advantages", "all or kept";
-    LearnerWeights => "learner_weights", "gguf or f32";
-}
-
-/// Every setting of a run. Field names are the TOML keys and the flag names
-/// (`group_size` = `--group-size`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TrainConfig {
-    /// Model: a registry name or a GGUF path.
-    pub model: String,
-    /// Training tasks: `arithmetic:...`, `story:...`, `spreadsheet:...` or a
-    /// JSONL file.
-    pub task: String,
-    /// Held-out tasks scored greedily before and after training (none: skip).
-    pub eval_task: Option<String>,
-    /// `sft` or `grpo`.
-    pub algorithm: Algorithm,
-    /// Train every projection and norm instead of LoRA adapters.
-    pub full: bool,
-    /// Plan the memory, run the first step's rollouts, record their metrics
-    /// and stop: no update, no checkpoint, no evaluation. Sizes a run (how
-    /// many rollouts decode at once under the cap, and how fast) cheaply.
-    pub dry_run: bool,
-    /// SFT on a file where only some tasks carry a worked `target`
-    /// (synthesis data): also train the others on the bare
-    /// "The answer is X." line (on by default: that synthesizer won on
-    /// held-out stories). Off: only the worked targets, as the CoT-based
-    /// Synthesizer paper keeps only correct syntheses.
-    pub sft_bare_answers: bool,
-    /// LoRA rank.
-    pub lora_rank: usize,
-    /// LoRA alpha (the update is scaled by alpha / rank).
-    pub lora_alpha: f64,
-    /// Projections that get adapters: q,k,v,o,gate,up,down or all.
-    pub lora_targets: String,
-    /// Peak learning rate (AdamW).
-    pub lr: f64,
-    /// Learning-rate schedule.
-    pub schedule: Schedule,
-    /// Steps of linear warm-up.
-    pub warmup_steps: usize,
-    /// AdamW weight decay.
-    pub weight_decay: f64,
-    /// Largest gradient norm before clipping (0: no clipping).
-    pub max_grad_norm: f64,
-    /// Rollouts per prompt (GRPO's group size G).
-    pub group_size: usize,
-    /// Prompts per step.
-    pub prompts_per_step: usize,
-    /// Most new tokens per rollout.
-    pub max_new_tokens: usize,
-    /// Rollout sampling temperature.
-    pub temperature: f32,
-    /// PPO clip range epsilon.
-    pub clip_eps: f64,
-    /// Coefficient of the k3 KL penalty to the reference (base) model; 0
-    /// skips it (the default, as every recorded run used). Sparse-RL's paper
-    /// uses 1e-4. LoRA only: full fine-tuning keeps no reference copy.
-    pub kl_coef: f64,
-    /// The KL penalty's per-token estimator (`k3` or `low_var_kl`).
-    pub kl_estimator: KlEstimator,
-    /// Whether the loss is a mean over tokens or over responses.
-    pub loss_average: LossAverage,
-    /// Optimizer updates on each step's batch, pi_old fixed at the
-    /// pre-update policy: from the second on the ratio leaves 1 and the clip
-    /// acts.
-    pub ppo_epochs: usize,
-    /// Optimiser steps.
-    pub steps: usize,
-    /// Seed of everything random in the run.
-    pub seed: u64,
-    /// Where checkpoints and `metrics.jsonl` go.
-    pub out: PathBuf,
-    /// Hard cap on the process's peak resident memory, e.g. `2GiB`.
-    pub memory_cap: Option<String>,
-    /// Sequences per learner micro-batch (unset: the largest the cap allows).
-    pub micro_batch: Option<usize>,
-    /// Write a checkpoint every this many steps (the last step always writes one).
-    pub checkpoint_every: usize,
-    /// KV policy of the rollouts (the serving spec string).
-    pub rollout_kv_policy: String,
-    /// A system message before each task (none: the bare question).
-    pub system_prompt: Option<String>,
-    /// The learner's attention: `dense`, or `sparse-replay` (the rollout
-    /// policy's evictions replayed as masks).
-    pub learner_kv: LearnerKv,
-    /// The LoRA learner's frozen base: `gguf` (the sampler's kernels) or `f32`.
-    pub learner_weights: LearnerWeights,
-    /// Recompute each block in the backward pass instead of keeping its
-    /// activations (unset: on when the memory cap needs it).
-    pub recompute: Option<bool>,
-    /// Off-policy correction of sparse rollouts: none, tis or sparse-rl.
-    pub correction: Correction,
-    /// Correction thresholds (veto, rejection band, truncation cap, level).
-    pub rho: Thresholds,
-    /// Correction of the sampler/learner numerics mismatch, in TRL's words
-    /// (`vllm_importance_sampling_mode`): none, token_truncate, token_mask,
-    /// sequence_truncate or sequence_mask. It weighs the same ratio as
-    /// `correction`, so at most one of the two is on: the dense arms use this
-    /// one, the sparse arms `correction`.
-    pub numerics_correction: NumericsCorrection,
-    /// The numerics correction's bounds (TRL's `clip_max` 3.0, `clip_min` unset).
-    pub numerics: NumericsThresholds,
-    /// Group advantages over `all` rollouts or over those `kept` by the
-    /// correction.
-    pub advantages: Advantages,
-    /// How prompts are chosen: uniform, or difficulty (pass rates near 1/2).
-    pub selection: Selection,
-    /// Weight of a new group's mean reward in a task's pass-rate EMA.
-    pub pass_rate_alpha: f64,
-    /// Share of each step's groups replayed from the buffer (0: no replay).
-    pub replay_share: f64,
-    /// Groups the replay buffer keeps.
-    pub replay_capacity: usize,
-    /// OpenAI-compatible servers that roll out instead of the trainer's own
-    /// engine (`tern serve --lora-dir`, or any server returning completion
-    /// log-probabilities as token ids); empty: co-located rollouts.
-    pub rollout_endpoints: Vec<String>,
-    /// Seconds a worker may take over one group before its requests go to
-    /// another worker.
-    pub rollout_timeout_secs: u64,
-    /// A file whose first line is the workers' API key, sent as a bearer
-    /// token on every request to them (workers off loopback must have one).
-    /// The path, not the key, is what configs and checkpoints hold.
-    pub rollout_api_key_file: Option<PathBuf>,
-    /// A rollout sampled under an older adapter: corrected or dropped.
-    pub stale_rollouts: crate::fleet::StaleRollouts,
-    /// Where rewards come from: `task` (its answer or its own tests) or
-    /// `generated_tests:K` (K unit tests a model writes per group, for code
-    /// tasks without hidden tests; see `reward.rs`).
-    pub reward: crate::reward::Reward,
-    /// The model that writes the tests of `generated_tests:K` (a registry
-    /// name or GGUF path), run as its own engine; unset: the policy itself,
-    /// as it is being trained.
-    pub test_model: Option<String>,
-}
-
-impl Default for TrainConfig {
-    fn default() -> Self {
-        TrainConfig {
-            model: "smollm2-135m-instruct".into(),
-            task: "arithmetic".into(),
-            eval_task: None,
-            algorithm: Algorithm::Grpo,
-            full: false,
-            dry_run: false,
-            sft_bare_answers: true,
-            lora_rank: 8,
-            lora_alpha: 16.0,
-            lora_targets: "all".into(),
-            lr: 2e-4,
-            schedule: Schedule::Constant,
-            warmup_steps: 0,
-            weight_decay: 0.0,
-            max_grad_norm: 1.0,
-            group_size: 8,
-            prompts_per_step: 4,
-            max_new_tokens: 48,
-            temperature: 1.0,
-            clip_eps: 0.2,
-            kl_coef: 0.0,
-            kl_estimator: KlEstimator::K3,
-            loss_average: LossAverage::Token,
-            ppo_epochs: 1,
-            steps: 50,
-            seed: 0,
-            out: PathBuf::new(),
-            memory_cap: None,
-            micro_batch: None,
-            checkpoint_every: 10,
-            rollout_kv_policy: "full".into(),
-            learner_kv: LearnerKv::Dense,
-            learner_weights: LearnerWeights::Gguf,
-            recompute: None,
-            system_prompt: None,
-            correction: Correction::None,
-            rho: Thresholds::default(),
-            numerics_correction: NumericsCorrection::None,
-            numerics: NumericsThresholds::default(),
-            advantages: Advantages::All,
-            selection: Selection::Uniform,
-            pass_rate_alpha: 0.5,
-            replay_share: 0.0,
-            replay_capacity: 32,
-            rollout_endpoints: Vec::new(),
-            rollout_timeout_secs: 600,
-            rollout_api_key_file: None,
-            stale_rollouts: crate::fleet::StaleRollouts::Correct,
-            reward: crate::reward::Reward::Task,
-            test_model: None,
-        }
-    }
-}
+pub use choices::{
+    Advantages, Algorithm, KlEstimator, LearnerKv, LearnerWeights, LossAverage, Schedule,
+};
+pub use settings::TrainConfig;
 
 impl TrainConfig {
     /// Reads a TOML file; unknown keys and ill-typed values are errors naming them.
@@ -476,7 +173,11 @@ impl TrainConfig {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
+    use crate::correction::NumericsThresholds;
+    use crate::data::Selection;
 
     #[test]
     fn toml_keys_parse_and_unknown_keys_are_named() {
@@ -517,6 +218,22 @@ mod tests {
         assert_eq!("response".parse(), Ok(LossAverage::Response));
         assert_eq!("kept".parse(), Ok(Advantages::Kept));
         assert_eq!("f32".parse(), Ok(LearnerWeights::F32));
+        assert_eq!("sft".parse(), Ok(Algorithm::Sft));
+        assert_eq!("cosine".parse(), Ok(Schedule::Cosine));
+        assert_eq!("difficulty".parse(), Ok(Selection::Difficulty));
+        // The messages the CLI's own parsers gave before they were these.
+        assert_eq!(
+            "ppo".parse::<Algorithm>(),
+            Err("unknown algorithm `ppo` (grpo or sft)".to_string())
+        );
+        assert_eq!(
+            "step".parse::<Schedule>(),
+            Err("unknown schedule `step` (constant, linear or cosine)".to_string())
+        );
+        assert_eq!(
+            "hard".parse::<Selection>(),
+            Err("unknown selection `hard` (uniform or difficulty)".to_string())
+        );
         assert_eq!(
             "K3".parse::<KlEstimator>(),
             Err("unknown KL estimator `K3` (k3 or low_var_kl)".to_string())

@@ -17,7 +17,7 @@ pub const PLAN_SHARE: f64 = 0.85;
 /// allocator keeps between micro-batches. Fitted with the per-token figures
 /// below on SmolLM2-135M's measured learner-phase peaks (`learner_peak_bytes`,
 /// 267 to 1,353 tokens per micro-batch, recompute on and off; records in
-/// docs/records/planner-calibration/).
+/// records/planner-calibration/).
 pub const LEARNER_SLACK: u64 = 48 << 20;
 
 /// What one phase is expected to need at its peak.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::Tensor;
-use tern_models::arch::phi3::{fuse_replacements, projection_weight};
+use tern_models::arch::{fuse_replacements, projection_weight};
 use tern_models::{GgufFile, LoraSet, ModelConfig};
 
 use crate::checkpoint::Checkpoint;

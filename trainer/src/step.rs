@@ -132,49 +132,8 @@ pub fn run(
     let cfg = ctx.cfg;
     let t0 = Instant::now();
     let resets = tern_runtime::memory::start_phase();
-    match ctx.fleet {
-        Some(fleet) => {
-            let set = learner.adapters_snapshot()?.ok_or_else(|| {
-                crate::error::TrainError::Config("rollout endpoints need LoRA adapters".into())
-            })?;
-            fleet.publish(step as u64, &set)?;
-        }
-        None => ctx
-            .engine
-            .set_adapters(step as u64, learner.adapters_snapshot()?)?,
-    }
-    let mut m = StepMetrics {
-        step: step + 1,
-        reward_mean: 0.0,
-        reward_std: 0.0,
-        loss: 0.0,
-        lr: cfg.lr_at(step),
-        grad_norm: 0.0,
-        rollout_tokens: 0,
-        tokens_per_s: 0.0,
-        learner_tokens: 0,
-        groups_with_signal: 0,
-        replayed_groups: 0,
-        clipped_frac: 0.0,
-        advantages: cfg.advantages,
-        ratio: None,
-        epochs: Vec::new(),
-        kv_bytes_peak: 0,
-        kv_bytes_full: 0,
-        kv_attended: 0,
-        kv_attended_full: 0,
-        peak_rss_bytes: 0,
-        micro_batch: 0,
-        recompute: false,
-        peak_estimate_bytes: 0,
-        rollout_estimate_bytes: 0,
-        rollout_peak_bytes: 0,
-        learner_peak_bytes: 0,
-        rho: None,
-        seconds: 0.0,
-        learner_seconds: 0.0,
-        fleet: None,
-    };
+    publish_adapters(ctx, learner, step)?;
+    let mut m = starting_metrics(cfg, step);
     let mut pass_rates = Vec::new();
     let mut batch = match cfg.algorithm {
         Algorithm::Grpo => {
@@ -206,29 +165,7 @@ pub fn run(
     tern_runtime::memory::release_free_memory();
     let resets = tern_runtime::memory::start_phase();
     let learning = Instant::now();
-    // The learner's micro-batch and recompute for the sequences this step
-    // trains (fresh, then replayed), now that their lengths are known.
-    let (micro, recompute) = {
-        let seqs: Vec<(&[u32], usize)> = batch
-            .samples
-            .iter()
-            .map(|s| (s.prompt.as_slice(), s.response.len()))
-            .chain(
-                replayed
-                    .iter()
-                    .flatten()
-                    .map(|r| (r.prompt.as_slice(), r.response.len())),
-            )
-            .collect();
-        memory::step_plan(
-            ctx.mcfg,
-            ctx.est,
-            ctx.plan,
-            cfg.micro_batch,
-            if cfg.full { Some(false) } else { cfg.recompute },
-            &seqs,
-        )
-    };
+    let (micro, recompute) = learner_plan(ctx, &batch, &replayed);
     learner.set_recompute(recompute);
     m.micro_batch = micro;
     m.recompute = learner.recomputes();
@@ -300,6 +237,84 @@ pub fn run(
         fresh,
         dry_run: false,
     })
+}
+
+/// The learner's micro-batch and recompute for the sequences this step
+/// trains (fresh, then replayed), now that their lengths are known.
+fn learner_plan(ctx: &Context<'_>, batch: &Batch, replayed: &[Vec<Replayed>]) -> (usize, bool) {
+    let cfg = ctx.cfg;
+    let seqs: Vec<(&[u32], usize)> = batch
+        .samples
+        .iter()
+        .map(|s| (s.prompt.as_slice(), s.response.len()))
+        .chain(
+            replayed
+                .iter()
+                .flatten()
+                .map(|r| (r.prompt.as_slice(), r.response.len())),
+        )
+        .collect();
+    memory::step_plan(
+        ctx.mcfg,
+        ctx.est,
+        ctx.plan,
+        cfg.micro_batch,
+        if cfg.full { Some(false) } else { cfg.recompute },
+        &seqs,
+    )
+}
+
+/// Hands the learner's current adapters to whatever samples this step's
+/// rollouts: the fleet's workers, or the in-process engine.
+fn publish_adapters(ctx: &Context<'_>, learner: &Learner, step: usize) -> Result<()> {
+    match ctx.fleet {
+        Some(fleet) => {
+            let set = learner.adapters_snapshot()?.ok_or_else(|| {
+                crate::error::TrainError::Config("rollout endpoints need LoRA adapters".into())
+            })?;
+            fleet.publish(step as u64, &set)?;
+        }
+        None => ctx
+            .engine
+            .set_adapters(step as u64, learner.adapters_snapshot()?)?,
+    }
+    Ok(())
+}
+
+/// Step `step`'s metrics before any phase has filled them in.
+fn starting_metrics(cfg: &TrainConfig, step: usize) -> StepMetrics {
+    StepMetrics {
+        step: step + 1,
+        reward_mean: 0.0,
+        reward_std: 0.0,
+        loss: 0.0,
+        lr: cfg.lr_at(step),
+        grad_norm: 0.0,
+        rollout_tokens: 0,
+        tokens_per_s: 0.0,
+        learner_tokens: 0,
+        groups_with_signal: 0,
+        replayed_groups: 0,
+        clipped_frac: 0.0,
+        advantages: cfg.advantages,
+        ratio: None,
+        epochs: Vec::new(),
+        kv_bytes_peak: 0,
+        kv_bytes_full: 0,
+        kv_attended: 0,
+        kv_attended_full: 0,
+        peak_rss_bytes: 0,
+        micro_batch: 0,
+        recompute: false,
+        peak_estimate_bytes: 0,
+        rollout_estimate_bytes: 0,
+        rollout_peak_bytes: 0,
+        learner_peak_bytes: 0,
+        rho: None,
+        seconds: 0.0,
+        learner_seconds: 0.0,
+        fleet: None,
+    }
 }
 
 /// GRPO's batch: `G` rollouts per picked task, their rewards, and each

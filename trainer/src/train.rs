@@ -197,38 +197,7 @@ pub fn train(
     let resumed = resume.map(checkpoint::load).transpose()?;
     let (train_tasks, worked_note) = sft_targets(cfg, tasks::load(&cfg.task)?);
     let eval_tasks = cfg.eval_task.as_deref().map(tasks::load).transpose()?;
-    // A code problem without tests or answer (only a prelude) can be judged
-    // only by tests a model writes.
-    if cfg.reward == crate::reward::Reward::Task {
-        if let Some(i) = train_tasks
-            .iter()
-            .position(|t| t.answer.is_empty() && t.tests.is_empty() && t.sheet.is_none())
-        {
-            return Err(TrainError::Config(format!(
-                "task {} has neither an answer nor tests: give --reward generated_tests:K \
-                 (tests a model writes) to train on code problems without tests",
-                i + 1
-            )));
-        }
-    }
-    // Spreadsheet tasks are judged on their workbooks, not by unit tests.
-    if cfg.reward != crate::reward::Reward::Task && train_tasks.iter().any(|t| t.sheet.is_some()) {
-        return Err(TrainError::Config(
-            "spreadsheet tasks are rewarded by their test-case workbooks: train them with \
-             --reward task"
-                .into(),
-        ));
-    }
-    // SFT writes "The answer is X" for a task: code tasks have no such line.
-    if cfg.algorithm == Algorithm::Sft
-        && train_tasks.iter().any(|t| t.is_code() || t.sheet.is_some())
-    {
-        return Err(TrainError::Config(
-            "sft needs answer tasks: code and spreadsheet tasks (graded by running their \
-             programs) train with grpo"
-                .into(),
-        ));
-    }
+    check_tasks(cfg, &train_tasks)?;
     prepare_out(&cfg.out)?;
     let kv_policy: KvPolicy = cfg
         .rollout_kv_policy
@@ -266,28 +235,7 @@ pub fn train(
             ..EngineConfig::default()
         },
     );
-    let mut learner = if cfg.full || cfg.learner_weights == LearnerWeights::F32 {
-        Learner::load_as(
-            model_path,
-            &cfg.targets(),
-            cfg.lora_rank,
-            cfg.lora_alpha,
-            cfg.seed,
-            Precision::DenseF32,
-        )?
-    } else {
-        // One copy of the quantized weights serves the rollouts and the learner.
-        Learner::with_model(
-            engine.model().clone(),
-            &cfg.targets(),
-            cfg.lora_rank,
-            cfg.lora_alpha,
-            cfg.seed,
-        )?
-    };
-    learner.set_prompt_chunk(engine.config().prompt_chunk());
-    learner.set_recompute(plan.recompute);
-    learner.set_temperature(cfg.temperature as f64);
+    let learner = load_learner(cfg, model_path, &engine, plan.recompute)?;
     memory::check(cap, "loading the weights")?;
     rec.note(format!(
         "loaded: resident {} (peak {})",
@@ -296,43 +244,9 @@ pub fn train(
     ));
 
     let names: Vec<String> = learner.params().into_iter().map(|(n, _)| n).collect();
-    let mut opt = {
-        let p = learner.params();
-        let vars: Vec<&candle_core::Var> = p.iter().map(|(_, v)| *v).collect();
-        AdamW::new(&vars, cfg.weight_decay)?
-    };
-    let mut start = 0;
-    let mut data_state = DataState {
-        replay: ReplayBuffer::new(cfg.replay_capacity),
-        ..Default::default()
-    };
-    if let Some(ck) = &resumed {
-        restore(&learner, &mut opt, &names, ck)?;
-        start = ck.state.step;
-        data_state = ck.state.data.clone();
-        rec.note(format!("resumed after step {start}"));
-    }
-    rec.resume_at(start)?;
-    let fleet = if cfg.rollout_endpoints.is_empty() {
-        None
-    } else {
-        let fleet = crate::fleet::Fleet::connect(
-            &cfg.rollout_endpoints,
-            &crate::fleet::FleetConfig {
-                timeout: std::time::Duration::from_secs(cfg.rollout_timeout_secs),
-                kv_policy: kv_policy.to_string(),
-                adapters: cfg.out.join("adapters"),
-                stale: cfg.stale_rollouts,
-                api_key: rollout_key,
-            },
-        )?;
-        rec.note(format!(
-            "rolling out on {} (adapters published from {})",
-            fleet.urls().join(", "),
-            cfg.out.join("adapters").display()
-        ));
-        Some(fleet)
-    };
+    let (mut opt, start, mut data_state) =
+        optimizer_state(cfg, &learner, &names, resumed.as_ref(), &mut rec)?;
+    let fleet = connect_fleet(cfg, &kv_policy, rollout_key, &mut rec)?;
     if let (Some(et), 0, false) = (&eval_tasks, start, cfg.dry_run) {
         rec.evaluate(When::Before, 0, &engine, &learner, cfg, et)?;
     }
@@ -344,19 +258,7 @@ pub fn train(
         &plan,
         learner.param_count(),
     );
-    // Tests for `generated_tests:K`: written by the policy as it trains, or
-    // by `test_model` on its own engine (outside the memory plan).
-    let test_engine = match &cfg.test_model {
-        Some(path) => {
-            rec.note(format!("loading the test writer {path}"));
-            let model = LoadedModel::load(Path::new(path))?;
-            Some(EngineHandle::spawn(
-                Arc::new(model),
-                EngineConfig::default(),
-            ))
-        }
-        None => None,
-    };
+    let test_engine = test_engine(cfg, &mut rec)?;
     let test_writer = match cfg.reward {
         crate::reward::Reward::GeneratedTests(k) => Some(crate::reward::TestWriter {
             engine: test_engine.as_ref().unwrap_or(&engine),
@@ -379,24 +281,9 @@ pub fn train(
         mcfg: &mcfg,
         tests: test_writer.as_ref(),
     };
-    let replays = cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0;
     let mut last_dir = cfg.out.clone();
     for step in start..cfg.steps {
-        let picks = data::pick(
-            cfg.selection,
-            &data_state.rates,
-            cfg.seed,
-            step,
-            train_tasks.len(),
-            cfg.prompts_per_step,
-        );
-        // Replay: groups from earlier steps join this step's batch.
-        let replayed = if replays {
-            let k = (cfg.replay_share * cfg.prompts_per_step as f64).round() as usize;
-            data_state.replay.sample(cfg.seed, step, k)
-        } else {
-            Vec::new()
-        };
+        let (picks, replayed) = step_inputs(cfg, &data_state, step, train_tasks.len());
         let out = step::run(&ctx, &learner, &mut opt, step, &picks, replayed)?;
         for &(task, mean) in &out.pass_rates {
             data_state.rates.update(task, mean, cfg.pass_rate_alpha);
@@ -434,6 +321,178 @@ pub fn train(
         checkpoint: last_dir,
         eval: rec.eval,
         peak_rss_bytes: memory::check(cap, "the final evaluation")?,
+    })
+}
+
+/// The optimizer, the first step to run and the data state: fresh, or as the
+/// checkpoint being resumed left them.
+fn optimizer_state(
+    cfg: &TrainConfig,
+    learner: &Learner,
+    names: &[String],
+    resumed: Option<&Checkpoint>,
+    rec: &mut Recorder<'_>,
+) -> Result<(AdamW, usize, DataState)> {
+    let mut opt = {
+        let p = learner.params();
+        let vars: Vec<&candle_core::Var> = p.iter().map(|(_, v)| *v).collect();
+        AdamW::new(&vars, cfg.weight_decay)?
+    };
+    let mut start = 0;
+    let mut data_state = DataState {
+        replay: ReplayBuffer::new(cfg.replay_capacity),
+        ..Default::default()
+    };
+    if let Some(ck) = resumed {
+        restore(learner, &mut opt, names, ck)?;
+        start = ck.state.step;
+        data_state = ck.state.data.clone();
+        rec.note(format!("resumed after step {start}"));
+    }
+    rec.resume_at(start)?;
+    Ok((opt, start, data_state))
+}
+
+/// Step `step`'s tasks (difficulty-aware selection) and the groups replayed
+/// from earlier steps into its batch.
+fn step_inputs(
+    cfg: &TrainConfig,
+    data_state: &DataState,
+    step: usize,
+    n_tasks: usize,
+) -> (Vec<usize>, Vec<Vec<crate::data::Replayed>>) {
+    let picks = data::pick(
+        cfg.selection,
+        &data_state.rates,
+        cfg.seed,
+        step,
+        n_tasks,
+        cfg.prompts_per_step,
+    );
+    let replays = cfg.algorithm == Algorithm::Grpo && cfg.replay_share > 0.0;
+    let replayed = if replays {
+        let k = (cfg.replay_share * cfg.prompts_per_step as f64).round() as usize;
+        data_state.replay.sample(cfg.seed, step, k)
+    } else {
+        Vec::new()
+    };
+    (picks, replayed)
+}
+
+/// Refuses, before anything loads, a task set the run's reward or
+/// algorithm cannot train on.
+fn check_tasks(cfg: &TrainConfig, train_tasks: &[Task]) -> Result<()> {
+    // A code problem without tests or answer (only a prelude) can be judged
+    // only by tests a model writes.
+    if cfg.reward == crate::reward::Reward::Task {
+        if let Some(i) = train_tasks
+            .iter()
+            .position(|t| t.answer.is_empty() && t.tests.is_empty() && t.sheet.is_none())
+        {
+            return Err(TrainError::Config(format!(
+                "task {} has neither an answer nor tests: give --reward generated_tests:K \
+                 (tests a model writes) to train on code problems without tests",
+                i + 1
+            )));
+        }
+    }
+    // Spreadsheet tasks are judged on their workbooks, not by unit tests.
+    if cfg.reward != crate::reward::Reward::Task && train_tasks.iter().any(|t| t.sheet.is_some()) {
+        return Err(TrainError::Config(
+            "spreadsheet tasks are rewarded by their test-case workbooks: train them with \
+             --reward task"
+                .into(),
+        ));
+    }
+    // SFT writes "The answer is X" for a task: code tasks have no such line.
+    if cfg.algorithm == Algorithm::Sft
+        && train_tasks.iter().any(|t| t.is_code() || t.sheet.is_some())
+    {
+        return Err(TrainError::Config(
+            "sft needs answer tasks: code and spreadsheet tasks (graded by running their \
+             programs) train with grpo"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The learner: its own f32 copy of the weights (full fine-tuning, or
+/// `learner_weights = f32`), else the rollout engine's quantized model
+/// under LoRA adapters.
+fn load_learner(
+    cfg: &TrainConfig,
+    model_path: &Path,
+    engine: &EngineHandle,
+    recompute: bool,
+) -> Result<Learner> {
+    let mut learner = if cfg.full || cfg.learner_weights == LearnerWeights::F32 {
+        Learner::load_as(
+            model_path,
+            &cfg.targets(),
+            cfg.lora_rank,
+            cfg.lora_alpha,
+            cfg.seed,
+            Precision::DenseF32,
+        )?
+    } else {
+        // One copy of the quantized weights serves the rollouts and the learner.
+        Learner::with_model(
+            engine.model().clone(),
+            &cfg.targets(),
+            cfg.lora_rank,
+            cfg.lora_alpha,
+            cfg.seed,
+        )?
+    };
+    learner.set_prompt_chunk(engine.config().prompt_chunk());
+    learner.set_recompute(recompute);
+    learner.set_temperature(cfg.temperature as f64);
+    Ok(learner)
+}
+
+/// The rollout workers of `rollout_endpoints`, connected and told where
+/// adapters are published; none without endpoints.
+fn connect_fleet(
+    cfg: &TrainConfig,
+    kv_policy: &KvPolicy,
+    api_key: Option<String>,
+    rec: &mut Recorder<'_>,
+) -> Result<Option<crate::fleet::Fleet>> {
+    if cfg.rollout_endpoints.is_empty() {
+        return Ok(None);
+    }
+    let fleet = crate::fleet::Fleet::connect(
+        &cfg.rollout_endpoints,
+        &crate::fleet::FleetConfig {
+            timeout: std::time::Duration::from_secs(cfg.rollout_timeout_secs),
+            kv_policy: kv_policy.to_string(),
+            adapters: cfg.out.join("adapters"),
+            stale: cfg.stale_rollouts,
+            api_key,
+        },
+    )?;
+    rec.note(format!(
+        "rolling out on {} (adapters published from {})",
+        fleet.urls().join(", "),
+        cfg.out.join("adapters").display()
+    ));
+    Ok(Some(fleet))
+}
+
+/// Tests for `generated_tests:K` are written by the policy as it trains, or
+/// by `test_model` on its own engine (outside the memory plan).
+fn test_engine(cfg: &TrainConfig, rec: &mut Recorder<'_>) -> Result<Option<EngineHandle>> {
+    Ok(match &cfg.test_model {
+        Some(path) => {
+            rec.note(format!("loading the test writer {path}"));
+            let model = LoadedModel::load(Path::new(path))?;
+            Some(EngineHandle::spawn(
+                Arc::new(model),
+                EngineConfig::default(),
+            ))
+        }
+        None => None,
     })
 }
 

@@ -25,18 +25,18 @@
 //!    exists, and logits are soft-capped only if
 //!    `gemma3.final_logit_softcapping` is declared and non-zero.
 //!
-//! The forward itself is [`super::llama`]'s, run with [`FEATURES`] and the
+//! The forward itself is [`crate::decoder`]'s, run with [`FEATURES`] and the
 //! settings above.
 
 use candle_core::quantized::gguf_file::Value;
 
-use super::llama::{Features, Llama, Mlp, RopeStyle, LLAMA};
 use crate::config::Sliding;
+use crate::decoder::{Decoder, Features, Mlp, RopeStyle};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::weight::Precision;
 
-/// What gemma3 changes in the llama decoder's blocks.
+/// What gemma3 changes in llama's features.
 pub const FEATURES: Features = Features {
     qkv_bias: false,
     qk_norm: true,
@@ -44,7 +44,7 @@ pub const FEATURES: Features = Features {
     post_norms: true,
     mlp: Mlp::GeluTanh,
     embed_scale: true,
-    ..LLAMA
+    ..super::llama::FEATURES
 };
 
 /// llama.cpp's sliding-window period for Gemma 3 when the GGUF names none:
@@ -52,9 +52,9 @@ pub const FEATURES: Features = Features {
 const DEFAULT_PATTERN: usize = 6;
 
 /// Loads a gemma3 GGUF held as `precision`.
-pub fn load_as(file: &GgufFile, precision: Precision) -> Result<Llama> {
+pub fn load_as(file: &GgufFile, precision: Precision) -> Result<Decoder> {
     // The sliding layers come with the configuration (see [`sliding`]).
-    let model = Llama::load_with(file, precision, FEATURES)?;
+    let model = Decoder::load_with(file, precision, FEATURES)?;
     let c = model.config().clone();
     let mut model = model.with_query_scale(query_scale(c.n_layer, c.n_embd, c.n_head, c.head_dim));
     match file.f32("gemma3.final_logit_softcapping") {

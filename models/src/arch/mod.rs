@@ -1,33 +1,35 @@
-//! The architecture seam: one file per architecture, each reading in forward
-//! order, and [`Model`], which holds whichever one a GGUF declares
-//! (`general.architecture`) behind one interface: the forward over a ragged
-//! batch, the learner's hidden-state path, the trainable parameters and LoRA
-//! shapes, and the parameter count the trainer's memory planner uses.
+//! The architecture seam: one file per architecture, each saying what it
+//! changes in the shared [`crate::decoder`] (its [`Features`], and any setting
+//! or refusal of its own), [`Arch`], the registry that picks one by a GGUF's
+//! `general.architecture`, and [`Model`], an architecture with its loaded
+//! decoder behind one interface.
 //!
 //! What is not specific to an architecture lives beside it, not in it: the
-//! ragged batch ([`crate::batch`]), weights ([`crate::weight`]), RoPE tables
-//! ([`crate::rope`]), masks ([`crate::mask`]), llama.cpp's rounding
-//! ([`crate::exact`], [`crate::flash`]). Adding an architecture is a new file
-//! here, a variant of [`Model`] and a name in [`SUPPORTED`].
+//! decoder itself ([`crate::decoder`]), the ragged batch ([`crate::batch`]),
+//! weights ([`crate::weight`]), RoPE tables ([`crate::rope`]), masks
+//! ([`crate::mask`]), llama.cpp's rounding ([`crate::exact`],
+//! [`crate::flash`]). Adding an architecture is a new file here, a variant of
+//! [`Arch`] and a name in [`SUPPORTED`].
 
 pub mod gemma3;
 pub mod llama;
+mod model;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 
-use std::sync::Arc;
+use std::collections::HashMap;
 
-use candle_core::{Tensor, Var};
+use candle_core::Tensor;
 
-use crate::batch::SeqBatch;
 use crate::config::ModelConfig;
+use crate::decoder::{fused, Decoder, Features};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::lora::{LoraSet, LoraTarget};
+use crate::lora::LoraTarget;
 use crate::weight::Precision;
 
-pub use llama::{Llama, Trunk};
+pub use model::Model;
 
 /// `general.architecture` values Tern runs, in the order `tern info` lists them.
 pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "phi3", "gemma3"];
@@ -40,236 +42,94 @@ pub fn unsupported(name: &str) -> ModelError {
     }
 }
 
-/// A loaded model of any supported architecture. Immutable and shareable
-/// (adapters are swapped through [`Model::set_adapters`]).
-pub enum Model {
-    /// `llama` (Llama 1-3, SmolLM2, Mistral-style decoders).
-    Llama(Llama),
-    /// `qwen2` (Qwen2, Qwen2.5): llama's decoder with QKV biases and NeoX RoPE.
-    Qwen2(Llama),
-    /// `qwen3` (Qwen3): llama's decoder with per-head QK norms and NeoX RoPE.
-    Qwen3(Llama),
-    /// `phi3` (Phi-3, Phi-3.5): llama's decoder with fused projections, NeoX
-    /// RoPE, a pre-scaled query and LongRoPE factors.
-    Phi3(Llama),
-    /// `gemma3` (Gemma 3): llama's decoder with QK norms, post-norms, GeGLU,
-    /// a scaled embedding and sliding-window layers.
-    Gemma3(Llama),
+/// A supported architecture: which file of this module says how it differs
+/// from the plain decoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// `llama` (Llama 1-3, SmolLM2, Mistral-style decoders): the plain decoder.
+    Llama,
+    /// `qwen2` (Qwen2, Qwen2.5): QKV biases and NeoX RoPE.
+    Qwen2,
+    /// `qwen3` (Qwen3): per-head QK norms and NeoX RoPE.
+    Qwen3,
+    /// `phi3` (Phi-3, Phi-3.5): fused projections, NeoX RoPE, a pre-scaled
+    /// query and LongRoPE factors.
+    Phi3,
+    /// `gemma3` (Gemma 3): QK norms, post-norms, GeGLU, a scaled embedding
+    /// and sliding-window layers.
+    Gemma3,
 }
 
-impl Model {
-    /// Loads `file` (already opened) for serving.
-    pub fn load(file: &GgufFile) -> Result<Self> {
-        Self::load_as(file, Precision::Quantized)
+impl Arch {
+    /// Every supported architecture, in [`SUPPORTED`]'s order.
+    pub const ALL: [Arch; 5] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Phi3,
+        Arch::Gemma3,
+    ];
+
+    /// The architecture called `name` (`general.architecture`), or the error
+    /// that lists the supported ones.
+    pub fn named(name: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| unsupported(name))
     }
 
-    /// Loads `file` with its projection weights held as `precision`, choosing
-    /// the architecture from `general.architecture`.
-    pub fn load_as(file: &GgufFile, precision: Precision) -> Result<Self> {
-        let arch = file.str("general.architecture")?;
-        match arch {
-            "llama" => Ok(Model::Llama(Llama::load_as(file, precision)?)),
-            "qwen2" => Ok(Model::Qwen2(qwen2::load_as(file, precision)?)),
-            "qwen3" => Ok(Model::Qwen3(qwen3::load_as(file, precision)?)),
-            "phi3" => Ok(Model::Phi3(phi3::load_as(file, precision)?)),
-            "gemma3" => Ok(Model::Gemma3(gemma3::load_as(file, precision)?)),
-            other => Err(unsupported(other)),
-        }
+    /// The architecture `file` declares.
+    pub fn of(file: &GgufFile) -> Result<Self> {
+        Self::named(file.str("general.architecture")?)
     }
 
-    /// The model's hyper-parameters.
-    pub fn config(&self) -> &ModelConfig {
+    /// Its `general.architecture` value.
+    pub fn name(self) -> &'static str {
         match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.config(),
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
-    /// The window of `layer` when it attends only to its last positions
-    /// (Gemma 3's sliding layers): the most entries its cache need keep.
-    pub fn sliding_window(&self, layer: usize) -> Option<usize> {
-        self.config().sliding_window(layer)
-    }
-
-    /// Serves a context of `n` positions (see [`Llama::limit_context`]).
-    pub fn limit_context(&mut self, n: usize) {
+    /// What it switches on in the decoder.
+    pub fn features(self) -> Features {
         match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.limit_context(n),
+            Arch::Llama => llama::FEATURES,
+            Arch::Qwen2 => qwen2::FEATURES,
+            Arch::Qwen3 => qwen3::FEATURES,
+            Arch::Phi3 => phi3::FEATURES,
+            Arch::Gemma3 => gemma3::FEATURES,
         }
     }
 
-    /// The rotation `layer`'s RoPE applies to its keys (see [`Llama::rotary`]).
-    pub fn rotary(&self, layer: usize) -> &crate::Rotary {
-        self.decoder().rotary(layer)
-    }
-
-    /// How the projection weights are held.
-    pub fn precision(&self) -> Precision {
+    /// Loads `file`'s decoder as this architecture runs it, its projections
+    /// held as `precision`.
+    pub fn load(self, file: &GgufFile, precision: Precision) -> Result<Decoder> {
         match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.precision(),
+            Arch::Llama => llama::load_as(file, precision),
+            Arch::Qwen2 => qwen2::load_as(file, precision),
+            Arch::Qwen3 => qwen3::load_as(file, precision),
+            Arch::Phi3 => phi3::load_as(file, precision),
+            Arch::Gemma3 => gemma3::load_as(file, precision),
         }
     }
 
-    /// Installs (or with `None` removes) the adapters [`Model::forward`] applies.
-    pub fn set_adapters(&self, adapters: Option<Arc<LoraSet>>) {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.set_adapters(adapters),
-        }
-    }
-
-    /// The adapters [`Model::forward`] applies now.
-    pub fn adapters(&self) -> Option<Arc<LoraSet>> {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.adapters(),
-        }
-    }
-
-    /// `(out, in)` of a block projection: the shape an adapter on it must fit.
-    pub fn projection_shape(&self, target: LoraTarget) -> (usize, usize) {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.projection_shape(target),
-        }
-    }
-
-    /// The f32 weight `[out, in]` of a projection ([`Precision::DenseF32`]
-    /// only): what LoRA merging adds to.
-    pub fn dense_projection(&self, layer: usize, target: LoraTarget) -> Option<&Tensor> {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.dense_projection(layer, target),
-        }
-    }
-
-    /// Makes every block projection and norm trainable (full fine-tuning) and
-    /// returns them by GGUF tensor name.
-    pub fn make_trainable(&mut self) -> Result<Vec<(String, Var)>> {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.make_trainable(),
-        }
-    }
-
-    /// The decoder every architecture so far is built on (the llama
-    /// family's, with its features): where a learner steps block by block.
-    pub fn decoder(&self) -> &Llama {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m,
-        }
-    }
-
-    /// The f32 output projection `[vocab, D]` ([`Precision::DenseF32`] only).
-    pub fn dense_output(&self) -> Option<&Tensor> {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.dense_output(),
-        }
-    }
-
-    /// Parameters the model holds (every weight, norms included): what the
-    /// memory planner sizes a dense learner by.
-    pub fn parameter_count(&self) -> u64 {
-        parameter_count(self.config())
-    }
-
-    /// Runs one ragged batch and returns, per sequence, the logits it asked
-    /// for: `[rows, vocab]` f32 with rows = 0, 1 or its token count.
-    pub fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Option<Tensor>>> {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.forward(batch),
-        }
-    }
-
-    /// [`Model::forward`] with explicit adapters (the learner's trainable ones).
-    pub fn forward_with(
-        &self,
-        batch: &mut [SeqBatch<'_>],
-        adapters: Option<&LoraSet>,
-    ) -> Result<Vec<Option<Tensor>>> {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.forward_with(batch, adapters),
-        }
-    }
-
-    /// Every new token's final hidden state after the output norm, `[T, D]`
-    /// f32 in batch order: what an embedding pools. [`Model::forward`] returns
-    /// logits only, and the embeddings endpoint needs the states before the
-    /// output projection.
-    pub fn hidden(&self, batch: &mut [SeqBatch<'_>]) -> Result<Tensor> {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.hidden(batch),
-        }
-    }
-
-    /// Every new token's final hidden state after the output norm, `[T, D]`:
-    /// what the learner projects onto the vocabulary chunk by chunk.
-    pub fn hidden_with(
-        &self,
-        batch: &mut [SeqBatch<'_>],
-        adapters: Option<&LoraSet>,
-    ) -> Result<Tensor> {
-        match self {
-            Model::Llama(m)
-            | Model::Qwen2(m)
-            | Model::Qwen3(m)
-            | Model::Phi3(m)
-            | Model::Gemma3(m) => m.hidden_with(batch, adapters),
-        }
+    /// Whether it ships an output head of its own, not tied to the
+    /// embedding, in every model (Phi-3).
+    fn own_output(self) -> bool {
+        self == Arch::Phi3
     }
 }
 
 /// The sliding-window layers `file` declares, read as its architecture
 /// reads them (only gemma3 has them so far).
 pub fn sliding(file: &GgufFile, arch: &str) -> Result<Option<crate::config::Sliding>> {
-    match arch {
-        "gemma3" => gemma3::sliding(file, file.u32("gemma3.block_count")? as usize),
+    match Arch::named(arch) {
+        Ok(Arch::Gemma3) => gemma3::sliding(file, file.u32("gemma3.block_count")? as usize),
         _ => Ok(None),
     }
 }
@@ -277,11 +137,130 @@ pub fn sliding(file: &GgufFile, arch: &str) -> Result<Option<crate::config::Slid
 /// Parameters of a model of `cfg`'s shape, by its architecture's layout
 /// (the planner estimates before loading, from the configuration alone).
 pub fn parameter_count(cfg: &ModelConfig) -> u64 {
-    // Every supported architecture has llama's layout so far (phi3's fused
-    // tensors hold the same parameters); Phi-3 ships its own output head.
-    let own_output = match cfg.architecture.as_str() {
-        "phi3" => (cfg.vocab_size * cfg.n_embd) as u64,
+    let arch = Arch::named(&cfg.architecture).ok();
+    let features = arch.map_or(llama::FEATURES, Arch::features);
+    let own_output = match arch {
+        Some(a) if a.own_output() => (cfg.vocab_size * cfg.n_embd) as u64,
         _ => 0,
     };
-    llama::parameter_count(cfg) + own_output
+    crate::decoder::parameter_count(cfg, &features) + own_output
+}
+
+/// Whether the architecture called `name` stores projections fused.
+fn fuses(name: &str) -> bool {
+    Arch::named(name).is_ok_and(|a| a.features().fused_projections)
+}
+
+/// Projection `target` of block `layer` as the model computes with it, f32
+/// `[out, in]`: its rows of whichever tensor of `file` holds it
+/// ([`fused::projection_weight`] for the file's architecture).
+pub fn projection_weight(
+    file: &GgufFile,
+    c: &ModelConfig,
+    layer: usize,
+    target: LoraTarget,
+) -> Result<Tensor> {
+    fused::projection_weight(file, c, layer, target, fuses(&c.architecture))
+}
+
+/// Replacement tensors named by the model's own projections, rewritten into
+/// the tensors `file` holds ([`fused::fuse_replacements`] where its
+/// architecture fuses them; unchanged elsewhere).
+pub fn fuse_replacements(
+    file: &GgufFile,
+    replacements: HashMap<String, Tensor>,
+) -> Result<HashMap<String, Tensor>> {
+    if !fuses(file.str("general.architecture")?) {
+        return Ok(replacements);
+    }
+    fused::fuse_replacements(file, replacements)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decoder::{Mlp, RopeFactors, RopeStyle};
+
+    #[test]
+    fn every_supported_name_is_an_architecture_in_order() {
+        let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+        assert_eq!(names, SUPPORTED);
+        for a in Arch::ALL {
+            assert_eq!(Arch::named(a.name()).unwrap(), a);
+        }
+        let err = Arch::named("mamba").unwrap_err();
+        assert!(matches!(err, ModelError::UnsupportedArchitecture { .. }));
+        assert!(err
+            .to_string()
+            .contains("llama, qwen2, qwen3, phi3, gemma3"));
+    }
+
+    /// Each architecture's features, in the order of [`Arch::ALL`].
+    fn column<T>(f: impl Fn(Features) -> T) -> Vec<T> {
+        Arch::ALL.iter().map(|a| f(a.features())).collect()
+    }
+
+    #[test]
+    fn each_architecture_switches_on_its_own_features() {
+        // llama, qwen2, qwen3, phi3, gemma3.
+        assert_eq!(column(|f| f.qkv_bias), [false, true, false, false, false]);
+        assert_eq!(column(|f| f.qk_norm), [false, false, true, false, true]);
+        assert_eq!(
+            column(|f| f.rope == RopeStyle::Neox),
+            [false, true, true, true, true]
+        );
+        assert_eq!(
+            column(|f| f.fused_projections),
+            [false, false, false, true, false]
+        );
+        assert_eq!(
+            column(|f| f.scale_query),
+            [false, false, false, true, false]
+        );
+        assert_eq!(
+            column(|f| f.rope_factors == RopeFactors::LongRope),
+            [false, false, false, true, false]
+        );
+        assert_eq!(column(|f| f.post_norms), [false, false, false, false, true]);
+        assert_eq!(
+            column(|f| f.mlp == Mlp::GeluTanh),
+            [false, false, false, false, true]
+        );
+        assert_eq!(
+            column(|f| f.embed_scale),
+            [false, false, false, false, true]
+        );
+    }
+
+    #[test]
+    fn parameter_counts_add_what_each_architecture_holds() {
+        let cfg = |arch: &str| ModelConfig {
+            architecture: arch.into(),
+            name: None,
+            n_layer: 3,
+            n_embd: 64,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 32,
+            n_ff: 96,
+            vocab_size: 100,
+            context_length: 128,
+            rope_base: 10_000.0,
+            rope_freq_scale: 1.0,
+            rms_eps: 1e-5,
+            sliding: None,
+        };
+        let (l, d, hd, qd, kvd, vocab) = (3, 64, 32, 128, 64, 100);
+        // Per block: Q and O `[qd, d]`, K and V `[kvd, d]`, three MLP
+        // matrices, two norms; then the embedding and the output norm.
+        let llama = l * (2 * qd * d + 2 * kvd * d + 3 * d * 96 + 2 * d) + vocab * d + d;
+        assert_eq!(parameter_count(&cfg("llama")), llama);
+        assert_eq!(parameter_count(&cfg("qwen2")), llama + l * (qd + 2 * kvd));
+        assert_eq!(parameter_count(&cfg("qwen3")), llama + l * 2 * hd);
+        assert_eq!(parameter_count(&cfg("phi3")), llama + vocab * d);
+        assert_eq!(
+            parameter_count(&cfg("gemma3")),
+            llama + l * (2 * hd + 2 * d)
+        );
+    }
 }

@@ -9,22 +9,22 @@
 //!
 //! The output head is tied to the embedding unless the file has
 //! `output.weight` (Qwen2.5 0.5B/1.5B tie it, larger ones do not). The
-//! forward itself is [`super::llama`]'s, run with [`FEATURES`].
+//! forward itself is [`crate::decoder`]'s, run with [`FEATURES`].
 
-use super::llama::{Features, Llama, RopeStyle, LLAMA};
+use crate::decoder::{Decoder, Features, RopeStyle};
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::weight::Precision;
 
-/// What qwen2 changes in the llama decoder.
+/// What qwen2 changes in llama's features.
 pub const FEATURES: Features = Features {
     qkv_bias: true,
     qk_norm: false,
     rope: RopeStyle::Neox,
-    ..LLAMA
+    ..super::llama::FEATURES
 };
 
 /// Loads a qwen2 GGUF held as `precision`.
-pub fn load_as(file: &GgufFile, precision: Precision) -> Result<Llama> {
-    Llama::load_with(file, precision, FEATURES)
+pub fn load_as(file: &GgufFile, precision: Precision) -> Result<Decoder> {
+    Decoder::load_with(file, precision, FEATURES)
 }

@@ -1,5 +1,5 @@
 //! Export on a tiny generated llama: round trips through `GgufFile` and
-//! `Llama::load`, replacements, bad input, and the atomic write.
+//! `Model::load`, replacements, bad input, and the atomic write.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use candle_core::{Device, Tensor};
 
 use super::{export_gguf, ExportQuant};
 use crate::error::{ModelError, Result};
-use crate::{GgufFile, KvStore, Llama, LogitsWanted, SeqBatch};
+use crate::{GgufFile, KvStore, LogitsWanted, Model, SeqBatch};
 
 const VOCAB: usize = 96;
 const D: usize = 64;
@@ -131,7 +131,7 @@ impl KvStore for FullCache {
 /// Logits of every position of a fixed prompt: `[n, vocab]` f32.
 fn logits(path: &Path) -> Tensor {
     let file = GgufFile::open(path).unwrap();
-    let model = Llama::load(&file).unwrap();
+    let model = Model::load(&file).unwrap();
     let tokens: Vec<u32> = vec![1, 5, 9, 17, 33, 60, 2, 95, 40, 11];
     let mut cache = FullCache::new();
     let mut batch = [SeqBatch {

@@ -25,7 +25,7 @@ use llama_cpp_2::token::LlamaToken;
 use tern_models::{KvDtype, ModelConfig};
 
 use super::{Backend, LogitsWanted, Row, SeqId, SeqKv};
-use crate::error::{Result, RuntimeError};
+use crate::error::{Result, RuntimeError, Setting};
 use crate::kv::policy::KvPolicy;
 
 /// KV policies this backend runs.
@@ -241,14 +241,17 @@ impl Backend for LlamaCppBackend {
         _expected_len: usize,
     ) -> Result<SeqId> {
         if dtype != self.kv_dtype {
-            return Err(RuntimeError::InvalidParam {
-                param: "kv_dtype".into(),
-                reason: format!(
-                    "the llama-cpp backend's cache holds {} (set when it loads, --kv-dtype); \
-                     it cannot store one sequence as {}",
-                    self.kv_dtype, dtype
-                ),
-            });
+            return Err(RuntimeError::setup(
+                Setting::KvDtype,
+                RuntimeError::InvalidParam {
+                    param: "kv_dtype".into(),
+                    reason: format!(
+                        "the llama-cpp backend's cache holds {} (set when it loads); \
+                         it cannot store one sequence as {}",
+                        self.kv_dtype, dtype
+                    ),
+                },
+            ));
         }
         let window = match policy {
             KvPolicy::Full => None,

@@ -45,12 +45,12 @@ pub use speculate::{
     lookup as ngram_lookup, walk as verify_draft, SpecStats, Speculative, UnknownSpeculative,
     DEFAULT_MAX_DRAFT, MAX_DRAFT,
 };
-pub(crate) use stop::StopMatcher;
+pub use stop::{Emit, StopMatcher};
 pub use think::{ConvergenceRule, ProbeSpec, ThinkSpec};
 
 use crate::backend::{Backend, TernBackend};
 use crate::constraint::Grammar;
-use crate::error::RuntimeError;
+use crate::error::{RuntimeError, Setting};
 use crate::kv::policy::KvPolicy;
 use crate::kv::SeqCache;
 use crate::model::LoadedModel;
@@ -713,13 +713,15 @@ impl EngineHandle {
         }
         if matches!(req.speculative, Some(Speculative::Draft { .. })) && self.shared.draft.is_none()
         {
-            return Err(SubmitError::Invalid(RuntimeError::InvalidParam {
-                param: "speculative".into(),
-                reason:
-                    "`draft` needs a draft model, and none is loaded: start with --draft-model \
-                         PATH (a smaller model of the same vocabulary), or use `ngram`"
+            return Err(SubmitError::Invalid(RuntimeError::setup(
+                Setting::DraftModel,
+                RuntimeError::InvalidParam {
+                    param: "speculative".into(),
+                    reason: "`draft` needs a draft model (a smaller model of the same \
+                             vocabulary), and none is loaded; use `ngram`, or load one"
                         .into(),
-            }));
+                },
+            )));
         }
         if let Some(names) = self.shared.policies {
             if !names.contains(&req.kv_policy.name()) {
@@ -737,15 +739,18 @@ impl EngineHandle {
         if let Some(dtypes) = &self.shared.kv_dtypes {
             if !dtypes.contains(&req.kv_dtype) {
                 let names: Vec<&str> = dtypes.iter().map(|d| d.name()).collect();
-                return Err(SubmitError::Invalid(RuntimeError::InvalidParam {
-                    param: "kv_dtype".into(),
-                    reason: format!(
-                        "the {} backend's cache holds {} (chosen when it loads, --kv-dtype), not `{}`",
-                        self.shared.backend_name,
-                        names.join(" and "),
-                        req.kv_dtype
-                    ),
-                }));
+                return Err(SubmitError::Invalid(RuntimeError::setup(
+                    Setting::KvDtype,
+                    RuntimeError::InvalidParam {
+                        param: "kv_dtype".into(),
+                        reason: format!(
+                            "the {} backend's cache holds {} (chosen when it loads), not `{}`",
+                            self.shared.backend_name,
+                            names.join(" and "),
+                            req.kv_dtype
+                        ),
+                    },
+                )));
             }
         }
         let reserve = self.reservation(&req);

@@ -2,18 +2,23 @@
 
 /// Holds back text that could be the start of a stop string, so a stop string
 /// split across tokens is never emitted.
-pub(crate) struct StopMatcher {
+pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
 }
 
-pub(crate) struct Emit {
-    pub(crate) text: String,
-    pub(crate) stopped: bool,
+/// What [`StopMatcher::feed`] lets out: text safe to show, and whether a stop
+/// string ended it.
+pub struct Emit {
+    /// Text before any stop string, no longer held back.
+    pub text: String,
+    /// Whether a stop string was found (`text` ends where it began).
+    pub stopped: bool,
 }
 
 impl StopMatcher {
-    pub(crate) fn new(stops: Vec<String>) -> Self {
+    /// A matcher for `stops` (empty strings never match).
+    pub fn new(stops: Vec<String>) -> Self {
         Self {
             stops,
             held: String::new(),
@@ -21,7 +26,7 @@ impl StopMatcher {
     }
 
     /// Adds `piece`; returns text safe to emit, and whether a stop string hit.
-    pub(crate) fn feed(&mut self, piece: &str) -> Option<Emit> {
+    pub fn feed(&mut self, piece: &str) -> Option<Emit> {
         self.held.push_str(piece);
         let stops = self.stops.iter().filter(|s| !s.is_empty());
         if let Some(at) = stops.filter_map(|s| self.held.find(s.as_str())).min() {
@@ -63,7 +68,8 @@ impl StopMatcher {
         self.stops.extend(more);
     }
 
-    pub(crate) fn flush(&mut self, rest: String) -> String {
+    /// Ends the text: what was held back, followed by `rest`.
+    pub fn flush(&mut self, rest: String) -> String {
         let mut text = std::mem::take(&mut self.held);
         text.push_str(&rest);
         text

@@ -1359,6 +1359,18 @@ mod group_mean_tests {
 mod verify_tests;
 
 #[cfg(test)]
+#[path = "cache_test_support.rs"]
+mod test_support;
+
+#[cfg(test)]
+#[path = "cache_compaction_tests.rs"]
+mod compaction_tests;
+
+#[cfg(test)]
+#[path = "cache_reservation_tests.rs"]
+mod reservation_tests;
+
+#[cfg(test)]
 mod scoring_tests {
     use candle_core::{Device, Tensor};
     use tern_models::{KvDtype, KvStore, ModelConfig};

@@ -4,9 +4,7 @@
 //! seam. Compression policies plug in here (they decide which entries to keep).
 
 pub mod cache;
-pub mod passkey;
 pub mod policy;
-pub mod ruler;
 pub mod tee;
 
 pub use cache::SeqCache;

@@ -10,7 +10,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tern_runtime::engine::SubmitError;
-use tern_runtime::RuntimeError;
+use tern_runtime::{RuntimeError, Setting};
 
 /// OpenAI's `type` for errors caused by the request.
 const INVALID_REQUEST: &str = "invalid_request_error";
@@ -308,6 +308,12 @@ impl ApiError {
     /// (including variants added later) are 500s.
     pub fn from_runtime(e: RuntimeError, prompt_param: &str) -> Self {
         match e {
+            RuntimeError::Setup { setting, error } => {
+                // The runtime knows no flags; the server names its own.
+                let mut api = Self::from_runtime(*error, prompt_param);
+                api.message = format!("{} ({})", api.message, setup_hint(setting));
+                api
+            }
             RuntimeError::InvalidParam { param, reason } => Self::invalid_param(param, reason),
             e @ RuntimeError::ContextRequest { .. } => {
                 Self::context_length("max_tokens", e.to_string())
@@ -323,6 +329,18 @@ impl ApiError {
             // request's fault.
             e => Self::internal(e.to_string()),
         }
+    }
+}
+
+/// How a client or operator changes what the runtime was set up with.
+fn setup_hint(setting: Setting) -> &'static str {
+    match setting {
+        Setting::DraftModel => "start the server with --draft-model PATH",
+        Setting::KvDtype => "the server's --kv-dtype sets it",
+        Setting::SpecialTokensInContent => {
+            "start the server with --allow-special-tokens-in-content"
+        }
+        Setting::ChatTemplate => "send a raw prompt to /v1/completions",
     }
 }
 

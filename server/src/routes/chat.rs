@@ -7,7 +7,12 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use tern_runtime::engine::{FinishReason, TokenLogprob};
+use serde_json::Value;
+use tern_runtime::chat::ChatMessage;
+use tern_runtime::chat_prompt::ContentTokens;
+use tern_runtime::engine::{EngineHandle, FinishReason, TokenLogprob};
+use tern_runtime::LoadedModel;
+use tern_solve::reasoning::{BonRequest, TestSpec};
 
 use crate::affinity;
 use crate::body::{fields, JsonBody};
@@ -17,17 +22,18 @@ use crate::ids::{response_id, unix_now};
 use crate::logprobs::{chat_entry, Vocab};
 use crate::openai::chat::{
     AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatFields, ChatLogprobs,
-    ChatTokenLogprob, ChunkChoice, Delta,
+    ChatTokenLogprob, ChunkChoice, Delta, WireMessage,
 };
 use crate::openai::error::ApiError;
 use crate::openai::request::GenerationFields;
 use crate::openai::usage::{TernInfo, Usage};
 use crate::openai::{system_fingerprint, ResponseMeta};
 use crate::overflow::{self, ContextOverflow, Overflowed, Shifted};
-use crate::params::{self, EndpointInput};
+use crate::params::{self, EndpointInput, Plan};
 use crate::prompt;
-use crate::routes::{best_of, reasoning, spreadsheet};
-use crate::state::{limits, AppState};
+use crate::routes::spreadsheet::{self, SheetRequest};
+use crate::routes::{best_of, reasoning};
+use crate::state::{limits, AppState, Served};
 use crate::stream::{sse_response, ChunkFormat, StreamState};
 use crate::think::{self, ThinkSplit};
 use crate::tools::{self, ToolCallDelta, ToolPlan};
@@ -35,28 +41,19 @@ use tern_runtime::chat::think_reader::{ThinkPiece, ThinkReader};
 use tern_runtime::chat::tool_reader::{CallReader, Piece};
 use tern_runtime::chat::tools::ToolSyntax;
 
-/// The chat completions handler.
+/// The chat completions handler: reads and checks the request, templates
+/// the conversation, plans the generation, then answers the way the
+/// request asks (the spreadsheet setting, best-of-N, or one submission).
 pub async fn chat_completions(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     state.ready()?;
     let shared: GenerationFields = fields(&body)?;
-    let own: ChatFields = fields(&body)?;
+    let mut own: ChatFields = fields(&body)?;
     let served = state.serve_model(shared.model.as_deref()).await?;
     let engine = served.engine.clone();
-    if shared.return_tokens_as_token_ids == Some(true) {
-        return Err(ApiError::unsupported(
-            "return_tokens_as_token_ids",
-            "return_tokens_as_token_ids on chat completions (use /v1/completions)",
-        ));
-    }
-    if own.functions.as_ref().is_some_and(|f| !f.is_empty()) {
-        return Err(ApiError::unsupported(
-            "functions",
-            "the legacy `functions` field (send `tools`)",
-        ));
-    }
+    refuse_unsupported(&shared, &own)?;
     let tool_plan = tools::plan(
         own.tools.as_ref(),
         own.tool_choice.as_ref(),
@@ -66,33 +63,16 @@ pub async fn chat_completions(
     let model = Arc::clone(engine.model());
     let max_tokens = params::merge_max_tokens(shared.max_tokens, own.max_completion_tokens);
     let content = state.content_tokens();
-    let tool_turns = prompt::has_tool_turns(&body["messages"]);
-    let (ids, messages) = if tool_plan.is_some() || tool_turns {
-        // Tool definitions, calls and results go through the template (or
-        // Tern's default tool prompt where it has no tools section).
-        prompt::check_tool_conversation(&body["messages"])?;
-        let model = Arc::clone(&model);
-        let raw = body["messages"].clone();
-        let list = tool_plan.as_ref().map(|t| t.tools.clone());
-        let ids = prompt::off_thread(move || {
-            model
-                .conversation_prompt(&raw, list.as_ref(), content)
-                .map_err(|e| ApiError::from_runtime(e, "messages"))
-        })
-        .await?;
-        (ids, Vec::new())
+    let tools_used = tool_plan.is_some() || prompt::has_tool_turns(&body["messages"]);
+    let (ids, messages) = if tools_used {
+        (
+            tool_prompt(&model, &body["messages"], tool_plan.as_ref(), content).await?,
+            Vec::new(),
+        )
     } else {
-        let messages = prompt::chat_messages(own.messages)?;
-        let model = Arc::clone(&model);
-        prompt::off_thread(move || Ok((prompt::chat_prompt(&model, &messages, content)?, messages)))
-            .await?
+        plain_prompt(&model, own.messages.take(), content).await?
     };
-    let rule = match own.context_overflow.as_deref() {
-        Some(s) => {
-            ContextOverflow::parse(s).map_err(|e| ApiError::invalid_param("context_overflow", e))?
-        }
-        None => state.context_overflow(),
-    };
+    let rule = overflow_rule(own.context_overflow.as_deref(), &state)?;
     let (ids, shifted) = overflow::fit(&rule, ids, max_tokens.0, model.config().context_length)?;
     let past_context = match rule {
         ContextOverflow::Policy(p) => Some(p),
@@ -113,19 +93,7 @@ pub async fn chat_completions(
     plan.submit.adapters = served.adapters.clone();
     let overflow_spec = past_context.as_ref().map(ToString::to_string);
     plan.submit.overflow = past_context;
-    if let Some(forced) = tool_plan
-        .as_ref()
-        .filter(|t| t.is_forced())
-        .map(|t| t.constraint(syntax))
-    {
-        if plan.constraint.is_some() {
-            return Err(ApiError::invalid_param(
-                "tool_choice",
-                "a forced tool call (`required` or a named function) cannot be combined with a JSON `response_format` or `grammar`",
-            ));
-        }
-        plan.constraint = Some(forced);
-    }
+    force_tool_call(&mut plan, tool_plan.as_ref(), syntax)?;
     let tally = Tally::new(
         plan.submit.n,
         plan.submit.prompt.len(),
@@ -133,7 +101,7 @@ pub async fn chat_completions(
     )
     .with_overflow(overflow_spec);
     let reasoning_fields = reasoning::ReasoningFields {
-        effort: own.reasoning_effort,
+        effort: own.reasoning_effort.take(),
         budget: own.thinking_budget_tokens,
         max_tokens_given: max_tokens.0.is_some(),
     };
@@ -144,24 +112,7 @@ pub async fn chat_completions(
         &model,
         &plan.submit.prompt,
     )?;
-    if plan.submit.think.is_some() {
-        if let Some((_, param)) = &plan.constraint {
-            // Reasoning writes free text and then a forced answer line; a
-            // grammar over the whole output would constrain both.
-            return Err(ApiError::invalid_param(
-                *param,
-                "structured outputs and forced tool calls cannot be combined with reasoning_effort or thinking_budget_tokens",
-            ));
-        }
-    }
-    if let Some(auto) = tool_plan.as_ref().filter(|t| !t.is_forced()) {
-        // `auto`: free prose, a call held to its schema once it begins;
-        // not over a response format or grammar the request set, nor
-        // through reasoning (whose answer is forced separately).
-        if plan.constraint.is_none() && plan.submit.think.is_none() {
-            plan.constraint = Some(auto.constraint(syntax));
-        }
-    }
+    constrain_free_text(&mut plan, tool_plan.as_ref(), syntax)?;
     let meta = ResponseMeta {
         id: response_id("chatcmpl"),
         object: "chat.completion",
@@ -170,25 +121,7 @@ pub async fn chat_completions(
         system_fingerprint: system_fingerprint(),
     };
     if let Some(raw) = own.spreadsheet.as_ref() {
-        if tool_plan.is_some() || tool_turns {
-            return Err(ApiError::invalid_param(
-                "spreadsheet",
-                "spreadsheet cannot be combined with tools (the answer is a program)",
-            ));
-        }
-        if let Some((_, param)) = &plan.constraint {
-            return Err(ApiError::invalid_param(
-                *param,
-                "structured outputs cannot be combined with spreadsheet (the answer is a program)",
-            ));
-        }
-        if own.aggregate.is_some() || own.tests.is_some() || own.generate_tests.is_some() {
-            return Err(ApiError::invalid_param(
-                "spreadsheet",
-                "spreadsheet chooses among best_of programs by their outputs' agreement: \
-                 leave out aggregate, tests and generate_tests",
-            ));
-        }
+        check_spreadsheet(&own, tools_used, &plan)?;
         let req = spreadsheet::request(
             raw,
             own.best_of,
@@ -196,26 +129,10 @@ pub async fn chat_completions(
             &plan,
             state.allow_code_execution(),
         )?;
-        let opening = req.opening().to_vec();
-        let counted = Arc::clone(&model);
-        let prompt_tokens =
-            prompt::off_thread(move || Ok(prompt::chat_prompt(&counted, &opening, content)?.len()))
-                .await?;
-        return spreadsheet::respond(engine, req, meta, prompt_tokens).await;
+        return answer_spreadsheet(engine, req, meta, content).await;
     }
     if let Some(best_of) = own.best_of.filter(|&b| b != 1) {
-        if tool_plan.is_some() || tool_turns {
-            return Err(ApiError::invalid_param(
-                "best_of",
-                "best_of cannot be combined with tools (candidates are aggregated as free text)",
-            ));
-        }
-        if let Some((_, param)) = &plan.constraint {
-            return Err(ApiError::invalid_param(
-                *param,
-                "structured outputs cannot be combined with best_of (candidates are aggregated as free text)",
-            ));
-        }
+        check_best_of(tools_used, &plan)?;
         let synthesizer = state
             .synthesizer(own.synthesizer_model.as_deref(), &served)
             .await?;
@@ -232,31 +149,222 @@ pub async fn chat_completions(
         )?;
         // Every candidate reasons under the request's effort or budget.
         req.0.length = length;
-        let prompt_tokens = plan.submit.prompt.len();
-        let key = affinity::prefix_key(&plan.submit.prompt);
-        let writer = (synthesizer.name.clone(), synthesizer.engine.clone());
-        return best_of::respond(engine, writer, req, meta, prompt_tokens)
-            .await
-            .map(|r| affinity::with_key(r, key.as_deref()));
+        return answer_best_of(engine, &synthesizer, req, &plan, meta).await;
     }
     params::compile_constraint(&mut plan, &model).await?;
+    let format = ChatFormat {
+        meta,
+        include_usage: plan.include_usage,
+        vocab: model,
+        logprobs: logprobs.is_some(),
+        readers: Vec::new(),
+        tools: tool_plan.map(|t| (t, syntax)),
+        split,
+        thinkers: Vec::new(),
+        shifted,
+    };
+    answer(&engine, plan, format, tally).await
+}
+
+/// A 400 for the fields chat completions does not take.
+fn refuse_unsupported(shared: &GenerationFields, own: &ChatFields) -> Result<(), ApiError> {
+    if shared.return_tokens_as_token_ids == Some(true) {
+        return Err(ApiError::unsupported(
+            "return_tokens_as_token_ids",
+            "return_tokens_as_token_ids on chat completions (use /v1/completions)",
+        ));
+    }
+    if own.functions.as_ref().is_some_and(|f| !f.is_empty()) {
+        return Err(ApiError::unsupported(
+            "functions",
+            "the legacy `functions` field (send `tools`)",
+        ));
+    }
+    Ok(())
+}
+
+/// The prompt of a conversation with tools: definitions, calls and results
+/// go through the template (or Tern's default tool prompt where it has no
+/// tools section).
+async fn tool_prompt(
+    model: &Arc<LoadedModel>,
+    raw: &Value,
+    tools: Option<&ToolPlan>,
+    content: ContentTokens,
+) -> Result<Vec<u32>, ApiError> {
+    prompt::check_tool_conversation(raw)?;
+    let model = Arc::clone(model);
+    let raw = raw.clone();
+    let list = tools.map(|t| t.tools.clone());
+    prompt::off_thread(move || {
+        model
+            .conversation_prompt(&raw, list.as_ref(), content)
+            .map_err(|e| ApiError::from_runtime(e, "messages"))
+    })
+    .await
+}
+
+/// The prompt of a conversation without tools, with its checked messages
+/// (best-of-N and the spreadsheet setting send them on).
+async fn plain_prompt(
+    model: &Arc<LoadedModel>,
+    messages: Option<Vec<WireMessage>>,
+    content: ContentTokens,
+) -> Result<(Vec<u32>, Vec<ChatMessage>), ApiError> {
+    let messages = prompt::chat_messages(messages)?;
+    let model = Arc::clone(model);
+    prompt::off_thread(move || Ok((prompt::chat_prompt(&model, &messages, content)?, messages)))
+        .await
+}
+
+/// The request's `context_overflow`, or the server's when it sends none.
+fn overflow_rule(field: Option<&str>, state: &AppState) -> Result<ContextOverflow, ApiError> {
+    match field {
+        Some(s) => {
+            ContextOverflow::parse(s).map_err(|e| ApiError::invalid_param("context_overflow", e))
+        }
+        None => Ok(state.context_overflow()),
+    }
+}
+
+/// A forced tool call (`required` or a named function) holds the answer to
+/// the call's grammar; it cannot also follow a response format or grammar.
+fn force_tool_call(
+    plan: &mut Plan,
+    tool_plan: Option<&ToolPlan>,
+    syntax: ToolSyntax,
+) -> Result<(), ApiError> {
+    if let Some(forced) = tool_plan
+        .filter(|t| t.is_forced())
+        .map(|t| t.constraint(syntax))
+    {
+        if plan.constraint.is_some() {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                "a forced tool call (`required` or a named function) cannot be combined with a JSON `response_format` or `grammar`",
+            ));
+        }
+        plan.constraint = Some(forced);
+    }
+    Ok(())
+}
+
+/// Refuses a constraint under reasoning, and gives `auto` tools their
+/// constraint where the answer is otherwise free text.
+fn constrain_free_text(
+    plan: &mut Plan,
+    tool_plan: Option<&ToolPlan>,
+    syntax: ToolSyntax,
+) -> Result<(), ApiError> {
+    if plan.submit.think.is_some() {
+        if let Some((_, param)) = &plan.constraint {
+            // Reasoning writes free text and then a forced answer line; a
+            // grammar over the whole output would constrain both.
+            return Err(ApiError::invalid_param(
+                *param,
+                "structured outputs and forced tool calls cannot be combined with reasoning_effort or thinking_budget_tokens",
+            ));
+        }
+    }
+    if let Some(auto) = tool_plan.filter(|t| !t.is_forced()) {
+        // `auto`: free prose, a call held to its schema once it begins;
+        // not over a response format or grammar the request set, nor
+        // through reasoning (whose answer is forced separately).
+        if plan.constraint.is_none() && plan.submit.think.is_none() {
+            plan.constraint = Some(auto.constraint(syntax));
+        }
+    }
+    Ok(())
+}
+
+/// A 400 for what the spreadsheet setting cannot be combined with.
+fn check_spreadsheet(own: &ChatFields, tools_used: bool, plan: &Plan) -> Result<(), ApiError> {
+    if tools_used {
+        return Err(ApiError::invalid_param(
+            "spreadsheet",
+            "spreadsheet cannot be combined with tools (the answer is a program)",
+        ));
+    }
+    if let Some((_, param)) = &plan.constraint {
+        return Err(ApiError::invalid_param(
+            *param,
+            "structured outputs cannot be combined with spreadsheet (the answer is a program)",
+        ));
+    }
+    if own.aggregate.is_some() || own.tests.is_some() || own.generate_tests.is_some() {
+        return Err(ApiError::invalid_param(
+            "spreadsheet",
+            "spreadsheet chooses among best_of programs by their outputs' agreement: \
+             leave out aggregate, tests and generate_tests",
+        ));
+    }
+    Ok(())
+}
+
+/// The spreadsheet setting's answer; its usage counts the opening turn's
+/// prompt.
+async fn answer_spreadsheet(
+    engine: EngineHandle,
+    req: SheetRequest,
+    meta: ResponseMeta,
+    content: ContentTokens,
+) -> Result<Response, ApiError> {
+    let opening = req.opening().to_vec();
+    let counted = Arc::clone(engine.model());
+    let prompt_tokens =
+        prompt::off_thread(move || Ok(prompt::chat_prompt(&counted, &opening, content)?.len()))
+            .await?;
+    spreadsheet::respond(engine, req, meta, prompt_tokens).await
+}
+
+/// A 400 for what best-of-N cannot be combined with.
+fn check_best_of(tools_used: bool, plan: &Plan) -> Result<(), ApiError> {
+    if tools_used {
+        return Err(ApiError::invalid_param(
+            "best_of",
+            "best_of cannot be combined with tools (candidates are aggregated as free text)",
+        ));
+    }
+    if let Some((_, param)) = &plan.constraint {
+        return Err(ApiError::invalid_param(
+            *param,
+            "structured outputs cannot be combined with best_of (candidates are aggregated as free text)",
+        ));
+    }
+    Ok(())
+}
+
+/// Best-of-N's answer, written by `synthesizer` where it aggregates by
+/// synthesis, with the prompt's affinity key.
+async fn answer_best_of(
+    engine: EngineHandle,
+    synthesizer: &Served,
+    req: (BonRequest, Option<TestSpec>),
+    plan: &Plan,
+    meta: ResponseMeta,
+) -> Result<Response, ApiError> {
+    let prompt_tokens = plan.submit.prompt.len();
     let key = affinity::prefix_key(&plan.submit.prompt);
-    let vocab: Arc<dyn Vocab> = model;
+    let writer = (synthesizer.name.clone(), synthesizer.engine.clone());
+    best_of::respond(engine, writer, req, meta, prompt_tokens)
+        .await
+        .map(|r| affinity::with_key(r, key.as_deref()))
+}
+
+/// Submits `plan` and answers as `format` says: a stream of chunks, or one
+/// `chat.completion` once every choice is done.
+async fn answer(
+    engine: &EngineHandle,
+    plan: Plan,
+    mut format: ChatFormat,
+    tally: Tally,
+) -> Result<Response, ApiError> {
+    let key = affinity::prefix_key(&plan.submit.prompt);
     let events = engine
         .submit(plan.submit)
         .map_err(|e| ApiError::from_submit(e, "messages"))?;
     if plan.stream {
-        let format = ChatFormat {
-            meta: meta.with_object("chat.completion.chunk"),
-            include_usage: plan.include_usage,
-            vocab,
-            logprobs: logprobs.is_some(),
-            readers: Vec::new(),
-            tools: tool_plan.map(|t| (t, syntax)),
-            split,
-            thinkers: Vec::new(),
-            shifted,
-        };
+        format.meta = format.meta.with_object("chat.completion.chunk");
         return Ok(affinity::with_key(
             sse_response(events, StreamState::new(format, tally, plan.include_usage)),
             key.as_deref(),
@@ -264,13 +372,13 @@ pub async fn chat_completions(
     }
     let collected = collect(events, tally).await?;
     let body = Json(completion(
-        meta,
+        format.meta,
         collected,
-        logprobs.is_some(),
-        vocab.as_ref(),
-        tool_plan.as_ref().map(|t| (t, syntax)),
-        split,
-        shifted,
+        format.logprobs,
+        format.vocab.as_ref(),
+        format.tools.as_ref().map(|(t, syntax)| (t, *syntax)),
+        format.split,
+        format.shifted,
     ));
     Ok(affinity::with_key(body.into_response(), key.as_deref()))
 }

@@ -18,7 +18,9 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tern_runtime::chat::tools::ToolSyntax;
-use tern_runtime::engine::{FinishReason, TokenLogprob};
+use tern_runtime::chat_prompt::ContentTokens;
+use tern_runtime::engine::{EngineHandle, FinishReason, TokenLogprob};
+use tern_runtime::LoadedModel;
 
 use crate::affinity;
 use crate::body::{fields, JsonBody};
@@ -29,7 +31,7 @@ use crate::ids::{random_u64, unix_now};
 use crate::openai::error::ApiError;
 use crate::openai::request::GenerationFields;
 use crate::openai::usage::{TernInfo, Usage};
-use crate::params::{self, EndpointInput};
+use crate::params::{self, EndpointInput, Plan};
 use crate::prompt;
 use crate::response_store::{ResponseStore, Stored};
 use crate::state::{limits, AppState};
@@ -69,14 +71,80 @@ struct Context {
     prompt_tokens: usize,
 }
 
-/// `POST /v1/responses`.
+/// `POST /v1/responses`: checks the echoed fields, builds the conversation
+/// and its prompt, plans the generation as chat does, then answers.
 pub async fn create(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     state.ready()?;
     let own: ResponseFields = fields(&body)?;
-    // Echoed fields first: each is bounded, and only what is checked is echoed.
+    let (metadata, text) = check_echoed(&own)?;
+    let model_field = body.get("model").and_then(Value::as_str);
+    let served = state.serve_model(model_field).await?;
+    let engine = served.engine.clone();
+    let chat_tools = own.tools.as_ref().map(|t| chat_tools(t)).transpose()?;
+    let tool_plan = tools::plan(
+        chat_tools.as_ref(),
+        own.tool_choice.as_ref().map(chat_tool_choice).as_ref(),
+        own.parallel_tool_calls,
+    )?;
+    let conversation = conversation(&state, &own)?;
+    let model = Arc::clone(engine.model());
+    let ids = template(
+        &model,
+        &conversation,
+        own.instructions.as_deref(),
+        tool_plan.as_ref(),
+        state.content_tokens(),
+    )
+    .await?;
+    let shared = generation_fields(&body, &text)?;
+    let input = EndpointInput {
+        prompt: ids,
+        prompt_param: "input",
+        max_tokens: (own.max_output_tokens, "max_output_tokens"),
+        logprobs: None,
+        past_context: false,
+    };
+    let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
+    plan.submit.adapters = served.adapters;
+    let syntax = model
+        .template
+        .as_ref()
+        .map_or(ToolSyntax::Hermes, |t| t.tool_syntax());
+    constrain_tools(&mut plan, tool_plan.as_ref(), syntax)?;
+    params::compile_constraint(&mut plan, &model).await?;
+    let split = think::plan(
+        body.get("reasoning_format").and_then(Value::as_str),
+        state.reasoning_format(),
+        &model,
+        &plan.submit.prompt,
+    )?;
+    let prompt_tokens = plan.submit.prompt.len();
+    let tally = Tally::new(1, prompt_tokens, plan.submit.kv_policy.to_string());
+    let echo = echo(&own, &body, &text, &metadata);
+    let store = own.store.unwrap_or(true);
+    if store {
+        check_storable(state.responses(), &echo, &conversation)?;
+    }
+    let ctx = Context {
+        id: format!("resp_{:016x}{:016x}", random_u64(), random_u64()),
+        created: unix_now(),
+        model: served.name,
+        echo,
+        conversation: Value::Array(conversation),
+        tools: tool_plan.map(|t| (t, syntax)),
+        split,
+        store: store.then(|| state.responses_arc()),
+        prompt_tokens,
+    };
+    answer(&engine, plan, ctx, tally, own.stream.unwrap_or(false)).await
+}
+
+/// Checks the fields a response echoes (each is bounded, and only what is
+/// checked is echoed); returns `metadata` and `text` as echoed.
+fn check_echoed(own: &ResponseFields) -> Result<(Value, Value), ApiError> {
     let metadata = echoed::metadata(own.metadata.as_ref())?;
     let text = echoed::text_options(own.text.as_ref())?;
     echoed::short_string("user", own.user.as_deref(), MAX_USER_CHARS)?;
@@ -90,16 +158,11 @@ pub async fn create(
         own.previous_response_id.as_deref(),
         MAX_RESPONSE_ID_CHARS,
     )?;
-    let model_field = body.get("model").and_then(Value::as_str);
-    let served = state.serve_model(model_field).await?;
-    let engine = served.engine.clone();
-    let chat_tools = own.tools.as_ref().map(|t| chat_tools(t)).transpose()?;
-    let tool_plan = tools::plan(
-        chat_tools.as_ref(),
-        own.tool_choice.as_ref().map(chat_tool_choice).as_ref(),
-        own.parallel_tool_calls,
-    )?;
-    // The conversation: what the previous response held, then the input.
+    Ok((metadata, text))
+}
+
+/// The conversation: what the previous response held, then the input.
+fn conversation(state: &AppState, own: &ResponseFields) -> Result<Vec<Value>, ApiError> {
     let mut conversation: Vec<Value> = match &own.previous_response_id {
         Some(prev) => match state.responses().get(prev).map_err(store_down)? {
             Some(s) => s.conversation.as_array().cloned().unwrap_or_default(),
@@ -117,24 +180,36 @@ pub async fn create(
     prompt::check_tool_conversation(&Value::Array(new_turns.clone()))
         .map_err(|e| rename_param(e, "input"))?;
     conversation.extend(new_turns);
-    let mut messages = conversation.clone();
-    if let Some(i) = own.instructions.as_ref().filter(|i| !i.is_empty()) {
+    Ok(conversation)
+}
+
+/// The prompt: `instructions` as the system turn, then the conversation,
+/// with the tools' definitions.
+async fn template(
+    model: &Arc<LoadedModel>,
+    conversation: &[Value],
+    instructions: Option<&str>,
+    tool_plan: Option<&ToolPlan>,
+    content: ContentTokens,
+) -> Result<Vec<u32>, ApiError> {
+    let mut messages = conversation.to_vec();
+    if let Some(i) = instructions.filter(|i| !i.is_empty()) {
         messages.insert(0, json!({"role": "system", "content": i}));
     }
     let messages = Value::Array(messages);
-    let model = Arc::clone(engine.model());
-    let content = state.content_tokens();
-    let ids = {
-        let model = Arc::clone(&model);
-        let list = tool_plan.as_ref().map(|t| t.tools.clone());
-        prompt::off_thread(move || {
-            model
-                .conversation_prompt(&messages, list.as_ref(), content)
-                .map_err(|e| ApiError::from_runtime(e, "input"))
-        })
-        .await?
-    };
-    // Sampling fields as chat reads them; `text.format` as response_format.
+    let model = Arc::clone(model);
+    let list = tool_plan.map(|t| t.tools.clone());
+    prompt::off_thread(move || {
+        model
+            .conversation_prompt(&messages, list.as_ref(), content)
+            .map_err(|e| ApiError::from_runtime(e, "input"))
+    })
+    .await
+}
+
+/// The sampling fields as chat reads them, with `text.format` as
+/// `response_format`.
+fn generation_fields(body: &Value, text: &Value) -> Result<GenerationFields, ApiError> {
     let mut gen = json!({});
     for k in [
         "temperature",
@@ -154,42 +229,33 @@ pub async fn create(
     if let Some(f) = text.get("format") {
         gen["response_format"] = response_format(f)?;
     }
-    let shared: GenerationFields = fields(&gen)?;
-    let input = EndpointInput {
-        prompt: ids,
-        prompt_param: "input",
-        max_tokens: (own.max_output_tokens, "max_output_tokens"),
-        logprobs: None,
-        past_context: false,
-    };
-    let mut plan = params::plan(&shared, input, limits(&model), state.kv_defaults())?;
-    plan.submit.adapters = served.adapters;
-    let syntax = model
-        .template
-        .as_ref()
-        .map_or(ToolSyntax::Hermes, |t| t.tool_syntax());
-    if let Some(t) = &tool_plan {
+    fields(&gen)
+}
+
+/// The tools' constraint: a forced call cannot be combined with a JSON
+/// `text.format`; `auto` leaves a `text.format` the request set in charge.
+fn constrain_tools(
+    plan: &mut Plan,
+    tool_plan: Option<&ToolPlan>,
+    syntax: ToolSyntax,
+) -> Result<(), ApiError> {
+    if let Some(t) = tool_plan {
         if t.is_forced() && plan.constraint.is_some() {
             return Err(ApiError::invalid_param(
                 "tool_choice",
                 "a forced tool call cannot be combined with a JSON `text.format`",
             ));
         }
-        // `auto` leaves a `text.format` the request set in charge.
         if plan.constraint.is_none() {
             plan.constraint = Some(t.constraint(syntax));
         }
     }
-    params::compile_constraint(&mut plan, &model).await?;
-    let split = think::plan(
-        body.get("reasoning_format").and_then(Value::as_str),
-        state.reasoning_format(),
-        &model,
-        &plan.submit.prompt,
-    )?;
-    let prompt_tokens = plan.submit.prompt.len();
-    let tally = Tally::new(1, prompt_tokens, plan.submit.kv_policy.to_string());
-    let echo = json!({
+    Ok(())
+}
+
+/// The request fields the response object repeats.
+fn echo(own: &ResponseFields, body: &Value, text: &Value, metadata: &Value) -> Value {
+    json!({
         "instructions": own.instructions,
         "tools": own.tools.as_deref().map(echo_tools).unwrap_or_default(),
         "tool_choice": own.tool_choice.as_ref().map_or(json!("auto"), echo_tool_choice),
@@ -201,27 +267,23 @@ pub async fn create(
         "max_output_tokens": own.max_output_tokens,
         "metadata": metadata,
         "store": own.store.unwrap_or(true),
-    });
-    let store = own.store.unwrap_or(true);
-    if store {
-        check_storable(state.responses(), &echo, &conversation)?;
-    }
-    let ctx = Context {
-        id: format!("resp_{:016x}{:016x}", random_u64(), random_u64()),
-        created: unix_now(),
-        model: served.name,
-        echo,
-        conversation: Value::Array(conversation),
-        tools: tool_plan.map(|t| (t, syntax)),
-        split,
-        store: store.then(|| state.responses_arc()),
-        prompt_tokens,
-    };
+    })
+}
+
+/// Submits `plan` and answers: a stream of Responses events, or the
+/// response object once the reply is done.
+async fn answer(
+    engine: &EngineHandle,
+    plan: Plan,
+    ctx: Context,
+    tally: Tally,
+    stream: bool,
+) -> Result<Response, ApiError> {
     let key = affinity::prefix_key(&plan.submit.prompt);
     let events = engine
         .submit(plan.submit)
         .map_err(|e| ApiError::from_submit(e, "input"))?;
-    if own.stream.unwrap_or(false) {
+    if stream {
         let format = ResponsesFormat {
             ctx,
             text: String::new(),

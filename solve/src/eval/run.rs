@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crate::reasoning::{
     allocate, best_of_n_generated_tests, best_of_n_shared_by, best_of_n_with,
-    choose_by_generated_tests, disagreement, Aggregate, BonRequest, BonResult, TestSpec,
+    choose_by_generated_tests, disagreement, Aggregate, BonRequest, BonResult, TestSpec, Way,
     MAX_GENERATED_TESTS,
 };
 use crate::tasks::{self, Task};
@@ -147,116 +147,17 @@ pub fn run(
         settings,
         done,
     } = *plan;
-    let engine = engines.engine;
     for s in strategies {
         engines.synthesizer_of(s)?;
     }
-    let groups = share_samples(strategies);
-    let dynamic = plan_dynamic(plan, engine)?;
-    // One task's records, in strategy order: those already on file, the rest
-    // computed (and appended to the records file as soon as they exist).
-    let sink = Mutex::new(sink);
-    let run_task = |i: usize, task: &Task| -> Result<Vec<(usize, Record)>, EvalError> {
-        let mut out = Vec::new();
-        for group in &groups {
-            let have: Vec<Option<Record>> = group
-                .iter()
-                .map(|&k| done.get(&(strategies[k].label.clone(), i)).cloned())
-                .collect();
-            let fresh = if have.iter().all(Option::is_some) {
-                None
-            } else {
-                let lead = &strategies[group[0]];
-                let req = request(lead, i, task, settings);
-                let t = Instant::now();
-                // Time spent on this task's candidates in the dynamic
-                // strategies' first pass.
-                let mut first_pass_secs = 0.0;
-                let results = if group.len() > 1 {
-                    let ways =
-                        group
-                            .iter()
-                            .map(|&k| {
-                                let s = &strategies[k];
-                                let by = engines.synthesizer_of(s)?;
-                                Ok((
-                                    s.aggregate,
-                                    s.adaptive.then_some((s.wave, s.confidence)),
-                                    by,
-                                ))
-                            })
-                            .collect::<Result<
-                                Vec<(Aggregate, Option<(usize, f64)>, &EngineHandle)>,
-                                EvalError,
-                            >>()?;
-                    best_of_n_shared_by(engine, &req, &ways)?
-                } else if let (true, Some(planned)) = (lead.dynamic, dynamic.get(&group[0])) {
-                    // Sampled in the first pass; this task's share of the
-                    // run's tests is known now.
-                    let (k, sampled, sample_secs) = planned
-                        .get(&i)
-                        .cloned()
-                        .expect("the first pass sampled every task without a record");
-                    let spec = TestSpec {
-                        k,
-                        max_tokens: settings.max_tokens,
-                        temperature: settings.temperature,
-                        top_p: 0.95,
-                    };
-                    let res = choose_by_generated_tests(engines.tester, &req, &spec, sampled)?;
-                    first_pass_secs = sample_secs;
-                    vec![res]
-                } else if let Some(k) = lead.tests {
-                    // The tests are sampled as the candidates are (task i's
-                    // seeds, the run's temperature), from their own seeds.
-                    let spec = TestSpec {
-                        k,
-                        max_tokens: settings.max_tokens,
-                        temperature: settings.temperature,
-                        top_p: 0.95,
-                    };
-                    vec![best_of_n_generated_tests(
-                        engine,
-                        engines.tester,
-                        &req,
-                        &spec,
-                    )?]
-                } else if lead.synthesizer.is_some() && lead.aggregate != Aggregate::Synthesize {
-                    // `single:with=NAME`: the named model answers alone.
-                    let by = engines.synthesizer_of(lead)?;
-                    vec![best_of_n_with(by, by, &req)?]
-                } else {
-                    let by = engines.synthesizer_of(lead)?;
-                    vec![best_of_n_with(engine, by, &req)?]
-                };
-                Some((results, t.elapsed().as_secs_f64() + first_pass_secs))
-            };
-            for (j, &k) in group.iter().enumerate() {
-                let r = match (&have[j], &fresh) {
-                    (Some(r), _) => r.clone(),
-                    (None, Some((results, secs))) => {
-                        let r = Record::new(
-                            &strategies[k],
-                            i,
-                            task,
-                            &results[j],
-                            *secs,
-                            group.len() > 1,
-                        )?;
-                        if let Some(f) = sink.lock().expect("records file lock").as_mut() {
-                            let line = serde_json::to_string(&r).map_err(std::io::Error::other);
-                            line.and_then(|line| writeln!(f, "{line}"))
-                                .and_then(|()| f.flush())
-                                .map_err(EvalError::AppendRecord)?;
-                        }
-                        r
-                    }
-                    (None, None) => unreachable!("a group runs unless all its records exist"),
-                };
-                out.push((k, r));
-            }
-        }
-        Ok(out)
+    let answers = Answers {
+        strategies,
+        settings,
+        done,
+        engines,
+        groups: share_samples(strategies),
+        dynamic: plan_dynamic(plan, engines.engine)?,
+        sink: Mutex::new(sink),
     };
     // Tasks in flight at once share the engine's batches; each task's seeds
     // are its own, so the records do not depend on how many.
@@ -267,17 +168,7 @@ pub fn run(
             .collect::<Vec<_>>(),
     );
     let finished = AtomicUsize::new(0);
-    // Tasks some strategy has no record for yet: the ones that cost time, so
-    // the estimate of the time left counts only them.
-    let pending: HashSet<usize> = tasks
-        .iter()
-        .filter(|(i, _)| {
-            strategies
-                .iter()
-                .any(|s| !done.contains_key(&(s.label.clone(), *i)))
-        })
-        .map(|(i, _)| *i)
-        .collect();
+    let pending = pending(plan);
     if !done.is_empty() {
         on_event(Event::Resuming {
             complete: tasks.len() - pending.len(),
@@ -288,7 +179,7 @@ pub fn run(
     let computed = AtomicUsize::new(0);
     let started = Instant::now();
     super::pool::for_each(tasks, settings.parallel, |_, (i, task)| {
-        let recs = run_task(*i, task)?;
+        let recs = answers.task(*i, task)?;
         let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
         let mut eta_secs = None;
         if pending.contains(i) {
@@ -312,6 +203,164 @@ pub fn run(
         Ok::<(), EvalError>(())
     })?;
     Ok(acc.into_inner().expect("totals lock"))
+}
+
+/// Tasks some strategy has no record for yet: the ones that cost time, so
+/// the estimate of the time left counts only them.
+fn pending(plan: &Plan<'_>) -> HashSet<usize> {
+    plan.tasks
+        .iter()
+        .filter(|(i, _)| {
+            plan.strategies
+                .iter()
+                .any(|s| !plan.done.contains_key(&(s.label.clone(), *i)))
+        })
+        .map(|(i, _)| *i)
+        .collect()
+}
+
+/// Answers tasks one at a time (several run side by side): each task's
+/// records, in strategy order, those already on file and the rest computed
+/// and appended to the records file as soon as they exist.
+struct Answers<'a, 'w> {
+    strategies: &'a [Strategy],
+    settings: &'a Settings,
+    done: &'a Records,
+    engines: Engines<'a>,
+    /// Strategies that share samples, in row order.
+    groups: Vec<Vec<usize>>,
+    /// The dynamic strategies' first pass (see [`plan_dynamic`]).
+    dynamic: HashMap<usize, Allocation>,
+    /// Where new records are appended.
+    sink: Mutex<Option<&'w mut (dyn Write + Send)>>,
+}
+
+impl Answers<'_, '_> {
+    /// Task `i`'s `(strategy index, record)` pairs, group by group.
+    fn task(&self, i: usize, task: &Task) -> Result<Vec<(usize, Record)>, EvalError> {
+        let mut out = Vec::new();
+        for group in &self.groups {
+            let have: Vec<Option<Record>> = group
+                .iter()
+                .map(|&k| {
+                    self.done
+                        .get(&(self.strategies[k].label.clone(), i))
+                        .cloned()
+                })
+                .collect();
+            let fresh = if have.iter().all(Option::is_some) {
+                None
+            } else {
+                Some(self.sample(group, i, task)?)
+            };
+            for (j, &k) in group.iter().enumerate() {
+                let r = match (&have[j], &fresh) {
+                    (Some(r), _) => r.clone(),
+                    (None, Some((results, secs))) => {
+                        let r = Record::new(
+                            &self.strategies[k],
+                            i,
+                            task,
+                            &results[j],
+                            *secs,
+                            group.len() > 1,
+                        )?;
+                        self.append(&r)?;
+                        r
+                    }
+                    (None, None) => unreachable!("a group runs unless all its records exist"),
+                };
+                out.push((k, r));
+            }
+        }
+        Ok(out)
+    }
+
+    /// One group's results on task `i` (one per strategy when the group
+    /// shares samples, else the lead's alone) and the seconds they took.
+    fn sample(
+        &self,
+        group: &[usize],
+        i: usize,
+        task: &Task,
+    ) -> Result<(Vec<BonResult>, f64), EvalError> {
+        let (engine, settings) = (self.engines.engine, self.settings);
+        let lead = &self.strategies[group[0]];
+        let req = request(lead, i, task, settings);
+        let t = Instant::now();
+        // Time spent on this task's candidates in the dynamic strategies'
+        // first pass.
+        let mut first_pass_secs = 0.0;
+        let results = if group.len() > 1 {
+            best_of_n_shared_by(engine, &req, &self.ways(group)?)?
+        } else if let (true, Some(planned)) = (lead.dynamic, self.dynamic.get(&group[0])) {
+            // Sampled in the first pass; this task's share of the
+            // run's tests is known now.
+            let (k, sampled, sample_secs) = planned
+                .get(&i)
+                .cloned()
+                .expect("the first pass sampled every task without a record");
+            let spec = test_spec(k, settings);
+            let res = choose_by_generated_tests(self.engines.tester, &req, &spec, sampled)?;
+            first_pass_secs = sample_secs;
+            vec![res]
+        } else if let Some(k) = lead.tests {
+            // The tests are sampled as the candidates are (task i's
+            // seeds, the run's temperature), from their own seeds.
+            let spec = test_spec(k, settings);
+            vec![best_of_n_generated_tests(
+                engine,
+                self.engines.tester,
+                &req,
+                &spec,
+            )?]
+        } else if lead.synthesizer.is_some() && lead.aggregate != Aggregate::Synthesize {
+            // `single:with=NAME`: the named model answers alone.
+            let by = self.engines.synthesizer_of(lead)?;
+            vec![best_of_n_with(by, by, &req)?]
+        } else {
+            let by = self.engines.synthesizer_of(lead)?;
+            vec![best_of_n_with(engine, by, &req)?]
+        };
+        Ok((results, t.elapsed().as_secs_f64() + first_pass_secs))
+    }
+
+    /// How each strategy of a sharing group aggregates the shared samples.
+    fn ways(&self, group: &[usize]) -> Result<Vec<Way<'_>>, EvalError> {
+        group
+            .iter()
+            .map(|&k| {
+                let s = &self.strategies[k];
+                let by = self.engines.synthesizer_of(s)?;
+                Ok((
+                    s.aggregate,
+                    s.adaptive.then_some((s.wave, s.confidence)),
+                    by,
+                ))
+            })
+            .collect()
+    }
+
+    /// Appends `r` to the records file (when there is one) and flushes it.
+    fn append(&self, r: &Record) -> Result<(), EvalError> {
+        if let Some(f) = self.sink.lock().expect("records file lock").as_mut() {
+            let line = serde_json::to_string(r).map_err(std::io::Error::other);
+            line.and_then(|line| writeln!(f, "{line}"))
+                .and_then(|()| f.flush())
+                .map_err(EvalError::AppendRecord)?;
+        }
+        Ok(())
+    }
+}
+
+/// The generated tests' settings: `k` tests sampled as the candidates are.
+fn test_spec(k: usize, settings: &Settings) -> TestSpec {
+    TestSpec {
+        k,
+        max_tokens: settings.max_tokens,
+        temperature: settings.temperature,
+        top_p: 0.95,
+    }
 }
 
 /// The request strategy `lead` sends for task `i`: seeded `seed + 1000 i`,

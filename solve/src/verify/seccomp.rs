@@ -33,6 +33,7 @@ use seccompiler::{
 const X32_BIT: i64 = 0x4000_0000;
 
 /// Calls a Python test may make (besides `clone` for a thread).
+// long-fn: a flat allow list read as one reviewed table, grouped by purpose.
 fn allowed() -> Vec<i64> {
     use libc::*;
     let mut calls = vec![

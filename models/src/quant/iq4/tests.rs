@@ -2,7 +2,7 @@
 //! the single-row order against its definition, and all against an f64
 //! evaluation of the format's meaning. (IQ4_XS runs in `k::tests` with the
 //! other super-block formats; agreement with ggml's own code is checked where
-//! llama.cpp is linked: `tests/kquant.rs`.)
+//! llama.cpp is linked: `models/tests/kquant.rs` and `iq4.rs`.)
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

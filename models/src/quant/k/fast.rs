@@ -31,7 +31,8 @@
 //! [`super::q4k`], [`super::q5k`] and [`super::q6k`]): lanes of one SIMD FMA
 //! are independent roundings, so vectorizing across outputs changes no bit.
 //! The unit tests check these against the one-output kernels and the scalar
-//! path; `tests/kquant.rs` and `tests/qwen.rs` against llama.cpp itself.
+//! path; `models/tests/kquant.rs` and the root package's `tests/qwen.rs`
+//! against llama.cpp itself.
 
 use std::arch::x86_64::*;
 

@@ -1,7 +1,7 @@
 //! The K-quant kernels: AVX2 against scalar bit for bit at several batch sizes
 //! and in every order, both against an f64 evaluation of the formats' meaning,
 //! and the Q8_K quantizers' semantics. (Agreement with ggml's own code, object
-//! for object, is checked where llama.cpp is linked: `tests/kquant.rs`.)
+//! for object, is checked where llama.cpp is linked: `models/tests/kquant.rs`.)
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};

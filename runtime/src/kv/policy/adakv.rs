@@ -8,7 +8,9 @@
 //!
 //! A wrapper: the inner policy ([`Scorer`]: snapkv, pyramidkv, h2o or keydiff)
 //! gives the scores, the budget (PyramidKV's per layer), the window and when to
-//! compress; this file only allocates. The scores compare across heads as they
+//! compress, and answers most questions asked of Ada-KV; this file allocates,
+//! and parses its own keys (`inner`, `floor`) before handing the rest of the
+//! spec to the inner policy. The scores compare across heads as they
 //! are: SnapKV's and H2O's are softmax attention (each query row sums to 1 in
 //! every head), KeyDiff's a cosine.
 //!
@@ -24,16 +26,30 @@
 //! by padding the shorter heads with slots at [`HIDDEN_POSITION`], which no
 //! query sees; this selection never keeps a padding slot and never counts one.
 
+use std::fmt;
+
 use tern_models::HIDDEN_POSITION;
 
+use super::items::{bad, Items, Key};
+use super::kind::{NamedPolicy, PolicyKind, PolicySpec};
 use super::snapkv::{pool_1d, Pool};
 use super::{
     better, keydiff, rank_key, top_plus_window, H2oParams, KeepSet, KeyDiffParams, KvPolicy,
-    PyramidKvParams, Ranked, ScoreInput, SnapKvParams,
+    PolicyError, PyramidKvParams, Ranked, ScoreInput, SnapKvParams,
 };
 
 /// Default `floor`: kvpress's `alpha_safeguard`.
 pub const DEFAULT_FLOOR: f32 = 0.2;
+/// The policy whose scores Ada-KV ranks ([`Scorer`]).
+const INNER: Key = Key {
+    name: "inner",
+    expected: "`snapkv`, `pyramidkv`, `h2o` or `keydiff`",
+};
+/// The share of the per-head budget every head keeps at least.
+const FLOOR: Key = Key {
+    name: "floor",
+    expected: "a number in [0, 1]",
+};
 
 /// The score-based policy Ada-KV ranks by (its `inner`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -70,6 +86,20 @@ impl Scorer {
             KvPolicy::KeyDiff(p) => Some(Scorer::KeyDiff(p)),
             _ => None,
         }
+    }
+
+    /// The scorer `name` with the items of `body`, not validated; `None` for
+    /// a policy Ada-KV cannot wrap.
+    fn parse(name: &str, body: &str) -> Option<Result<Self, PolicyError>> {
+        Some(match name {
+            n if n == SnapKvParams::SPEC.name => SnapKvParams::parse(body).map(Scorer::SnapKv),
+            n if n == PyramidKvParams::SPEC.name => {
+                PyramidKvParams::parse(body).map(Scorer::PyramidKv)
+            }
+            n if n == H2oParams::SPEC.name => H2oParams::parse(body).map(Scorer::H2o),
+            n if n == KeyDiffParams::SPEC.name => KeyDiffParams::parse(body).map(Scorer::KeyDiff),
+            _ => return None,
+        })
     }
 }
 
@@ -230,6 +260,138 @@ fn attention_scores(
         })
         .collect();
     pool_1d(&raw, kernel, pool, out);
+}
+
+impl NamedPolicy for AdaKvParams {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "adakv",
+        keys: &[INNER, FLOOR],
+        help: "a score-based policy's scores ranked across the KV heads of a layer \
+               (takes its inner policy's keys too)",
+    };
+
+    /// `inner` and `floor` are Ada-KV's own; every other item goes to the inner
+    /// policy's parser, and errors about those items still name adakv.
+    fn parse(body: &str) -> Result<Self, PolicyError> {
+        let (mut own, mut rest) = (Vec::new(), Vec::new());
+        for item in body.split(',') {
+            let key = item.split_once('=').map(|(k, _)| k.trim());
+            if key.is_some_and(|k| Self::SPEC.keys.iter().any(|own| own.name == k)) {
+                own.push(item);
+            } else {
+                rest.push(item);
+            }
+        }
+        let own_body = own.join(",");
+        let p = Items::parse(Self::SPEC.name, Self::SPEC.keys, &own_body)?;
+        let d = Self::default();
+        let inner = p.get(INNER.name).unwrap_or(d.inner.policy().name());
+        let Some(parsed) = Scorer::parse(inner, &rest.join(",")) else {
+            return Err(bad(&INNER, inner));
+        };
+        let inner = parsed.map_err(|e| match e {
+            PolicyError::UnknownKey { key, known, .. } => PolicyError::UnknownKey {
+                policy: Self::SPEC.name,
+                key,
+                known: format!("{}, {known}", super::items::names(Self::SPEC.keys)),
+            },
+            PolicyError::Malformed { item, .. } => PolicyError::Malformed {
+                policy: Self::SPEC.name,
+                item,
+            },
+            PolicyError::DuplicateKey { key, .. } => PolicyError::DuplicateKey {
+                policy: Self::SPEC.name,
+                key,
+            },
+            other => other,
+        })?;
+        Ok(Self {
+            inner,
+            floor: p.f32(&FLOOR, d.floor)?,
+        })
+    }
+}
+
+/// Most answers are the inner policy's; heads keep different counts.
+impl PolicyKind for AdaKvParams {
+    fn budget(&self) -> Option<usize> {
+        self.inner.policy().budget()
+    }
+
+    fn set_budget(&mut self, budget: usize) {
+        if let Some(inner) = Scorer::from_policy(&self.inner.policy().with_budget(budget)) {
+            self.inner = inner;
+        }
+    }
+
+    fn layer_budget(&self, layer: usize, n_layer: usize) -> Option<usize> {
+        self.inner.policy().layer_budget(layer, n_layer)
+    }
+
+    /// One head may take what the others leave above their guaranteed
+    /// `max(window, floor * budget)`.
+    fn head_capacity(&self, layer: usize, n_layer: usize, n_kv: usize) -> Option<usize> {
+        let budget = PolicyKind::layer_budget(self, layer, n_layer)?;
+        let guaranteed = self.guaranteed(budget);
+        let others = n_kv.saturating_sub(1);
+        Some(budget.saturating_mul(n_kv) - others.saturating_mul(guaranteed))
+    }
+
+    fn is_head_wise(&self) -> bool {
+        true
+    }
+
+    fn window(&self) -> usize {
+        self.inner.policy().window()
+    }
+
+    fn window_key(&self) -> &'static str {
+        self.inner.policy().window_key()
+    }
+
+    fn every(&self) -> usize {
+        self.inner.policy().every()
+    }
+
+    fn compresses_prompt(&self) -> bool {
+        self.inner.policy().compresses_prompt()
+    }
+
+    fn needs_cumulative(&self) -> bool {
+        self.inner.policy().needs_cumulative()
+    }
+
+    fn needs_recent_rows(&self) -> bool {
+        self.inner.policy().needs_recent_rows()
+    }
+
+    fn needs_keys(&self) -> bool {
+        self.inner.policy().needs_keys()
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        self.inner.policy().validate()?;
+        if !(0.0..=1.0).contains(&self.floor) {
+            return Err(bad(&FLOOR, self.floor));
+        }
+        Ok(())
+    }
+
+    /// Weighs the budget against the layer's real entries, not its padded length.
+    fn select(&self, input: &ScoreInput) -> KeepSet {
+        select(self, input)
+    }
+
+    fn fmt_spec(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.inner.policy().to_string();
+        let (name, keys) = inner.split_once(':').unwrap_or((&inner, ""));
+        write!(
+            f,
+            "{}:inner={name},floor={},{keys}",
+            Self::SPEC.name,
+            self.floor
+        )
+    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@
 //! their values would move the output.
 //!
 //! Owns the parameters, the running query statistics the cache keeps per layer
-//! ([`QueryStats`]) and the score. Parsing lives in `spec.rs`, triggering in
-//! `mod.rs` (at prefill end if `prefill`, then every `every` decode tokens, as
-//! SnapKV).
+//! ([`QueryStats`]), the score and the policy's answers (its keys, its checks,
+//! that it reads queries, keys and values; it compresses at prefill end if
+//! `prefill`, then every `every` decode tokens, as SnapKV).
 //!
 //! Statistics. The model hands the cache each step's post-RoPE queries, scaled
 //! so `q . k` is the logit ([`tern_models::KvStore::observe_queries`]). Each is
@@ -45,7 +45,30 @@
 
 use tern_models::Rotary;
 
-use super::{top_plus_window, KeepSet, KvPolicy, ScoreInput, DEFAULT_BUDGET};
+use std::fmt;
+
+use super::items::{bad, below_budget, positive, Items, Key, BUDGET, EVERY, PREFILL, SINK, WINDOW};
+use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::{top_plus_window, KeepSet, KvPolicy, PolicyError, ScoreInput, DEFAULT_BUDGET};
+
+/// Largest `n_future` (expected): each compression averages RoPE over that
+/// many positions on the engine thread; kvpress uses 512.
+pub const MAX_N_FUTURE: usize = 1 << 16;
+/// Future positions averaged over, at most [`MAX_N_FUTURE`].
+const N_FUTURE: Key = Key {
+    name: "n_future",
+    expected: "an integer from 1 to 65536",
+};
+/// Covariance kept, [`Covariance`].
+const COV: Key = Key {
+    name: "cov",
+    expected: "`none`, `pair` or `full`",
+};
+/// Added to the expected attention.
+const EPSILON: Key = Key {
+    name: "epsilon",
+    expected: "a finite number >= 0",
+};
 
 /// Default `window`: newest entries always kept (SnapKV's default, for a like
 /// for like comparison; kvpress keeps none).
@@ -77,6 +100,16 @@ impl Covariance {
             Covariance::None => "none",
             Covariance::Pair => "pair",
             Covariance::Full => "full",
+        }
+    }
+
+    /// The covariance a spec spells `none`, `pair` or `full`.
+    fn from_spec(s: &str) -> Option<Self> {
+        match s {
+            "none" => Some(Covariance::None),
+            "pair" => Some(Covariance::Pair),
+            "full" => Some(Covariance::Full),
+            _ => None,
         }
     }
 }
@@ -502,6 +535,94 @@ fn softmax(z: &mut [f64]) {
         sum += *v;
     }
     z.iter_mut().for_each(|v| *v /= sum);
+}
+
+impl NamedPolicy for ExpectedParams {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "expected",
+        keys: &[BUDGET, WINDOW, N_FUTURE, SINK, COV, EPSILON, EVERY, PREFILL],
+        help: "attention expected from the distribution of future queries, times value norm",
+    };
+
+    fn parse(body: &str) -> Result<Self, PolicyError> {
+        let p = Items::parse(Self::SPEC.name, Self::SPEC.keys, body)?;
+        let d = Self::default();
+        Ok(Self {
+            budget: p.usize(&BUDGET, d.budget)?,
+            window: p.usize(&WINDOW, d.window)?,
+            n_future: p.usize(&N_FUTURE, d.n_future)?,
+            sink: p.usize(&SINK, d.sink)?,
+            cov: p.value(&COV, d.cov, Covariance::from_spec)?,
+            epsilon: p.f32(&EPSILON, d.epsilon)?,
+            every: p.usize(&EVERY, d.every)?,
+            prefill: p.bool(&PREFILL, d.prefill)?,
+        })
+    }
+}
+
+impl PolicyKind for ExpectedParams {
+    fn budget(&self) -> Option<usize> {
+        Some(self.budget)
+    }
+
+    fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+    }
+
+    fn window(&self) -> usize {
+        self.window
+    }
+
+    fn every(&self) -> usize {
+        self.every
+    }
+
+    fn compresses_prompt(&self) -> bool {
+        self.prefill
+    }
+
+    fn needs_values(&self) -> bool {
+        true
+    }
+
+    fn needs_queries(&self) -> bool {
+        true
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        positive(&BUDGET, self.budget)?;
+        positive(&N_FUTURE, self.n_future)?;
+        if self.n_future > MAX_N_FUTURE {
+            return Err(bad(&N_FUTURE, self.n_future));
+        }
+        if !(self.epsilon >= 0.0 && self.epsilon.is_finite()) {
+            return Err(bad(&EPSILON, self.epsilon));
+        }
+        // Sinks and window are both always kept: together under the budget.
+        let kept = self.sink.saturating_add(self.window);
+        below_budget("sink + window", kept, self.budget)?;
+        positive(&EVERY, self.every)
+    }
+
+    fn select(&self, input: &ScoreInput) -> KeepSet {
+        within_budget(self, input, |budget| select(self, budget, input))
+    }
+
+    fn fmt_spec(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::SPEC.name;
+        write!(
+            f,
+            "{name}:budget={},window={},n_future={},sink={},cov={},epsilon={},every={},prefill={}",
+            self.budget,
+            self.window,
+            self.n_future,
+            self.sink,
+            self.cov.as_str(),
+            self.epsilon,
+            self.every,
+            self.prefill
+        )
+    }
 }
 
 #[cfg(test)]

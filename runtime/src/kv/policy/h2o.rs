@@ -3,11 +3,22 @@
 //! attention it receives; keep the `budget - recent` heaviest of the older tokens
 //! plus the `recent` newest.
 //!
-//! Owns the parameters and the selection. The accumulated scores come from the
-//! cache ([`super::ScoreInput::cumulative`], already combined over the GQA group);
-//! this file only ranks them. Parsing lives in `spec.rs`, triggering in `mod.rs`.
+//! Owns the parameters, the selection and the policy's answers (its keys, its
+//! checks, that it needs accumulated attention). The accumulated scores come
+//! from the cache ([`super::ScoreInput::cumulative`], already combined over the
+//! GQA group); this file only ranks them.
 
-use super::{top_plus_window, KeepSet, ScoreInput, DEFAULT_BUDGET};
+use std::fmt;
+
+use super::items::{below_budget, positive, Items, Key, BUDGET, EVERY, PREFILL};
+use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::{top_plus_window, KeepSet, PolicyError, ScoreInput, DEFAULT_BUDGET};
+
+/// The newest tokens always kept (H2O's name for its window).
+const RECENT: Key = Key {
+    name: "recent",
+    expected: "a non-negative integer",
+};
 
 /// Default `recent` for a given `budget`: half of it, H2O's reference split
 /// (half heavy hitters, half recent). On SmolLM2 it beat the earlier fixed 32 at
@@ -55,6 +66,75 @@ pub(super) fn select(p: &H2oParams, input: &ScoreInput) -> KeepSet {
         })
         .collect();
     KeepSet { per_head }
+}
+
+impl NamedPolicy for H2oParams {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "h2o",
+        keys: &[BUDGET, RECENT, EVERY, PREFILL],
+        help: "heavy hitters by accumulated attention plus the newest tokens",
+    };
+
+    fn parse(body: &str) -> Result<Self, PolicyError> {
+        let p = Items::parse(Self::SPEC.name, Self::SPEC.keys, body)?;
+        let d = Self::default();
+        let budget = p.usize(&BUDGET, d.budget)?;
+        Ok(Self {
+            budget,
+            recent: p.usize(&RECENT, default_recent(budget))?,
+            every: p.usize(&EVERY, d.every)?,
+            prefill: p.bool(&PREFILL, d.prefill)?,
+        })
+    }
+}
+
+impl PolicyKind for H2oParams {
+    fn budget(&self) -> Option<usize> {
+        Some(self.budget)
+    }
+
+    fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+    }
+
+    fn window(&self) -> usize {
+        self.recent
+    }
+
+    fn window_key(&self) -> &'static str {
+        RECENT.name
+    }
+
+    fn every(&self) -> usize {
+        self.every
+    }
+
+    fn compresses_prompt(&self) -> bool {
+        self.prefill
+    }
+
+    fn needs_cumulative(&self) -> bool {
+        true
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        positive(&BUDGET, self.budget)?;
+        below_budget(RECENT.name, self.recent, self.budget)?;
+        positive(&EVERY, self.every)
+    }
+
+    fn select(&self, input: &ScoreInput) -> KeepSet {
+        within_budget(self, input, |_| select(self, input))
+    }
+
+    fn fmt_spec(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::SPEC.name;
+        write!(
+            f,
+            "{name}:budget={},recent={},every={},prefill={}",
+            self.budget, self.recent, self.every, self.prefill
+        )
+    }
 }
 
 #[cfg(test)]

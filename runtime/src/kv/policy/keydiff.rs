@@ -6,15 +6,19 @@
 //! so the model skips reporting weights and a prompt can be compressed before
 //! any question about it has been read.
 //!
-//! Owns the parameters and the scoring AdaKV reuses. Parsing lives in `spec.rs`,
-//! triggering in `mod.rs`.
+//! Owns the parameters, the scoring AdaKV reuses and the policy's answers (its
+//! keys, its checks, that it reads keys and no attention).
 //!
 //! Scoring, per KV head: the anchor is the mean of the head's keys, each first
 //! scaled to unit length (every entry held, the window included, as the
 //! reference does); an entry scores `-cos(key, anchor)`, so the most distinctive
 //! keys rank first. A zero key or anchor has cosine 0.
 
-use super::{top_plus_window, KeepSet, ScoreInput, DEFAULT_BUDGET};
+use std::fmt;
+
+use super::items::{below_budget, positive, Items, BUDGET, EVERY, PREFILL, WINDOW};
+use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::{top_plus_window, KeepSet, PolicyError, ScoreInput, DEFAULT_BUDGET};
 
 /// Default `window`: newest entries always kept (as SnapKV's default).
 pub const DEFAULT_WINDOW: usize = 8;
@@ -101,6 +105,71 @@ pub(super) fn scores_into(
 /// Euclidean length.
 fn norm(x: &[f32]) -> f32 {
     x.iter().map(|v| v * v).sum::<f32>().sqrt()
+}
+
+impl NamedPolicy for KeyDiffParams {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "keydiff",
+        keys: &[BUDGET, WINDOW, EVERY, PREFILL],
+        help: "keys least like the head's mean key, plus the newest; needs no attention",
+    };
+
+    fn parse(body: &str) -> Result<Self, PolicyError> {
+        let p = Items::parse(Self::SPEC.name, Self::SPEC.keys, body)?;
+        let d = Self::default();
+        Ok(Self {
+            budget: p.usize(&BUDGET, d.budget)?,
+            window: p.usize(&WINDOW, d.window)?,
+            every: p.usize(&EVERY, d.every)?,
+            prefill: p.bool(&PREFILL, d.prefill)?,
+        })
+    }
+}
+
+impl PolicyKind for KeyDiffParams {
+    fn budget(&self) -> Option<usize> {
+        Some(self.budget)
+    }
+
+    fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+    }
+
+    fn window(&self) -> usize {
+        self.window
+    }
+
+    fn every(&self) -> usize {
+        self.every
+    }
+
+    fn compresses_prompt(&self) -> bool {
+        self.prefill
+    }
+
+    fn needs_keys(&self) -> bool {
+        true
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        positive(&BUDGET, self.budget)?;
+        positive(&WINDOW, self.window)?;
+        below_budget(WINDOW.name, self.window, self.budget)?;
+        positive(&EVERY, self.every)
+    }
+
+    fn select(&self, input: &ScoreInput) -> KeepSet {
+        within_budget(self, input, |budget| select(self, budget, input))
+    }
+
+    fn fmt_spec(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::SPEC.name;
+        write!(
+            f,
+            "{name}:budget={},window={},every={},prefill={}",
+            self.budget, self.window, self.every, self.prefill
+        )
+    }
 }
 
 #[cfg(test)]

@@ -10,14 +10,20 @@
 //! [`KvPolicy::needs_keys`], [`KvPolicy::needs_values`],
 //! [`KvPolicy::needs_queries`]), calls [`select`] for every layer and compacts itself.
 //!
-//! One file per policy: `streaming.rs` (StreamingLLM, Xiao et al. 2023), `h2o.rs`
-//! (H2O, Zhang et al. 2023), `snapkv.rs` (SnapKV, Li et al. 2024, and the pooling
-//! PyramidKV and R-KV reuse), `pyramidkv.rs` (PyramidKV, Cai et al. 2024), `rkv.rs`
-//! (R-KV, Cai et al. 2025), `expected.rs` (Expected Attention, Devoto et al. 2025),
-//! `keydiff.rs` (KeyDiff, Park et al. 2025), `adakv.rs` (Ada-KV, Feng et al. 2024:
-//! head-wise budgets over any of snapkv, pyramidkv, h2o, keydiff). `relative.rs`
-//! makes any budgeted policy's budget a share of the sequence's current length
-//! (`budget=50%,min_budget=64`).
+//! One file per policy, which answers every question asked of it (its budget,
+//! window and triggers, what the cache must gather for it, its keys, checks and
+//! printed spec) through the traits of `kind.rs`: `full.rs`, `streaming.rs`
+//! (StreamingLLM, Xiao et al. 2023), `h2o.rs` (H2O, Zhang et al. 2023), `snapkv.rs`
+//! (SnapKV, Li et al. 2024, and the pooling PyramidKV and R-KV reuse), `pyramidkv.rs`
+//! (PyramidKV, Cai et al. 2024), `rkv.rs` (R-KV, Cai et al. 2025), `expected.rs`
+//! (Expected Attention, Devoto et al. 2025), `keydiff.rs` (KeyDiff, Park et al.
+//! 2025), `adakv.rs` (Ada-KV, Feng et al. 2024: head-wise budgets over any of
+//! snapkv, pyramidkv, h2o, keydiff). `relative.rs` makes any budgeted policy's
+//! budget a share of the sequence's current length (`budget=50%,min_budget=64`).
+//! The registry below lists them, one line each; `registry.rs` expands it into
+//! [`KvPolicy`], its static dispatch and [`KvPolicy::SPECS`]. `spec.rs` reads and
+//! prints spec strings, `items.rs` their `key=value` items, `error.rs` holds
+//! [`PolicyError`].
 //!
 //! Rules every policy follows:
 //! - a layer holding no more than its budget keeps everything;
@@ -32,10 +38,17 @@
 //! - malformed input (a missing head, a short score row) never panics: what is
 //!   missing scores 0.
 
+#[macro_use]
+mod registry;
+
 mod adakv;
+mod error;
 mod expected;
+mod full;
 mod h2o;
+mod items;
 mod keydiff;
+mod kind;
 mod pyramidkv;
 mod relative;
 mod rkv;
@@ -46,29 +59,28 @@ mod streaming;
 use std::cmp::Ordering;
 
 pub use adakv::{AdaKvParams, Scorer};
-pub use expected::{Covariance, ExpectedParams, QueryStats};
+pub use error::PolicyError;
+pub use expected::{Covariance, ExpectedParams, QueryStats, MAX_N_FUTURE};
 pub use h2o::H2oParams;
+pub use items::Key;
 pub use keydiff::KeyDiffParams;
+pub use kind::PolicySpec;
 pub use pyramidkv::PyramidKvParams;
 pub use relative::RelativeParams;
 pub use rkv::RkvParams;
-pub use snapkv::{Pool, SnapKvParams};
-pub use spec::{PolicyError, MAX_KERNEL, MAX_N_FUTURE};
+pub use snapkv::{Pool, SnapKvParams, MAX_KERNEL};
 pub use streaming::StreamingParams;
+
+use full::Full;
+use kind::{NamedPolicy, PolicyKind};
 
 /// Default `budget` of every budgeted policy: cached tokens kept per layer (and KV head).
 pub const DEFAULT_BUDGET: usize = 256;
 
-/// A KV compression policy: what to keep and when, one value for serving and training.
-///
-/// Written as a spec string (`full`, `h2o:budget=256,recent=32`, ...); `Display`
-/// prints the canonical spec with every key, so `p.to_string().parse() == Ok(p)`.
-/// Serde reads and writes the same string.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum KvPolicy {
-    /// Keep everything; the reference every other policy is measured against.
-    #[default]
-    Full,
+// The registry: every budgeted policy, one line each, in the order error
+// messages list them (after `full`). A new policy is its file (parameters
+// implementing `NamedPolicy` and `PolicyKind`) plus its line here.
+policies! {
     /// Attention sinks plus a rolling window; needs no scores.
     Streaming(StreamingParams),
     /// Heavy hitters by accumulated attention plus the newest tokens.
@@ -79,53 +91,22 @@ pub enum KvPolicy {
     PyramidKv(PyramidKvParams),
     /// SnapKV importance minus key redundancy, for long reasoning traces.
     Rkv(RkvParams),
-    /// Attention expected from the distribution of future queries, times value norm.
-    Expected(ExpectedParams),
     /// Keys least like the head's mean key, plus the newest; needs no attention.
     KeyDiff(KeyDiffParams),
     /// A score-based policy's scores ranked across the KV heads of a layer, so
     /// heads keep different counts (the layer's total stays the inner budget).
     AdaKv(AdaKvParams),
-    /// Any of the budgeted policies above with its budget a share of the
-    /// sequence's current length, never below a floor (`budget=50%,min_budget=64`):
-    /// a "50%" arm keeps half however long its answers grow or shrink.
-    /// Accessors answer for the floor; [`KvPolicy::at_length`] gives the policy
-    /// at a length, which the cache compresses by.
-    Relative(RelativeParams),
+    /// Attention expected from the distribution of future queries, times value norm.
+    Expected(ExpectedParams),
 }
 
+/// Every question forwards to the parameters the policy holds (their files
+/// answer), except the relative-budget helpers, which only the wrapper has.
 impl KvPolicy {
-    /// The name used in spec strings, e.g. `snapkv`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            KvPolicy::Full => "full",
-            KvPolicy::Streaming(_) => "streaming",
-            KvPolicy::H2o(_) => "h2o",
-            KvPolicy::SnapKv(_) => "snapkv",
-            KvPolicy::PyramidKv(_) => "pyramidkv",
-            KvPolicy::Rkv(_) => "rkv",
-            KvPolicy::Expected(_) => "expected",
-            KvPolicy::KeyDiff(_) => "keydiff",
-            KvPolicy::AdaKv(_) => "adakv",
-            KvPolicy::Relative(p) => p.inner.name(),
-        }
-    }
-
     /// Tokens kept per layer on average; `None` for [`KvPolicy::Full`], which never evicts.
     /// The engine sizes admission (KV bytes per sequence) from this.
     pub fn budget(&self) -> Option<usize> {
-        match self {
-            KvPolicy::Full => None,
-            KvPolicy::Streaming(p) => Some(p.budget),
-            KvPolicy::H2o(p) => Some(p.budget),
-            KvPolicy::SnapKv(p) => Some(p.budget),
-            KvPolicy::PyramidKv(p) => Some(p.budget),
-            KvPolicy::Rkv(p) => Some(p.budget),
-            KvPolicy::Expected(p) => Some(p.budget),
-            KvPolicy::KeyDiff(p) => Some(p.budget),
-            KvPolicy::AdaKv(p) => p.inner.policy().budget(),
-            KvPolicy::Relative(p) => p.inner.budget(),
-        }
+        with_kind!(self, k => PolicyKind::budget(k))
     }
 
     /// The policy a sequence that has read `seen` tokens compresses by: under
@@ -148,22 +129,7 @@ impl KvPolicy {
     /// returned as it is.
     pub fn with_budget(&self, budget: usize) -> KvPolicy {
         let mut p = self.clone();
-        match &mut p {
-            KvPolicy::Full => {}
-            KvPolicy::Streaming(q) => q.budget = budget,
-            KvPolicy::H2o(q) => q.budget = budget,
-            KvPolicy::SnapKv(q) => q.budget = budget,
-            KvPolicy::PyramidKv(q) => q.budget = budget,
-            KvPolicy::Rkv(q) => q.budget = budget,
-            KvPolicy::Expected(q) => q.budget = budget,
-            KvPolicy::KeyDiff(q) => q.budget = budget,
-            KvPolicy::AdaKv(q) => {
-                if let Some(inner) = Scorer::from_policy(&q.inner.policy().with_budget(budget)) {
-                    q.inner = inner;
-                }
-            }
-            KvPolicy::Relative(q) => *q.inner = q.inner.with_budget(budget),
-        }
+        with_kind!(mut &mut p, k => PolicyKind::set_budget(k, budget));
         p
     }
 
@@ -171,12 +137,7 @@ impl KvPolicy {
     /// layer 0, averaging `budget`), `budget` for the others, `None` for full.
     /// Under adakv, the mean per KV head (heads keep different counts).
     pub fn layer_budget(&self, layer: usize, n_layer: usize) -> Option<usize> {
-        match self {
-            KvPolicy::PyramidKv(p) => Some(p.layer_budget(layer, n_layer)),
-            KvPolicy::AdaKv(p) => p.inner.policy().layer_budget(layer, n_layer),
-            KvPolicy::Relative(p) => p.inner.layer_budget(layer, n_layer),
-            other => other.budget(),
-        }
+        with_kind!(self, k => PolicyKind::layer_budget(k, layer, n_layer))
     }
 
     /// The most entries one KV head of `layer` can keep after a compression, with
@@ -185,101 +146,54 @@ impl KvPolicy {
     /// The cache pads every head to its layer's largest count, so this bounds a
     /// layer's memory (the engine reserves by it).
     pub fn head_capacity(&self, layer: usize, n_layer: usize, n_kv: usize) -> Option<usize> {
-        if let KvPolicy::Relative(p) = self {
-            return p.inner.head_capacity(layer, n_layer, n_kv);
-        }
-        let budget = self.layer_budget(layer, n_layer)?;
-        match self {
-            KvPolicy::AdaKv(p) => {
-                let guaranteed = p.guaranteed(budget);
-                let others = n_kv.saturating_sub(1);
-                Some(budget.saturating_mul(n_kv) - others.saturating_mul(guaranteed))
-            }
-            _ => Some(budget),
-        }
+        with_kind!(self, k => PolicyKind::head_capacity(k, layer, n_layer, n_kv))
     }
 
     /// Whether KV heads keep different counts (adakv): the cache then pads heads
     /// with hidden slots and the model masks even a single new token.
     pub fn is_head_wise(&self) -> bool {
-        match self {
-            KvPolicy::Relative(p) => p.inner.is_head_wise(),
-            other => matches!(other, KvPolicy::AdaKv(_)),
-        }
+        with_kind!(self, k => PolicyKind::is_head_wise(k))
     }
 
     /// Newest entries always kept: `budget - sink` for streaming, `recent` for h2o,
     /// `window` for snapkv/pyramidkv/rkv/keydiff/expected (and adakv's inner policy), 0 for
     /// full (which keeps everything anyway).
     pub fn window(&self) -> usize {
-        match self {
-            KvPolicy::Full => 0,
-            KvPolicy::Streaming(p) => p.budget.saturating_sub(p.sink),
-            KvPolicy::H2o(p) => p.recent,
-            KvPolicy::SnapKv(p) => p.window,
-            KvPolicy::PyramidKv(p) => p.window,
-            KvPolicy::Rkv(p) => p.window,
-            KvPolicy::Expected(p) => p.window,
-            KvPolicy::KeyDiff(p) => p.window,
-            KvPolicy::AdaKv(p) => p.inner.policy().window(),
-            KvPolicy::Relative(p) => p.inner.window(),
-        }
+        with_kind!(self, k => PolicyKind::window(k))
+    }
+
+    /// The key that sets [`KvPolicy::window`] (`recent` for h2o), as errors name it.
+    fn window_key(&self) -> &'static str {
+        with_kind!(self, k => PolicyKind::window_key(k))
     }
 
     /// Decode tokens between two compressions (1 for streaming, which trims
     /// every step; 0 for full, which never compresses).
     pub fn every(&self) -> usize {
-        match self {
-            KvPolicy::Full => 0,
-            KvPolicy::Streaming(_) => 1,
-            KvPolicy::H2o(p) => p.every,
-            KvPolicy::SnapKv(p) => p.every,
-            KvPolicy::PyramidKv(p) => p.every,
-            KvPolicy::Rkv(p) => p.every,
-            KvPolicy::Expected(p) => p.every,
-            KvPolicy::KeyDiff(p) => p.every,
-            KvPolicy::AdaKv(p) => p.inner.policy().every(),
-            KvPolicy::Relative(p) => p.inner.every(),
-        }
+        with_kind!(self, k => PolicyKind::every(k))
     }
 
     /// Whether the prompt is brought to budget while it is read (chunk by
     /// chunk) rather than held whole until decoding starts compressing.
     pub fn compresses_prompt(&self) -> bool {
-        match self {
-            KvPolicy::Full => false,
-            KvPolicy::Streaming(_) => true,
-            KvPolicy::H2o(p) => p.prefill,
-            KvPolicy::SnapKv(p) => p.prefill,
-            KvPolicy::PyramidKv(p) => p.prefill,
-            KvPolicy::Expected(p) => p.prefill,
-            KvPolicy::Rkv(p) => p.prefill,
-            KvPolicy::KeyDiff(p) => p.prefill,
-            KvPolicy::AdaKv(p) => p.inner.policy().compresses_prompt(),
-            KvPolicy::Relative(p) => p.inner.compresses_prompt(),
-        }
+        with_kind!(self, k => PolicyKind::compresses_prompt(k))
+    }
+
+    /// Whether an over-budget cache compresses now (see [`should_compress`]).
+    fn triggers(&self, tokens_since_last: usize, in_prefill: bool) -> bool {
+        with_kind!(self, k => PolicyKind::triggers(k, tokens_since_last, in_prefill))
     }
 
     /// Whether the cache must accumulate the attention each entry receives
     /// ([`ScoreInput::cumulative`]); only H2O ranks by it (also inside adakv).
     pub fn needs_cumulative(&self) -> bool {
-        match self {
-            KvPolicy::H2o(_) => true,
-            KvPolicy::AdaKv(p) => p.inner.policy().needs_cumulative(),
-            KvPolicy::Relative(p) => p.inner.needs_cumulative(),
-            _ => false,
-        }
+        with_kind!(self, k => PolicyKind::needs_cumulative(k))
     }
 
     /// Whether the cache must keep the attention rows of the last [`KvPolicy::window`]
     /// queries ([`ScoreInput::recent_rows`]): snapkv, pyramidkv and rkv score by them.
     pub fn needs_recent_rows(&self) -> bool {
-        match self {
-            KvPolicy::SnapKv(_) | KvPolicy::PyramidKv(_) | KvPolicy::Rkv(_) => true,
-            KvPolicy::AdaKv(p) => p.inner.policy().needs_recent_rows(),
-            KvPolicy::Relative(p) => p.inner.needs_recent_rows(),
-            _ => false,
-        }
+        with_kind!(self, k => PolicyKind::needs_recent_rows(k))
     }
 
     /// Whether the model must hand attention weights to the cache at all; false for
@@ -292,37 +206,25 @@ impl KvPolicy {
     /// redundancy term (not at `alpha = 1`, where it has no weight), KeyDiff, and
     /// Expected Attention's scores.
     pub fn needs_keys(&self) -> bool {
-        match self {
-            KvPolicy::Rkv(p) => p.alpha < 1.0,
-            KvPolicy::KeyDiff(_) => true,
-            KvPolicy::AdaKv(p) => p.inner.policy().needs_keys(),
-            KvPolicy::Relative(p) => p.inner.needs_keys(),
-            _ => self.needs_queries(),
-        }
+        with_kind!(self, k => PolicyKind::needs_keys(k))
     }
 
     /// Whether [`select`] reads the cached values ([`ScoreInput::values`]):
     /// Expected Attention weights by their norm.
     pub fn needs_values(&self) -> bool {
-        match self {
-            KvPolicy::Relative(p) => p.inner.needs_values(),
-            other => matches!(other, KvPolicy::Expected(_)),
-        }
+        with_kind!(self, k => PolicyKind::needs_values(k))
     }
 
     /// Whether the model must hand each step's queries to the cache, which
     /// keeps their statistics ([`ScoreInput::queries`]): Expected Attention.
     pub fn needs_queries(&self) -> bool {
-        match self {
-            KvPolicy::Relative(p) => p.inner.needs_queries(),
-            other => matches!(other, KvPolicy::Expected(_)),
-        }
+        with_kind!(self, k => PolicyKind::needs_queries(k))
     }
 
     /// Checks the parameters' consistency (the spec parser calls this; call it after
     /// building a policy by hand). Messages name the offending key and value.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        spec::validate(self)
+        with_kind!(self, k => PolicyKind::validate(k))
     }
 
     /// Checks the sizes a request sets against the model's context:
@@ -332,7 +234,18 @@ impl KvPolicy {
     /// the scoring rows a policy keeps and the reservation admission counts,
     /// so the server refuses it rather than accounting for the impossible.
     pub fn check_context(&self, context_length: usize) -> Result<(), PolicyError> {
-        spec::check_context(self, context_length)
+        with_kind!(self, k => PolicyKind::check_context(k, context_length))
+    }
+
+    /// Writes the canonical spec (`Display`, in `spec.rs`).
+    fn fmt_spec(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        with_kind!(self, k => PolicyKind::fmt_spec(k, f))
+    }
+
+    /// The registry's names, comma separated, as [`PolicyError::UnknownPolicy`] lists them.
+    fn known_names() -> String {
+        let names: Vec<&str> = Self::SPECS.iter().map(|s| s.name).collect();
+        names.join(", ")
     }
 }
 
@@ -414,38 +327,7 @@ impl KeepSet {
 /// Pure and deterministic; a layer at or under its budget keeps everything. Cost is
 /// O(C) per head plus the policy's scoring (R-KV adds O(C * head_dim)).
 pub fn select(policy: &KvPolicy, input: &ScoreInput) -> KeepSet {
-    let n_kv = input.n_kv();
-    let c = input.n_cached;
-    // A relative budget is the share of the sequence read so far: the newest
-    // cached position (the window always keeps it) plus one.
-    if let KvPolicy::Relative(p) = policy {
-        let seen = input
-            .positions
-            .iter()
-            .filter_map(|h| h.iter().rev().find(|&&x| x != tern_models::HIDDEN_POSITION))
-            .max()
-            .map_or(c, |&x| x as usize + 1);
-        return select(&p.at_length(seen), input);
-    }
-    // Ada-KV weighs its budget against the layer's real entries, not its padded length.
-    if let KvPolicy::AdaKv(p) = policy {
-        return adakv::select(p, input);
-    }
-    let budget = match policy.layer_budget(input.layer, input.n_layer) {
-        Some(b) if c > b => b,
-        _ => return KeepSet::all(n_kv, c),
-    };
-    match policy {
-        KvPolicy::Full => KeepSet::all(n_kv, c),
-        KvPolicy::Streaming(p) => streaming::select(p, n_kv, c),
-        KvPolicy::H2o(p) => h2o::select(p, input),
-        KvPolicy::SnapKv(p) => snapkv::select_pooled(budget, p.window, p.kernel, p.pool, input),
-        KvPolicy::PyramidKv(p) => snapkv::select_pooled(budget, p.window, p.kernel, p.pool, input),
-        KvPolicy::Rkv(p) => rkv::select(p, input),
-        KvPolicy::Expected(p) => expected::select(p, budget, input),
-        KvPolicy::KeyDiff(p) => keydiff::select(p, budget, input),
-        KvPolicy::AdaKv(_) | KvPolicy::Relative(_) => unreachable!("returned above"),
-    }
+    with_kind!(policy, k => PolicyKind::select(k, input))
 }
 
 /// Whether the cache should be compressed back to budget now.
@@ -479,18 +361,8 @@ pub fn should_compress(
     in_prefill: bool,
 ) -> bool {
     match policy.budget() {
-        Some(budget) if n_cached > budget => {}
-        _ => return false,
-    }
-    match policy {
-        KvPolicy::Full => false,
-        KvPolicy::Streaming(_) => true,
-        KvPolicy::AdaKv(p) => {
-            should_compress(&p.inner.policy(), n_cached, tokens_since_last, in_prefill)
-        }
-        KvPolicy::Relative(p) => should_compress(&p.inner, n_cached, tokens_since_last, in_prefill),
-        _ if in_prefill => policy.compresses_prompt(),
-        _ => tokens_since_last >= policy.every(),
+        Some(budget) if n_cached > budget => policy.triggers(tokens_since_last, in_prefill),
+        _ => false,
     }
 }
 
@@ -611,6 +483,42 @@ mod tests {
         .iter()
         .map(|s| s.parse().unwrap())
         .collect()
+    }
+
+    #[test]
+    fn the_registry_names_each_policy_once_and_prints_its_keys_in_order() {
+        let names: Vec<&str> = KvPolicy::SPECS.iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "full",
+                "streaming",
+                "h2o",
+                "snapkv",
+                "pyramidkv",
+                "rkv",
+                "keydiff",
+                "adakv",
+                "expected"
+            ]
+        );
+        for spec in KvPolicy::SPECS {
+            let policy: KvPolicy = spec.name.parse().unwrap();
+            assert_eq!(policy.name(), spec.name);
+            // The canonical spec lists the policy's keys first, in order
+            // (adakv's inner policy's keys follow its own).
+            let printed = policy.to_string();
+            let keys: Vec<&str> = printed
+                .split_once(':')
+                .map_or(vec![], |(_, items)| items.split(',').collect())
+                .into_iter()
+                .map(|item| item.split_once('=').unwrap().0)
+                .take(spec.keys.len())
+                .collect();
+            let want: Vec<&str> = spec.keys.iter().map(|k| k.name).collect();
+            assert_eq!(keys, want, "{printed}");
+            assert!(!spec.help.is_empty());
+        }
     }
 
     #[test]

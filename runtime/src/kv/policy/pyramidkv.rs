@@ -4,9 +4,9 @@
 //! scoring with a budget that falls linearly from the first layer to the last,
 //! averaging `budget` so the total matches SnapKV's.
 //!
-//! Owns the parameters and the per-layer schedule; selection is SnapKV's
-//! (`snapkv.rs`) at this layer's budget. Parsing lives in `spec.rs`, triggering in
-//! `mod.rs`.
+//! Owns the parameters, the per-layer schedule and the policy's answers (its
+//! keys, its checks, its per-layer budget); selection is SnapKV's (`snapkv.rs`)
+//! at this layer's budget.
 //!
 //! Schedule: the last layer gets `budget * min_ratio`, the first
 //! `budget * (2 - min_ratio)`, the layers between lie on the line joining them.
@@ -14,8 +14,20 @@
 //! go one each to the first layers, so budgets stay integers, never increase with
 //! depth, stay within one token of the line and sum to exactly `n_layer * budget`.
 
-use super::snapkv::{Pool, DEFAULT_EVERY, DEFAULT_KERNEL, DEFAULT_WINDOW};
-use super::DEFAULT_BUDGET;
+use std::fmt;
+
+use super::items::{bad, positive, Items, Key, BUDGET, EVERY, PREFILL, WINDOW};
+use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::snapkv::{
+    check_scored, select_pooled, Pool, DEFAULT_EVERY, DEFAULT_KERNEL, DEFAULT_WINDOW, KERNEL, POOL,
+};
+use super::{KeepSet, PolicyError, ScoreInput, DEFAULT_BUDGET};
+
+/// The last layer's share of the mean budget.
+const MIN_RATIO: Key = Key {
+    name: "min_ratio",
+    expected: "a number in (0, 1]",
+};
 
 /// Default `min_ratio`: the last layer keeps half the mean budget (the first keeps
 /// 1.5x). Gentler than the reference's steepest setting (its last layer gets about
@@ -98,6 +110,97 @@ impl PyramidKvParams {
         } else {
             1.0
         }
+    }
+}
+
+impl NamedPolicy for PyramidKvParams {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "pyramidkv",
+        keys: &[BUDGET, WINDOW, KERNEL, POOL, MIN_RATIO, EVERY, PREFILL],
+        help: "SnapKV with a per-layer budget that falls linearly with depth",
+    };
+
+    fn parse(body: &str) -> Result<Self, PolicyError> {
+        let p = Items::parse(Self::SPEC.name, Self::SPEC.keys, body)?;
+        let d = Self::default();
+        Ok(Self {
+            budget: p.usize(&BUDGET, d.budget)?,
+            window: p.usize(&WINDOW, d.window)?,
+            kernel: p.usize(&KERNEL, d.kernel)?,
+            pool: p.value(&POOL, d.pool, Pool::from_spec)?,
+            min_ratio: p.f32(&MIN_RATIO, d.min_ratio)?,
+            every: p.usize(&EVERY, d.every)?,
+            prefill: p.bool(&PREFILL, d.prefill)?,
+        })
+    }
+}
+
+impl PolicyKind for PyramidKvParams {
+    fn budget(&self) -> Option<usize> {
+        Some(self.budget)
+    }
+
+    fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+    }
+
+    /// The linear schedule, largest at layer 0.
+    fn layer_budget(&self, layer: usize, n_layer: usize) -> Option<usize> {
+        Some(PyramidKvParams::layer_budget(self, layer, n_layer))
+    }
+
+    fn window(&self) -> usize {
+        self.window
+    }
+
+    fn every(&self) -> usize {
+        self.every
+    }
+
+    fn compresses_prompt(&self) -> bool {
+        self.prefill
+    }
+
+    fn needs_recent_rows(&self) -> bool {
+        true
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        check_scored(self.budget, self.window, self.kernel)?;
+        let r = self.min_ratio;
+        if !(r > 0.0 && r <= 1.0) {
+            return Err(bad(&MIN_RATIO, r));
+        }
+        let last = self.min_layer_budget();
+        if last <= self.window {
+            return Err(PolicyError::LastLayerTooSmall {
+                min_ratio: r,
+                last,
+                window: self.window,
+            });
+        }
+        positive(&EVERY, self.every)
+    }
+
+    fn select(&self, input: &ScoreInput) -> KeepSet {
+        within_budget(self, input, |budget| {
+            select_pooled(budget, self.window, self.kernel, self.pool, input)
+        })
+    }
+
+    fn fmt_spec(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::SPEC.name;
+        write!(
+            f,
+            "{name}:budget={},window={},kernel={},pool={},min_ratio={},every={},prefill={}",
+            self.budget,
+            self.window,
+            self.kernel,
+            self.pool.as_str(),
+            self.min_ratio,
+            self.every,
+            self.prefill
+        )
     }
 }
 

@@ -13,9 +13,18 @@
 //!
 //! The inner policy holds the floor as its budget, so every check made at
 //! the floor (window below the budget, PyramidKV's last layer above the
-//! window) holds at every larger budget too.
+//! window) holds at every larger budget too. Owns the `budget=P%,min_budget=N`
+//! items of a spec ([`parse`]) and the wrapper's answers: the inner policy's,
+//! at the floor, except selection, which runs at the sequence's length.
 
-use super::KvPolicy;
+use std::fmt;
+
+use super::items::{bad, positive, positive_key, Key};
+use super::kind::PolicyKind;
+use super::{select, KeepSet, KvPolicy, PolicyError, ScoreInput};
+
+/// The floor of a relative budget, in tokens.
+const MIN_BUDGET: Key = positive_key("min_budget");
 
 /// Parameters of [`KvPolicy::Relative`].
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +52,203 @@ impl RelativeParams {
     /// The inner policy at the budget for `seen` tokens.
     pub fn at_length(&self, seen: usize) -> KvPolicy {
         self.inner.with_budget(self.budget_at(seen))
+    }
+}
+
+/// The policy `name` with the items of `body` under a relative budget, not
+/// validated; `None` when its budget (if any) is in tokens.
+pub(super) fn parse(name: &'static str, body: &str) -> Result<Option<KvPolicy>, PolicyError> {
+    let Some((percent, inner_body)) = split(name, body)? else {
+        return Ok(None);
+    };
+    // The floor stands in for the budget: errors about it name `min_budget`.
+    let inner = KvPolicy::parse_named(name, &inner_body).map_err(|e| match e {
+        PolicyError::BadValue {
+            key: "budget",
+            value,
+            ..
+        } => bad(&MIN_BUDGET, value),
+        other => other,
+    })?;
+    if matches!(inner, KvPolicy::Full) {
+        // full takes no keys: its parser already refused `budget`.
+        return Err(bad_share(format!("{percent}%")));
+    }
+    Ok(Some(KvPolicy::Relative(RelativeParams {
+        percent,
+        inner: Box::new(inner),
+    })))
+}
+
+/// A relative budget's share and the body its inner policy parses (the
+/// floor as `budget=N`, `min_budget` removed); `None` for a budget in tokens.
+fn split(policy: &'static str, body: &str) -> Result<Option<(f32, String)>, PolicyError> {
+    let items: Vec<&str> = body.split(',').collect();
+    fn key_of(item: &str) -> Option<(&str, &str)> {
+        item.split_once('=').map(|(k, v)| (k.trim(), v.trim()))
+    }
+    let share = items
+        .iter()
+        .filter_map(|i| key_of(i))
+        .find(|&(k, v)| k == "budget" && v.ends_with('%'))
+        .map(|(_, v)| v);
+    let floors: Vec<&str> = items
+        .iter()
+        .filter_map(|i| key_of(i))
+        .filter(|&(k, _)| k == MIN_BUDGET.name)
+        .map(|(_, v)| v)
+        .collect();
+    let Some(share) = share else {
+        return if floors.is_empty() {
+            Ok(None)
+        } else {
+            Err(PolicyError::FloorWithoutShare)
+        };
+    };
+    let percent = share
+        .trim_end_matches('%')
+        .trim()
+        .parse::<f32>()
+        .ok()
+        .filter(|p| *p > 0.0 && *p <= 100.0)
+        .ok_or_else(|| bad_share(share))?;
+    let floor = match floors.as_slice() {
+        [] => return Err(PolicyError::MissingFloor { policy, percent }),
+        [one] => *one,
+        _ => {
+            return Err(PolicyError::DuplicateKey {
+                policy,
+                key: MIN_BUDGET.name,
+            })
+        }
+    };
+    let inner: Vec<String> = items
+        .iter()
+        .filter(|&&i| key_of(i).is_none_or(|(k, _)| k != MIN_BUDGET.name))
+        .map(|&i| match key_of(i) {
+            Some(("budget", _)) => format!("budget={floor}"),
+            _ => i.to_string(),
+        })
+        .collect();
+    Ok(Some((percent, inner.join(","))))
+}
+
+/// A [`PolicyError::BadValue`] for a relative `budget` (`P%`).
+fn bad_share(value: impl fmt::Display) -> PolicyError {
+    PolicyError::BadValue {
+        key: "budget",
+        value: value.to_string(),
+        expected: "a share of the sequence's length above 0% and at most 100%, \
+                   with its floor as min_budget=N (a policy that keeps tokens)",
+    }
+}
+
+/// The inner policy's answers, at the floor; selection and validation are its own.
+impl PolicyKind for RelativeParams {
+    fn budget(&self) -> Option<usize> {
+        self.inner.budget()
+    }
+
+    /// Sets the floor.
+    fn set_budget(&mut self, budget: usize) {
+        *self.inner = self.inner.with_budget(budget);
+    }
+
+    fn layer_budget(&self, layer: usize, n_layer: usize) -> Option<usize> {
+        self.inner.layer_budget(layer, n_layer)
+    }
+
+    fn head_capacity(&self, layer: usize, n_layer: usize, n_kv: usize) -> Option<usize> {
+        self.inner.head_capacity(layer, n_layer, n_kv)
+    }
+
+    fn is_head_wise(&self) -> bool {
+        self.inner.is_head_wise()
+    }
+
+    fn window(&self) -> usize {
+        self.inner.window()
+    }
+
+    fn window_key(&self) -> &'static str {
+        self.inner.window_key()
+    }
+
+    fn every(&self) -> usize {
+        self.inner.every()
+    }
+
+    fn compresses_prompt(&self) -> bool {
+        self.inner.compresses_prompt()
+    }
+
+    fn triggers(&self, tokens_since_last: usize, in_prefill: bool) -> bool {
+        self.inner.triggers(tokens_since_last, in_prefill)
+    }
+
+    fn needs_cumulative(&self) -> bool {
+        self.inner.needs_cumulative()
+    }
+
+    fn needs_recent_rows(&self) -> bool {
+        self.inner.needs_recent_rows()
+    }
+
+    fn needs_keys(&self) -> bool {
+        self.inner.needs_keys()
+    }
+
+    fn needs_values(&self) -> bool {
+        self.inner.needs_values()
+    }
+
+    fn needs_queries(&self) -> bool {
+        self.inner.needs_queries()
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        if !(self.percent > 0.0 && self.percent <= 100.0) {
+            return Err(bad_share(format!("{}%", self.percent)));
+        }
+        match *self.inner {
+            KvPolicy::Full | KvPolicy::Relative(_) => Err(bad_share(format!("{}%", self.percent))),
+            // At the floor: every check holds at any larger budget too.
+            ref inner => {
+                positive(&MIN_BUDGET, self.floor())?;
+                inner.validate()
+            }
+        }
+    }
+
+    /// The floor, window and interval; the share never exceeds the length.
+    fn check_context(&self, context_length: usize) -> Result<(), PolicyError> {
+        self.inner.check_context(context_length)
+    }
+
+    /// A relative budget is the share of the sequence read so far: the newest
+    /// cached position (the window always keeps it) plus one.
+    fn select(&self, input: &ScoreInput) -> KeepSet {
+        let seen = input
+            .positions
+            .iter()
+            .filter_map(|h| h.iter().rev().find(|&&x| x != tern_models::HIDDEN_POSITION))
+            .max()
+            .map_or(input.n_cached, |&x| x as usize + 1);
+        select(&self.at_length(seen), input)
+    }
+
+    /// The inner spec with its `budget=FLOOR` item as the share and floor.
+    fn fmt_spec(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.inner.to_string();
+        let (name, keys) = inner.split_once(':').unwrap_or((&inner, ""));
+        let keys: Vec<String> = keys
+            .split(',')
+            .map(|item| match item.strip_prefix("budget=") {
+                Some(floor) => format!("budget={}%,min_budget={floor}", self.percent),
+                None => item.to_string(),
+            })
+            .collect();
+        write!(f, "{name}:{}", keys.join(","))
     }
 }
 

@@ -5,8 +5,9 @@
 //!
 //! Owns the parameters and the combined score; importance is SnapKV's
 //! (`snapkv.rs`, max pooling as in R-KV's reference), the keys come from the cache
-//! ([`super::ScoreInput::keys`], post-RoPE). Parsing lives in `spec.rs`, triggering
-//! in `mod.rs` (decode only, every `every` tokens).
+//! ([`super::ScoreInput::keys`], post-RoPE). Also owns the policy's answers (its
+//! keys, its checks, that it needs attention rows and, below `alpha = 1`, keys;
+//! decode only by default, every `every` tokens).
 //!
 //! Score of candidate `i` (an entry before the window), per KV head:
 //! `alpha * importance[i] - (1 - alpha) * redundancy[i]`, where
@@ -27,8 +28,20 @@
 //! With `alpha = 1` the keys are not read and the choice is exactly SnapKV's with
 //! max pooling.
 
-use super::snapkv::{pooled_importance, Pool, Scratch, DEFAULT_KERNEL, DEFAULT_WINDOW};
-use super::{top_plus_window, KeepSet, ScoreInput, DEFAULT_BUDGET};
+use std::fmt;
+
+use super::items::{bad, positive, Items, Key, BUDGET, EVERY, PREFILL, WINDOW};
+use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::snapkv::{
+    check_scored, pooled_importance, Pool, Scratch, DEFAULT_KERNEL, DEFAULT_WINDOW, KERNEL,
+};
+use super::{top_plus_window, KeepSet, PolicyError, ScoreInput, DEFAULT_BUDGET};
+
+/// Weight of importance against redundancy.
+const ALPHA: Key = Key {
+    name: "alpha",
+    expected: "a number in [0, 1]",
+};
 
 /// Default `alpha`: R-KV's mixing weight, mostly redundancy.
 pub const DEFAULT_ALPHA: f32 = 0.1;
@@ -214,6 +227,79 @@ fn softmax(xs: &mut [f32]) {
         sum += *x;
     }
     xs.iter_mut().for_each(|x| *x /= sum);
+}
+
+impl NamedPolicy for RkvParams {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "rkv",
+        keys: &[BUDGET, WINDOW, KERNEL, ALPHA, EVERY, PREFILL],
+        help: "SnapKV importance minus key redundancy, for long reasoning traces",
+    };
+
+    fn parse(body: &str) -> Result<Self, PolicyError> {
+        let p = Items::parse(Self::SPEC.name, Self::SPEC.keys, body)?;
+        let d = Self::default();
+        Ok(Self {
+            budget: p.usize(&BUDGET, d.budget)?,
+            window: p.usize(&WINDOW, d.window)?,
+            kernel: p.usize(&KERNEL, d.kernel)?,
+            alpha: p.f32(&ALPHA, d.alpha)?,
+            every: p.usize(&EVERY, d.every)?,
+            prefill: p.bool(&PREFILL, d.prefill)?,
+        })
+    }
+}
+
+impl PolicyKind for RkvParams {
+    fn budget(&self) -> Option<usize> {
+        Some(self.budget)
+    }
+
+    fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+    }
+
+    fn window(&self) -> usize {
+        self.window
+    }
+
+    fn every(&self) -> usize {
+        self.every
+    }
+
+    fn compresses_prompt(&self) -> bool {
+        self.prefill
+    }
+
+    fn needs_recent_rows(&self) -> bool {
+        true
+    }
+
+    /// The redundancy term reads them, unless `alpha = 1` gives it no weight.
+    fn needs_keys(&self) -> bool {
+        self.alpha < 1.0
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        check_scored(self.budget, self.window, self.kernel)?;
+        if !(0.0..=1.0).contains(&self.alpha) {
+            return Err(bad(&ALPHA, self.alpha));
+        }
+        positive(&EVERY, self.every)
+    }
+
+    fn select(&self, input: &ScoreInput) -> KeepSet {
+        within_budget(self, input, |_| select(self, input))
+    }
+
+    fn fmt_spec(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::SPEC.name;
+        write!(
+            f,
+            "{name}:budget={},window={},kernel={},alpha={},every={},prefill={}",
+            self.budget, self.window, self.kernel, self.alpha, self.every, self.prefill
+        )
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 //! Owns SnapKV's parameters, [`Pool`], and the scoring PyramidKV (same scoring,
 //! per-layer budget) and R-KV (same importance, minus redundancy) reuse. The
 //! attention rows come from the cache ([`super::ScoreInput::recent_rows`], already
-//! combined over the GQA group). Parsing lives in `spec.rs`, triggering in `mod.rs`.
+//! combined over the GQA group). Also owns the policy's answers (its keys, its
+//! checks, that it needs the recent attention rows) and the pooling keys and
+//! checks PyramidKV and R-KV share ([`KERNEL`], [`POOL`], [`check_scored`]).
 //!
 //! Scoring details, per KV head:
 //! - importance of entry `i` = sum over the recent rows of `row[i]` divided by the
@@ -23,7 +25,26 @@
 //!   padding counted, PyTorch's `count_include_pad` default that SnapKV's reference
 //!   uses), so edge entries are slightly damped.
 
-use super::{top_plus_window, KeepSet, Ranked, ScoreInput, DEFAULT_BUDGET};
+use std::fmt;
+
+use super::items::{bad, below_budget, positive, Items, Key, BUDGET, EVERY, PREFILL, WINDOW};
+use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::{top_plus_window, KeepSet, PolicyError, Ranked, ScoreInput, DEFAULT_BUDGET};
+
+/// Widest pooling `kernel` (snapkv, pyramidkv, rkv, adakv's inner): pooling
+/// costs `kernel` operations per cached entry on the engine thread, and the
+/// papers use 5 to 13, so 63 is generous and still cheap.
+pub const MAX_KERNEL: usize = 63;
+/// Pooling width, odd so it is centred, at most [`MAX_KERNEL`].
+pub(super) const KERNEL: Key = Key {
+    name: "kernel",
+    expected: "an odd integer from 1 to 63",
+};
+/// Pooling kind, [`Pool`].
+pub(super) const POOL: Key = Key {
+    name: "pool",
+    expected: "`max` or `avg`",
+};
 
 /// Default `window`: observation queries, always kept (Sparse-RL's setting).
 pub const DEFAULT_WINDOW: usize = 8;
@@ -48,6 +69,15 @@ impl Pool {
         match self {
             Pool::Max => "max",
             Pool::Avg => "avg",
+        }
+    }
+
+    /// The pooling a spec spells `max` or `avg`.
+    pub(super) fn from_spec(s: &str) -> Option<Self> {
+        match s {
+            "max" => Some(Pool::Max),
+            "avg" => Some(Pool::Avg),
+            _ => None,
         }
     }
 }
@@ -176,6 +206,90 @@ pub(super) fn pool_1d(xs: &[f32], kernel: usize, pool: Pool, out: &mut Vec<f32>)
             Pool::Avg => span.iter().sum::<f32>() * inv,
         }
     }));
+}
+
+/// Checks shared by the attention-scored policies (snapkv, pyramidkv, rkv):
+/// a budget, a window below it, an odd kernel no wider than [`MAX_KERNEL`].
+pub(super) fn check_scored(budget: usize, window: usize, kernel: usize) -> Result<(), PolicyError> {
+    positive(&BUDGET, budget)?;
+    positive(&WINDOW, window)?;
+    below_budget(WINDOW.name, window, budget)?;
+    if kernel.is_multiple_of(2) || kernel > MAX_KERNEL {
+        return Err(bad(&KERNEL, kernel));
+    }
+    Ok(())
+}
+
+impl NamedPolicy for SnapKvParams {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "snapkv",
+        keys: &[BUDGET, WINDOW, KERNEL, POOL, EVERY, PREFILL],
+        help: "importance from the attention of the last `window` queries, pooled",
+    };
+
+    fn parse(body: &str) -> Result<Self, PolicyError> {
+        let p = Items::parse(Self::SPEC.name, Self::SPEC.keys, body)?;
+        let d = Self::default();
+        Ok(Self {
+            budget: p.usize(&BUDGET, d.budget)?,
+            window: p.usize(&WINDOW, d.window)?,
+            kernel: p.usize(&KERNEL, d.kernel)?,
+            pool: p.value(&POOL, d.pool, Pool::from_spec)?,
+            every: p.usize(&EVERY, d.every)?,
+            prefill: p.bool(&PREFILL, d.prefill)?,
+        })
+    }
+}
+
+impl PolicyKind for SnapKvParams {
+    fn budget(&self) -> Option<usize> {
+        Some(self.budget)
+    }
+
+    fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+    }
+
+    fn window(&self) -> usize {
+        self.window
+    }
+
+    fn every(&self) -> usize {
+        self.every
+    }
+
+    fn compresses_prompt(&self) -> bool {
+        self.prefill
+    }
+
+    fn needs_recent_rows(&self) -> bool {
+        true
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        check_scored(self.budget, self.window, self.kernel)?;
+        positive(&EVERY, self.every)
+    }
+
+    fn select(&self, input: &ScoreInput) -> KeepSet {
+        within_budget(self, input, |budget| {
+            select_pooled(budget, self.window, self.kernel, self.pool, input)
+        })
+    }
+
+    fn fmt_spec(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::SPEC.name;
+        write!(
+            f,
+            "{name}:budget={},window={},kernel={},pool={},every={},prefill={}",
+            self.budget,
+            self.window,
+            self.kernel,
+            self.pool.as_str(),
+            self.every,
+            self.prefill
+        )
+    }
 }
 
 #[cfg(test)]

@@ -3,11 +3,15 @@
 //! whatever their content, and a rolling window of the most recent
 //! `budget - sink`.
 //!
-//! Owns the policy's parameters and its selection; needs no scores at all, which
-//! is why it is also the policy the llama.cpp backend can honour. Parsing lives in
-//! `spec.rs`, triggering in `mod.rs` (every step once over budget).
+//! Owns the policy's parameters, its selection and its answers (its keys, its
+//! checks, every step once over budget); needs no scores at all, which is why
+//! it is also the policy the llama.cpp backend can honour.
 
-use super::{KeepSet, DEFAULT_BUDGET};
+use std::fmt;
+
+use super::items::{below_budget, positive, Items, BUDGET, SINK};
+use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::{KeepSet, PolicyError, ScoreInput, DEFAULT_BUDGET};
 
 /// Default `sink`: the paper's four initial tokens.
 pub const DEFAULT_SINK: usize = 4;
@@ -41,6 +45,66 @@ pub(super) fn select(p: &StreamingParams, n_kv: usize, n_cached: usize) -> KeepS
     let keep: Vec<usize> = (0..sink).chain(n_cached - recent..n_cached).collect();
     KeepSet {
         per_head: vec![keep; n_kv],
+    }
+}
+
+impl NamedPolicy for StreamingParams {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "streaming",
+        keys: &[BUDGET, SINK],
+        help: "attention sinks plus a rolling window; needs no scores",
+    };
+
+    fn parse(body: &str) -> Result<Self, PolicyError> {
+        let p = Items::parse(Self::SPEC.name, Self::SPEC.keys, body)?;
+        let d = Self::default();
+        Ok(Self {
+            budget: p.usize(&BUDGET, d.budget)?,
+            sink: p.usize(&SINK, d.sink)?,
+        })
+    }
+}
+
+impl PolicyKind for StreamingParams {
+    fn budget(&self) -> Option<usize> {
+        Some(self.budget)
+    }
+
+    fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+    }
+
+    /// Everything past the sinks.
+    fn window(&self) -> usize {
+        self.budget.saturating_sub(self.sink)
+    }
+
+    /// A rolling window trims every step.
+    fn every(&self) -> usize {
+        1
+    }
+
+    fn compresses_prompt(&self) -> bool {
+        true
+    }
+
+    /// Whenever over budget, prefill or decode.
+    fn triggers(&self, _tokens_since_last: usize, _in_prefill: bool) -> bool {
+        true
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        positive(&BUDGET, self.budget)?;
+        below_budget(SINK.name, self.sink, self.budget)
+    }
+
+    fn select(&self, input: &ScoreInput) -> KeepSet {
+        within_budget(self, input, |_| select(self, input.n_kv(), input.n_cached))
+    }
+
+    fn fmt_spec(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::SPEC.name;
+        write!(f, "{name}:budget={},sink={}", self.budget, self.sink)
     }
 }
 

@@ -1,0 +1,327 @@
+//! `tern eval --task spreadsheet:...` (or a `.spreadsheet.jsonl` file): each
+//! task's program written greedily and judged on its test-case workbooks;
+//! `--strategy rounds@R` lets the model retry after a failure, up to R
+//! rounds; `agree@N` and `oracle@N` (alone or together, over the same N
+//! candidates) are best-of-N (`eval_spreadsheet_best.rs`); `reference`
+//! judges each task's own reference program instead (no model: a failing
+//! reference is a generator bug). Prints soft and hard scores after each
+//! round and per operation kind; `--records` appends one JSON line per task.
+//! The evaluation is `tern_solve::eval::spreadsheet`; this file reads the
+//! flags and prints.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Mutex;
+
+use anyhow::{bail, Context, Result};
+use tern_solve::eval::spreadsheet::{run_references, run_spreadsheet, SheetRecord, SheetSettings};
+use tern_solve::tasks::spreadsheet::{self, PromptBudget};
+use tern_solve::verify::spreadsheet::workbook_limits;
+
+use super::args::EvalArgs;
+
+/// Most rounds `rounds@R` takes.
+const MAX_ROUNDS: usize = 10;
+/// Most candidates `agree@N` / `oracle@N` take (`tern bon`'s limit).
+const MAX_CANDIDATES: usize = 16;
+
+/// What a spreadsheet run does with each task.
+#[derive(Debug, PartialEq)]
+enum Mode {
+    /// The model writes a program, up to R rounds (`single` is 1).
+    Rounds(usize),
+    /// No model: each task's own reference program is judged, as a
+    /// candidate's would be (a failure is a generator bug).
+    Reference,
+    /// N sampled programs, chosen among by agreement and/or the oracle.
+    BestOf {
+        /// Candidates per task.
+        n: usize,
+        /// `agree@N` was asked.
+        agree: bool,
+        /// `oracle@N` was asked.
+        oracle: bool,
+        /// Rounds per candidate (`rounds@R` beside them; 1 without).
+        rounds: usize,
+    },
+}
+
+const STRATEGIES: &str = "single, rounds@R (R from 1 to 10), agree@N and/or oracle@N \
+     (N from 2 to 16, the same N; with rounds@R beside them, each candidate retries), or \
+     reference";
+
+/// The mode from the strategies a spreadsheet run takes: single or
+/// reference alone, or rounds@R, agree@N and oracle@N (agree and oracle one
+/// or both, same N; rounds@R alone is greedy with retries, beside them
+/// the candidates' rounds).
+fn mode_of(strategies: &[String]) -> Result<Mode> {
+    let bad = || {
+        anyhow::anyhow!(
+            "spreadsheet strategies `{}`: use {STRATEGIES}",
+            strategies.join(",")
+        )
+    };
+    if let [s] = strategies {
+        match s.as_str() {
+            "single" => return Ok(Mode::Rounds(1)),
+            "reference" => return Ok(Mode::Reference),
+            _ => {}
+        }
+    }
+    let mut rounds = None;
+    let mut best: Option<(usize, bool, bool)> = None;
+    for s in strategies {
+        let (name, arg) = s.split_once('@').ok_or_else(bad)?;
+        match name {
+            "rounds" => {
+                let r = match arg.parse::<usize>() {
+                    Ok(r) if (1..=MAX_ROUNDS).contains(&r) => r,
+                    _ => bail!("spreadsheet strategy `{s}`: use {STRATEGIES}"),
+                };
+                if rounds.replace(r).is_some() {
+                    bail!(
+                        "spreadsheet strategies `{}`: name rounds@R once",
+                        strategies.join(",")
+                    );
+                }
+            }
+            "agree" | "oracle" => {
+                let n = match arg.parse::<usize>() {
+                    Ok(n) if (2..=MAX_CANDIDATES).contains(&n) => n,
+                    _ => bail!("spreadsheet strategy `{s}`: N must be from 2 to {MAX_CANDIDATES}"),
+                };
+                let (m, agree, oracle) = best.unwrap_or((n, false, false));
+                if m != n {
+                    bail!(
+                        "spreadsheet strategies `{}`: agree@N and oracle@N share one N",
+                        strategies.join(",")
+                    );
+                }
+                best = Some((n, agree || name == "agree", oracle || name == "oracle"));
+            }
+            _ => return Err(bad()),
+        }
+    }
+    match (best, rounds) {
+        (Some((n, agree, oracle)), rounds) => Ok(Mode::BestOf {
+            n,
+            agree,
+            oracle,
+            rounds: rounds.unwrap_or(1),
+        }),
+        (None, Some(r)) => Ok(Mode::Rounds(r)),
+        (None, None) => Err(bad()),
+    }
+}
+
+/// Runs the spreadsheet evaluation with the parsed `tern eval` flags.
+pub fn run(a: &EvalArgs) -> Result<()> {
+    let mode = mode_of(&a.strategy)?;
+    super::setup::check_limit(a)?;
+    let all = spreadsheet::load(&a.task)?;
+    if a.offset > 0 && a.offset >= all.len() {
+        bail!(
+            "--offset {} skips every task: {} has {}",
+            a.offset,
+            a.task,
+            all.len()
+        );
+    }
+    let tasks: Vec<_> = all
+        .into_iter()
+        .enumerate()
+        .skip(a.offset)
+        .take(a.limit)
+        .collect();
+    tern_solve::verify::check().context("spreadsheet tasks run the candidates' programs")?;
+    let lines = RecordLines::open(a)?;
+    let on_record = |r: &SheetRecord| {
+        lines.append(r);
+        if !a.model.json {
+            let scores: Vec<String> = r
+                .rounds
+                .iter()
+                .map(|x| format!("{}/{}", x.passed, x.total))
+                .collect();
+            eprintln!(
+                "task {} [{}]: {} ({:.1}s)",
+                r.task,
+                r.kind,
+                scores.join(" -> "),
+                r.secs
+            );
+        }
+    };
+    let (rounds, records) = match mode {
+        Mode::BestOf {
+            n,
+            agree,
+            oracle,
+            rounds,
+        } => {
+            let records = super::spreadsheet_best::run(a, &tasks, n, rounds, &|r| lines.append(r))?;
+            lines.finish()?;
+            let shown = super::spreadsheet_best::Shown { agree, oracle };
+            return super::spreadsheet_best::print_scores(a, n, rounds, shown, &records);
+        }
+        Mode::Reference => {
+            let records =
+                run_references(&tasks, a.parallel as usize, &workbook_limits(), &on_record)?;
+            (1, records)
+        }
+        Mode::Rounds(rounds) => {
+            let engine = super::setup::engine(a)?;
+            let settings = SheetSettings {
+                rounds,
+                max_tokens: a.max_tokens,
+                seed: a.seed,
+                kv_policy: a.kv.kv_policy.clone(),
+                parallel: a.parallel as usize,
+                budget: PromptBudget::default(),
+                limits: workbook_limits(),
+            };
+            (
+                rounds,
+                run_spreadsheet(&engine, &tasks, &settings, &on_record)?,
+            )
+        }
+    };
+    lines.finish()?;
+    print_scores(a, rounds, &records)
+}
+
+/// `--records`: one JSON line appended per finished task, from any task's
+/// thread; the first write error is kept and reported at the end.
+pub(super) struct RecordLines {
+    sink: Option<Mutex<std::fs::File>>,
+    error: Mutex<Option<std::io::Error>>,
+}
+
+impl RecordLines {
+    /// The `--records` file opened to append, if one was given.
+    fn open(a: &EvalArgs) -> Result<RecordLines> {
+        Ok(RecordLines {
+            sink: super::setup::records_sink(a)?.map(Mutex::new),
+            error: Mutex::new(None),
+        })
+    }
+
+    /// Appends `record` as one line (and flushes, so a stopped run keeps it).
+    pub(super) fn append<T: serde::Serialize>(&self, record: &T) {
+        let Some(f) = &self.sink else { return };
+        let line = serde_json::to_string(record).map_err(std::io::Error::other);
+        let mut f = f.lock().expect("records file");
+        if let Err(e) = line
+            .and_then(|l| writeln!(f, "{l}"))
+            .and_then(|()| f.flush())
+        {
+            self.error.lock().expect("error slot").get_or_insert(e);
+        }
+    }
+
+    /// The first write error, if any.
+    fn finish(self) -> Result<()> {
+        match self.error.into_inner().expect("error slot") {
+            Some(e) => Err(anyhow::Error::new(e).context("appending a record")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Mean soft score and share solved (hard) of `records` after `round`.
+fn scores(records: &[&SheetRecord], round: usize) -> (f64, f64) {
+    let n = records.len().max(1) as f64;
+    let soft = records.iter().map(|r| r.after(round).0).sum::<f64>() / n;
+    let hard = records.iter().filter(|r| r.after(round).1).count() as f64 / n;
+    (soft, hard)
+}
+
+fn print_scores(a: &EvalArgs, rounds: usize, records: &[SheetRecord]) -> Result<()> {
+    let all: Vec<&SheetRecord> = records.iter().collect();
+    let mut kinds: BTreeMap<&str, Vec<&SheetRecord>> = BTreeMap::new();
+    for r in records {
+        kinds.entry(r.kind.as_str()).or_default().push(r);
+    }
+    if a.model.json {
+        let by_round: Vec<_> = (1..=rounds)
+            .map(|k| {
+                let (soft, hard) = scores(&all, k);
+                serde_json::json!({ "round": k, "soft": soft, "hard": hard })
+            })
+            .collect();
+        let by_kind: Vec<_> = kinds
+            .iter()
+            .map(|(kind, rs)| {
+                let (soft, hard) = scores(rs, rounds);
+                serde_json::json!({ "kind": kind, "tasks": rs.len(), "soft": soft, "hard": hard })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "tasks": records.len(), "rounds": by_round, "kinds": by_kind })
+        );
+        return Ok(());
+    }
+    println!("{} spreadsheet tasks ({})", records.len(), a.task);
+    println!(
+        "{:<16} {:>6} {:>7} {:>7}",
+        "after round", "tasks", "soft", "hard"
+    );
+    for k in 1..=rounds {
+        let (soft, hard) = scores(&all, k);
+        println!("{:<16} {:>6} {:>7.3} {:>7.3}", k, records.len(), soft, hard);
+    }
+    println!("{:<16} {:>6} {:>7} {:>7}", "kind", "tasks", "soft", "hard");
+    for (kind, rs) in &kinds {
+        let (soft, hard) = scores(rs, rounds);
+        println!("{:<16} {:>6} {:>7.3} {:>7.3}", kind, rs.len(), soft, hard);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(s: &str) -> Result<Mode> {
+        mode_of(&s.split(',').map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn strategies_name_one_mode_and_best_of_shares_one_n() {
+        assert_eq!(mode("single").unwrap(), Mode::Rounds(1));
+        assert_eq!(mode("rounds@3").unwrap(), Mode::Rounds(3));
+        assert_eq!(mode("reference").unwrap(), Mode::Reference);
+        let both = |rounds| Mode::BestOf {
+            n: 8,
+            agree: true,
+            oracle: true,
+            rounds,
+        };
+        assert_eq!(mode("agree@8,oracle@8").unwrap(), both(1));
+        assert_eq!(mode("oracle@8,agree@8").unwrap(), both(1));
+        assert_eq!(mode("agree@8,rounds@3,oracle@8").unwrap(), both(3));
+        assert_eq!(
+            mode("oracle@4").unwrap(),
+            Mode::BestOf {
+                n: 4,
+                agree: false,
+                oracle: true,
+                rounds: 1,
+            }
+        );
+        for (bad, says) in [
+            ("agree@8,oracle@4", "share one N"),
+            ("agree@1", "from 2 to 16"),
+            ("oracle@x", "from 2 to 16"),
+            ("single,agree@8", "use single"),
+            ("majority@8", "use single"),
+            ("rounds@11", "use single"),
+            ("rounds@2,agree@8,rounds@3", "once"),
+            ("reference,rounds@2", "use single"),
+        ] {
+            let e = mode(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+}
