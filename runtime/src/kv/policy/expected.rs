@@ -48,7 +48,7 @@ use tern_models::Rotary;
 use std::fmt;
 
 use super::items::{bad, below_budget, positive, Items, Key, BUDGET, EVERY, PREFILL, SINK, WINDOW};
-use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::kind::{budgeted_answers, within_budget, NamedPolicy, PolicyKind, PolicySpec};
 use super::{top_plus_window, KeepSet, KvPolicy, PolicyError, ScoreInput, DEFAULT_BUDGET};
 
 /// Largest `n_future` (expected): each compression averages RoPE over that
@@ -561,25 +561,7 @@ impl NamedPolicy for ExpectedParams {
 }
 
 impl PolicyKind for ExpectedParams {
-    fn budget(&self) -> Option<usize> {
-        Some(self.budget)
-    }
-
-    fn set_budget(&mut self, budget: usize) {
-        self.budget = budget;
-    }
-
-    fn window(&self) -> usize {
-        self.window
-    }
-
-    fn every(&self) -> usize {
-        self.every
-    }
-
-    fn compresses_prompt(&self) -> bool {
-        self.prefill
-    }
+    budgeted_answers!(window);
 
     fn needs_values(&self) -> bool {
         true

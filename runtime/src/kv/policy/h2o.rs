@@ -11,7 +11,7 @@
 use std::fmt;
 
 use super::items::{below_budget, positive, Items, Key, BUDGET, EVERY, PREFILL};
-use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::kind::{budgeted_answers, within_budget, NamedPolicy, PolicyKind, PolicySpec};
 use super::{top_plus_window, KeepSet, PolicyError, ScoreInput, DEFAULT_BUDGET};
 
 /// The newest tokens always kept (H2O's name for its window).
@@ -89,28 +89,10 @@ impl NamedPolicy for H2oParams {
 }
 
 impl PolicyKind for H2oParams {
-    fn budget(&self) -> Option<usize> {
-        Some(self.budget)
-    }
-
-    fn set_budget(&mut self, budget: usize) {
-        self.budget = budget;
-    }
-
-    fn window(&self) -> usize {
-        self.recent
-    }
+    budgeted_answers!(recent);
 
     fn window_key(&self) -> &'static str {
         RECENT.name
-    }
-
-    fn every(&self) -> usize {
-        self.every
-    }
-
-    fn compresses_prompt(&self) -> bool {
-        self.prefill
     }
 
     fn needs_cumulative(&self) -> bool {

@@ -17,7 +17,7 @@
 use std::fmt;
 
 use super::items::{below_budget, positive, Items, BUDGET, EVERY, PREFILL, WINDOW};
-use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::kind::{budgeted_answers, within_budget, NamedPolicy, PolicyKind, PolicySpec};
 use super::{top_plus_window, KeepSet, PolicyError, ScoreInput, DEFAULT_BUDGET};
 
 /// Default `window`: newest entries always kept (as SnapKV's default).
@@ -127,25 +127,7 @@ impl NamedPolicy for KeyDiffParams {
 }
 
 impl PolicyKind for KeyDiffParams {
-    fn budget(&self) -> Option<usize> {
-        Some(self.budget)
-    }
-
-    fn set_budget(&mut self, budget: usize) {
-        self.budget = budget;
-    }
-
-    fn window(&self) -> usize {
-        self.window
-    }
-
-    fn every(&self) -> usize {
-        self.every
-    }
-
-    fn compresses_prompt(&self) -> bool {
-        self.prefill
-    }
+    budgeted_answers!(window);
 
     fn needs_keys(&self) -> bool {
         true

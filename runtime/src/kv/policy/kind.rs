@@ -157,3 +157,31 @@ pub(super) fn within_budget(
         _ => KeepSet::all(input.n_kv(), input.n_cached),
     }
 }
+
+/// The five answers every budgeted, windowed policy gives straight from its
+/// fields (`budget`, the window field named, `every`, `prefill`), written
+/// once: `budgeted_answers!(window);` inside its `impl PolicyKind`.
+macro_rules! budgeted_answers {
+    ($window:ident) => {
+        fn budget(&self) -> Option<usize> {
+            Some(self.budget)
+        }
+
+        fn set_budget(&mut self, budget: usize) {
+            self.budget = budget;
+        }
+
+        fn window(&self) -> usize {
+            self.$window
+        }
+
+        fn every(&self) -> usize {
+            self.every
+        }
+
+        fn compresses_prompt(&self) -> bool {
+            self.prefill
+        }
+    };
+}
+pub(super) use budgeted_answers;

@@ -17,7 +17,7 @@
 use std::fmt;
 
 use super::items::{bad, positive, Items, Key, BUDGET, EVERY, PREFILL, WINDOW};
-use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::kind::{budgeted_answers, within_budget, NamedPolicy, PolicyKind, PolicySpec};
 use super::snapkv::{
     check_scored, select_pooled, Pool, DEFAULT_EVERY, DEFAULT_KERNEL, DEFAULT_WINDOW, KERNEL, POOL,
 };
@@ -136,29 +136,11 @@ impl NamedPolicy for PyramidKvParams {
 }
 
 impl PolicyKind for PyramidKvParams {
-    fn budget(&self) -> Option<usize> {
-        Some(self.budget)
-    }
-
-    fn set_budget(&mut self, budget: usize) {
-        self.budget = budget;
-    }
+    budgeted_answers!(window);
 
     /// The linear schedule, largest at layer 0.
     fn layer_budget(&self, layer: usize, n_layer: usize) -> Option<usize> {
         Some(PyramidKvParams::layer_budget(self, layer, n_layer))
-    }
-
-    fn window(&self) -> usize {
-        self.window
-    }
-
-    fn every(&self) -> usize {
-        self.every
-    }
-
-    fn compresses_prompt(&self) -> bool {
-        self.prefill
     }
 
     fn needs_recent_rows(&self) -> bool {

@@ -31,7 +31,7 @@
 use std::fmt;
 
 use super::items::{bad, positive, Items, Key, BUDGET, EVERY, PREFILL, WINDOW};
-use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::kind::{budgeted_answers, within_budget, NamedPolicy, PolicyKind, PolicySpec};
 use super::snapkv::{
     check_scored, pooled_importance, Pool, Scratch, DEFAULT_KERNEL, DEFAULT_WINDOW, KERNEL,
 };
@@ -251,25 +251,7 @@ impl NamedPolicy for RkvParams {
 }
 
 impl PolicyKind for RkvParams {
-    fn budget(&self) -> Option<usize> {
-        Some(self.budget)
-    }
-
-    fn set_budget(&mut self, budget: usize) {
-        self.budget = budget;
-    }
-
-    fn window(&self) -> usize {
-        self.window
-    }
-
-    fn every(&self) -> usize {
-        self.every
-    }
-
-    fn compresses_prompt(&self) -> bool {
-        self.prefill
-    }
+    budgeted_answers!(window);
 
     fn needs_recent_rows(&self) -> bool {
         true

@@ -28,7 +28,7 @@
 use std::fmt;
 
 use super::items::{bad, below_budget, positive, Items, Key, BUDGET, EVERY, PREFILL, WINDOW};
-use super::kind::{within_budget, NamedPolicy, PolicyKind, PolicySpec};
+use super::kind::{budgeted_answers, within_budget, NamedPolicy, PolicyKind, PolicySpec};
 use super::{top_plus_window, KeepSet, PolicyError, Ranked, ScoreInput, DEFAULT_BUDGET};
 
 /// Widest pooling `kernel` (snapkv, pyramidkv, rkv, adakv's inner): pooling
@@ -242,25 +242,7 @@ impl NamedPolicy for SnapKvParams {
 }
 
 impl PolicyKind for SnapKvParams {
-    fn budget(&self) -> Option<usize> {
-        Some(self.budget)
-    }
-
-    fn set_budget(&mut self, budget: usize) {
-        self.budget = budget;
-    }
-
-    fn window(&self) -> usize {
-        self.window
-    }
-
-    fn every(&self) -> usize {
-        self.every
-    }
-
-    fn compresses_prompt(&self) -> bool {
-        self.prefill
-    }
+    budgeted_answers!(window);
 
     fn needs_recent_rows(&self) -> bool {
         true
