@@ -1,8 +1,9 @@
 //! Shared support for the kernel tests: ggml and llama.cpp's quantizer
 //! called in process, tiny generated models, deterministic inputs, and the
-//! real model when it is there. The root package's end-to-end tests include
-//! several of these files (`ggml`, `inputs`, `quantize`, `tiny`,
-//! `tiny_quant`) into their own `support`, so each exists once.
+//! real model when it is there. The runtime's whole-model tests and the root
+//! package's end-to-end tests include several of these files (`ggml`,
+//! `inputs`, `quantize`, `tiny`, `tiny_quant`) into their own `support`, so
+//! each exists once.
 
 // The files the root package's tests include too: each side uses its part.
 #[allow(dead_code)]

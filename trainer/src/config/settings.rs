@@ -240,4 +240,4 @@ macro_rules! __train_config {
     };
 }
 
-crate::__with_train_settings!(__train_config);
+__with_train_settings!(__train_config);
