@@ -99,3 +99,58 @@ fn bon_judges_every_candidate_retries_crashes_and_matches_eval() {
     }
     assert_eq!(from_eval, from_bon);
 }
+
+/// A long spreadsheet run stops and resumes: given the same `--records`
+/// file, `tern eval` runs only the tasks it lacks and counts the others in
+/// its table; `--report` runs nothing; a file from another kind of run is
+/// refused by name. (The reference programs: no model, a second a task.)
+#[test]
+fn a_spreadsheet_run_resumes_from_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("ref.jsonl");
+    let file = records.to_str().unwrap();
+    let eval = |limit: &str, extra: &[&str]| {
+        let mut args = vec!["eval", "--task", SOURCE, "--strategy", "reference"];
+        args.extend(["--limit", limit, "--records", file]);
+        args.extend(extra);
+        tern(&args, None)
+    };
+    let lines = || std::fs::read_to_string(&records).unwrap().lines().count();
+    let out = eval("2", &["--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(last_json(&out)["tasks"], 2);
+    assert_eq!(lines(), 2);
+
+    let out = eval("3", &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("2 of 3 tasks already have a record"), "{err}");
+    assert!(!err.contains("task 0 ") && err.contains("task 2 "), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("3 spreadsheet tasks"));
+    assert_eq!(lines(), 3, "only the missing task was appended");
+
+    let out = eval("3", &["--report", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(last_json(&out)["tasks"], 3);
+    assert_eq!(lines(), 3);
+
+    let out = tern(
+        &["eval", "--task", SOURCE, "--strategy", "agree@2,oracle@2"]
+            .into_iter()
+            .chain(["--records", file, "-m", "none.gguf"])
+            .collect::<Vec<_>>(),
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("line 1: not a record of this run"), "{err}");
+    assert_eq!(lines(), 3);
+}

@@ -5,7 +5,8 @@
 //! candidates) are best-of-N (`eval_spreadsheet_best.rs`); `reference`
 //! judges each task's own reference program instead (no model: a failing
 //! reference is a generator bug). Prints soft and hard scores after each
-//! round and per operation kind; `--records` appends one JSON line per task.
+//! round and per operation kind; `--records` appends one JSON line per task,
+//! and a stopped run given the same file runs only the tasks it lacks.
 //! The evaluation is `tern_solve::eval::spreadsheet`; this file reads the
 //! flags and prints.
 
@@ -15,10 +16,14 @@ use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
 use tern_solve::eval::spreadsheet::{run_references, run_spreadsheet, SheetRecord, SheetSettings};
-use tern_solve::tasks::spreadsheet::{self, PromptBudget};
+use tern_solve::eval::spreadsheet_best::BestOfRecord;
+use tern_solve::tasks::spreadsheet::{self, PromptBudget, SpreadsheetTask};
 use tern_solve::verify::spreadsheet::workbook_limits;
 
 use super::args::EvalArgs;
+
+/// Tasks with their numbers in the source (numbers seed them).
+type Tasks = Vec<(usize, SpreadsheetTask)>;
 
 /// Most rounds `rounds@R` takes.
 const MAX_ROUNDS: usize = 10;
@@ -133,25 +138,6 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         .skip(a.offset)
         .take(a.limit)
         .collect();
-    tern_solve::verify::check().context("spreadsheet tasks run the candidates' programs")?;
-    let lines = RecordLines::open(a)?;
-    let on_record = |r: &SheetRecord| {
-        lines.append(r);
-        if !a.model.json {
-            let scores: Vec<String> = r
-                .rounds
-                .iter()
-                .map(|x| format!("{}/{}", x.passed, x.total))
-                .collect();
-            eprintln!(
-                "task {} [{}]: {} ({:.1}s)",
-                r.task,
-                r.kind,
-                scores.join(" -> "),
-                r.secs
-            );
-        }
-    };
     let (rounds, records) = match mode {
         Mode::BestOf {
             n,
@@ -159,35 +145,144 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             oracle,
             rounds,
         } => {
-            let records = super::spreadsheet_best::run(a, &tasks, n, rounds, &|r| lines.append(r))?;
-            lines.finish()?;
+            let fits = |r: &BestOfRecord| r.candidates.len() == n && r.by_round.len() <= rounds;
+            let (done, pending) = on_file(a, tasks, |r: &BestOfRecord| r.task, fits)?;
+            let mut records = done;
+            if !pending.is_empty() {
+                tern_solve::verify::check()
+                    .context("spreadsheet tasks run the candidates' programs")?;
+                let lines = RecordLines::open(a)?;
+                let new =
+                    super::spreadsheet_best::run(a, &pending, n, rounds, &|r| lines.append(r))?;
+                lines.finish()?;
+                records.extend(new);
+            }
+            records.sort_by_key(|r| r.task);
             let shown = super::spreadsheet_best::Shown { agree, oracle };
             return super::spreadsheet_best::print_scores(a, n, rounds, shown, &records);
         }
-        Mode::Reference => {
-            let records =
-                run_references(&tasks, a.parallel as usize, &workbook_limits(), &on_record)?;
-            (1, records)
-        }
-        Mode::Rounds(rounds) => {
-            let engine = super::setup::engine(a)?;
-            let settings = SheetSettings {
-                rounds,
-                max_tokens: a.max_tokens,
-                seed: a.seed,
-                kv_policy: a.kv.kv_policy.clone(),
-                parallel: a.parallel as usize,
-                budget: PromptBudget::default(),
-                limits: workbook_limits(),
-            };
-            (
-                rounds,
-                run_spreadsheet(&engine, &tasks, &settings, &on_record)?,
-            )
-        }
+        Mode::Reference => (1, rounds_run(a, tasks, 1, None)?),
+        Mode::Rounds(rounds) => (rounds, rounds_run(a, tasks, rounds, Some(rounds))?),
     };
-    lines.finish()?;
     print_scores(a, rounds, &records)
+}
+
+/// Greedy rounds (`Some(R)`) or the reference programs (`None`) over the
+/// tasks without a record on file, then every record of the selection.
+fn rounds_run(
+    a: &EvalArgs,
+    tasks: Tasks,
+    rounds: usize,
+    model: Option<usize>,
+) -> Result<Vec<SheetRecord>> {
+    let fits = |r: &SheetRecord| r.rounds.len() <= rounds;
+    let (mut records, pending) = on_file(a, tasks, |r: &SheetRecord| r.task, fits)?;
+    if !pending.is_empty() {
+        tern_solve::verify::check().context("spreadsheet tasks run the candidates' programs")?;
+        let lines = RecordLines::open(a)?;
+        let on_record = |r: &SheetRecord| {
+            lines.append(r);
+            if !a.model.json {
+                let scores: Vec<String> = r
+                    .rounds
+                    .iter()
+                    .map(|x| format!("{}/{}", x.passed, x.total))
+                    .collect();
+                eprintln!(
+                    "task {} [{}]: {} ({:.1}s)",
+                    r.task,
+                    r.kind,
+                    scores.join(" -> "),
+                    r.secs
+                );
+            }
+        };
+        let new = match model {
+            None => run_references(
+                &pending,
+                a.parallel as usize,
+                &workbook_limits(),
+                &on_record,
+            )?,
+            Some(rounds) => {
+                let engine = super::setup::engine(a)?;
+                let settings = SheetSettings {
+                    rounds,
+                    max_tokens: a.max_tokens,
+                    seed: a.seed,
+                    kv_policy: a.kv.kv_policy.clone(),
+                    parallel: a.parallel as usize,
+                    budget: PromptBudget::default(),
+                    limits: workbook_limits(),
+                };
+                run_spreadsheet(&engine, &pending, &settings, &on_record)?
+            }
+        };
+        lines.finish()?;
+        records.extend(new);
+    }
+    records.sort_by_key(|r| r.task);
+    Ok(records)
+}
+
+/// The records `--records` already holds for the selected tasks (a long run
+/// stops and resumes; they count in the table) and the tasks still to run.
+/// A line that is not this run's kind of record, or one that `fits` refuses
+/// (more rounds, another N), is an error naming the file: mixing runs would
+/// give a table of neither. With `--report`, nothing runs.
+fn on_file<T: serde::de::DeserializeOwned>(
+    a: &EvalArgs,
+    tasks: Tasks,
+    task_of: impl Fn(&T) -> usize,
+    fits: impl Fn(&T) -> bool,
+) -> Result<(Vec<T>, Tasks)> {
+    let mut held: BTreeMap<usize, T> = BTreeMap::new();
+    if let Some(path) = &a.records {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!("reading {}", path.display())))
+            }
+        };
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let other = || {
+                anyhow::anyhow!(
+                    "{} line {}: not a record of this run (strategies `{}`); \
+                     give --records a new file",
+                    path.display(),
+                    n + 1,
+                    a.strategy.join(",")
+                )
+            };
+            let r: T = serde_json::from_str(line).map_err(|_| other())?;
+            if !fits(&r) {
+                return Err(other());
+            }
+            held.insert(task_of(&r), r);
+        }
+    }
+    let total = tasks.len();
+    let (mut done, mut pending) = (Vec::new(), Vec::new());
+    for (i, t) in tasks {
+        match held.remove(&i) {
+            Some(r) => done.push(r),
+            None => pending.push((i, t)),
+        }
+    }
+    if a.report {
+        pending.clear();
+    } else if !done.is_empty() && !a.model.json {
+        eprintln!(
+            "{} of {total} tasks already have a record; running the other {}",
+            done.len(),
+            pending.len()
+        );
+    }
+    Ok((done, pending))
 }
 
 /// `--records`: one JSON line appended per finished task, from any task's
