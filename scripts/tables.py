@@ -2035,7 +2035,8 @@ def spreadsheet_heldout():
     tracebacks with the program's lines, "pandas is not installed"): 3
     rounds on the first 16, whose
     round 1 is the single-round score; prompt 3 (prompt 2 without the
-    pandas sentence) on the first 4, then on all 40 held-out tasks
+    pandas sentence) on the first 4, then on all 40 held-out tasks (the
+    1.5B's run in progress: its finished tasks so far)
     (records/spreadsheet/, scripts/spreadsheet_table.py)."""
     import spreadsheet_table
     runs = [("0.5B greedy, prompt 1", "heldout_0.5b_greedy.jsonl"),
@@ -2043,7 +2044,9 @@ def spreadsheet_heldout():
             ("1.5B greedy, prompt 2, rounds@3", "heldout_1.5b_rounds3.jsonl"),
             ("0.5B greedy, prompt 2, rounds@3", "heldout_0.5b_rounds3_prompt2.jsonl"),
             ("0.5B greedy, prompt 3, rounds@3", "heldout_0.5b_rounds3_prompt3.jsonl"),
-            ("0.5B greedy, prompt 3, rounds@3, all 40", "heldout_0.5b_rounds3_full.jsonl")]
+            ("0.5B greedy, prompt 3, rounds@3, all 40", "heldout_0.5b_rounds3_full.jsonl"),
+            ("1.5B greedy, prompt 3, rounds@3, of 40 (running: tasks finished so far)",
+             "heldout_1.5b_rounds3_full.jsonl")]
     return table(spreadsheet_table.HEADER, [
         row for name, f in runs
         for row in spreadsheet_table.rows(name, RECORDS / "spreadsheet" / f)])
