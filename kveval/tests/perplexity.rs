@@ -5,6 +5,10 @@
 
 use std::path::PathBuf;
 
+#[path = "../../models/tests/support/real.rs"]
+mod real;
+use real::real_model;
+
 use tern_kveval::perplexity::perplexity_stored;
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::kv::KvDtype;
@@ -13,23 +17,6 @@ use tern_runtime::LoadedModel;
 /// The repository root (this crate's parent).
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// SmolLM2-135M-Instruct Q4_1 under `TERN_HOME` or models/cache, where
-/// scripts/test.sh pulls it.
-fn real_model(test: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("TERN_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("models/cache"));
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if path.is_file() {
-        return Some(path);
-    }
-    eprintln!(
-        "skipped: {test}: the real model is not at {} (`cargo run --release -- pull` fetches it)",
-        path.display()
-    );
-    None
 }
 
 /// `../shared/reference/smollm2/<name>` beside the repository.

@@ -8,34 +8,15 @@
 use crate::support::tiny_quant::{q4_k_m_mix, tiny_kquant_model, Pick, Q2K, Q3K, Q4K, Q5K, Q6K};
 use crate::support::LLAMA_THREADS;
 
-/// Teacher-forced logits of `tokens` fed in chunks of `chunks` tokens.
+/// Teacher-forced logits of `tokens` fed in chunks of `chunks` tokens, the
+/// cache in its default storage type.
 pub(crate) fn forced(
     backend: &mut dyn tern_runtime::backend::Backend,
     tokens: &[u32],
     chunks: &[usize],
     vocab: usize,
 ) -> Vec<Vec<f32>> {
-    use tern_runtime::backend::{LogitsWanted, Row};
-    use tern_runtime::kv::policy::KvPolicy;
-    let seq = backend
-        .new_seq(&KvPolicy::Full, Default::default(), tokens.len())
-        .unwrap();
-    let mut out = Vec::new();
-    let mut start = 0;
-    for &len in chunks {
-        let rows = [Row {
-            seq,
-            tokens: &tokens[start..start + len],
-            start_pos: start,
-            logits: LogitsWanted::All,
-        }];
-        let flat = backend.forward(&rows).unwrap().pop().flatten().unwrap();
-        out.extend(flat.chunks(vocab).map(<[f32]>::to_vec));
-        start += len;
-    }
-    assert_eq!(start, tokens.len());
-    backend.free(seq);
-    out
+    crate::kv_dtype::forced(backend, Default::default(), tokens, chunks, vocab)
 }
 
 /// The tiny K-quant model (see [`tiny_kquant_model`]); Tern and llama.cpp

@@ -29,7 +29,7 @@ fn tiny_spec() -> TinySpec {
 
 /// Teacher-forced logits of `tokens` fed in `chunks` to one sequence stored
 /// as `dtype`.
-fn forced(
+pub(crate) fn forced(
     backend: &mut dyn Backend,
     dtype: KvDtype,
     tokens: &[u32],

@@ -16,9 +16,10 @@ pub mod tiny;
 #[allow(dead_code)]
 pub mod tiny_quant;
 
+mod real;
 pub mod repacked;
 
-use std::path::PathBuf;
+pub use real::real_model;
 
 use tern_models::quant::Kernel;
 
@@ -29,24 +30,6 @@ pub use inputs::values;
 /// there): ggml's workers spin at every barrier, which stalls a small
 /// machine running two tests at once.
 pub const LLAMA_THREADS: i32 = 1;
-
-/// The real model (SmolLM2-135M-Instruct Q4_1) under `TERN_HOME`, or
-/// models/cache where scripts/test.sh pulls it. `None` when it is absent,
-/// after printing `skipped: <why>`: the kernel tests run without it.
-pub fn real_model(test: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("TERN_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cache"));
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if path.is_file() {
-        return Some(path);
-    }
-    eprintln!(
-        "skipped: {test}: the real model is not at {} (`cargo run --release -- pull` fetches it)",
-        path.display()
-    );
-    None
-}
 
 /// The kernels this machine runs: AVX2 (when present) and always the
 /// scalar reference.
