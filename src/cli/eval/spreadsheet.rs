@@ -175,7 +175,7 @@ fn rounds_run(
     rounds: usize,
     model: Option<usize>,
 ) -> Result<Vec<SheetRecord>> {
-    let fits = |r: &SheetRecord| r.rounds.len() <= rounds;
+    let fits = |r: &SheetRecord| ran_as(r, rounds);
     let (mut records, pending) = on_file(a, tasks, |r: &SheetRecord| r.task, fits)?;
     if !pending.is_empty() {
         tern_solve::verify::check().context("spreadsheet tasks run the candidates' programs")?;
@@ -223,6 +223,18 @@ fn rounds_run(
     }
     records.sort_by_key(|r| r.task);
     Ok(records)
+}
+
+/// Whether `r` is what a run of up to `rounds` rounds writes: every round,
+/// or fewer only when its last one solved the task (the rounds stop there).
+/// A file from a run with fewer rounds, resumed with more, is refused rather
+/// than counted as if the later rounds had been tried.
+fn ran_as(r: &SheetRecord, rounds: usize) -> bool {
+    match r.rounds.last() {
+        Some(last) if r.rounds.len() < rounds => last.total > 0 && last.passed == last.total,
+        Some(_) => r.rounds.len() == rounds,
+        None => false,
+    }
 }
 
 /// The records `--records` already holds for the selected tasks (a long run
@@ -380,6 +392,38 @@ mod tests {
 
     fn mode(s: &str) -> Result<Mode> {
         mode_of(&s.split(',').map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_record_fits_a_resumed_run_only_with_the_rounds_that_run_would_have_written() {
+        use tern_solve::eval::spreadsheet::RoundResult;
+        let record = |scores: &[(usize, usize)]| SheetRecord {
+            task: 0,
+            kind: "lookup".into(),
+            rounds: scores
+                .iter()
+                .map(|&(passed, total)| RoundResult {
+                    passed,
+                    total,
+                    failure: None,
+                    tokens: 0,
+                })
+                .collect(),
+            program: String::new(),
+            secs: 0.0,
+        };
+        assert!(ran_as(&record(&[(1, 4), (2, 4), (2, 4)]), 3));
+        assert!(ran_as(&record(&[(1, 4), (4, 4)]), 3), "solved in round 2");
+        assert!(
+            !ran_as(&record(&[(1, 4), (2, 4)]), 3),
+            "a 2-round run's failure"
+        );
+        assert!(
+            !ran_as(&record(&[(1, 4), (2, 4)]), 1),
+            "more rounds than asked"
+        );
+        assert!(!ran_as(&record(&[]), 1));
+        assert!(ran_as(&record(&[(0, 4)]), 1));
     }
 
     #[test]
