@@ -161,19 +161,20 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             let shown = super::spreadsheet_best::Shown { agree, oracle };
             return super::spreadsheet_best::print_scores(a, n, rounds, shown, &records);
         }
-        Mode::Reference => (1, rounds_run(a, tasks, 1, None)?),
-        Mode::Rounds(rounds) => (rounds, rounds_run(a, tasks, rounds, Some(rounds))?),
+        Mode::Reference => (1, rounds_run(a, tasks, 1, true)?),
+        Mode::Rounds(rounds) => (rounds, rounds_run(a, tasks, rounds, false)?),
     };
     print_scores(a, rounds, &records)
 }
 
-/// Greedy rounds (`Some(R)`) or the reference programs (`None`) over the
-/// tasks without a record on file, then every record of the selection.
+/// The model's greedy programs, up to `rounds` rounds, or (`reference`) each
+/// task's reference program, over the tasks without a record on file; then
+/// every record of the selection, in task order.
 fn rounds_run(
     a: &EvalArgs,
     tasks: Tasks,
     rounds: usize,
-    model: Option<usize>,
+    reference: bool,
 ) -> Result<Vec<SheetRecord>> {
     let fits = |r: &SheetRecord| ran_as(r, rounds);
     let (mut records, pending) = on_file(a, tasks, |r: &SheetRecord| r.task, fits)?;
@@ -197,26 +198,25 @@ fn rounds_run(
                 );
             }
         };
-        let new = match model {
-            None => run_references(
+        let new = if reference {
+            run_references(
                 &pending,
                 a.parallel as usize,
                 &workbook_limits(),
                 &on_record,
-            )?,
-            Some(rounds) => {
-                let engine = super::setup::engine(a)?;
-                let settings = SheetSettings {
-                    rounds,
-                    max_tokens: a.max_tokens,
-                    seed: a.seed,
-                    kv_policy: a.kv.kv_policy.clone(),
-                    parallel: a.parallel as usize,
-                    budget: PromptBudget::default(),
-                    limits: workbook_limits(),
-                };
-                run_spreadsheet(&engine, &pending, &settings, &on_record)?
-            }
+            )?
+        } else {
+            let engine = super::setup::engine(a)?;
+            let settings = SheetSettings {
+                rounds,
+                max_tokens: a.max_tokens,
+                seed: a.seed,
+                kv_policy: a.kv.kv_policy.clone(),
+                parallel: a.parallel as usize,
+                budget: PromptBudget::default(),
+                limits: workbook_limits(),
+            };
+            run_spreadsheet(&engine, &pending, &settings, &on_record)?
         };
         lines.finish()?;
         records.extend(new);
