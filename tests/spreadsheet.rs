@@ -130,6 +130,10 @@ fn a_spreadsheet_run_resumes_from_its_records() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("2 of 3 tasks already have a record"), "{err}");
     assert!(!err.contains("task 0 ") && err.contains("task 2 "), "{err}");
+    assert!(
+        err.contains("(1/1)"),
+        "progress over the tasks this run ran: {err}"
+    );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("3 spreadsheet tasks"));
     assert_eq!(lines(), 3, "only the missing task was appended");
 

@@ -181,6 +181,7 @@ fn rounds_run(
     if !pending.is_empty() {
         tern_solve::verify::check().context("spreadsheet tasks run the candidates' programs")?;
         let lines = RecordLines::open(a)?;
+        let progress = Progress::new(pending.len());
         let on_record = |r: &SheetRecord| {
             lines.append(r);
             if !a.model.json {
@@ -190,11 +191,12 @@ fn rounds_run(
                     .map(|x| format!("{}/{}", x.passed, x.total))
                     .collect();
                 eprintln!(
-                    "task {} [{}]: {} ({:.1}s)",
+                    "task {} [{}]: {} ({:.1}s) {}",
                     r.task,
                     r.kind,
                     scores.join(" -> "),
-                    r.secs
+                    r.secs,
+                    progress.tick()
                 );
             }
         };
@@ -332,6 +334,37 @@ impl RecordLines {
             Some(e) => Err(anyhow::Error::new(e).context("appending a record")),
             None => Ok(()),
         }
+    }
+}
+
+/// A long run's progress line: tasks finished of those this run started
+/// with, and the time left at the pace so far (as the other task families
+/// print it).
+pub(super) struct Progress {
+    started: std::time::Instant,
+    done: std::sync::atomic::AtomicUsize,
+    total: usize,
+}
+
+impl Progress {
+    /// Progress over `total` tasks to run, starting now.
+    pub(super) fn new(total: usize) -> Progress {
+        Progress {
+            started: std::time::Instant::now(),
+            done: std::sync::atomic::AtomicUsize::new(0),
+            total,
+        }
+    }
+
+    /// One more task finished: `(k/n)`, and `, ~T left` while some remain.
+    pub(super) fn tick(&self) -> String {
+        let k = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let rest = self.total.saturating_sub(k);
+        if rest == 0 {
+            return format!("({k}/{})", self.total);
+        }
+        let eta = self.started.elapsed().as_secs_f64() / k as f64 * rest as f64;
+        format!("({k}/{}), ~{} left", self.total, super::human_secs(eta))
     }
 }
 

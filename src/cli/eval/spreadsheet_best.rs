@@ -47,6 +47,7 @@ pub(super) fn run(
         rounds,
     };
     let quiet = a.model.json;
+    let progress = super::spreadsheet::Progress::new(tasks.len());
     let report = |r: &BestOfRecord| {
         on_record(r);
         if !quiet {
@@ -63,7 +64,7 @@ pub(super) fn run(
                 })
                 .collect();
             eprintln!(
-                "task {} [{}]: candidates {}; agree #{} {}/{}, oracle #{} {}/{} ({:.1}s)",
+                "task {} [{}]: candidates {}; agree #{} {}/{}, oracle #{} {}/{} ({:.1}s) {}",
                 r.task,
                 r.kind,
                 each.join(" "),
@@ -73,7 +74,8 @@ pub(super) fn run(
                 r.oracle + 1,
                 r.candidates[r.oracle].passed,
                 r.candidates[r.oracle].total,
-                r.secs
+                r.secs,
+                progress.tick()
             );
         }
     };
