@@ -6,11 +6,10 @@
 
 use tern_models::gguf_types::OwnType;
 
-use crate::kquant::forced;
+use crate::kquant::agreement;
 use crate::support::quantize::{self, LLAMA_FTYPE_MOSTLY_IQ4_NL};
 use crate::support::tiny::TinySpec;
 use crate::support::tiny_quant::{tiny_iq4, PROJECTIONS};
-use crate::support::LLAMA_THREADS;
 
 /// [`tiny_iq4`]'s model, Tern and llama.cpp teacher-forced over its 256
 /// positions in chunks of 253 (a prefill: gemm on 252 rows and gemv on 1
@@ -23,31 +22,10 @@ fn tiny_agreement(
     own: OwnType,
     embd: bool,
 ) -> (usize, usize, f32, usize) {
-    use std::sync::Arc;
-    use tern_runtime::backend::{LlamaCppBackend, LlamaCppOptions, TernBackend};
     let dir = tempfile::tempdir().unwrap();
     let (path, count) = tiny_iq4(dir.path(), spec, ftype, own, embd);
-    let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
-    let vocab = model.config().vocab_size;
     let n = spec.context_length;
-    let tokens: Vec<u32> = (0..n).map(|i| ((i * 37 + 11) % vocab) as u32).collect();
-    let chunks = [n - 3, 1, 2];
-    let mut tern = TernBackend::new(Arc::clone(&model));
-    let ours = forced(&mut tern, &tokens, &chunks, vocab);
-    let opts = LlamaCppOptions {
-        n_ctx: n as u32,
-        n_seq_max: 1,
-        n_threads: LLAMA_THREADS,
-        kv_dtype: Default::default(),
-    };
-    let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
-    let theirs = forced(&mut llama, &tokens, &chunks, vocab);
-    let identical = ours.iter().zip(&theirs).filter(|(a, b)| a == b).count();
-    let max_diff = ours
-        .iter()
-        .zip(&theirs)
-        .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
-        .fold(0f32, f32::max);
+    let (identical, max_diff, n) = agreement(&path, &[n - 3, 1, 2]);
     (count, identical, max_diff, n)
 }
 

@@ -5,44 +5,30 @@
 //! `models/tests/kquant.rs`.)
 #![cfg(feature = "llama-cpp")]
 
+use crate::kv_dtype::forced;
 use crate::support::tiny_quant::{q4_k_m_mix, tiny_kquant_model, Pick, Q2K, Q3K, Q4K, Q5K, Q6K};
 use crate::support::LLAMA_THREADS;
 
-/// Teacher-forced logits of `tokens` fed in chunks of `chunks` tokens, the
-/// cache in its default storage type.
-pub(crate) fn forced(
-    backend: &mut dyn tern_runtime::backend::Backend,
-    tokens: &[u32],
-    chunks: &[usize],
-    vocab: usize,
-) -> Vec<Vec<f32>> {
-    crate::kv_dtype::forced(backend, Default::default(), tokens, chunks, vocab)
-}
-
-/// The tiny K-quant model (see [`tiny_kquant_model`]); Tern and llama.cpp
-/// teacher-forced over 256 positions. Returns (identical positions, max |diff|, positions).
-fn tiny_kquant_agreement(pick: impl Fn(&str) -> Pick) -> (usize, f32, usize) {
+/// The model at `path`, Tern and llama.cpp teacher-forced over its whole
+/// context in `chunks` (the last few rows single and double steps).
+/// Returns (identical positions, max |diff|, positions).
+pub(crate) fn agreement(path: &std::path::Path, chunks: &[usize]) -> (usize, f32, usize) {
     use std::sync::Arc;
     use tern_runtime::backend::{LlamaCppBackend, LlamaCppOptions, TernBackend};
-    let dir = tempfile::tempdir().unwrap();
-    let (path, spec) = tiny_kquant_model(dir.path(), pick);
-    let model = Arc::new(tern_runtime::LoadedModel::load(&path).unwrap());
+    let model = Arc::new(tern_runtime::LoadedModel::load(path).unwrap());
     let vocab = model.config().vocab_size;
-    let n = spec.context_length;
+    let n = chunks.iter().sum::<usize>();
     let tokens: Vec<u32> = (0..n).map(|i| ((i * 37 + 11) % vocab) as u32).collect();
-    // A prefill whose rows are not a multiple of four (llama.cpp's repacked
-    // Q4_K runs gemm on 252 rows and gemv on 1), then single and double steps.
-    let chunks = [253, 1, 2];
     let mut tern = TernBackend::new(Arc::clone(&model));
-    let ours = forced(&mut tern, &tokens, &chunks, vocab);
+    let ours = forced(&mut tern, Default::default(), &tokens, chunks, vocab);
     let opts = LlamaCppOptions {
         n_ctx: n as u32,
         n_seq_max: 1,
         n_threads: LLAMA_THREADS,
         kv_dtype: Default::default(),
     };
-    let mut llama = LlamaCppBackend::load(&path, model.config(), &opts).unwrap();
-    let theirs = forced(&mut llama, &tokens, &chunks, vocab);
+    let mut llama = LlamaCppBackend::load(path, model.config(), &opts).unwrap();
+    let theirs = forced(&mut llama, Default::default(), &tokens, chunks, vocab);
     let identical = ours.iter().zip(&theirs).filter(|(a, b)| a == b).count();
     let max_diff = ours
         .iter()
@@ -50,6 +36,17 @@ fn tiny_kquant_agreement(pick: impl Fn(&str) -> Pick) -> (usize, f32, usize) {
         .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
         .fold(0f32, f32::max);
     (identical, max_diff, n)
+}
+
+/// The tiny K-quant model (see [`tiny_kquant_model`]); Tern and llama.cpp
+/// teacher-forced over 256 positions. Returns (identical positions, max |diff|, positions).
+fn tiny_kquant_agreement(pick: impl Fn(&str) -> Pick) -> (usize, f32, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, spec) = tiny_kquant_model(dir.path(), pick);
+    // A prefill whose rows are not a multiple of four (llama.cpp's repacked
+    // Q4_K runs gemm on 252 rows and gemv on 1), then single and double steps.
+    assert_eq!(spec.context_length, 256);
+    agreement(&path, &[253, 1, 2])
 }
 
 #[test]
