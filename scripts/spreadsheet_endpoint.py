@@ -11,7 +11,7 @@ chosen program's output workbooks itself against the answers only it knows.
 Writes one JSON record: the request's settings, the server's report (each
 candidate's program, rounds, answers, agreement; the output workbooks are
 replaced by the client's cell-by-cell check of them) and the wall seconds.
-Needs python3-openpyxl and httpx (or the standard library's urllib, used here).
+Needs python3-openpyxl; HTTP is the standard library's urllib.
 """
 
 from __future__ import annotations
