@@ -1337,6 +1337,79 @@ fn llama32_1b_shape_lora_steps_fit_3gib() {
     }
 }
 
+/// `tern train --reward generated_tests:K` on problems without tests of
+/// their own: the tests are written while the rollouts are sampled, and the
+/// run keeps them in `tests.jsonl`, one line per group, with the pass
+/// matrix each reward came from (so a run's rewards can be audited).
+#[test]
+fn grpo_with_model_written_tests_records_the_tests_and_matrices() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("problems.jsonl");
+    let lines = [
+        (
+            "Write add(a, b).",
+            "def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n",
+        ),
+        ("Write neg(x).", "def neg(x):\n    \"\"\"Return -x.\"\"\"\n"),
+    ]
+    .map(|(q, p)| serde_json::json!({"prompt": q, "prelude": p}).to_string());
+    std::fs::write(&task, lines.join("\n") + "\n").unwrap();
+    let out = dir.path().join("run");
+    let model = real_model();
+    let o = train(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--task",
+        task.to_str().unwrap(),
+        "--reward",
+        "generated_tests:4",
+        "--steps",
+        "1",
+        "--group-size",
+        "3",
+        "--prompts-per-step",
+        "2",
+        "--max-new-tokens",
+        "48",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = &metrics(&out)[0];
+    let text = std::fs::read_to_string(out.join("tests.jsonl")).unwrap();
+    let groups: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(groups.len(), 2, "{text}");
+    let mut shares = Vec::new();
+    for g in &groups {
+        assert_eq!(g["step"], 1, "{g}");
+        let tests = g["tests"].as_array().unwrap();
+        assert!(tests.len() <= 4, "{g}");
+        let matrix = g["matrix"].as_array().unwrap();
+        assert_eq!(matrix.len(), 3, "one row per rollout: {g}");
+        for row in matrix {
+            let row = row.as_str().unwrap();
+            assert_eq!(row.len(), tests.len(), "{g}");
+            assert!(row.chars().all(|c| "PFTE".contains(c)), "{g}");
+            let passed = row.chars().filter(|&c| c == 'P').count() as f64;
+            shares.push(if tests.is_empty() {
+                0.0
+            } else {
+                passed / tests.len() as f64
+            });
+        }
+        assert!(g["writer_tokens"].as_u64().unwrap() > 0, "{g}");
+    }
+    // The step's mean reward is the mean of the recorded rows' pass shares.
+    let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+    assert!(
+        (m["reward_mean"].as_f64().unwrap() - mean).abs() < 1e-9,
+        "{m} vs {shares:?}"
+    );
+}
+
 /// `reward = generated_tests:K` on the real model: SmolLM2 writes unit tests
 /// for a problem that has none, every rollout of the group runs them, and
 /// the rollout whose program passes more of them earns the higher reward
@@ -1378,9 +1451,19 @@ fn generated_tests_reward_the_rollout_that_passes_more_of_them() {
         max_tokens: 64,
         temperature: 0.7,
     };
-    let tests = score_by_generated_tests(&mut group, &task, &writer, 7).unwrap();
+    let written = score_by_generated_tests(&mut group, &task, &writer, 7).unwrap();
+    let tests = &written.tests;
     let rewards: Vec<f64> = group.iter().map(|r| r.reward).collect();
     assert!(!tests.is_empty(), "no test parsed");
+    // The record: one matrix row per rollout, one letter per test, and each
+    // reward its row's share of passes.
+    assert_eq!(written.matrix.len(), group.len());
+    for (row, r) in written.matrix.iter().zip(&rewards) {
+        assert_eq!(row.len(), tests.len(), "{row}");
+        let passed = row.chars().filter(|&c| c == 'P').count() as f64;
+        assert_eq!(passed / tests.len() as f64, *r, "{row}");
+    }
+    assert!(written.writer_tokens > 0);
     // Rewards are shares of the tests written; the right program passes
     // more of them than the wrong one, and prose passes none.
     assert!(

@@ -137,6 +137,10 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         );
     }
     println!("metrics: {}", cfg.out.join("metrics.jsonl").display());
+    let tests = cfg.out.join("tests.jsonl");
+    if tests.exists() {
+        println!("model-written tests and pass matrices: {}", tests.display());
+    }
     Ok(())
 }
 

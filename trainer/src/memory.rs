@@ -31,6 +31,10 @@ pub struct Estimate {
     pub learner_weights: u64,
     /// The rollout engine's quantized weights.
     pub rollout_weights: u64,
+    /// A second model that writes the tests of `generated_tests:K`
+    /// (`test_model`): its weights and the KV its engine may hold for one
+    /// step's test replies (0 when the policy writes them).
+    pub writer: u64,
     /// Parameters, gradients and AdamW moments of what is trained.
     pub trainable_state: u64,
     /// Activations kept for the backward pass, per token of a micro-batch.
@@ -77,6 +81,7 @@ impl Estimate {
             base: BASE_BYTES,
             learner_weights: if f32_base { params * 4 } else { 0 },
             rollout_weights: gguf_bytes,
+            writer: 0,
             // value, accumulated gradient, two moments, one transient gradient
             trainable_state: trainable_params * 4 * 5,
             activation_per_token: l * per_layer,
@@ -106,13 +111,13 @@ impl Estimate {
         } else {
             0
         };
-        self.base + self.learner_weights + self.rollout_weights + dequantizing
+        self.base + self.learner_weights + self.rollout_weights + self.writer + dequantizing
     }
 
-    /// What every phase holds: the process, the weights and the trainable
-    /// state.
+    /// What every phase holds: the process, the weights (a test writer's
+    /// included) and the trainable state.
     pub fn fixed(&self) -> u64 {
-        self.base + self.learner_weights + self.rollout_weights + self.trainable_state
+        self.base + self.learner_weights + self.rollout_weights + self.writer + self.trainable_state
     }
 
     /// Peak of the rollout phase when the engine holds `kv_bytes` of KV

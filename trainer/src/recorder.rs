@@ -1,5 +1,7 @@
 //! What a run leaves behind and tells its caller: `metrics.jsonl` (one line
-//! per step, cut back to the resumed step on resume), `eval.json` (held-out
+//! per step, cut back to the resumed step on resume), `tests.jsonl` (under
+//! `generated_tests:K`, one line per group: the tests a model wrote and the
+//! pass matrix its rewards came from, cut back alike), `eval.json` (held-out
 //! accuracy before and after training) and the [`Progress`] callbacks. The
 //! driver decides when; this module decides how each record is written.
 
@@ -73,6 +75,7 @@ pub enum When {
 /// callback.
 pub struct Recorder<'p> {
     metrics_path: PathBuf,
+    tests_path: PathBuf,
     eval_path: PathBuf,
     /// Held-out accuracy so far.
     pub eval: EvalReport,
@@ -84,6 +87,7 @@ impl<'p> Recorder<'p> {
     pub fn new(out: &Path, progress: &'p mut dyn FnMut(Progress<'_>)) -> Self {
         Recorder {
             metrics_path: out.join("metrics.jsonl"),
+            tests_path: out.join("tests.jsonl"),
             eval_path: out.join("eval.json"),
             eval: EvalReport::default(),
             progress,
@@ -94,7 +98,8 @@ impl<'p> Recorder<'p> {
     /// lines of steps `<= start` (a resumed run rewrites the rest), and a
     /// resumed run keeps the `before` accuracy it measured.
     pub fn resume_at(&mut self, start: usize) -> Result<()> {
-        truncate_metrics(&self.metrics_path, start)?;
+        truncate_steps(&self.metrics_path, start)?;
+        truncate_steps(&self.tests_path, start)?;
         if start > 0 {
             self.eval = std::fs::read_to_string(&self.eval_path)
                 .ok()
@@ -121,9 +126,18 @@ impl<'p> Recorder<'p> {
 
     /// Appends a finished step's line and passes it on.
     pub fn step(&mut self, m: &StepMetrics) -> Result<()> {
-        append_metrics(&self.metrics_path, m)?;
+        append_lines(&self.metrics_path, std::slice::from_ref(m))?;
         (self.progress)(Progress::Step(m));
         Ok(())
+    }
+
+    /// Appends a step's groups' tests and pass matrices (nothing when the
+    /// rewards did not come from model-written tests).
+    pub fn tests(&mut self, lines: &[crate::reward::TestsLine]) -> Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        append_lines(&self.tests_path, lines)
     }
 
     /// Scores `tasks` with the learner's current weights (as adapter version
@@ -193,29 +207,33 @@ fn evaluate(
     Ok(eval::rows(&[greedy], &[totals], tasks.len())[0].accuracy)
 }
 
-fn append_metrics(path: &Path, m: &StepMetrics) -> Result<()> {
+/// Appends one JSON line per item of `lines`, synced.
+fn append_lines<T: Serialize>(path: &Path, lines: &[T]) -> Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
-    let line = serde_json::to_string(m).map_err(|e| TrainError::Config(e.to_string()))?;
-    writeln!(f, "{line}")?;
+    for v in lines {
+        let line = serde_json::to_string(v).map_err(|e| TrainError::Config(e.to_string()))?;
+        writeln!(f, "{line}")?;
+    }
     f.sync_data()?;
     Ok(())
 }
 
-/// Keeps the lines of steps `<= keep`.
-fn truncate_metrics(path: &Path, keep: usize) -> Result<()> {
+/// Keeps the lines of steps `<= keep` (each line's `step` field).
+fn truncate_steps(path: &Path, keep: usize) -> Result<()> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Ok(());
     };
+    let step = |l: &str| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .ok()
+            .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64))
+    };
     let kept: String = text
         .lines()
-        .filter(|l| {
-            serde_json::from_str::<StepMetrics>(l)
-                .map(|m| m.step <= keep)
-                .unwrap_or(false)
-        })
+        .filter(|l| step(l).is_some_and(|s| s as usize <= keep))
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(path, kept)?;

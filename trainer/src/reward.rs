@@ -5,9 +5,11 @@
 //! `generated_tests:K`: for each group of rollouts, the test writer (the
 //! policy itself, or `test_model`) writes K test replies for the task's
 //! problem (its prelude, else its question), sampled as `tern eval`'s
-//! `reward@N:tests=K` samples them (`tern_solve::reasoning::run_generated_tests`,
-//! reply `j` seeded from the group's seed); every rollout's program runs
-//! against every test picked, and its reward is the share it passes.
+//! `reward@N:tests=K` samples them (`tern_solve::reasoning::test_requests`,
+//! reply `j` seeded from the group's seed), asked for while the rollouts are
+//! sampled; every rollout's program runs against every test picked, and its
+//! reward is the share it passes. Each group's tests and pass matrix go to
+//! the run's `tests.jsonl`.
 //!
 //! Ties and dead tests: rollouts passing the same number of tests earn the
 //! same reward (GRPO's group-relative advantage then ranks them equal). A
@@ -99,51 +101,109 @@ pub struct TestWriter<'a> {
     pub temperature: f32,
 }
 
+impl TestWriter<'_> {
+    /// How its replies are sampled: K of them, at the run's token cap and
+    /// temperature, with `tern eval`'s nucleus (0.95).
+    pub fn spec(&self) -> TestSpec {
+        TestSpec {
+            k: self.k,
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+            top_p: 0.95,
+        }
+    }
+}
+
+/// The tests a model wrote for one group and how each of its rollouts did
+/// on them: a group's line of `tests.jsonl`, from which its rewards can be
+/// recomputed.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GroupTests {
+    /// The tests kept, in the order they were picked (at most K).
+    pub tests: Vec<String>,
+    /// Per rollout, one letter per test (`P` pass, `F` fail, `T` timeout,
+    /// `E` error); a rollout's reward is its share of `P`.
+    pub matrix: Vec<String>,
+    /// Tokens the writer generated for them.
+    pub writer_tokens: usize,
+}
+
+/// A line of a run's `tests.jsonl`: one group's tests and pass matrix.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TestsLine {
+    /// The step (1-based, as `metrics.jsonl` counts them).
+    pub step: usize,
+    /// The task's index in the run's training tasks.
+    pub task: usize,
+    /// The tests, the matrix and the writer's tokens.
+    #[serde(flatten)]
+    pub tests: GroupTests,
+}
+
+/// What the tests are written for: the task's prelude (signature and
+/// docstring), else its question.
+pub fn problem(task: &Task) -> &str {
+    if task.prelude.trim().is_empty() {
+        task.question.as_str()
+    } else {
+        task.prelude.as_str()
+    }
+}
+
 /// Sets each rollout's reward to the share of `tests` its program passes
-/// (0 for all when `tests` is empty); returns the tests' count.
-pub fn score_by_tests(rollouts: &mut [Rollout], task: &Task, tests: &[String]) -> Result<usize> {
+/// (0 for all when `tests` is empty); returns the pass matrix, one row per
+/// rollout.
+pub fn score_by_tests(
+    rollouts: &mut [Rollout],
+    task: &Task,
+    tests: &[String],
+) -> Result<Vec<String>> {
     let programs = programs(rollouts, task);
     let reports = verify::judge_many(&programs, tests, &verify::Limits::default())
         .map_err(|e| TrainError::Rollout(format!("running generated tests: {e}")))?;
     for (r, report) in rollouts.iter_mut().zip(&reports) {
         r.reward = report.pass_rate();
     }
-    Ok(tests.len())
+    Ok(reports.iter().map(verify::matrix_row).collect())
+}
+
+/// Sets the rewards of one group from a writer's `replies` (tests read out
+/// of them and at most `k` picked, as `tern eval` picks them).
+pub fn score_by_replies(
+    rollouts: &mut [Rollout],
+    task: &Task,
+    replies: &[String],
+    writer_tokens: usize,
+    k: usize,
+) -> Result<GroupTests> {
+    let tests = reasoning::tests_from_replies(replies, k);
+    let matrix = score_by_tests(rollouts, task, &tests)?;
+    Ok(GroupTests {
+        tests,
+        matrix,
+        writer_tokens,
+    })
 }
 
 /// Sets the rewards of one group from tests `writer` writes now for `task`
-/// (replies seeded from `seed`, the group's own); returns the tests used.
+/// (replies seeded from `seed`, the group's own). The local rollout path
+/// asks for the tests while it samples ([`crate::rollout::rollout`]); this
+/// is for rollouts that arrive already sampled (a fleet's).
 pub fn score_by_generated_tests(
     rollouts: &mut [Rollout],
     task: &Task,
     writer: &TestWriter<'_>,
     seed: u64,
-) -> Result<Vec<String>> {
-    let problem = if task.prelude.trim().is_empty() {
-        task.question.as_str()
-    } else {
-        task.prelude.as_str()
-    };
-    let spec = TestSpec {
-        k: writer.k,
-        max_tokens: writer.max_tokens,
-        temperature: writer.temperature,
-        top_p: 0.95,
-    };
-    let programs = programs(rollouts, task);
-    let (tests, reports) = reasoning::run_generated_tests(
-        writer.engine,
-        problem,
-        seed,
-        &spec,
-        &programs,
-        &verify::Limits::default(),
-    )
-    .map_err(|e| TrainError::Rollout(e.to_string()))?;
-    for (r, report) in rollouts.iter_mut().zip(&reports) {
-        r.reward = report.pass_rate();
-    }
-    Ok(tests)
+) -> Result<GroupTests> {
+    let failed = |e: reasoning::TestGenError| TrainError::Rollout(e.to_string());
+    let reqs = reasoning::test_requests(writer.engine.model(), problem(task), seed, &writer.spec())
+        .map_err(failed)?;
+    let streams = writer
+        .engine
+        .submit_all(reqs)
+        .map_err(|e| failed(reasoning::TestGenError::Submit(e)))?;
+    let (replies, tokens) = reasoning::collect_replies(streams).map_err(failed)?;
+    score_by_replies(rollouts, task, &replies, tokens, writer.k)
 }
 
 /// Each rollout's program as the task's judge runs it.
@@ -216,7 +276,8 @@ mod tests {
             rollout("def add(a, b):\n    return 0"),
             rollout("def add(a, b):\n    raise ValueError(a)"),
         ];
-        assert_eq!(score_by_tests(&mut group, &task, &tests).unwrap(), 4);
+        let matrix = score_by_tests(&mut group, &task, &tests).unwrap();
+        assert_eq!(matrix, vec!["PPPF", "FPFF", "FPPF", "EEEE"]);
         let rewards: Vec<f64> = group.iter().map(|r| r.reward).collect();
         // a + b passes 3 of 4; a * b only add(0, 0); 0 passes two; a crash none.
         assert_eq!(rewards, vec![0.75, 0.25, 0.5, 0.0]);

@@ -2,18 +2,19 @@
 //! G` completions (prefilled once, cache forked), sampled with the serving
 //! sampler under the run's KV policy, each token's log-probability recorded.
 
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use tern_models::EvictionLog;
 
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::chat_prompt::ContentTokens;
-use tern_runtime::engine::{EngineHandle, SubmitRequest};
+use tern_runtime::engine::{EngineHandle, RequestStream, SubmitRequest};
 use tern_runtime::kv::policy::KvPolicy;
 use tern_runtime::sampler::SamplingParams;
 use tern_runtime::LoadedModel;
 use tern_solve::eval;
+use tern_solve::reasoning;
 use tern_solve::tasks::Task;
 use tern_solve::verify;
 
@@ -55,6 +56,9 @@ pub struct Group {
     pub prompt: Vec<u32>,
     /// The `G` completions, in index order.
     pub rollouts: Vec<Rollout>,
+    /// The tests a model wrote for it and the pass matrix its rewards came
+    /// from (`generated_tests:K`); `None` when the task gave the rewards.
+    pub tests: Option<crate::reward::GroupTests>,
 }
 
 /// The prompt for a task: an optional system message and the question,
@@ -172,27 +176,59 @@ pub struct RolloutSpec<'a> {
     pub tests: Option<&'a crate::reward::TestWriter<'a>>,
 }
 
-/// Sets one group's rewards: from tests `spec` has a model write (seeded
-/// `seed`, the group's request seed), else from the task ([`score`]).
+/// Sets one group's rewards: from tests `spec` has a model write now
+/// (seeded `seed`, the group's request seed), else from the task
+/// ([`score`]). For rollouts sampled elsewhere (a fleet's).
 fn score_group(
     rollouts: &mut [Rollout],
     task: &Task,
     spec: &RolloutSpec<'_>,
     seed: u64,
-) -> Result<()> {
+) -> Result<Option<crate::reward::GroupTests>> {
     match spec.tests {
         Some(writer) => {
-            crate::reward::score_by_generated_tests(rollouts, task, writer, seed)?;
-            Ok(())
+            crate::reward::score_by_generated_tests(rollouts, task, writer, seed).map(Some)
         }
-        None => score(rollouts, task),
+        None => score(rollouts, task).map(|()| None),
     }
 }
 
+/// A sampled group on its way to the judge: its rollouts, and the test
+/// writer's replies and tokens where the run's rewards come from them.
+struct Sampled {
+    group: Group,
+    replies: Option<(Vec<String>, usize)>,
+}
+
+/// Sets a sampled group's rewards: from the tests in its writer's replies
+/// (at most `k` kept), else from its task.
+fn judge(mut s: Sampled, task: &Task, k: usize) -> Result<Group> {
+    match s.replies {
+        Some((replies, tokens)) => {
+            s.group.tests = Some(crate::reward::score_by_replies(
+                &mut s.group.rollouts,
+                task,
+                &replies,
+                tokens,
+                k,
+            )?);
+        }
+        None => score(&mut s.group.rollouts, task)?,
+    }
+    Ok(s.group)
+}
+
 /// Rolls out every task in `picks` (indices into `tasks`); request `i` is
-/// seeded `seed_base + 1000 i` (child `j`: `+ j`), so a step's rollouts are the
-/// same whenever it runs. All requests are queued as one unit (see
-/// `EngineHandle::submit_all`), so the engine batches them the same way. Returns the groups and the wall seconds spent.
+/// seeded `seed_base + 1000 i` (child `j`: `+ j`), so a step's rollouts are
+/// the same whenever it runs. All requests are queued as one unit (see
+/// `EngineHandle::submit_all`), so the engine batches them the same way.
+///
+/// Under `generated_tests:K` each group's test replies are asked for at the
+/// same time (in that same unit when the policy writes them, else on the
+/// writer's engine), so the tests are written while the rollouts are. A
+/// judge thread scores each group as soon as it is in, so the sandbox runs
+/// one group's programs while the engine is still sampling the others.
+/// Returns the groups, in `picks` order, and the wall seconds spent.
 pub fn rollout(
     engine: &EngineHandle,
     tasks: &[Task],
@@ -203,11 +239,13 @@ pub fn rollout(
     let t0 = Instant::now();
     let mut reqs = Vec::with_capacity(picks.len());
     let mut prompts = Vec::with_capacity(picks.len());
+    let mut test_reqs = Vec::new();
     for (i, &ti) in picks.iter().enumerate() {
         let prompt = prompt_ids(engine.model(), spec.system, &tasks[ti])?;
+        let seed = seed_base.wrapping_add(1000 * i as u64);
         let sampling = SamplingParams {
             temperature: spec.temperature,
-            seed: seed_base.wrapping_add(1000 * i as u64),
+            seed,
             // The learner scores at the sampling temperature: so do the
             // recorded log-probabilities the corrections compare with.
             tempered_logprobs: true,
@@ -221,67 +259,143 @@ pub fn rollout(
         // where the learner does not replay it.
         req.record_evictions = spec.record_evictions || spec.kv_policy.budget().is_some();
         reqs.push(req);
-        prompts.push((ti, prompt, seed_base.wrapping_add(1000 * i as u64)));
+        if let Some(writer) = spec.tests {
+            let problem = crate::reward::problem(&tasks[ti]);
+            let asked =
+                reasoning::test_requests(writer.engine.model(), problem, seed, &writer.spec())
+                    .map_err(|e| TrainError::Rollout(e.to_string()))?;
+            test_reqs.push(asked);
+        }
+        prompts.push((ti, prompt));
     }
-    // One unit, so the engine batches them the same way every time.
-    let streams: Vec<_> = engine
-        .submit_all(reqs)
-        .map_err(|e| TrainError::Rollout(e.to_string()))?
-        .into_iter()
-        .zip(prompts)
-        .map(|(s, (ti, p, seed))| (ti, p, seed, s))
-        .collect();
-    let mut groups = Vec::with_capacity(streams.len());
-    for (ti, prompt, seed, stream) in streams {
-        let collected = stream
-            .collect_blocking()
-            .map_err(|e| TrainError::Rollout(e.to_string()))?;
-        let mut rollouts = collected
-            .into_completions()
-            .into_iter()
-            .map(|c| {
-                let logprobs = c
-                    .logprobs
-                    .iter()
-                    .map(|l| l.logprob as f64)
-                    .collect::<Vec<_>>();
-                if logprobs.len() != c.tokens.len() {
-                    return Err(TrainError::Rollout(
-                        "the engine did not record log-probabilities".into(),
-                    ));
-                }
-                let kv = c.kv.ok_or_else(|| {
-                    TrainError::Rollout("a completion ended without its KV figures".into())
-                })?;
-                // Token t was sampled by the query at position prompt + t - 1.
-                let (kv_attended, kv_attended_full) = match &kv.evictions {
-                    Some(log) => {
-                        let from = prompt.len().saturating_sub(1) as u32;
-                        log.attended(from, from + c.tokens.len() as u32)
-                    }
-                    None => (0, 0),
-                };
-                Ok(Rollout {
-                    text: c.text,
-                    tokens: c.tokens,
-                    logprobs,
-                    reward: 0.0,
-                    kv_peak_bytes: kv.bytes_peak,
-                    kv_full_bytes: kv.bytes_full,
-                    kv_attended,
-                    kv_attended_full,
-                    evictions: kv.evictions.filter(|_| spec.record_evictions),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        score_group(&mut rollouts, &tasks[ti], spec, seed)?;
-        groups.push(Group {
-            task: ti,
-            prompt,
-            rollouts,
+    let (streams, mut test_streams) = submit(engine, reqs, spec.tests, test_reqs)?;
+    let k = spec.tests.map_or(0, |w| w.k);
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel::<(usize, Sampled)>();
+        let judged = scope.spawn(move || -> Result<Vec<Group>> {
+            let mut groups = Vec::new();
+            for (ti, sampled) in rx {
+                groups.push(judge(sampled, &tasks[ti], k)?);
+            }
+            Ok(groups)
         });
+        let sampling = (|| -> Result<()> {
+            for (i, ((ti, prompt), stream)) in prompts.into_iter().zip(streams).enumerate() {
+                let collected = stream
+                    .collect_blocking()
+                    .map_err(|e| TrainError::Rollout(e.to_string()))?;
+                let rollouts = rollouts_of(collected, prompt.len(), spec)?;
+                let replies = match test_streams.get_mut(i) {
+                    Some(asked) => Some(
+                        reasoning::collect_replies(std::mem::take(asked))
+                            .map_err(|e| TrainError::Rollout(e.to_string()))?,
+                    ),
+                    None => None,
+                };
+                let group = Group {
+                    task: ti,
+                    prompt,
+                    rollouts,
+                    tests: None,
+                };
+                if tx.send((ti, Sampled { group, replies })).is_err() {
+                    // The judge stopped on an error; it is returned below.
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let groups = judged
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        sampling?;
+        groups
+    })
+    .map(|groups| (groups, t0.elapsed().as_secs_f64()))
+}
+
+/// Queues a step's rollout requests as one unit, and each group's test
+/// requests (`test_reqs[i]` for group `i`) with them: in the same unit when
+/// the policy's engine writes the tests, else as one unit on the writer's.
+/// Returns the rollout streams and, per group, its test streams.
+fn submit(
+    engine: &EngineHandle,
+    mut reqs: Vec<SubmitRequest>,
+    writer: Option<&crate::reward::TestWriter<'_>>,
+    test_reqs: Vec<Vec<SubmitRequest>>,
+) -> Result<(Vec<RequestStream>, Vec<Vec<RequestStream>>)> {
+    let failed = |e: tern_runtime::engine::SubmitError| TrainError::Rollout(e.to_string());
+    let groups = reqs.len();
+    let sizes: Vec<usize> = test_reqs.iter().map(Vec::len).collect();
+    let flat: Vec<SubmitRequest> = test_reqs.into_iter().flatten().collect();
+    let (streams, mut tests) = match writer {
+        Some(w) if w.engine.same_engine(engine) => {
+            reqs.extend(flat);
+            let mut all = engine.submit_all(reqs).map_err(failed)?;
+            let tests = all.split_off(groups);
+            (all, tests)
+        }
+        Some(w) if !flat.is_empty() => {
+            let tests = w.engine.submit_all(flat).map_err(failed)?;
+            (engine.submit_all(reqs).map_err(failed)?, tests)
+        }
+        _ => (engine.submit_all(reqs).map_err(failed)?, Vec::new()),
+    };
+    let mut per_group = Vec::with_capacity(sizes.len());
+    for n in sizes {
+        let rest = tests.split_off(n);
+        per_group.push(std::mem::replace(&mut tests, rest));
     }
-    Ok((groups, t0.elapsed().as_secs_f64()))
+    Ok((streams, per_group))
+}
+
+/// One group's completions as rollouts: tokens, the sampler's
+/// log-probabilities and the KV each kept (`prompt_len` places the first
+/// sampled token), reward 0 until judged.
+fn rollouts_of(
+    collected: tern_runtime::engine::Collected,
+    prompt_len: usize,
+    spec: &RolloutSpec<'_>,
+) -> Result<Vec<Rollout>> {
+    collected
+        .into_completions()
+        .into_iter()
+        .map(|c| {
+            let logprobs = c
+                .logprobs
+                .iter()
+                .map(|l| l.logprob as f64)
+                .collect::<Vec<_>>();
+            if logprobs.len() != c.tokens.len() {
+                return Err(TrainError::Rollout(
+                    "the engine did not record log-probabilities".into(),
+                ));
+            }
+            let kv = c.kv.ok_or_else(|| {
+                TrainError::Rollout("a completion ended without its KV figures".into())
+            })?;
+            // Token t was sampled by the query at position prompt + t - 1.
+            let (kv_attended, kv_attended_full) = match &kv.evictions {
+                Some(log) => {
+                    let from = prompt_len.saturating_sub(1) as u32;
+                    log.attended(from, from + c.tokens.len() as u32)
+                }
+                None => (0, 0),
+            };
+            Ok(Rollout {
+                text: c.text,
+                tokens: c.tokens,
+                logprobs,
+                reward: 0.0,
+                kv_peak_bytes: kv.bytes_peak,
+                kv_full_bytes: kv.bytes_full,
+                kv_attended,
+                kv_attended_full,
+                evictions: kv.evictions.filter(|_| spec.record_evictions),
+            })
+        })
+        .collect()
 }
 
 /// [`rollout`] on a fleet of servers (`--rollout-endpoints`): the same
@@ -330,11 +444,12 @@ pub fn rollout_remote(
                 evictions: None,
             })
             .collect();
-        score_group(&mut rollouts, &tasks[ti], spec, job.seed)?;
+        let tests = score_group(&mut rollouts, &tasks[ti], spec, job.seed)?;
         groups.push(Group {
             task: ti,
             prompt: job.prompt,
             rollouts,
+            tests,
         });
     }
     Ok((groups, t0.elapsed().as_secs_f64(), stats))

@@ -63,6 +63,9 @@ pub struct Outcome {
     pub fresh: Vec<Vec<Replayed>>,
     /// A dry run: the step stopped after its rollouts.
     pub dry_run: bool,
+    /// Each group's model-written tests and pass matrix, for `tests.jsonl`
+    /// (empty unless the rewards come from `generated_tests:K`).
+    pub tests: Vec<crate::reward::TestsLine>,
 }
 
 /// Per sample, a value per response token where one is known.
@@ -135,10 +138,11 @@ pub fn run(
     publish_adapters(ctx, learner, step)?;
     let mut m = starting_metrics(cfg, step);
     let mut pass_rates = Vec::new();
+    let mut tests = Vec::new();
     let mut batch = match cfg.algorithm {
         Algorithm::Grpo => {
             m.rollout_estimate_bytes = ctx.est.rollout_peak(ctx.plan.rollout_kv_bytes as u64);
-            let batch = rollouts(ctx, step, picks, &mut m, &mut pass_rates)?;
+            let batch = rollouts(ctx, step, picks, &mut m, &mut pass_rates, &mut tests)?;
             if cfg.dry_run {
                 if resets {
                     m.rollout_peak_bytes =
@@ -151,6 +155,7 @@ pub fn run(
                     pass_rates,
                     fresh: Vec::new(),
                     dry_run: true,
+                    tests,
                 });
             }
             batch
@@ -236,6 +241,7 @@ pub fn run(
         pass_rates,
         fresh,
         dry_run: false,
+        tests,
     })
 }
 
@@ -325,6 +331,7 @@ fn rollouts(
     picks: &[usize],
     m: &mut StepMetrics,
     pass_rates: &mut Vec<(usize, f64)>,
+    tests: &mut Vec<crate::reward::TestsLine>,
 ) -> Result<Batch> {
     let cfg = ctx.cfg;
     let spec = RolloutSpec {
@@ -362,6 +369,13 @@ fn rollouts(
         .sqrt();
     let mut batch = Batch::default();
     for (gi, g) in groups.iter().enumerate() {
+        if let Some(t) = &g.tests {
+            tests.push(crate::reward::TestsLine {
+                step: m.step,
+                task: g.task,
+                tests: t.clone(),
+            });
+        }
         let rewards: Vec<f64> = g.rollouts.iter().map(|r| r.reward).collect();
         let mean = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
         pass_rates.push((g.task, mean));

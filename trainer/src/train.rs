@@ -88,6 +88,7 @@ fn plan_memory(
     kv_policy: &KvPolicy,
     (mcfg, est): (&ModelConfig, &Estimate),
     cap: Option<u64>,
+    own_tests: TestsKv,
 ) -> Result<Plan> {
     // The longest sequence the learner can see: the longest prompt plus the
     // response cap (SFT: the reference answer).
@@ -123,10 +124,19 @@ fn plan_memory(
         seq_len,
         batch_seqs,
         cfg.micro_batch,
-        batch_seqs * per_seq,
+        // The policy's own test replies are sampled beside its rollouts.
+        batch_seqs * per_seq + own_tests.step,
         if cfg.full { Some(false) } else { cfg.recompute },
     )?;
     plan.rollout_at_once = (plan.rollout_kv_bytes / per_seq).min(batch_seqs);
+    if plan.rollout_kv_bytes < own_tests.request {
+        return Err(TrainError::MemoryCap {
+            cap: cap.map(|c| tern_runtime::size::format_size(c as usize)).unwrap_or_default(),
+            phase: "rollout KV cache (one request of test replies)",
+            needed: tern_runtime::size::format_size(own_tests.request),
+            advice: "lower K in generated_tests:K or --max-new-tokens, give a --test-model, or raise --memory-cap".into(),
+        });
+    }
     // A group is one engine request: it must fit whole.
     if plan.rollout_at_once < cfg.group_size.max(1) && cfg.algorithm == Algorithm::Grpo {
         return Err(TrainError::MemoryCap {
@@ -210,6 +220,11 @@ pub fn train(
 
     // Plan before loading anything big.
     let (mcfg, mut est) = estimate(cfg, model_path)?;
+    if let Some(path) = &cfg.test_model {
+        est.writer = std::fs::metadata(path)
+            .map_err(|e| TrainError::Config(format!("test_model {path}: {e}")))?
+            .len();
+    }
     if let Some(c) = cap {
         // Refuse a cap that cannot even hold the weights before loading them.
         memory::plan(&mcfg, &est, Some(c), 1, 1, Some(1), 0, Some(true))?;
@@ -224,7 +239,32 @@ pub fn train(
     if let Some(rss) = tern_runtime::memory::rss_bytes() {
         est.measured_base(rss);
     }
-    let plan = plan_memory(cfg, &serving, &train_tasks, &kv_policy, (&mcfg, &est), cap)?;
+    let writer = match &cfg.test_model {
+        Some(path) => {
+            rec.note(format!("loading the test writer {path}"));
+            Some(Arc::new(LoadedModel::load(Path::new(path))?))
+        }
+        None => None,
+    };
+    let tests_kv = tests_kv(cfg, writer.as_deref().unwrap_or(&serving), &train_tasks)?;
+    if writer.is_some() {
+        // Its own engine holds a step's test replies beside the rollouts.
+        est.writer += tests_kv.step as u64;
+    }
+    let own_tests = if writer.is_none() {
+        tests_kv
+    } else {
+        TestsKv::default()
+    };
+    let plan = plan_memory(
+        cfg,
+        &serving,
+        &train_tasks,
+        &kv_policy,
+        (&mcfg, &est),
+        cap,
+        own_tests,
+    )?;
 
     rec.note("loading the learner".into());
     let engine = EngineHandle::spawn(
@@ -258,7 +298,15 @@ pub fn train(
         &plan,
         learner.param_count(),
     );
-    let test_engine = test_engine(cfg, &mut rec)?;
+    let test_engine = writer.map(|model| {
+        EngineHandle::spawn(
+            model,
+            EngineConfig {
+                kv_memory: tests_kv.step.max(tests_kv.request).max(1 << 20),
+                ..EngineConfig::default()
+            },
+        )
+    });
     let test_writer = match cfg.reward {
         crate::reward::Reward::GeneratedTests(k) => Some(crate::reward::TestWriter {
             engine: test_engine.as_ref().unwrap_or(&engine),
@@ -288,6 +336,7 @@ pub fn train(
         for &(task, mean) in &out.pass_rates {
             data_state.rates.update(task, mean, cfg.pass_rate_alpha);
         }
+        rec.tests(&out.tests)?;
         rec.step(&out.metrics)?;
         if out.dry_run {
             return Ok(Summary {
@@ -480,19 +529,50 @@ fn connect_fleet(
     Ok(Some(fleet))
 }
 
-/// Tests for `generated_tests:K` are written by the policy as it trains, or
-/// by `test_model` on its own engine (outside the memory plan).
-fn test_engine(cfg: &TrainConfig, rec: &mut Recorder<'_>) -> Result<Option<EngineHandle>> {
-    Ok(match &cfg.test_model {
-        Some(path) => {
-            rec.note(format!("loading the test writer {path}"));
-            let model = LoadedModel::load(Path::new(path))?;
-            Some(EngineHandle::spawn(
-                Arc::new(model),
-                EngineConfig::default(),
-            ))
-        }
-        None => None,
+/// KV cache the test replies of `generated_tests:K` need: a step's
+/// `prompts_per_step x K` replies at once, and the largest single request
+/// (up to `MAX_N` replies, which must fit whole). Zero for other rewards.
+#[derive(Clone, Copy, Debug, Default)]
+struct TestsKv {
+    step: usize,
+    request: usize,
+}
+
+/// [`TestsKv`] for the tests `writer` would write for `tasks`: each reply
+/// reserves its prompt (the longest task's) plus the reply cap under a full
+/// cache, as the engine reserves it.
+fn tests_kv(cfg: &TrainConfig, writer: &LoadedModel, tasks: &[Task]) -> Result<TestsKv> {
+    let crate::reward::Reward::GeneratedTests(k) = cfg.reward else {
+        return Ok(TestsKv::default());
+    };
+    let spec = tern_solve::reasoning::TestSpec {
+        k: 1,
+        max_tokens: cfg.max_new_tokens,
+        temperature: cfg.temperature,
+        top_p: 0.95,
+    };
+    let mut longest = 0;
+    for t in tasks {
+        let reqs =
+            tern_solve::reasoning::test_requests(writer, crate::reward::problem(t), 0, &spec)
+                .map_err(|e| TrainError::Config(e.to_string()))?;
+        longest = reqs
+            .iter()
+            .map(|r| r.prompt.len())
+            .fold(longest, usize::max);
+    }
+    let per_reply = SeqCache::reservation_bytes(
+        writer.config(),
+        &KvPolicy::Full,
+        tern_runtime::kv::KvDtype::default(),
+        longest,
+        cfg.max_new_tokens,
+        DEFAULT_PREFILL_CHUNK,
+    )
+    .max(1);
+    Ok(TestsKv {
+        step: cfg.prompts_per_step * k * per_reply,
+        request: k.min(tern_runtime::engine::MAX_N) * per_reply,
     })
 }
 

@@ -486,6 +486,13 @@ impl EngineHandle {
         &self.shared.model
     }
 
+    /// Whether `other` is a handle on this very engine (a clone of it), so
+    /// a caller can put work for both into one [`EngineHandle::submit_all`]
+    /// unit and keep the engine's batching the same from run to run.
+    pub fn same_engine(&self, other: &EngineHandle) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Switches the engine to `adapters` (the trainer's policy after an update)
     /// between two steps, so no step mixes weights, and tags later work with
     /// `version`. Blocks until the engine has switched; a backend that cannot

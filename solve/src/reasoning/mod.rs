@@ -31,8 +31,9 @@ pub use length::{
 pub use synthesize::synthesis_prompt;
 pub use test_budget::{allocate, disagreement, normalized_program};
 pub use unit_tests::{
-    best_of_n_generated_tests, choose_by_generated_tests, run_generated_tests, test_prompt,
-    GeneratedTests, TestGenError, TestSpec, MAX_GENERATED_TESTS, REPLY_HEAD, TEST_SEED_OFFSET,
+    best_of_n_generated_tests, choose_by_generated_tests, collect_replies, test_prompt,
+    test_requests, tests_from_replies, GeneratedTests, TestGenError, TestSpec, MAX_GENERATED_TESTS,
+    REPLY_HEAD, TEST_SEED_OFFSET,
 };
 
 /// How the candidates become one answer.

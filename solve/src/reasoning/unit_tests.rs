@@ -27,9 +27,10 @@ use super::{best_of_n_with, last_user_turn, Aggregate, BonRequest, BonResult, Re
 use crate::verify::{self, JudgeError, Limits};
 use tern_runtime::chat::ChatMessage;
 use tern_runtime::chat_prompt::ContentTokens;
-use tern_runtime::engine::{EngineHandle, SubmitError, SubmitRequest, MAX_N};
+use tern_runtime::engine::{EngineHandle, RequestStream, SubmitError, SubmitRequest, MAX_N};
 use tern_runtime::error::RuntimeError;
 use tern_runtime::sampler::SamplingParams;
+use tern_runtime::LoadedModel;
 
 /// The most tests one problem may ask for (`--generate-tests`, `tests=K`).
 pub const MAX_GENERATED_TESTS: usize = 64;
@@ -170,31 +171,6 @@ pub fn choose_by_generated_tests(
     judge_generated(req, spec, sampled, written, generate_seconds)
 }
 
-/// Tests `tester` writes for `problem` and how each of `programs` does on
-/// them: `spec.k` replies (reply `j` seeded `seed + TEST_SEED_OFFSET + j`),
-/// the tests picked from them ([`verify::pick_tests`], at most `spec.k`),
-/// and one report per program, in order. The trainer's reward from
-/// model-written tests (`tern train --reward generated_tests:K`): where a
-/// task has no tests of its own, a rollout earns the share of these it
-/// passes. No test parsed gives every report zero tests.
-pub fn run_generated_tests(
-    tester: &EngineHandle,
-    problem: &str,
-    seed: u64,
-    spec: &TestSpec,
-    programs: &[String],
-    limits: &Limits,
-) -> Result<(Vec<String>, Vec<verify::JudgeReport>), TestGenError> {
-    if spec.k == 0 || spec.k > MAX_GENERATED_TESTS {
-        return Err(TestGenError::Count(spec.k));
-    }
-    let (replies, _) = write_tests(tester, problem, seed, spec)?;
-    let per_reply: Vec<Vec<String>> = replies.iter().map(|r| verify::parse_tests(r)).collect();
-    let tests = verify::pick_tests(&per_reply, spec.k);
-    let reports = verify::judge_many(programs, &tests, limits).map_err(TestGenError::Judge)?;
-    Ok((tests, reports))
-}
-
 /// What the tests are written for: a code task's prelude (signature and
 /// docstring), else the user's last turn.
 fn problem_of(req: &BonRequest) -> String {
@@ -214,8 +190,7 @@ fn judge_generated(
     (replies, tokens): (Vec<String>, usize),
     generate_seconds: f64,
 ) -> Result<BonResult, ReasoningError> {
-    let per_reply: Vec<Vec<String>> = replies.iter().map(|r| verify::parse_tests(r)).collect();
-    let tests = verify::pick_tests(&per_reply, spec.k);
+    let tests = tests_from_replies(&replies, spec.k);
     let programs: Vec<String> = res
         .candidates
         .iter()
@@ -252,16 +227,33 @@ fn judge_generated(
     Ok(res)
 }
 
-/// `spec.k` replies from `tester` to [`test_prompt`] over `problem`, reply
-/// `j` seeded `seed + TEST_SEED_OFFSET + j`, in requests of at most
-/// [`MAX_N`] completions; with the tokens they cost.
+/// `spec.k` replies from `tester` to [`test_prompt`] over `problem`
+/// ([`test_requests`], submitted as one unit), with the tokens they cost.
 fn write_tests(
     tester: &EngineHandle,
     problem: &str,
     seed: u64,
     spec: &TestSpec,
 ) -> Result<(Vec<String>, usize), TestGenError> {
-    let model = tester.model();
+    let reqs = test_requests(tester.model(), problem, seed, spec)?;
+    collect_replies(tester.submit_all(reqs).map_err(TestGenError::Submit)?)
+}
+
+/// The requests that ask `model` for `spec.k` test replies to `problem`
+/// ([`test_prompt`], the reply opened with [`REPLY_HEAD`]): reply `j` seeded
+/// `seed + TEST_SEED_OFFSET + j`, at most [`MAX_N`] replies a request. A
+/// caller submits them beside its other work (in one unit with the
+/// candidates when one engine does both, else on the writer's own engine),
+/// so the tests are written while the candidates are, not after them.
+pub fn test_requests(
+    model: &LoadedModel,
+    problem: &str,
+    seed: u64,
+    spec: &TestSpec,
+) -> Result<Vec<SubmitRequest>, TestGenError> {
+    if spec.k == 0 || spec.k > MAX_GENERATED_TESTS {
+        return Err(TestGenError::Count(spec.k));
+    }
     let mut prompt = model
         .chat_prompt(
             &[ChatMessage::new("user", test_prompt(problem))],
@@ -275,32 +267,48 @@ fn write_tests(
             .map_err(TestGenError::Runtime)?,
     );
     let max_tokens = model.fit_max_tokens(prompt.len(), spec.max_tokens);
-    let mut replies = Vec::with_capacity(spec.k);
-    let mut tokens = 0;
-    while replies.len() < spec.k {
-        let n = (spec.k - replies.len()).min(MAX_N);
+    let mut reqs = Vec::new();
+    let mut first = 0;
+    while first < spec.k {
+        let n = (spec.k - first).min(MAX_N);
         let sampling = SamplingParams {
             temperature: spec.temperature,
             top_p: spec.top_p,
             seed: seed
                 .wrapping_add(TEST_SEED_OFFSET)
-                .wrapping_add(replies.len() as u64),
+                .wrapping_add(first as u64),
             ..SamplingParams::default()
         };
         let mut sub = SubmitRequest::new(prompt.clone(), sampling, max_tokens);
         sub.n = n;
         sub.stop = vec!["```".to_string()];
-        let out = tester
-            .submit(sub)
-            .map_err(TestGenError::Submit)?
-            .collect_blocking()
-            .map_err(TestGenError::Runtime)?;
+        reqs.push(sub);
+        first += n;
+    }
+    Ok(reqs)
+}
+
+/// The replies of [`test_requests`]' streams, in seed order, each from
+/// [`REPLY_HEAD`] on, with the tokens the writer generated.
+pub fn collect_replies(streams: Vec<RequestStream>) -> Result<(Vec<String>, usize), TestGenError> {
+    let mut replies = Vec::new();
+    let mut tokens = 0;
+    for stream in streams {
+        let out = stream.collect_blocking().map_err(TestGenError::Runtime)?;
         for c in out.into_completions() {
             tokens += c.completion_tokens;
             replies.push(format!("{REPLY_HEAD}{}", c.text));
         }
     }
     Ok((replies, tokens))
+}
+
+/// The tests kept from a writer's replies: each reply parsed
+/// ([`verify::parse_tests`]) and at most `k` picked round-robin over them
+/// ([`verify::pick_tests`]).
+pub fn tests_from_replies(replies: &[String], k: usize) -> Vec<String> {
+    let per_reply: Vec<Vec<String>> = replies.iter().map(|r| verify::parse_tests(r)).collect();
+    verify::pick_tests(&per_reply, k)
 }
 
 #[cfg(test)]
