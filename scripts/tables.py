@@ -2045,7 +2045,7 @@ def spreadsheet_heldout():
             ("0.5B greedy, prompt 2, rounds@3", "heldout_0.5b_rounds3_prompt2.jsonl"),
             ("0.5B greedy, prompt 3, rounds@3", "heldout_0.5b_rounds3_prompt3.jsonl"),
             ("0.5B greedy, prompt 3, rounds@3, all 40", "heldout_0.5b_rounds3_full.jsonl"),
-            ("1.5B greedy, prompt 3, rounds@3, of 40 (running: tasks finished so far)",
+            ("1.5B greedy, prompt 3, rounds@3, all 40",
              "heldout_1.5b_rounds3_full.jsonl")]
     return table(spreadsheet_table.HEADER, [
         row for name, f in runs
