@@ -59,7 +59,14 @@ ARMS=(
   # The issue's second policy at its tight point too (rkv and snapkv at
   # ~50% and ~25%).
   "sparserl-s28-s1|--seed 1 --rollout-kv-policy $S25 --correction sparse-rl"
+  # Issue 62's rerun (records/sparse62/PROTOCOL.md, fixed before its runs):
+  # dense against sparse-rl at a 50% relative budget, seeds 1-5, all ten on
+  # one frozen binary (TERN=runs/sparse62/tern) at one thread.
 )
+P50="rkv:budget=50%,min_budget=32,window=8,every=8"
+for s in 1 2 3 4 5; do
+  ARMS+=("r62-dense-s$s|--seed $s" "r62-sparserl-p50-s$s|--seed $s --rollout-kv-policy $P50 --correction sparse-rl")
+done
 worker() {
   mkdir -p runs/sparse28
   for a in "${ARMS[@]}"; do

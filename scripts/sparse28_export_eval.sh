@@ -36,6 +36,10 @@ policy=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('po
 score $out/export.gguf full full $rec
 if [ -n "$policy" ]; then
   score $out/export.gguf "$policy" policy $rec
+elif [[ $arm == r62-* ]]; then
+  # Issue 62's five-seed rerun (records/sparse62/PROTOCOL.md): dense's
+  # export under the sparse arms' relative budget.
+  score $out/export.gguf "rkv:budget=50%,min_budget=32,window=8,every=8" p50 $rec
 else
   score $out/export.gguf "rkv:budget=56,window=8,every=8" r56 $rec
   score $out/export.gguf "rkv:budget=28,window=8,every=8" r28 $rec
