@@ -2077,6 +2077,18 @@ def spreadsheet_best_of():
         for row in spreadsheet_table.best_of_rows(name, RECORDS / "spreadsheet" / f)])
 
 
+def spreadsheet_best_of_rounds():
+    """Best-of-8 with three rounds on the whole held-out split (the
+    protocol in records/spreadsheet/README.md): agreement's and the
+    oracle's choice after each round, over the same candidates
+    (records/spreadsheet/heldout_*_bo8_rounds3.jsonl)."""
+    import spreadsheet_table
+    runs = [("0.5B, of 40 (running: tasks finished so far)", "heldout_0.5b_bo8_rounds3.jsonl")]
+    return table(spreadsheet_table.BEST_OF_ROUNDS_HEADER, [
+        row for name, f in runs
+        for row in spreadsheet_table.best_of_round_rows(name, RECORDS / "spreadsheet" / f)])
+
+
 # ---------------------------------------------------------------- native llama.cpp (issue 59)
 
 NATIVE59 = RECORDS / "native59"
@@ -2236,6 +2248,7 @@ TABLES = {
         "spreadsheet-heldout": spreadsheet_heldout,
         "spreadsheet-references": spreadsheet_references,
         "spreadsheet-best-of": spreadsheet_best_of,
+        "spreadsheet-best-of-rounds": spreadsheet_best_of_rounds,
     },
     "MODELS.md": {
         "models58-bench": models58_bench,
