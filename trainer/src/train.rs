@@ -271,7 +271,9 @@ pub fn train(
         serving,
         EngineConfig {
             kv_memory: plan.rollout_kv_bytes,
-            max_queue: batch_seqs(cfg).max(64),
+            // A step's requests wait in one unit: its rollouts, and its
+            // test replies when the policy writes them.
+            max_queue: (batch_seqs(cfg) + own_tests.requests).max(64),
             ..EngineConfig::default()
         },
     );
@@ -303,6 +305,7 @@ pub fn train(
             model,
             EngineConfig {
                 kv_memory: tests_kv.step.max(tests_kv.request).max(1 << 20),
+                max_queue: tests_kv.requests.max(64),
                 ..EngineConfig::default()
             },
         )
@@ -536,6 +539,8 @@ fn connect_fleet(
 struct TestsKv {
     step: usize,
     request: usize,
+    /// Engine requests a step's replies take (K in requests of `MAX_N`).
+    requests: usize,
 }
 
 /// [`TestsKv`] for the tests `writer` would write for `tasks`: each reply
@@ -573,6 +578,7 @@ fn tests_kv(cfg: &TrainConfig, writer: &LoadedModel, tasks: &[Task]) -> Result<T
     Ok(TestsKv {
         step: cfg.prompts_per_step * k * per_reply,
         request: k.min(tern_runtime::engine::MAX_N) * per_reply,
+        requests: cfg.prompts_per_step * k.div_ceil(tern_runtime::engine::MAX_N),
     })
 }
 
